@@ -1,0 +1,131 @@
+"""The compiler's front door: runs the stages in order and gathers every diagnostic.
+
+    read (project.py) -> validate -> render -> graph -> plan
+
+Each stage reports into one Collector and later stages still run on what could be read, so a
+user sees all of a project's mistakes in one go."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import networkx as nx
+
+from compiler.errors import Collector, Diagnostic
+from compiler.graph import Edge, build_graph, check_cycles, ordered, source_id, table_id
+from compiler.plan import Plan, Step, TargetSpec, step_attributes, timeline_action
+from compiler.project import Project, load_project
+from compiler.render import Renderer, RenderedSource, RenderedTable
+from compiler.validate import validate
+
+# Settings that describe a step for people and selection but do not change what it does.
+_DESCRIPTIVE = ("description", "tags")
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    plan: Plan
+    graph: nx.DiGraph
+    warnings: tuple[Diagnostic, ...]
+    project: Project
+
+
+def compile_project(root: str | Path, target: str | None = None, cli_vars: Mapping[str, Any] | None = None) -> CompileResult:
+    """Compiles the project at `root`. Raises ProjectError with every problem found."""
+    errors = Collector()
+    project = load_project(Path(root), target=target, cli_vars=cli_vars, errors=errors)
+    validate(project, errors)
+
+    renderer = Renderer(project, errors)
+    rendered_tables = {name: renderer.render_table(t) for name, t in project.tables.items()}
+    rendered_sources = {name: renderer.render_source(s) for name, s in project.sources.items()}
+    lake, lake_env = renderer.render_text(project.target.lake, _lake_location(project))
+    spark_conf = {}
+    for key, value in project.target.spark_conf.items():
+        spark_conf[key] = renderer.render_text(value, project.project_doc.at(("targets", project.target.name, "spark", "conf", key)))[0] if isinstance(value, str) else value
+
+    edges = _edges(project, rendered_tables)
+    steps = _steps(project, rendered_tables, rendered_sources, edges)
+    graph = build_graph({s.id: step_attributes(s) for s in steps.values()}, edges)
+    check_cycles(graph, errors)
+    errors.raise_if_errors()
+
+    plan = Plan(
+        project=project.name,
+        target=TargetSpec(name=project.target.name, lake=lake, spark_master=project.target.spark_master, spark_conf=spark_conf),
+        vars=dict(sorted(project.vars.items())),
+        steps=tuple(steps[i] for i in ordered(graph)),
+    )
+    return CompileResult(plan=plan, graph=graph, warnings=tuple(errors.warnings), project=project)
+
+
+def _lake_location(project: Project):
+    doc = project.project_doc
+    targets = (doc.value or {}).get("targets") or {}
+    chosen = targets.get(project.target.name)
+    if isinstance(chosen, dict) and "lake" in chosen:
+        return doc.at(("targets", project.target.name, "lake"))
+    return doc.at(("lake",))
+
+
+def _edges(project: Project, rendered: Mapping[str, RenderedTable]) -> list[Edge]:
+    edges = []
+    for name, r in rendered.items():
+        for ref, loc in r.refs.items():
+            edges.append(Edge(table_id(ref), table_id(name), loc))
+        for src, loc in r.sources.items():
+            edges.append(Edge(source_id(src), table_id(name), loc))
+    for name, source in project.sources.items():
+        for key in ("table", "metadata_table"):
+            upstream = source.config.get(key)
+            if upstream in project.tables:
+                edges.append(Edge(table_id(upstream), source_id(name), source.at(key)))
+    return edges
+
+
+def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mapping[str, RenderedSource], edges: list[Edge]) -> dict[str, Step]:
+    deps: dict[str, set[str]] = {}
+    for e in edges:
+        deps.setdefault(e.downstream, set()).add(e.upstream)
+    steps: dict[str, Step] = {}
+    for name, source in project.sources.items():
+        sid = source_id(name)
+        r = sources[name]
+        loc = source.location
+        steps[sid] = Step(
+            id=sid,
+            kind="ingest",
+            name=name,
+            depends_on=tuple(sorted(deps.get(sid, ()))),
+            config={k: v for k, v in r.config.items() if k not in _DESCRIPTIVE},
+            file=loc.file,
+            line=loc.line,
+            description=source.description,
+            tags=tuple(source.tags),
+            env_vars=dict(sorted(r.env_vars.items())),
+        ).with_fingerprint()
+    for name, table in project.tables.items():
+        tid = table_id(name)
+        r = tables[name]
+        loc = table.location
+        config = {k: v for k, v in r.config.items() if k not in _DESCRIPTIVE}
+        steps[tid] = Step(
+            id=tid,
+            kind="write",
+            name=name,
+            depends_on=tuple(sorted(deps.get(tid, ()))),
+            config=config,
+            file=loc.file,
+            line=loc.line,
+            description=table.description,
+            tags=tuple(table.tags),
+            sql=r.sql,
+            sql_full_refresh=r.sql_full_refresh,
+            sql_file=table.sql_file,
+            action=timeline_action(config["operation"], config["type"]),
+            env_vars=dict(sorted(r.env_vars.items())),
+        ).with_fingerprint()
+    return steps
+

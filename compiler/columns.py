@@ -1,0 +1,151 @@
+"""Column lists in Spark's DDL (`"id BIGINT, tags ARRAY<STRING>, price DECIMAL(10,2)"`),
+parsed without Spark so that `pipe compile` can check key and precombine columns and name the
+column a typo is in. Types are normalised to Spark's lower-case spelling."""
+
+from __future__ import annotations
+
+import re
+
+from compiler.errors import did_you_mean
+
+# Spark SQL type names and their canonical spelling.
+_ATOMIC = {
+    "boolean": "boolean", "bool": "boolean",
+    "tinyint": "tinyint", "byte": "tinyint",
+    "smallint": "smallint", "short": "smallint",
+    "int": "int", "integer": "int",
+    "bigint": "bigint", "long": "bigint",
+    "float": "float", "real": "float",
+    "double": "double",
+    "string": "string",
+    "binary": "binary",
+    "date": "date",
+    "timestamp": "timestamp", "timestamp_ltz": "timestamp", "timestamp_ntz": "timestamp_ntz",
+    "void": "void",
+}
+_PARAMETRIC = {"decimal": "decimal", "dec": "decimal", "numeric": "decimal", "varchar": "varchar", "char": "char"}
+
+_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|(.))")
+
+
+class ColumnsError(ValueError):
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.tokens: list[str] = []
+        pos = 0
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if not m or m.end() == pos:
+                break
+            tok = next((g for g in m.groups() if g is not None), None)
+            if tok is not None and tok.strip():
+                self.tokens.append(tok)
+            pos = m.end()
+        self.i = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self) -> str:
+        tok = self.peek()
+        if tok is None:
+            raise ColumnsError("the column list ends too early")
+        self.i += 1
+        return tok
+
+    def expect(self, tok: str) -> None:
+        got = self.take()
+        if got != tok:
+            raise ColumnsError(f"expected '{tok}' but found '{got}'")
+
+    def name(self) -> str:
+        tok = self.take()
+        if tok.startswith("`"):
+            return tok[1:-1].replace("``", "`")
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", tok):
+            raise ColumnsError(f"expected a column name but found '{tok}'")
+        return tok
+
+    def type(self) -> str:
+        word = self.take()
+        low = word.lower()
+        if low in _ATOMIC:
+            return _ATOMIC[low]
+        if low in _PARAMETRIC:
+            canon = _PARAMETRIC[low]
+            if self.peek() != "(":
+                return "decimal(10,0)" if canon == "decimal" else canon
+            self.expect("(")
+            args = [self.take()]
+            while self.peek() == ",":
+                self.take()
+                args.append(self.take())
+            self.expect(")")
+            if not all(a.isdigit() for a in args):
+                raise ColumnsError(f"{word}(...) takes numbers, found {', '.join(args)}")
+            return f"{canon}({','.join(args)})"
+        if low == "array":
+            self.expect("<")
+            inner = self.type()
+            self.expect(">")
+            return f"array<{inner}>"
+        if low == "map":
+            self.expect("<")
+            k = self.type()
+            self.expect(",")
+            v = self.type()
+            self.expect(">")
+            return f"map<{k},{v}>"
+        if low == "struct":
+            self.expect("<")
+            fields = []
+            while self.peek() != ">":
+                fname = self.name()
+                if self.peek() == ":":
+                    self.take()
+                fields.append(f"{fname}:{self.type()}")
+                self._modifiers()
+                if self.peek() == ",":
+                    self.take()
+            self.expect(">")
+            return f"struct<{','.join(fields)}>"
+        known = sorted(set(_ATOMIC) | set(_PARAMETRIC) | {"array", "map", "struct"})
+        raise ColumnsError(f"unknown type '{word}'", did_you_mean(low, known) or "use a Spark SQL type such as BIGINT, STRING, DOUBLE, TIMESTAMP, DECIMAL(10,2)")
+
+    def _modifiers(self) -> None:
+        while (tok := self.peek()) is not None and tok.upper() in ("NOT", "NULL", "COMMENT"):
+            self.take()
+            if tok.upper() == "NOT":
+                self.expect("NULL") if self.peek() and self.peek().upper() == "NULL" else None
+            elif tok.upper() == "COMMENT":
+                comment = self.take()
+                if not comment.startswith("'"):
+                    raise ColumnsError("COMMENT must be followed by a quoted string")
+
+
+def parse_columns(text: str) -> list[dict[str, str]]:
+    """[{"name": ..., "type": ...}] from a DDL column list; ColumnsError says what is wrong."""
+    p = _Parser(text)
+    cols: list[dict[str, str]] = []
+    seen: set[str] = set()
+    if p.peek() is None:
+        raise ColumnsError("the column list is empty", "write columns as \"id BIGINT, name STRING\"")
+    while p.peek() is not None:
+        name = p.name()
+        if p.peek() == ":":
+            p.take()
+        typ = p.type()
+        p._modifiers()
+        if name.lower() in seen:
+            raise ColumnsError(f"column '{name}' is declared twice")
+        seen.add(name.lower())
+        cols.append({"name": name, "type": typ})
+        if p.peek() is None:
+            break
+        p.expect(",")
+    return cols

@@ -1,0 +1,169 @@
+"""The dependency graph of steps and dbt-style selection over it.
+
+Nodes are step ids: `source.<name>` (ingest) and `table.<name>` (write). An edge u -> v means v
+reads what u produces: a table's SQL calls ref()/source(), a `kind: table` source reads a table,
+an `s3_incremental` source reads its metadata table."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import networkx as nx
+
+from compiler.errors import Collector, Diagnostic, Location, ProjectError
+
+
+def source_id(name: str) -> str:
+    return f"source.{name}"
+
+
+def table_id(name: str) -> str:
+    return f"table.{name}"
+
+
+@dataclass(frozen=True)
+class Edge:
+    upstream: str
+    downstream: str
+    location: Location  # where the dependency is written (the ref() call, the `table:` key)
+
+
+def build_graph(nodes: Mapping[str, Mapping], edges: Iterable[Edge]) -> nx.DiGraph:
+    """`nodes` maps step id to its attributes (kind, name, tags, files, config)."""
+    graph = nx.DiGraph()
+    for step_id in sorted(nodes):
+        graph.add_node(step_id, **nodes[step_id])
+    for edge in sorted(edges, key=lambda e: (e.upstream, e.downstream)):
+        if not graph.has_edge(edge.upstream, edge.downstream):
+            graph.add_edge(edge.upstream, edge.downstream, location=edge.location)
+    return graph
+
+
+def check_cycles(graph: nx.DiGraph, errors: Collector) -> None:
+    """Reports every cycle (one per strongly connected component), with the path around it
+    and where each link is written."""
+    for component in sorted((sorted(c) for c in nx.strongly_connected_components(graph)), key=lambda c: c[0]):
+        if len(component) == 1 and not graph.has_edge(component[0], component[0]):
+            continue
+        cycle = nx.find_cycle(graph.subgraph(component), source=component[0])
+        path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+        links = "; ".join(f"{u} -> {v} at {graph.edges[u, v]['location']}" for u, v in cycle)
+        first = graph.edges[cycle[-1][0], cycle[-1][1]]["location"]
+        errors.error(first, f"dependency cycle: {path}", f"break one link ({links})")
+
+
+def generations(graph: nx.DiGraph) -> list[list[str]]:
+    return [sorted(g) for g in nx.topological_generations(graph)]
+
+
+def ordered(graph: nx.DiGraph, ids: Iterable[str] | None = None) -> list[str]:
+    """Step ids in a deterministic topological order (alphabetical among equals)."""
+    order = list(nx.lexicographical_topological_sort(graph))
+    if ids is None:
+        return order
+    keep = set(ids)
+    return [i for i in order if i in keep]
+
+
+# --- selection ------------------------------------------------------------------------------
+
+_ATOM = re.compile(r"^(?P<at>@)?(?:(?P<up>\d*)\+)?(?P<body>[^+@]+?)(?:\+(?P<down>\d*))?$")
+METHODS = ("name", "tag", "path", "source", "table", "config")
+
+
+class SelectionError(ProjectError):
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__([Diagnostic(Location("<command line>"), message, hint)])
+
+
+def select(graph: nx.DiGraph, select: Iterable[str] | None = None, exclude: Iterable[str] | None = None) -> list[str]:
+    """Step ids chosen by dbt-style selectors, in topological order.
+
+    Each argument may hold several selectors separated by spaces (union); a selector may join
+    atoms with commas (intersection). An atom is `[@][N+]method:value[+N]`, where method is
+    name (the default; also a full step id), tag, path, source, table or config.KEY.
+    Nothing selected means everything."""
+    chosen = _union(graph, select) if _has_any(select) else set(graph.nodes)
+    if _has_any(exclude):
+        chosen -= _union(graph, exclude)
+    return ordered(graph, chosen)
+
+
+def _has_any(args: Iterable[str] | None) -> bool:
+    return any(a.strip() for a in (args or ()))
+
+
+def _union(graph: nx.DiGraph, args: Iterable[str]) -> set[str]:
+    out: set[str] = set()
+    for arg in args:
+        for selector in arg.split():
+            parts = [p for p in selector.split(",") if p]
+            sets = [_atom(graph, p) for p in parts]
+            out |= set.intersection(*sets) if sets else set()
+    return out
+
+
+def _atom(graph: nx.DiGraph, text: str) -> set[str]:
+    m = _ATOM.match(text)
+    if not m:
+        raise SelectionError(f"cannot read selector '{text}'", "use name, +name, name+, +name+, @name, tag:x, path:tables/x.yml or config.KEY:value")
+    base = _match(graph, m.group("body"))
+    result = set(base)
+    if m.group("up") is not None:
+        result |= _within(graph, base, m.group("up"), upstream=True)
+    if m.group("down") is not None or m.group("at"):
+        down = _within(graph, base, m.group("down") or "", upstream=False)
+        result |= down
+        if m.group("at"):
+            for node in down | base:
+                result |= nx.ancestors(graph, node)
+    return result
+
+
+def _within(graph: nx.DiGraph, start: set[str], depth: str, upstream: bool) -> set[str]:
+    limit = int(depth) if depth else None
+    g = graph.reverse(copy=False) if upstream else graph
+    found: set[str] = set()
+    for node in start:
+        reach = nx.single_source_shortest_path_length(g, node, cutoff=limit)
+        found |= {n for n, d in reach.items() if d > 0}
+    return found
+
+
+def _match(graph: nx.DiGraph, body: str) -> set[str]:
+    method, _, value = body.partition(":") if ":" in body else ("name", "", body)
+    key = None
+    if method.startswith("config."):
+        method, key = "config", method[len("config."):]
+    if method not in METHODS:
+        raise SelectionError(f"unknown selector method '{method}' in '{body}'", "methods: " + ", ".join(METHODS))
+    nodes = graph.nodes
+    if method == "name":
+        if value in nodes:
+            return {value}
+        return {n for n in nodes if fnmatch.fnmatchcase(nodes[n]["name"], value)}
+    if method in ("source", "table"):
+        kind = "ingest" if method == "source" else "write"
+        return {n for n in nodes if nodes[n]["kind"] == kind and fnmatch.fnmatchcase(nodes[n]["name"], value)}
+    if method == "tag":
+        return {n for n in nodes if any(fnmatch.fnmatchcase(t, value) for t in nodes[n]["tags"])}
+    if method == "path":
+        probe = value.rstrip("/")
+        return {
+            n for n in nodes
+            if any(f == probe or f.startswith(probe + "/") or fnmatch.fnmatchcase(f, value) for f in nodes[n]["files"])
+        }
+    # config.KEY:value
+    out = set()
+    for n in nodes:
+        config = nodes[n].get("config") or {}
+        if key not in config:
+            continue
+        have = config[key]
+        values = have if isinstance(have, list) else [have]
+        if any(str(v).lower() == value.lower() for v in values):
+            out.add(n)
+    return out

@@ -1,0 +1,193 @@
+"""The Plan: the one contract between the compiler and the runtime.
+
+A Plan is written as `target/plan.json` with sorted keys, relative paths and no timestamps, so
+the same project gives the same bytes on any machine and plans can be committed and diffed.
+`Plan.from_json` is what the runtime reads; it refuses plans of another schema version."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import networkx as nx
+
+from compiler.errors import PipeError
+
+SCHEMA_VERSION = 1
+
+# The timeline action a write completes, by operation and table type (Hudi table version 6).
+_REPLACING = ("insert_overwrite", "insert_overwrite_table", "delete_partition")
+
+
+def timeline_action(operation: str, table_type: str) -> str:
+    if operation in _REPLACING:
+        return "replacecommit"
+    return "deltacommit" if table_type == "merge_on_read" else "commit"
+
+
+class PlanError(PipeError):
+    """A plan.json that this version of pipe cannot run."""
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    lake: str
+    spark_master: str
+    spark_conf: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "lake": self.lake, "spark": {"master": self.spark_master, "conf": dict(self.spark_conf)}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TargetSpec":
+        return cls(name=d["name"], lake=d["lake"], spark_master=d["spark"]["master"], spark_conf=dict(d["spark"]["conf"]))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node of the plan. `kind` is `ingest` (a source) or `write` (a table)."""
+
+    id: str
+    kind: str
+    name: str
+    depends_on: tuple[str, ...]
+    config: Mapping[str, Any]
+    file: str
+    line: int | None
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    sql: str | None = None
+    sql_full_refresh: str | None = None
+    sql_file: str | None = None
+    action: str | None = None
+    env_vars: Mapping[str, str | None] = field(default_factory=dict)
+    fingerprint: str = ""
+
+    def behaviour(self) -> dict[str, Any]:
+        """What the step does; the fingerprint hashes exactly this. Descriptions, tags and
+        source positions are left out: changing them changes nothing that runs."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "config": self.config,
+            "sql": self.sql,
+            "sql_full_refresh": self.sql_full_refresh,
+            "action": self.action,
+        }
+
+    def with_fingerprint(self) -> "Step":
+        digest = hashlib.sha256(_canonical(self.behaviour()).encode("utf-8")).hexdigest()
+        return Step(**{**self.__dict__, "fingerprint": digest})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "depends_on": list(self.depends_on),
+            "config": self.config,
+            "file": self.file,
+            "line": self.line,
+            "description": self.description,
+            "tags": list(self.tags),
+            "env_vars": [{"name": k, "default": v} for k, v in sorted(self.env_vars.items())],
+            "fingerprint": self.fingerprint,
+        }
+        if self.kind == "write":
+            d.update(sql=self.sql, sql_full_refresh=self.sql_full_refresh, sql_file=self.sql_file, action=self.action)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Step":
+        return cls(
+            id=d["id"],
+            kind=d["kind"],
+            name=d["name"],
+            depends_on=tuple(d["depends_on"]),
+            config=d["config"],
+            file=d["file"],
+            line=d["line"],
+            description=d.get("description", ""),
+            tags=tuple(d.get("tags", ())),
+            sql=d.get("sql"),
+            sql_full_refresh=d.get("sql_full_refresh"),
+            sql_file=d.get("sql_file"),
+            action=d.get("action"),
+            env_vars={e["name"]: e["default"] for e in d.get("env_vars", ())},
+            fingerprint=d["fingerprint"],
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    project: str
+    target: TargetSpec
+    vars: Mapping[str, Any]
+    steps: tuple[Step, ...]  # in topological order
+    schema_version: int = SCHEMA_VERSION
+
+    def step(self, step_id: str) -> Step:
+        for s in self.steps:
+            if s.id == step_id:
+                return s
+        raise KeyError(step_id)
+
+    @property
+    def step_ids(self) -> list[str]:
+        return [s.id for s in self.steps]
+
+    def graph(self) -> nx.DiGraph:
+        from compiler.graph import build_graph, Edge
+        from compiler.errors import Location
+
+        nodes = {s.id: step_attributes(s) for s in self.steps}
+        edges = [Edge(dep, s.id, Location(s.file, s.line)) for s in self.steps for dep in s.depends_on]
+        return build_graph(nodes, edges)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "project": self.project,
+            "target": self.target.to_dict(),
+            "vars": dict(self.vars),
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, origin: str = "plan.json") -> "Plan":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"{origin} is not valid JSON ({exc}); run `pipe compile` to write it again") from exc
+        version = d.get("schema_version") if isinstance(d, dict) else None
+        if version != SCHEMA_VERSION:
+            raise PlanError(
+                f"{origin} has plan schema version {version!r}; this pipe reads version {SCHEMA_VERSION}. "
+                "Run `pipe compile` with this pipe to write it again"
+            )
+        try:
+            return cls(
+                project=d["project"],
+                target=TargetSpec.from_dict(d["target"]),
+                vars=d["vars"],
+                steps=tuple(Step.from_dict(s) for s in d["steps"]),
+                schema_version=version,
+            )
+        except (KeyError, TypeError) as exc:
+            raise PlanError(f"{origin} is missing {exc}; run `pipe compile` to write it again") from exc
+
+
+def step_attributes(step: Step) -> dict[str, Any]:
+    """What selection looks at in a graph node."""
+    files = {step.file} | ({step.sql_file} if step.sql_file else set())
+    return {"kind": step.kind, "name": step.name, "tags": list(step.tags), "files": sorted(files), "config": dict(step.config)}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

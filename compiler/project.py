@@ -1,0 +1,351 @@
+"""Reading a project folder into typed objects that remember where each setting was written.
+
+`load_project` reads pipe_project.yml, sources/*.yml, tables/*.yml (+ tables/<name>.sql) and
+macros/*.sql, checks every key against `schema.py`, picks the target and merges vars. It never
+stops at the first problem: everything it finds is collected for one report."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from compiler import schema
+from compiler.errors import Collector, Location, ProjectError, did_you_mean
+from compiler.yamlsrc import Doc, load_yaml
+
+PROJECT_FILE = "pipe_project.yml"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    lake: str
+    spark_master: str
+    spark_conf: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Node:
+    """What sources and tables share: a name, settings, and where they were declared."""
+
+    name: str
+    config: Mapping[str, Any]
+    doc: Doc = field(compare=False, repr=False)
+    path: tuple = field(compare=False, repr=False)
+
+    @property
+    def file(self) -> str:
+        return self.doc.file
+
+    @property
+    def location(self) -> Location:
+        return self.doc.at(self.path, key=True)
+
+    def at(self, *keys: Any) -> Location:
+        """Where setting `keys` is written (or the declaration itself when it is absent)."""
+        return self.doc.at(self.path + keys)
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self.config.get("tags") or [])
+
+    @property
+    def description(self) -> str:
+        return self.config.get("description") or ""
+
+    @property
+    def columns(self) -> list[dict[str, str]] | None:
+        return self.config.get("schema")
+
+
+@dataclass(frozen=True)
+class Source(Node):
+    @property
+    def kind(self) -> str:
+        return self.config["kind"]
+
+
+@dataclass(frozen=True)
+class Table(Node):
+    sql_file: str | None = None  # relative path of the SELECT, when there is one
+    sql_text: str | None = None
+
+    @property
+    def operation(self) -> str:
+        return self.config["operation"]
+
+
+@dataclass(frozen=True)
+class MacroFile:
+    file: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    name: str
+    target: Target
+    target_names: tuple[str, ...]
+    vars: Mapping[str, Any]
+    sources: Mapping[str, Source]
+    tables: Mapping[str, Table]
+    macros: tuple[MacroFile, ...]
+    project_doc: Doc = field(compare=False, repr=False)
+
+
+def find_project_root(start: Path) -> Path | None:
+    """The nearest folder at or above `start` holding pipe_project.yml, as git finds .git."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / PROJECT_FILE).is_file():
+            return folder
+    return None
+
+
+def parse_cli_vars(text: str | None) -> dict[str, Any]:
+    """`--vars '{"a": 1}'` (YAML or JSON) as a mapping; ProjectError when it is not one."""
+    if not text:
+        return {}
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProjectError([_cli_diag(f"--vars is not valid YAML or JSON: {exc}")]) from exc
+    if not isinstance(value, dict):
+        raise ProjectError([_cli_diag(f"--vars must be a mapping such as '{{min_amount: 10}}', not {value!r}")])
+    return json.loads(json.dumps(value, default=str))
+
+
+def _cli_diag(message: str):
+    from compiler.errors import Diagnostic
+
+    return Diagnostic(Location("<command line>"), message, "quote the value: --vars '{name: value}'")
+
+
+def _files(root: Path, folder: str, suffixes: tuple[str, ...]) -> list[Path]:
+    base = root / folder
+    if not base.is_dir():
+        return []
+    found = [p for p in base.rglob("*") if p.suffix in suffixes and p.is_file()]
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def _read(path: Path, root: Path, errors: Collector) -> str | None:
+    rel = path.relative_to(root).as_posix()
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        errors.error(Location(rel), f"file is not UTF-8 text ({exc.reason} at byte {exc.start})", "save the file as UTF-8")
+    except OSError as exc:
+        errors.error(Location(rel), f"cannot read file: {exc.strerror}")
+    return None
+
+
+def _top_level(doc: Doc, expected: str, errors: Collector, other: str) -> dict[str, Any]:
+    """The `sources:` / `tables:` mapping of a file, reporting anything else at top level."""
+    value = doc.value
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        errors.error(doc.at(()), f"{doc.file} must be a mapping with a top-level '{expected}:' key")
+        return {}
+    for key in value:
+        if key != expected:
+            hint = f"{other} are declared in {other}/*.yml" if key == other else did_you_mean(str(key), [expected]) or f"the only top-level key here is '{expected}:'"
+            errors.error(doc.at((key,), key=True), f"unknown top-level key '{key}'", hint)
+    entries = value.get(expected)
+    if entries is None:
+        return {}
+    if not isinstance(entries, dict):
+        errors.error(doc.at((expected,)), f"'{expected}:' must be a mapping of names to settings")
+        return {}
+    return entries
+
+
+def _check_name(doc: Doc, path: tuple, name: Any, what: str, errors: Collector) -> bool:
+    if not isinstance(name, str) or not schema.NAME_RE.match(name):
+        errors.error(
+            doc.at(path, key=True),
+            f"invalid {what} name '{name}'",
+            "use letters, digits and _, starting with a letter or _ (it becomes a folder and a SQL name)",
+        )
+        return False
+    return True
+
+
+def _source_elsewhere(kind: str):
+    def hint(name: str) -> str | None:
+        owners = [k for k, sec in schema.SOURCES.items() if k != kind and name in sec.by_name]
+        if owners:
+            return f"'{name}' is a setting of kind: {' / '.join(owners)}, not of kind: {kind}"
+        return None
+
+    return hint
+
+
+def load_project(
+    root: Path,
+    target: str | None = None,
+    cli_vars: Mapping[str, Any] | None = None,
+    errors: Collector | None = None,
+) -> Project:
+    """Reads the project at `root`. Raises ProjectError listing every problem found."""
+    errors = errors if errors is not None else Collector()
+    root = Path(root).resolve()
+    project_path = root / PROJECT_FILE
+    if not project_path.is_file():
+        raise ProjectError(
+            [_diag(Location(PROJECT_FILE), f"no {PROJECT_FILE} in {root}", "run pipe inside a project folder, pass --project-dir, or create one with `pipe init NAME`")]
+        )
+    text = _read(project_path, root, errors)
+    doc = load_yaml(text or "", PROJECT_FILE, errors) or Doc(PROJECT_FILE, {})
+    checker = schema.Checker(doc, errors)
+    conf = checker.section(schema.PROJECT, doc.value, (), PROJECT_FILE)
+    name = conf["name"] or "project"
+    if conf["name"] is not None and not schema.NAME_RE.match(conf["name"]):
+        errors.error(doc.at(("name",)), f"invalid project name '{conf['name']}'", "use letters, digits and _, starting with a letter or _")
+
+    targets = conf["targets"] or {"dev": checker.section(schema.TARGET, {}, ("targets",), "target 'dev'")}
+    target_name = target or conf["default_target"]
+    if target_name not in targets:
+        where = Location("<command line>") if target else doc.at(("default_target",))
+        hint = did_you_mean(target_name, targets) or "targets in this project: " + ", ".join(sorted(targets))
+        errors.error(where, f"unknown target '{target_name}'", hint)
+        target_name = sorted(targets)[0]
+    tconf = targets[target_name]
+    chosen = Target(
+        name=target_name,
+        lake=tconf["lake"] or conf["lake"],
+        spark_master=tconf["spark"]["master"],
+        spark_conf={str(k): v for k, v in sorted(tconf["spark"]["conf"].items())},
+    )
+    merged_vars = {**conf["vars"], **tconf["vars"], **(cli_vars or {})}
+
+    sources = _load_sources(root, errors)
+    tables = _load_tables(root, errors)
+    for tname, table in tables.items():
+        if tname in sources:
+            src = sources[tname]
+            errors.error(
+                table.location,
+                f"'{tname}' is both a table and a source (source declared at {src.location})",
+                "rename one of them: ref() and source() share one namespace of SQL names",
+            )
+    macros = []
+    for path in _files(root, "macros", (".sql",)):
+        mtext = _read(path, root, errors)
+        if mtext is not None:
+            macros.append(MacroFile(path.relative_to(root).as_posix(), mtext))
+
+    return Project(
+        root=root,
+        name=name,
+        target=chosen,
+        target_names=tuple(sorted(targets)),
+        vars=merged_vars,
+        sources=sources,
+        tables=tables,
+        macros=tuple(macros),
+        project_doc=doc,
+    )
+
+
+def _diag(location: Location, message: str, hint: str | None = None):
+    from compiler.errors import Diagnostic
+
+    return Diagnostic(location, message, hint)
+
+
+def _load_sources(root: Path, errors: Collector) -> dict[str, Source]:
+    sources: dict[str, Source] = {}
+    for path in _files(root, "sources", (".yml", ".yaml")):
+        rel = path.relative_to(root).as_posix()
+        text = _read(path, root, errors)
+        doc = load_yaml(text, rel, errors) if text is not None else None
+        if doc is None:
+            continue
+        for name, body in _top_level(doc, "sources", errors, "tables").items():
+            p = ("sources", name)
+            if not _check_name(doc, p, name, "source", errors):
+                continue
+            kind = body.get("kind") if isinstance(body, dict) else None
+            if isinstance(body, dict) and kind is not None and kind not in schema.SOURCES:
+                hint = did_you_mean(str(kind), schema.SOURCES) or ""
+                errors.error(doc.at(p + ("kind",)), f"unknown source kind '{kind}' in source '{name}'", (hint + " " if hint else "") + "choose one of: " + ", ".join(schema.SOURCE_KINDS))
+                continue
+            section = schema.SOURCES.get(kind or "files")
+            checker = schema.Checker(doc, errors, elsewhere=_source_elsewhere(kind or "files"))
+            config = checker.section(section, body, p, f"source '{name}'")
+            if config.get("kind") is None:
+                continue  # missing kind was reported
+            source = Source(name=name, config=config, doc=doc, path=p)
+            if name in sources:
+                errors.error(source.location, f"source '{name}' is declared twice (first at {sources[name].location})", "source names are unique across all files in sources/")
+                continue
+            sources[name] = source
+    return sources
+
+
+def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
+    tables: dict[str, Table] = {}
+    declared_sql: set[Path] = set()
+    for path in _files(root, "tables", (".yml", ".yaml")):
+        rel = path.relative_to(root).as_posix()
+        text = _read(path, root, errors)
+        doc = load_yaml(text, rel, errors) if text is not None else None
+        if doc is None:
+            continue
+        for name, body in _top_level(doc, "tables", errors, "sources").items():
+            p = ("tables", name)
+            if not _check_name(doc, p, name, "table", errors):
+                continue
+            config = schema.Checker(doc, errors).section(schema.TABLE, body, p, f"table '{name}'")
+            sql_path = path.parent / f"{name}.sql"
+            sql_text = _read(sql_path, root, errors) if sql_path.is_file() else None
+            if sql_text is not None:
+                declared_sql.add(sql_path)
+            table = Table(
+                name=name,
+                config=_with_default_operation(config),
+                doc=doc,
+                path=p,
+                sql_file=sql_path.relative_to(root).as_posix() if sql_text is not None else None,
+                sql_text=sql_text,
+            )
+            if name in tables:
+                errors.error(table.location, f"table '{name}' is declared twice (first at {tables[name].location})", "table names are unique across all files in tables/")
+                continue
+            tables[name] = table
+    # A SELECT with no YAML is a table with default settings, as a dbt model without a .yml.
+    for sql_path in _files(root, "tables", (".sql",)):
+        if sql_path in declared_sql:
+            continue
+        rel = sql_path.relative_to(root).as_posix()
+        name = sql_path.stem
+        doc = Doc(rel, None)
+        if not _check_name(doc, (), name, "table", errors):
+            continue
+        if name in tables:
+            errors.error(Location(rel, 1, 1), f"table '{name}' has a SQL file here but is declared at {tables[name].location}", f"move the SQL to {Path(tables[name].file).parent.as_posix()}/{name}.sql, beside its YAML")
+            continue
+        sql_text = _read(sql_path, root, errors)
+        if sql_text is None:
+            continue
+        config = schema.Checker(doc, errors).section(schema.TABLE, {}, (), f"table '{name}'")
+        tables[name] = Table(name=name, config=_with_default_operation(config), doc=doc, path=(), sql_file=rel, sql_text=sql_text)
+    return tables
+
+
+def _with_default_operation(config: dict[str, Any]) -> dict[str, Any]:
+    if config.get("operation") is None:
+        config = {**config, "operation": "upsert" if config.get("key") else "insert"}
+    return config
+
+
+def relpath(path: str | os.PathLike, root: Path) -> str:
+    return Path(path).resolve().relative_to(root).as_posix()

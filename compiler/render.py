@@ -1,0 +1,388 @@
+"""Jinja for SQL files and for settings written as templates.
+
+SQL is rendered in a sandbox with StrictUndefined, so a misspelt name is an error rather than
+an empty string. The functions a template can call:
+
+    ref('t')            the snapshot of pipe table t; records a dependency
+    source('s')         the new input of source s; records a dependency
+    var('x', default)   a project variable (pipe_project.yml, target, --vars)
+    env_var('X', dflt)  an environment variable, kept as a placeholder the runtime resolves,
+                        so secrets never reach plan.json or logs
+    is_incremental()    true when the table exists and the run is not a full refresh; a
+                        template that asks is rendered both ways and the plan keeps both
+    this                the table being written (its current snapshot)
+    target              the chosen target: target.name, target.lake
+and every macro in macros/*.sql. Mistakes are reported at the SQL file and line."""
+
+from __future__ import annotations
+
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import jinja2
+from jinja2 import StrictUndefined, nodes
+from jinja2.sandbox import SandboxedEnvironment
+
+from compiler.errors import Collector, Location, did_you_mean
+from compiler.project import Project, Table
+
+_MISSING = object()
+
+
+def relation(name: str) -> str:
+    """How ref() and source() appear in rendered SQL: the name of the view the runtime
+    registers for that table or source."""
+    return f"`{name}`"
+
+
+def env_placeholder(name: str, default: str | None) -> str:
+    """`${env:NAME}` or `${env:NAME:-default}` (`\\` and `}` in the default escaped)."""
+    if default is None:
+        return "${env:" + name + "}"
+    escaped = default.replace("\\", "\\\\").replace("}", "\\}")
+    return "${env:" + name + ":-" + escaped + "}"
+
+
+ENV_PLACEHOLDER_RE = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-((?:\\.|[^\\}])*))?\}")
+
+
+class EnvVarValue(str):
+    """What env_var() returns: placeholder text that may be written into SQL but not used in
+    template logic, whose result would then depend on a value the compiler never sees."""
+
+    def _refuse(self, *_: Any) -> Any:
+        raise jinja2.TemplateRuntimeError(
+            "env_var() values can be written into SQL but not compared or tested in a template; "
+            "use var() for values that steer the template"
+        )
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __bool__ = _refuse
+    __hash__ = str.__hash__
+
+
+@dataclass
+class _Scope:
+    """Per-render state the global functions record into."""
+
+    owner: Table | None
+    file: str
+    incremental: bool
+    allow_refs: bool = True
+    default_location: Location | None = None
+    refs: dict[str, Location] = field(default_factory=dict)
+    sources: dict[str, Location] = field(default_factory=dict)
+    env_vars: dict[str, str | None] = field(default_factory=dict)
+    asked_incremental: bool = False
+
+
+@dataclass(frozen=True)
+class RenderedTable:
+    sql: str | None
+    sql_full_refresh: str | None  # set only when the template asks is_incremental()
+    refs: Mapping[str, Location]
+    sources: Mapping[str, Location]
+    env_vars: Mapping[str, str | None]
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RenderedSource:
+    config: Mapping[str, Any]
+    env_vars: Mapping[str, str | None]
+
+
+class _This:
+    def __init__(self, renderer: "Renderer"):
+        self._r = renderer
+
+    def __str__(self) -> str:
+        scope = self._r.scope
+        if scope is None or scope.owner is None:
+            self._r.record("`this` is only defined in a table's SQL")
+            return ""
+        return relation(scope.owner.name)
+
+    __html__ = __str__
+
+
+class _MacroProxy:
+    """Stands in env.globals for a macro so macros in different files can call each other
+    whatever order the files are loaded in."""
+
+    def __init__(self, renderer: "Renderer", name: str):
+        self._r, self._name = renderer, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._r.macros[self._name](*args, **kwargs)
+
+
+class Renderer:
+    def __init__(self, project: Project, errors: Collector):
+        self.project = project
+        self.errors = errors
+        self.scope: _Scope | None = None
+        self.templates: dict[str, str] = {t.sql_file: t.sql_text for t in project.tables.values() if t.sql_file}
+        self.templates.update({m.file: m.text for m in project.macros})
+        self.env = SandboxedEnvironment(
+            undefined=StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=True,
+            loader=jinja2.FunctionLoader(self.templates.get),
+            cache_size=-1,
+        )
+        self.env.globals.update(
+            ref=self._ref,
+            source=self._source,
+            var=self._var,
+            env_var=self._env_var,
+            is_incremental=self._is_incremental,
+            this=_This(self),
+            target={"name": project.target.name, "lake": project.target.lake},
+            project_name=project.name,
+        )
+        self.macros: dict[str, Any] = {}
+        self._load_macros()
+
+    # --- errors -----------------------------------------------------------------------------
+
+    def _call_site(self) -> Location:
+        """file:line of the template line calling us, found from the compiled template frame."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            tmpl = frame.f_globals.get("__jinja_template__")
+            if tmpl is not None:
+                return Location(tmpl.name or "<template>", tmpl.get_corresponding_lineno(frame.f_lineno))
+            frame = frame.f_back
+        scope = self.scope
+        return (scope.default_location if scope and scope.default_location else Location(scope.file if scope else "<template>"))
+
+    def record(self, message: str, hint: str | None = None, location: Location | None = None) -> None:
+        self.errors.error(location or self._call_site(), message, hint)
+
+    def _template_error(self, exc: Exception, fallback: Location) -> None:
+        if isinstance(exc, jinja2.TemplateSyntaxError):
+            loc = Location(exc.name or exc.filename or fallback.file, exc.lineno) if (exc.name or exc.filename) else Location(fallback.file, (fallback.line or 1) + exc.lineno - 1)
+            self.errors.error(loc, f"template syntax error: {exc.message}", "check the {{ }} and {% %} tags near this line")
+            return
+        loc = fallback
+        for entry in traceback.extract_tb(exc.__traceback__):
+            if entry.filename in self.templates:
+                loc = Location(entry.filename, entry.lineno)
+        message = exc.message if isinstance(exc, jinja2.TemplateError) and exc.message else str(exc)
+        if isinstance(exc, jinja2.UndefinedError):
+            name = re.search(r"'([^']+)' is undefined", message)
+            known = list(self.env.globals) + list(self.macros)
+            hint = (did_you_mean(name.group(1), known) if name else None) or "functions available: ref, source, var, env_var, is_incremental, this, target and the macros in macros/"
+            self.errors.error(loc, f"undefined name in template: {message}", hint)
+        elif isinstance(exc, jinja2.TemplateError):
+            self.errors.error(loc, f"template error: {message}")
+        else:
+            self.errors.error(loc, f"template error: {type(exc).__name__}: {message}")
+
+    # --- functions templates call -------------------------------------------------------------
+
+    def _ref(self, *args: Any) -> str:
+        scope = self.scope
+        if len(args) != 1 or not isinstance(args[0], str):
+            self.record("ref() takes one table name, e.g. ref('orders')")
+            return "``"
+        name = args[0]
+        if scope is None or not scope.allow_refs:
+            self.record(f"ref('{name}') can only be used in a table's SQL")
+            return relation(name)
+        if scope.owner is not None and name == scope.owner.name:
+            self.record(f"table '{name}' refers to itself with ref('{name}')", "use {{ this }} for the table's current rows")
+            return relation(name)
+        if name not in self.project.tables:
+            hint = (f"'{name}' is a source: use source('{name}')" if name in self.project.sources else did_you_mean(name, self.project.tables)) or "declare it in tables/*.yml or add tables/<name>.sql"
+            self.record(f"ref('{name}'): no table named '{name}'", hint)
+        else:
+            scope.refs.setdefault(name, self._call_site())
+        return relation(name)
+
+    def _source(self, *args: Any) -> str:
+        scope = self.scope
+        if len(args) != 1 or not isinstance(args[0], str):
+            self.record("source() takes one source name, e.g. source('raw_orders')", "pipe sources have one-part names")
+            return "``"
+        name = args[0]
+        if scope is None or not scope.allow_refs:
+            self.record(f"source('{name}') can only be used in a table's SQL")
+            return relation(name)
+        if name not in self.project.sources:
+            hint = (f"'{name}' is a table: use ref('{name}')" if name in self.project.tables else did_you_mean(name, self.project.sources)) or "declare it in sources/*.yml"
+            self.record(f"source('{name}'): no source named '{name}'", hint)
+        else:
+            scope.sources.setdefault(name, self._call_site())
+        return relation(name)
+
+    def _var(self, name: Any = None, default: Any = _MISSING) -> Any:
+        if not isinstance(name, str):
+            self.record("var() takes a variable name, e.g. var('min_amount', 0)")
+            return ""
+        if name in self.project.vars:
+            return self.project.vars[name]
+        if default is not _MISSING:
+            return default
+        hint = did_you_mean(name, self.project.vars)
+        self.record(
+            f"var('{name}') is not defined",
+            (hint + " " if hint else "") + f"add it under vars: in pipe_project.yml, give a default: var('{name}', ...), or pass --vars '{{{name}: ...}}'",
+        )
+        return ""
+
+    def _env_var(self, name: Any = None, default: Any = None) -> str:
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            self.record("env_var() takes an environment variable name, e.g. env_var('AWS_REGION', 'us-east-1')")
+            return ""
+        default_text = None if default is None else str(default)
+        if self.scope is not None:
+            self.scope.env_vars[name] = default_text
+        return EnvVarValue(env_placeholder(name, default_text))
+
+    def _is_incremental(self) -> bool:
+        scope = self.scope
+        if scope is None or scope.owner is None:
+            self.record("is_incremental() can only be used in a table's SQL")
+            return False
+        scope.asked_incremental = True
+        return scope.incremental
+
+    # --- macros ---------------------------------------------------------------------------------
+
+    def _load_macros(self) -> None:
+        defined: dict[str, Location] = {}
+        parsed: list[str] = []
+        for macro_file in self.project.macros:
+            try:
+                ast = self.env.parse(macro_file.text, name=macro_file.file, filename=macro_file.file)
+            except jinja2.TemplateSyntaxError as exc:
+                self._template_error(exc, Location(macro_file.file))
+                continue
+            for node in ast.find_all(nodes.Macro):
+                loc = Location(macro_file.file, node.lineno)
+                if node.name in defined:
+                    self.errors.error(loc, f"macro '{node.name}' is defined twice (first at {defined[node.name]})", "rename one of them")
+                    continue
+                if node.name in self.env.globals:
+                    self.errors.error(loc, f"macro '{node.name}' hides pipe's built-in {node.name}()", "rename the macro")
+                    continue
+                defined[node.name] = loc
+            parsed.append(macro_file.file)
+        for name in defined:
+            self.env.globals[name] = _MacroProxy(self, name)
+        for file in parsed:
+            self.scope = _Scope(owner=None, file=file, incremental=False, allow_refs=False)
+            try:
+                module = self.env.get_template(file).module
+            except Exception as exc:  # noqa: BLE001 - any template failure is the user's to fix
+                self._template_error(exc, Location(file))
+                continue
+            finally:
+                self.scope = None
+            for name in defined:
+                if hasattr(module, name) and defined[name].file == file:
+                    self.macros[name] = getattr(module, name)
+
+    # --- rendering ----------------------------------------------------------------------------
+
+    def render_table(self, table: Table) -> RenderedTable:
+        sql = full = None
+        refs: dict[str, Location] = {}
+        sources: dict[str, Location] = {}
+        env_vars: dict[str, str | None] = {}
+        if table.sql_file is not None:
+            template = self._template(table)
+            if template is not None:
+                first = self._render(template, table, incremental=True)
+                if first is not None:
+                    sql, scope = first
+                    refs.update(scope.refs), sources.update(scope.sources), env_vars.update(scope.env_vars)
+                    if scope.asked_incremental:
+                        errors_before = len(self.errors.diagnostics)
+                        second = self._render(template, table, incremental=False)
+                        del self.errors.diagnostics[errors_before:]  # the first render reported them
+                        if second is not None:
+                            full, scope2 = second
+                            for k, v in scope2.refs.items():
+                                refs.setdefault(k, v)
+                            for k, v in scope2.sources.items():
+                                sources.setdefault(k, v)
+                            env_vars.update(scope2.env_vars)
+        config, config_env = self._render_config(table.config, table, table.path)
+        env_vars.update(config_env)
+        return RenderedTable(sql=sql, sql_full_refresh=full, refs=refs, sources=sources, env_vars=env_vars, config=config)
+
+    def render_source(self, source) -> RenderedSource:
+        config, env_vars = self._render_config(source.config, None, source.path, node=source)
+        return RenderedSource(config=config, env_vars=env_vars)
+
+    def render_text(self, text: str, location: Location) -> tuple[str, dict[str, str | None]]:
+        """Renders a setting written as a template (`lake: "s3://{{ env_var('BUCKET') }}/x"`)."""
+        if "{{" not in text and "{%" not in text:
+            return text, {}
+        scope = _Scope(owner=None, file=location.file, incremental=False, allow_refs=False, default_location=location)
+        self.scope = scope
+        try:
+            return self.env.from_string(text).render(), dict(scope.env_vars)
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, jinja2.TemplateSyntaxError):
+                exc.name = exc.filename = None
+            self._template_error(exc, location)
+            return text, {}
+        finally:
+            self.scope = None
+
+    def _template(self, table: Table) -> jinja2.Template | None:
+        try:
+            return self.env.get_template(table.sql_file)
+        except jinja2.TemplateSyntaxError as exc:
+            self._template_error(exc, Location(table.sql_file))
+        return None
+
+    def _render(self, template: jinja2.Template, table: Table, incremental: bool) -> tuple[str, _Scope] | None:
+        scope = _Scope(owner=table, file=table.sql_file, incremental=incremental)
+        self.scope = scope
+        try:
+            text = template.render()
+        except Exception as exc:  # noqa: BLE001 - reported at the template line
+            self._template_error(exc, Location(table.sql_file))
+            return None
+        finally:
+            self.scope = None
+        return text.strip() + "\n", scope
+
+    def _render_config(self, config: Mapping[str, Any], owner: Table | None, path: tuple, node=None) -> tuple[dict[str, Any], dict[str, str | None]]:
+        node = node or owner
+        env_vars: dict[str, str | None] = {}
+
+        def walk(value: Any, keys: tuple) -> Any:
+            if isinstance(value, str):
+                text, found = self.render_text(value, node.at(*keys))
+                env_vars.update(found)
+                return text
+            if isinstance(value, dict):
+                return {k: walk(v, keys + (k,)) for k, v in value.items()}
+            if isinstance(value, list):
+                return [walk(v, keys + (i,)) for i, v in enumerate(value)]
+            return value
+
+        return walk(dict(config), ()), env_vars
+
+
+def resolve_env_placeholders(text: str, environ: Mapping[str, str]) -> str:
+    """Replaces `${env:NAME[:-default]}` with the environment's values (used by the runtime).
+    Raises KeyError(NAME) for a variable that is unset and has no default."""
+
+    def sub(m: re.Match) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in environ:
+            return environ[name]
+        if default is None:
+            raise KeyError(name)
+        return re.sub(r"\\(.)", r"\1", default)
+
+    return ENV_PLACEHOLDER_RE.sub(sub, text)

@@ -1,0 +1,404 @@
+"""Every key a project file may hold: its type, default, allowed values and meaning.
+
+This is the one home of the project format. `project.py` checks files against it,
+`docs/project.md` documents it (a test keeps the two in step), and defaults are filled in here so
+that the plan always states every setting explicitly."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from compiler.errors import Collector, did_you_mean
+from compiler.yamlsrc import Doc, Path
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def parse_size(value: Any) -> int | None:
+    """Bytes from an int or a string such as "120MB" (binary units, as Hudi counts them)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if m:
+            unit = m.group(2).upper().replace("I", "").rstrip("B") or ""
+            if unit in _SIZE_UNITS:
+                return int(float(m.group(1)) * _SIZE_UNITS[unit])
+    return None
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a section. `type` is one of: string, integer, boolean, string_list, mapping,
+    size, columns, any, section, sections (a mapping of names to `section`)."""
+
+    name: str
+    type: str
+    doc: str
+    required: bool = False
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    section: "Section | None" = None
+    # choices are matched without regard to case and stored in the case given here
+    fold_case: bool = False
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    keys: tuple[Key, ...]
+    doc: str = ""
+    by_name: dict[str, Key] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {k.name: k for k in self.keys})
+
+
+# --- the format --------------------------------------------------------------------------------
+
+SPARK = Section(
+    "spark",
+    (
+        Key("master", "string", "Spark master URL: `local[*]`, `local[4]`, `yarn`, `spark://host:7077`, `k8s://...`.", default="local[*]"),
+        Key("conf", "mapping", "Spark configuration passed to the SparkSession builder (`spark.executor.memory: 8g`).", default={}),
+    ),
+    "Spark settings of a target.",
+)
+
+TARGET = Section(
+    "target",
+    (
+        Key("lake", "string", "Root of this target's tables; overrides the project's `lake`. A local folder (relative to the project) or `s3://bucket/prefix`.", default=None),
+        Key("spark", "section", "Spark settings.", default={}, section=SPARK),
+        Key("vars", "mapping", "Variables for this target; they override the project's `vars`, and `--vars` overrides both.", default={}),
+    ),
+    "One environment the project runs in (`dev`, `prod`, ...).",
+)
+
+PROJECT = Section(
+    "pipe_project.yml",
+    (
+        Key("name", "string", "Project name: letters, digits and `_`, starting with a letter or `_`.", required=True),
+        Key("lake", "string", "Root under which every table lives (`<lake>/<table>`): a folder relative to the project, an absolute path, or `s3://bucket/prefix`.", default="lake"),
+        Key("default_target", "string", "Target used when `--target` is not given.", default="dev"),
+        Key("targets", "sections", "Targets by name. Without any, a single `dev` target with the defaults exists.", default={}, section=TARGET),
+        Key("vars", "mapping", "Variables for `var()` in SQL: `{name: value}`.", default={}),
+    ),
+    "The project file at the root of the project folder.",
+)
+
+SOURCE_KINDS = ("files", "s3_events", "s3_incremental", "table")
+FORMATS = ("json", "csv", "parquet")
+
+_SOURCE_COMMON = (
+    Key("kind", "string", "What the source reads.", required=True, choices=SOURCE_KINDS),
+    Key("description", "string", "Free text for people; metadata only.", default=""),
+    Key("tags", "string_list", "Tags for selection (`--select tag:x`); metadata only.", default=[]),
+)
+
+_READ_FORMAT = (
+    Key("format", "string", "File format of the data.", required=True, choices=FORMATS, fold_case=True),
+    Key("schema", "columns", "Columns of the data: a Spark DDL string (`\"id BIGINT, name STRING\"`) or a mapping `{column: type}`. Without it the schema is inferred.", default=None),
+    Key("options", "mapping", "Options for Spark's reader of that format (`multiLine: true`, `header: true`, ...).", default={}),
+)
+
+_AWS = (
+    Key("region", "string", "AWS region of the bucket or queue; the AWS default chain when unset.", default=None),
+    Key("endpoint_url", "string", "Endpoint of an S3- or SQS-compatible service (MinIO, localstack, moto).", default=None),
+)
+
+SOURCES: dict[str, Section] = {
+    "files": Section(
+        "source (kind: files)",
+        _SOURCE_COMMON
+        + (Key("path", "string", "Folder or glob of input files, relative to the project or absolute (`data/orders`, `data/orders/*.json`).", required=True),)
+        + _READ_FORMAT
+        + (
+            Key("max_files_per_run", "integer", "Read at most this many new files per run; the rest wait for the next run.", default=None, minimum=1),
+            Key("max_bytes_per_run", "size", "Read at most about this many bytes of new files per run (`\"512MB\"`); at least one file is always read.", default=None),
+        ),
+        "Files in a folder; each run reads only the files not yet ingested.",
+    ),
+    "table": Section(
+        "source (kind: table)",
+        _SOURCE_COMMON
+        + (
+            Key("table", "string", "Name of the pipe table to read incrementally.", required=True),
+            Key("on_checkpoint_lost", "string", "What to do when the last consumed instant has been cleaned away: `fail` with the command to recover, or `full_read` of the table.", default="fail", choices=("fail", "full_read")),
+        ),
+        "The rows another pipe table gained since the last run (an incremental read of its timeline).",
+    ),
+    "s3_events": Section(
+        "source (kind: s3_events)",
+        _SOURCE_COMMON
+        + (Key("queue_url", "string", "URL of the SQS queue that receives the bucket's event notifications.", required=True),)
+        + _AWS
+        + (
+            Key("long_poll_wait_s", "integer", "SQS long-poll wait per receive, in seconds.", default=20, minimum=0, maximum=20),
+            Key("visibility_timeout_s", "integer", "How long a received message stays hidden from other readers, in seconds.", default=30, minimum=0, maximum=43200),
+            Key("max_messages_per_batch", "integer", "Messages asked for per receive call (SQS allows at most 10).", default=5, minimum=1, maximum=10),
+            Key("max_messages_per_run", "integer", "Stop receiving after this many messages in one run; unset drains the queue.", default=None, minimum=1),
+            Key("max_receive_count", "integer", "A message that failed this many times goes to the dead-letter table instead of blocking the pipeline.", default=5, minimum=1),
+        ),
+        "S3 event notifications read from an SQS queue (the S3 metadata table's input).",
+    ),
+    "s3_incremental": Section(
+        "source (kind: s3_incremental)",
+        _SOURCE_COMMON
+        + (Key("metadata_table", "string", "Name of the pipe table holding the S3 events (fed by an `s3_events` source).", required=True),)
+        + _READ_FORMAT
+        + _AWS
+        + (
+            Key("key_prefix", "string", "Only objects whose key starts with this.", default=None),
+            Key("key_suffix", "string", "Only objects whose key ends with this (`.json`).", default=None),
+            Key("key_glob", "string", "Only objects whose key matches this glob (`landing/*/orders-*.json`).", default=None),
+            Key("min_object_size", "size", "Skip objects smaller than this.", default=None),
+            Key("max_object_size", "size", "Skip objects larger than this.", default=None),
+            Key("max_bytes_per_run", "size", "Read at most about this many bytes of objects per run.", default=None),
+            Key("read_latest_on_missing_checkpoint", "boolean", "On the first run, start from the latest events instead of all of them.", default=False),
+        ),
+        "The objects named by new events in an S3 metadata table, read incrementally.",
+    ),
+}
+
+OPERATIONS = (
+    "upsert", "insert", "bulk_insert", "delete", "insert_overwrite",
+    "insert_overwrite_table", "delete_partition", "bootstrap",
+)
+TABLE_TYPES = ("copy_on_write", "merge_on_read")
+
+CLEAN = Section(
+    "clean",
+    (
+        Key("policy", "string", "Which file versions cleaning keeps.", default="keep_latest_commits", choices=("keep_latest_commits", "keep_latest_file_versions")),
+        Key("retain", "integer", "Commits (or file versions) kept.", default=10, minimum=1),
+        Key("inline", "boolean", "Clean right after each commit.", default=True),
+    ),
+    "Removal of file versions no retained instant needs.",
+)
+
+ARCHIVE = Section(
+    "archive",
+    (
+        Key("min_instants", "integer", "Instants kept on the active timeline after archiving.", default=20, minimum=1),
+        Key("max_instants", "integer", "Archive once the active timeline holds more than this.", default=30, minimum=2),
+    ),
+    "Moving old instants out of the active timeline.",
+)
+
+COMPACTION = Section(
+    "compaction",
+    (
+        Key("inline", "boolean", "Compact right after a deltacommit when due.", default=True),
+        Key("max_delta_commits", "integer", "Compact a file group after this many deltacommits.", default=5, minimum=1),
+    ),
+    "Folding log files into base files (merge_on_read only).",
+)
+
+BOOTSTRAP = Section(
+    "bootstrap",
+    (
+        Key("path", "string", "Folder of the existing Parquet dataset, relative to the project or absolute.", required=True),
+        Key("mode", "string", "`full_record` rewrites the data with meta columns; `metadata_only` keeps the original files.", default="full_record", choices=("full_record", "metadata_only")),
+        Key("partition_regex", "string", "Only partitions whose path matches this regular expression are bootstrapped.", default=None),
+    ),
+    "Turning an existing Parquet dataset into a pipe table (`operation: bootstrap`).",
+)
+
+TABLE = Section(
+    "table",
+    (
+        Key("description", "string", "Free text for people; metadata only.", default=""),
+        Key("tags", "string_list", "Tags for selection (`--select tag:x`); metadata only.", default=[]),
+        Key("type", "string", "Storage layout of the Hudi table.", default="copy_on_write", choices=TABLE_TYPES),
+        Key("operation", "string", "Write operation of each run. Default: `upsert` when the table has a `key`, else `insert`.", default=None, choices=OPERATIONS),
+        Key("key", "string_list", "Record key column(s). Keys are unique across the table.", default=[]),
+        Key("precombine", "string", "Column ordering versions of a row: the largest wins within a batch and a stored newer row is never overwritten by an older one.", default=None),
+        Key("partition_by", "string_list", "Partition column(s), in path order.", default=[]),
+        Key("hive_style_partitioning", "boolean", "Partition folders named `column=value` (else just `value`).", default=True),
+        Key("index", "string", "`global`: a key is unique across the table and a changed partition value moves the row. `partition`: keys are unique within a partition only (faster; for keys that never change partition).", default="global", choices=("global", "partition")),
+        Key("delete_when", "string", "SQL predicate; rows matching it are deleted from the table instead of written (`status = 'cancelled'`).", default=None),
+        Key("schema", "columns", "Declared output columns (DDL string or `{column: type}`); checked against key, precombine and partition columns.", default=None),
+        Key("insert_duplicates", "string", "For insert/bulk_insert: `none` writes rows as they come, `drop` skips rows whose key is already stored, `fail` stops the run.", default="none", choices=("none", "drop", "fail")),
+        Key("combine_before_insert", "boolean", "For insert/bulk_insert: deduplicate the batch by key first (precombine decides).", default=False),
+        Key("bulk_insert_sort_mode", "string", "For bulk_insert: how rows are sorted before files are written.", default="NONE", choices=("NONE", "GLOBAL_SORT", "PARTITION_SORT"), fold_case=True),
+        Key("partitions_to_delete", "string_list", "For delete_partition: partition paths to drop; `*` wildcards allowed (`region=EU`, `dt=2024-*`).", default=[]),
+        Key("max_file_size", "size", "Target largest size of a base file.", default="120MB"),
+        Key("small_file_limit", "size", "Files below this size take new inserts before a new file group opens; 0 turns it off.", default="100MB"),
+        Key("clean", "section", "Cleaning of old file versions.", default={}, section=CLEAN),
+        Key("archive", "section", "Archiving of the timeline.", default={}, section=ARCHIVE),
+        Key("compaction", "section", "Compaction (merge_on_read only).", default={}, section=COMPACTION),
+        Key("bootstrap", "section", "Source dataset for `operation: bootstrap`.", default=None, section=BOOTSTRAP),
+    ),
+    "A table pipe writes. Its SELECT lives in `<name>.sql` beside the YAML file.",
+)
+
+# --- checking a value against a section -------------------------------------------------------
+
+_TYPE_WORDS = {
+    "string": "a string", "integer": "an integer", "boolean": "true or false",
+    "string_list": "a string or a list of strings", "mapping": "a mapping", "size": "a size such as 120MB or a number of bytes",
+    "columns": "a DDL string or a mapping of column to type", "section": "a mapping", "sections": "a mapping",
+}
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}.get(
+        type(value), type(value).__name__
+    )
+
+
+@dataclass
+class Checker:
+    """Checks values of one YAML document against sections, collecting every problem."""
+
+    doc: Doc
+    errors: Collector
+    # Optional extra names offered in "did you mean" hints, e.g. keys of other source kinds.
+    elsewhere: Callable[[str], str | None] | None = None
+
+    def section(self, section: Section, value: Any, path: Path, what: str) -> dict[str, Any]:
+        """Returns the section's values, coerced, with defaults for absent keys. Keys with
+        errors get their default so that later stages can still run and report more."""
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            self.errors.error(self.doc.at(path), f"{what} must be a mapping of settings, not {_type_name(value)}")
+            value = {}
+        out: dict[str, Any] = {}
+        for name in value:
+            if name not in section.by_name:
+                hint = did_you_mean(str(name), section.by_name)
+                if hint is None and self.elsewhere is not None:
+                    hint = self.elsewhere(str(name))
+                if hint is None:
+                    hint = "known keys: " + ", ".join(sorted(section.by_name))
+                self.errors.error(self.doc.at(path + (name,), key=True), f"unknown key '{name}' in {what}", hint)
+        for key in section.keys:
+            if key.name in value:
+                out[key.name] = self.value(key, value[key.name], path + (key.name,), what)
+            elif key.required:
+                self.errors.error(
+                    self.doc.at(path, key=True),
+                    f"{what} is missing required key '{key.name}'",
+                    f"add `{key.name}:` ({key.doc[0].lower() + key.doc[1:]})",
+                )
+                out[key.name] = None
+            else:
+                out[key.name] = self._default(key, path + (key.name,), what)
+        return out
+
+    def _default(self, key: Key, path: Path, what: str) -> Any:
+        if key.type == "section" and key.default is not None:
+            return self.section(key.section, {}, path, what)
+        if key.type == "size" and key.default is not None:
+            return parse_size(key.default)
+        if isinstance(key.default, (dict, list)):
+            return type(key.default)(key.default)
+        return key.default
+
+    def value(self, key: Key, value: Any, path: Path, what: str) -> Any:
+        loc = self.doc.at(path)
+        label = f"'{key.name}' in {what}"
+
+        def wrong() -> Any:
+            self.errors.error(loc, f"{label} must be {_TYPE_WORDS.get(key.type, key.type)}, not {_type_name(value)}", key.doc)
+            return self._default(key, path, what)
+
+        if value is None and not key.required and key.type not in ("section", "sections", "mapping", "string_list"):
+            return None
+        t = key.type
+        if t == "string":
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                return wrong()
+            value = str(value)
+            if key.choices:
+                return self._choice(key, value, loc, label)
+            return value
+        if t == "integer":
+            if isinstance(value, bool) or not isinstance(value, int):
+                return wrong()
+            if key.minimum is not None and value < key.minimum or key.maximum is not None and value > key.maximum:
+                bounds = f"between {key.minimum} and {key.maximum}" if key.maximum is not None else f"at least {key.minimum}"
+                self.errors.error(loc, f"{label} is {value}; it must be {bounds}", key.doc)
+                return self._default(key, path, what)
+            return value
+        if t == "boolean":
+            return value if isinstance(value, bool) else wrong()
+        if t == "string_list":
+            if value is None:
+                return []
+            items = [value] if isinstance(value, (str, int)) and not isinstance(value, bool) else value
+            if not isinstance(items, list) or any(isinstance(i, (bool, list, dict)) or i is None for i in items):
+                return wrong()
+            items = [str(i) for i in items]
+            seen: set[str] = set()
+            for i, item in enumerate(items):
+                if item in seen:
+                    self.errors.error(self.doc.at(path + (i,)), f"'{item}' is listed twice in {label}")
+                seen.add(item)
+            return items
+        if t == "mapping":
+            if value is None:
+                return {}
+            if not isinstance(value, dict):
+                return wrong()
+            return {str(k): v for k, v in value.items()}
+        if t == "size":
+            size = parse_size(value)
+            if size is None:
+                return wrong()
+            return size
+        if t == "columns":
+            return self._columns(value, path, label) if isinstance(value, (str, dict)) else wrong()
+        if t == "section":
+            return self.section(key.section, value, path, f"'{key.name}' of {what}")
+        if t == "sections":
+            if value is None:
+                value = {}
+            if not isinstance(value, dict):
+                return wrong()
+            return {str(n): self.section(key.section, v, path + (n,), f"{key.section.title} '{n}'") for n, v in value.items()}
+        return value  # "any"
+
+    def _choice(self, key: Key, value: str, loc, label: str) -> str | None:
+        choices = key.choices or ()
+        probe = {c.lower(): c for c in choices} if key.fold_case else {c: c for c in choices}
+        found = probe.get(value.lower() if key.fold_case else value)
+        if found is not None:
+            return found
+        hint = did_you_mean(value, choices) or ""
+        self.errors.error(loc, f"unknown value '{value}' for {label}", (hint + " " if hint else "") + "choose one of: " + ", ".join(choices))
+        return None
+
+    def _columns(self, value: Any, path: Path, label: str) -> list[dict[str, str]] | None:
+        from compiler.columns import ColumnsError, parse_columns  # small, but keeps this module readable
+
+        if isinstance(value, dict):
+            cols = []
+            for name, typ in value.items():
+                if not isinstance(typ, str):
+                    self.errors.error(self.doc.at(path + (name,)), f"type of column '{name}' in {label} must be a string such as BIGINT")
+                    continue
+                text = f"`{name}` {typ}"
+                try:
+                    cols.extend(parse_columns(text))
+                except ColumnsError as exc:
+                    self.errors.error(self.doc.at(path + (name,)), f"column '{name}' in {label}: {exc}", exc.hint)
+            return cols
+        try:
+            return parse_columns(value)
+        except ColumnsError as exc:
+            self.errors.error(self.doc.at(path), f"{label}: {exc}", exc.hint)
+            return None

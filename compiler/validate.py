@@ -1,0 +1,159 @@
+"""Rules a project must meet beyond the shape of each key: settings that must fit the chosen
+operation, table type and declared columns, and references between sources and tables.
+
+`schema.py` already checked keys and types; here every rule looks at a whole source or table.
+References made from SQL (ref(), source()) and cycles are checked where they are found, in
+`render.py` and `graph.py`."""
+
+from __future__ import annotations
+
+import re
+
+from compiler.errors import Collector, did_you_mean
+from compiler.project import Project, Source, Table
+
+# Which operations a setting applies to; setting it elsewhere is a mistake worth stopping for.
+_KEYED = ("upsert", "delete")
+_INSERTS = ("insert", "bulk_insert")
+_NO_SQL = ("bootstrap", "delete_partition")
+_META_COLUMNS = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name")
+_LAKE_SCHEMES = ("s3://", "s3a://", "file://")
+
+
+def validate(project: Project, errors: Collector) -> None:
+    _validate_lake(project, errors)
+    for table in project.tables.values():
+        _validate_table(project, table, errors)
+    for source in project.sources.values():
+        _validate_source(project, source, errors)
+
+
+def _written(node: Source | Table, key: str) -> bool:
+    """Whether the user wrote `key` (as opposed to it holding its default)."""
+    body = node.doc.value
+    for part in node.path:
+        body = body.get(part) if isinstance(body, dict) else None
+    return isinstance(body, dict) and key in body
+
+
+def _validate_lake(project: Project, errors: Collector) -> None:
+    lake = project.target.lake
+    if "://" in lake and not lake.startswith(_LAKE_SCHEMES) and "{{" not in lake:
+        loc = project.project_doc.at(("targets", project.target.name, "lake")) if _target_sets_lake(project) else project.project_doc.at(("lake",))
+        errors.error(loc, f"lake '{lake}' uses a storage pipe cannot write to", "use a local folder or s3://bucket/prefix")
+
+
+def _target_sets_lake(project: Project) -> bool:
+    targets = (project.project_doc.value or {}).get("targets") or {}
+    t = targets.get(project.target.name)
+    return isinstance(t, dict) and "lake" in t
+
+
+def _validate_table(project: Project, table: Table, errors: Collector) -> None:
+    c = table.config
+    op = c["operation"]
+    name = table.name
+    what = f"table '{name}'"
+
+    if op in _KEYED and not c["key"]:
+        errors.error(table.at("operation") if _written(table, "operation") else table.location,
+                     f"{what} uses operation '{op}', which needs a record key",
+                     "add `key: [column]` (the column(s) that identify a row), or use operation: insert")
+    if op == "delete_partition":
+        if not c["partition_by"]:
+            errors.error(table.at("operation"), f"{what} uses delete_partition but has no partition_by", "add `partition_by: [column]`: only a partitioned table has partitions to delete")
+        if not c["partitions_to_delete"] and table.sql_text is None:
+            errors.error(table.at("operation"), f"{what} uses delete_partition but names no partitions", f"add `partitions_to_delete: [...]`, or a {name}.sql whose rows name the partitions")
+    if op == "bootstrap":
+        if c["bootstrap"] is None:
+            errors.error(table.at("operation"), f"{what} uses operation bootstrap but has no bootstrap settings", "add `bootstrap: {path: <folder of the Parquet dataset>}`")
+        if table.sql_text is not None:
+            errors.error(table.at("operation"), f"{what} is bootstrapped from bootstrap.path, so {table.sql_file} is not used", f"remove {table.sql_file}, or choose another operation")
+    elif c["bootstrap"] is not None:
+        errors.error(table.at("bootstrap"), f"{what} has bootstrap settings but operation '{op}'", "set `operation: bootstrap`, or remove `bootstrap:`")
+    if op not in _NO_SQL and table.sql_text is None:
+        sql = f"{_folder(table.file)}{name}.sql"
+        errors.error(table.location, f"{what} has no SQL: {sql} does not exist", f"create {sql} with the SELECT that produces the table's rows")
+
+    # Settings that only some operations read.
+    if c["precombine"] and not c["key"]:
+        errors.error(table.at("precombine"), f"{what} sets precombine but has no key", "precombine orders versions of the same key: add `key:` or remove precombine")
+    if c["precombine"] and op in ("insert_overwrite", "insert_overwrite_table", "delete_partition"):
+        errors.warning(table.at("precombine"), f"precombine has no effect on {what}: {op} replaces file groups without merging")
+    if _written(table, "insert_duplicates") and c["insert_duplicates"] != "none" and op not in _INSERTS:
+        errors.error(table.at("insert_duplicates"), f"insert_duplicates applies to insert and bulk_insert, not to {op} ({what})", "remove it: upsert never duplicates a key")
+    if c["insert_duplicates"] in ("drop", "fail") and not c["key"]:
+        errors.error(table.at("insert_duplicates"), f"insert_duplicates: {c['insert_duplicates']} needs a key to find duplicates ({what})", "add `key:`")
+    if c["combine_before_insert"] and op not in _INSERTS:
+        errors.error(table.at("combine_before_insert"), f"combine_before_insert applies to insert and bulk_insert, not to {op} ({what})", "remove it: upsert always combines a batch by key")
+    if c["combine_before_insert"] and not c["key"]:
+        errors.error(table.at("combine_before_insert"), f"combine_before_insert needs a key to combine by ({what})", "add `key:`")
+    if _written(table, "bulk_insert_sort_mode") and op != "bulk_insert":
+        errors.error(table.at("bulk_insert_sort_mode"), f"bulk_insert_sort_mode applies to bulk_insert, not to {op} ({what})", "remove it, or set operation: bulk_insert")
+    if c["partitions_to_delete"] and op != "delete_partition":
+        errors.error(table.at("partitions_to_delete"), f"partitions_to_delete applies to delete_partition, not to {op} ({what})", "set operation: delete_partition, or remove partitions_to_delete")
+    if c["delete_when"] is not None and op != "upsert":
+        errors.error(table.at("delete_when"), f"delete_when needs operation upsert, but {what} uses {op}", "deletes are routed to the stored rows by key: use operation: upsert with a key")
+    if c["index"] == "partition" and not c["partition_by"]:
+        errors.error(table.at("index"), f"index: partition needs partition_by ({what})", "remove `index: partition` or add `partition_by:`")
+    if c["type"] == "copy_on_write" and _written(table, "compaction"):
+        errors.error(table.at("compaction"), f"compaction applies to merge_on_read tables; {what} is copy_on_write", "remove `compaction:` or set `type: merge_on_read`")
+    if c["small_file_limit"] is not None and c["max_file_size"] is not None and c["small_file_limit"] > c["max_file_size"]:
+        errors.error(table.at("small_file_limit"), f"small_file_limit is larger than max_file_size ({what})", "a small file must be smaller than the largest file: lower small_file_limit")
+    if c["archive"]["min_instants"] >= c["archive"]["max_instants"]:
+        errors.error(table.at("archive", "min_instants"), f"archive.min_instants ({c['archive']['min_instants']}) must be below archive.max_instants ({c['archive']['max_instants']}) ({what})")
+    if c["clean"]["policy"] == "keep_latest_commits" and c["archive"]["min_instants"] <= c["clean"]["retain"]:
+        errors.error(table.at("archive", "min_instants"),
+                     f"archive.min_instants ({c['archive']['min_instants']}) must be above clean.retain ({c['clean']['retain']}) ({what})",
+                     "archiving must not remove instants whose files cleaning still keeps; raise min_instants or lower retain")
+
+    # Columns named in settings must exist when the output columns are declared.
+    cols = table.columns
+    for key_name in ("key", "partition_by", "precombine"):
+        names = c[key_name] if isinstance(c[key_name], list) else ([c[key_name]] if c[key_name] else [])
+        for i, col in enumerate(names):
+            if col in _META_COLUMNS:
+                errors.error(_item_at(table, key_name, i), f"'{col}' in {key_name} of {what} is a Hudi meta column", "use a column of your data")
+            elif cols is not None and col not in {x["name"] for x in cols}:
+                hint = did_you_mean(col, [x["name"] for x in cols]) or "declared columns: " + ", ".join(x["name"] for x in cols)
+                errors.error(_item_at(table, key_name, i), f"{key_name} column '{col}' of {what} is not in its declared schema", hint)
+    for i, pattern in enumerate(c["partitions_to_delete"]):
+        if not pattern.strip() or pattern.startswith("/"):
+            errors.error(_item_at(table, "partitions_to_delete", i), f"'{pattern}' is not a partition path ({what})", "write paths relative to the table, e.g. region=EU or 2024/01/*")
+    if c["bootstrap"] and c["bootstrap"].get("partition_regex"):
+        try:
+            re.compile(c["bootstrap"]["partition_regex"])
+        except re.error as exc:
+            errors.error(table.at("bootstrap", "partition_regex"), f"bootstrap.partition_regex of {what} is not a valid regular expression: {exc}")
+
+
+def _item_at(table: Table, key: str, index: int):
+    # string_list accepts a bare string; its position is the key's value itself
+    body = table.doc.value
+    for part in table.path + (key,):
+        body = body.get(part) if isinstance(body, dict) else None
+    return table.at(key, index) if isinstance(body, list) else table.at(key)
+
+
+def _folder(file: str) -> str:
+    return file.rsplit("/", 1)[0] + "/" if "/" in file else ""
+
+
+def _validate_source(project: Project, source: Source, errors: Collector) -> None:
+    c = source.config
+    what = f"source '{source.name}'"
+    for key in ("table", "metadata_table"):
+        ref = c.get(key)
+        if ref is not None and ref not in project.tables:
+            hint = did_you_mean(ref, project.tables) or (
+                f"'{ref}' is a source; a {c['kind']} source reads a pipe table" if ref in project.sources else "declare the table in tables/*.yml"
+            )
+            errors.error(source.at(key), f"{what} reads table '{ref}', which does not exist", hint)
+    if c["kind"] == "s3_events":
+        url = c["queue_url"] or ""
+        if url and "{{" not in url and not url.startswith(("https://", "http://")):
+            errors.error(source.at("queue_url"), f"queue_url of {what} is not a URL: '{url}'", "use the queue URL SQS shows, e.g. https://sqs.us-east-1.amazonaws.com/123456789012/my-queue")
+    if c["kind"] == "s3_incremental":
+        lo, hi = c.get("min_object_size"), c.get("max_object_size")
+        if lo is not None and hi is not None and lo > hi:
+            errors.error(source.at("min_object_size"), f"min_object_size is larger than max_object_size ({what})")

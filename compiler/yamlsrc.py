@@ -1,0 +1,121 @@
+"""Reading YAML while keeping where every key and value came from.
+
+PyYAML's plain loaders forget positions and silently keep the last of two duplicate keys; a
+project needs both right. We compose the node tree once (with libyaml when present) and build
+plain Python values from it, recording the line and column of each key and value by path."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+
+from compiler.errors import Collector, Location
+
+try:  # libyaml's parser is several times faster; the pure-Python one gives the same nodes
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _Loader = yaml.SafeLoader
+
+Path = tuple  # of str keys and int indices
+
+
+@dataclass
+class Doc:
+    """A parsed YAML file: its value plus the position of every key and value in it."""
+
+    file: str
+    value: Any
+    key_pos: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    value_pos: dict[Path, tuple[int, int]] = field(default_factory=dict)
+
+    def at(self, path: Path, *, key: bool = False) -> Location:
+        """Where `path` is written: the key itself when `key`, else its value. Falls back to
+        the nearest enclosing position when the exact one is unknown (e.g. a missing key)."""
+        table = self.key_pos if key else self.value_pos
+        probe = tuple(path)
+        while True:
+            pos = table.get(probe) or self.value_pos.get(probe) or self.key_pos.get(probe)
+            if pos is not None:
+                return Location(self.file, pos[0], pos[1])
+            if not probe:
+                return Location(self.file, 1, 1)
+            probe = probe[:-1]
+
+
+def _mark(node: yaml.Node) -> tuple[int, int]:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Builder:
+    def __init__(self, doc: Doc, errors: Collector):
+        self.doc = doc
+        self.errors = errors
+        self.constructor = SafeConstructor()
+
+    def build(self, node: yaml.Node, path: Path) -> Any:
+        self.doc.value_pos[path] = _mark(node)
+        if isinstance(node, yaml.MappingNode):
+            try:
+                self.constructor.flatten_mapping(node)  # resolves `<<: *anchor` merges
+            except ConstructorError as exc:
+                self._error(node, f"invalid merge key: {exc.problem}")
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                key = self.scalar(key_node)
+                if isinstance(key, (dict, list)):
+                    self._error(key_node, "a mapping key must be a plain name")
+                    continue
+                if key in out:
+                    first = self.doc.key_pos[path + (key,)]
+                    self._error(
+                        key_node,
+                        f"duplicate key '{key}' (first written at line {first[0]})",
+                        "YAML keeps only the last one; remove or rename one of them",
+                    )
+                    continue
+                self.doc.key_pos[path + (key,)] = _mark(key_node)
+                out[key] = self.build(value_node, path + (key,))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
+        return self.scalar(node)
+
+    def scalar(self, node: yaml.Node) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            return {}  # a mapping or list used as a key: the caller reports it
+        try:
+            value = self.constructor.construct_object(node, deep=True)
+        except ConstructorError as exc:
+            self._error(node, f"cannot read value: {exc.problem}")
+            return None
+        # Dates would not survive JSON; the plan keeps them as the ISO text the user wrote.
+        if isinstance(value, (_dt.date, _dt.datetime)):
+            return node.value
+        return value
+
+    def _error(self, node: yaml.Node, message: str, hint: str | None = None) -> None:
+        line, col = _mark(node)
+        self.errors.error(Location(self.doc.file, line, col), message, hint)
+
+
+def load_yaml(text: str, file: str, errors: Collector) -> Doc | None:
+    """Parse one YAML file. Syntax errors are reported with their position and give None."""
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file)
+        problem = exc.problem or exc.context or "invalid YAML"
+        errors.error(loc, f"YAML syntax error: {problem}", "check indentation, colons and quotes")
+        return None
+    except yaml.YAMLError as exc:
+        errors.error(Location(file), f"YAML error: {exc}")
+        return None
+    doc = Doc(file=file, value=None)
+    if node is not None:
+        doc.value = _Builder(doc, errors).build(node, ())
+    return doc

@@ -1,0 +1,3 @@
+from pipe.cli import entry
+
+entry()
