@@ -130,7 +130,7 @@ class Renderer:
             undefined=StrictUndefined,
             autoescape=False,
             keep_trailing_newline=True,
-            loader=jinja2.FunctionLoader(self.templates.get),
+            loader=jinja2.FunctionLoader(self._load_template),
             cache_size=-1,
         )
         self.env.globals.update(
@@ -145,6 +145,11 @@ class Renderer:
         )
         self.macros: dict[str, Any] = {}
         self._load_macros()
+
+    def _load_template(self, name: str) -> tuple[str, str, Any] | None:
+        text = self.templates.get(name)
+        # the file name makes Jinja's rewritten tracebacks point at the project file
+        return None if text is None else (text, name, lambda: True)
 
     # --- errors -----------------------------------------------------------------------------
 

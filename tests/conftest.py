@@ -1,0 +1,45 @@
+"""Shared helpers: build small projects on disk from a dict of files, and compile them."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from compiler.api import compile_project
+from compiler.errors import ProjectError
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATE = REPO / "project_template"
+
+MINIMAL_PROJECT = "name: shop\n"
+
+
+def write_project(root: Path, files: dict[str, str]) -> Path:
+    """Writes `files` (relative path -> text, dedented) under root; adds a minimal
+    pipe_project.yml unless one is given."""
+    files = dict(files)
+    files.setdefault("pipe_project.yml", MINIMAL_PROJECT)
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+def compile_errors(root: Path, **kwargs) -> list:
+    """The diagnostics of a project that must fail to compile."""
+    with pytest.raises(ProjectError) as info:
+        compile_project(root, **kwargs)
+    return info.value.diagnostics
+
+
+@pytest.fixture
+def project(tmp_path):
+    """project({...files...}) -> root folder of a new project in a temporary directory."""
+
+    def make(files: dict[str, str]) -> Path:
+        return write_project(tmp_path / "proj", files)
+
+    return make
