@@ -158,8 +158,10 @@ class Renderer:
         frame = sys._getframe(1)
         while frame is not None:
             tmpl = frame.f_globals.get("__jinja_template__")
-            if tmpl is not None:
-                return Location(tmpl.name or "<template>", tmpl.get_corresponding_lineno(frame.f_lineno))
+            if tmpl is not None and tmpl.name is not None:
+                return Location(tmpl.name, tmpl.get_corresponding_lineno(frame.f_lineno))
+            if tmpl is not None:  # a setting rendered from a string: point at the YAML value
+                break
             frame = frame.f_back
         scope = self.scope
         return (scope.default_location if scope and scope.default_location else Location(scope.file if scope else "<template>"))

@@ -1,0 +1,179 @@
+"""The `pipe` command as a user meets it: exit codes, messages, files written, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from pipe.cli import main
+from tests.conftest import REPO, TEMPLATE, write_project
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_compile_writes_plan_and_prints_a_summary(tmp_path, capsys):
+    shutil.copytree(TEMPLATE, tmp_path / "shop")
+    code, out, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile")
+    assert code == 0, err
+    assert "Compiled shop for target dev: 2 sources, 3 tables (2 commit, 1 replacecommit) -> target/plan.json" in out
+    plan = json.loads((tmp_path / "shop/target/plan.json").read_text())
+    assert plan["project"] == "shop"
+
+
+def test_project_errors_exit_2_without_traceback_and_write_nothing(tmp_path, capsys):
+    root = write_project(tmp_path / "p", {
+        "tables/t.yml": "tables:\n  t:\n    operation: upsrt\n    partiton_by: [x]\n",
+        "tables/t.sql": "select * from {{ ref('missing') }}",
+    })
+    code, out, err = run(capsys, "--project-dir", str(root), "compile")
+    assert code == 2
+    assert "Traceback" not in err and "Traceback" not in out
+    assert "tables/t.yml:3:16: error: unknown value 'upsrt' for 'operation' in table 't'" in err
+    assert "hint: did you mean 'upsert'?" in err
+    assert "tables/t.yml:4:5: error: unknown key 'partiton_by' in table 't'" in err
+    assert "hint: did you mean 'partition_by'?" in err
+    assert "tables/t.sql:1: error: ref('missing'): no table named 'missing'" in err
+    assert "3 errors found; nothing was written." in err
+    assert not (root / "target" / "plan.json").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    root = write_project(tmp_path / "p", {"tables/t.sql": "select * from {{ ref('missing') }}"})
+    proc = subprocess.run([sys.executable, "-m", "pipe", "--debug", "--project-dir", str(root), "compile"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr and "ProjectError" in proc.stderr
+
+
+def test_console_script_exit_code_and_no_traceback(tmp_path):
+    root = write_project(tmp_path / "p", {"pipe_project.yml": "name: shop\ntargets: {dev: {spark: {master: 3}}}\n"})
+    pipe = shutil.which("pipe", path=os.path.dirname(sys.executable)) or shutil.which("pipe")
+    assert pipe, "the pipe console script is installed beside the interpreter"
+    proc = subprocess.run([pipe, "compile"], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr  # an int master is accepted as text
+    (root / "pipe_project.yml").write_text("name: shop\ntargets: {dev: {spark: {master: [a]}}}\n")
+    proc = subprocess.run([pipe, "compile"], cwd=root / "", capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "pipe_project.yml:2:33: error: 'master' in 'spark' of target 'dev' must be a string, not a list" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_compile_finds_the_project_from_a_subfolder(tmp_path, monkeypatch, capsys):
+    shutil.copytree(TEMPLATE, tmp_path / "shop")
+    monkeypatch.chdir(tmp_path / "shop" / "tables")
+    code, out, _ = run(capsys, "compile")
+    assert code == 0
+    assert (tmp_path / "shop/target/plan.json").is_file()
+
+
+def test_no_project_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "compile")
+    assert code == 2
+    assert "no pipe_project.yml in" in err and "pipe init NAME" in err
+
+
+def test_bad_vars_and_unknown_target_exit_2(tmp_path, capsys):
+    shutil.copytree(TEMPLATE, tmp_path / "shop")
+    code, _, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile", "--vars", "[1, 2]")
+    assert code == 2 and "--vars must be a mapping" in err
+    code, _, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile", "--vars", "{a: [")
+    assert code == 2 and "--vars is not valid YAML or JSON" in err
+    code, _, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile", "--target", "prd")
+    assert code == 2 and "unknown target 'prd'" in err and "did you mean 'prod'?" in err
+    code, out, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile", "--target", "prod", "--vars", '{"min_amount": 7}')
+    assert code == 0, err
+    plan = json.loads((tmp_path / "shop/target/plan.json").read_text())
+    assert plan["vars"]["min_amount"] == 7 and plan["target"]["name"] == "prod"
+    assert "where amount >= 7" in next(s["sql"] for s in plan["steps"] if s["id"] == "table.orders")
+
+
+def test_ls_selects_like_dbt(tmp_path, capsys):
+    shutil.copytree(TEMPLATE, tmp_path / "shop")
+    base = ("--project-dir", str(tmp_path / "shop"), "ls")
+    code, out, _ = run(capsys, *base)
+    assert code == 0
+    assert out.split() == ["source.raw_customers", "source.raw_orders", "table.customers", "table.orders", "table.customer_revenue"]
+    _, out, _ = run(capsys, *base, "--select", "+customer_revenue", "--exclude", "source:*")
+    assert out.split() == ["table.customers", "table.orders", "table.customer_revenue"]
+    _, out, _ = run(capsys, *base, "-s", "orders+")
+    assert out.split() == ["table.orders", "table.customer_revenue"]
+    _, out, _ = run(capsys, *base, "-s", "path:tables/orders.yml", "--output", "json")
+    row = json.loads(out)
+    assert row["id"] == "table.orders" and row["action"] == "commit" and row["depends_on"] == ["source.raw_orders"]
+    code, out, err = run(capsys, *base, "-s", "nothing_here")
+    assert code == 0 and out == "" and "no step matches" in err
+    code, _, err = run(capsys, *base, "-s", "colour:red")
+    assert code == 2 and "unknown selector method 'colour'" in err
+
+
+def test_init_creates_a_project_that_compiles(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "init", "acme")
+    assert code == 0, err
+    root = tmp_path / "acme"
+    assert (root / "pipe_project.yml").read_text().splitlines()[2] == "name: acme"
+    assert sorted(p.name for p in (root / "data/orders").iterdir()) == ["orders-0001.json", "orders-0002.json"]
+    assert (root / "data/customers/customers-0001.json").is_file()
+    assert not (root / "target").exists() and not (root / "lake").exists()
+    code, out, err = run(capsys, "--project-dir", str(root), "compile")
+    assert code == 0, err
+    assert "Compiled acme" in out
+    # a second init refuses to overwrite
+    code, _, err = run(capsys, "init", "acme")
+    assert code == 2 and "already exists" in err
+    code, _, err = run(capsys, "init", "9lives")
+    assert code == 2 and "invalid project name" in err
+
+
+def test_compile_never_imports_pyspark_or_boto3(tmp_path):
+    shutil.copytree(TEMPLATE, tmp_path / "shop")
+    code = (
+        "import sys\n"
+        "from pipe.cli import main\n"
+        f"rc = main(['--project-dir', {str(tmp_path / 'shop')!r}, 'compile'])\n"
+        "rc2 = main(['--project-dir', " + repr(str(tmp_path / "shop")) + ", 'ls'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'boto3', 'botocore', 'pyarrow', 'pandas'))\n"
+        "print('RC', rc, rc2, 'HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "RC 0 0 HEAVY []" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)], check=True, capture_output=True)
+    [whl] = list(out.glob("pipe-*.whl"))
+    return whl
+
+
+def test_wheel_ships_the_template_and_init_works_from_it(wheel, tmp_path):
+    names = zipfile.ZipFile(wheel).namelist()
+    for rel in ("pipe_project.yml", "tables/orders.yml", "tables/orders.sql", "macros/money.sql", "data/orders/orders-0001.json", "data/customers/customers-0001.json"):
+        assert f"pipe/project_template/{rel}" in names
+    assert "compiler/api.py" in names and "runtime/__init__.py" in names
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)], check=True, capture_output=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    code = (
+        f"import sys; sys.path.insert(0, {str(site)!r})\n"
+        "import pipe, pipe.cli\n"
+        f"assert pipe.__file__.startswith({str(site)!r}), pipe.__file__\n"
+        "rc = pipe.cli.main(['init', 'fromwheel'])\n"
+        "rc2 = pipe.cli.main(['--project-dir', 'fromwheel', 'compile'])\n"
+        "print('RC', rc, rc2)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True)
+    assert "RC 0 0" in proc.stdout, proc.stdout + proc.stderr
+    assert (work / "fromwheel/target/plan.json").is_file()
