@@ -62,12 +62,11 @@ def compile_project(root: str | Path, target: str | None = None, cli_vars: Mappi
 
 
 def _lake_location(project: Project):
-    doc = project.project_doc
-    targets = (doc.value or {}).get("targets") or {}
-    chosen = targets.get(project.target.name)
-    if isinstance(chosen, dict) and "lake" in chosen:
-        return doc.at(("targets", project.target.name, "lake"))
-    return doc.at(("lake",))
+    from compiler.validate import target_sets_lake
+
+    if target_sets_lake(project):
+        return project.project_doc.at(("targets", project.target.name, "lake"))
+    return project.project_doc.at(("lake",))
 
 
 def _edges(project: Project, rendered: Mapping[str, RenderedTable]) -> list[Edge]:

@@ -203,7 +203,9 @@ def load_project(
             [_diag(Location(PROJECT_FILE), f"no {PROJECT_FILE} in {root}", "run pipe inside a project folder, pass --project-dir, or create one with `pipe init NAME`")]
         )
     text = _read(project_path, root, errors)
-    doc = load_yaml(text or "", PROJECT_FILE, errors) or Doc(PROJECT_FILE, {})
+    doc = load_yaml(text or "", PROJECT_FILE, errors)
+    if doc is None:  # unreadable: its error is reported; go on with defaults to check the rest
+        doc = Doc(PROJECT_FILE, {"name": "project"})
     checker = schema.Checker(doc, errors)
     conf = checker.section(schema.PROJECT, doc.value, (), PROJECT_FILE)
     name = conf["name"] or "project"
@@ -228,14 +230,7 @@ def load_project(
 
     sources = _load_sources(root, errors)
     tables = _load_tables(root, errors)
-    for tname, table in tables.items():
-        if tname in sources:
-            src = sources[tname]
-            errors.error(
-                table.location,
-                f"'{tname}' is both a table and a source (source declared at {src.location})",
-                "rename one of them: ref() and source() share one namespace of SQL names",
-            )
+    _check_sql_names(sources, tables, errors)
     macros = []
     for path in _files(root, "macros", (".sql",)):
         mtext = _read(path, root, errors)
@@ -253,6 +248,21 @@ def load_project(
         macros=tuple(macros),
         project_doc=doc,
     )
+
+
+def _check_sql_names(sources: dict[str, Source], tables: dict[str, Table], errors: Collector) -> None:
+    """Tables and sources become Spark views, whose names ignore case: no two may meet."""
+    seen: dict[str, Node] = {}
+    for node in [*sources.values(), *tables.values()]:
+        other = seen.get(node.name.lower())
+        if other is None:
+            seen[node.name.lower()] = node
+            continue
+        hint = "rename one of them: ref() and source() share one case-insensitive namespace of SQL names"
+        if node.name == other.name:
+            errors.error(node.location, f"'{node.name}' is both a table and a source (source declared at {other.location})", hint)
+        else:
+            errors.error(node.location, f"'{node.name}' and '{other.name}' (declared at {other.location}) differ only in case", hint)
 
 
 def _diag(location: Location, message: str, hint: str | None = None):
@@ -274,7 +284,13 @@ def _load_sources(root: Path, errors: Collector) -> dict[str, Source]:
             if not _check_name(doc, p, name, "source", errors):
                 continue
             kind = body.get("kind") if isinstance(body, dict) else None
-            if isinstance(body, dict) and kind is not None and kind not in schema.SOURCES:
+            if isinstance(body, dict) and kind is None:
+                errors.error(doc.at(p, key=True), f"source '{name}' is missing required key 'kind'", "add `kind:` with one of: " + ", ".join(schema.SOURCE_KINDS))
+                continue
+            if isinstance(body, dict) and not isinstance(kind, str):
+                errors.error(doc.at(p + ("kind",)), f"'kind' in source '{name}' must be a string, not {schema._type_name(kind)}", "choose one of: " + ", ".join(schema.SOURCE_KINDS))
+                continue
+            if isinstance(body, dict) and kind not in schema.SOURCES:
                 hint = did_you_mean(str(kind), schema.SOURCES) or ""
                 errors.error(doc.at(p + ("kind",)), f"unknown source kind '{kind}' in source '{name}'", (hint + " " if hint else "") + "choose one of: " + ", ".join(schema.SOURCE_KINDS))
                 continue

@@ -179,7 +179,9 @@ class Renderer:
             if entry.filename in self.templates:
                 loc = Location(entry.filename, entry.lineno)
         message = exc.message if isinstance(exc, jinja2.TemplateError) and exc.message else str(exc)
-        if isinstance(exc, jinja2.UndefinedError):
+        if isinstance(exc, jinja2.TemplateNotFound):
+            self.errors.error(loc, f"template '{exc.name}' not found", "include and import take paths relative to the project folder, e.g. macros/common.sql")
+        elif isinstance(exc, jinja2.UndefinedError):
             name = re.search(r"'([^']+)' is undefined", message)
             known = list(self.env.globals) + list(self.macros)
             hint = (did_you_mean(name.group(1), known) if name else None) or "functions available: ref, source, var, env_var, is_incremental, this, target and the macros in macros/"
@@ -311,7 +313,10 @@ class Renderer:
                     if scope.asked_incremental:
                         errors_before = len(self.errors.diagnostics)
                         second = self._render(template, table, incremental=False)
-                        del self.errors.diagnostics[errors_before:]  # the first render reported them
+                        # keep only what the first rendering did not already report
+                        seen = {(d.location, d.message) for d in self.errors.diagnostics[:errors_before]}
+                        fresh = [d for d in self.errors.diagnostics[errors_before:] if (d.location, d.message) not in seen]
+                        self.errors.diagnostics[errors_before:] = fresh
                         if second is not None:
                             full, scope2 = second
                             for k, v in scope2.refs.items():

@@ -279,9 +279,9 @@ class Checker:
         out: dict[str, Any] = {}
         for name in value:
             if name not in section.by_name:
-                hint = did_you_mean(str(name), section.by_name)
-                if hint is None and self.elsewhere is not None:
-                    hint = self.elsewhere(str(name))
+                hint = self.elsewhere(str(name)) if self.elsewhere is not None else None
+                if hint is None:
+                    hint = did_you_mean(str(name), section.by_name)
                 if hint is None:
                     hint = "known keys: " + ", ".join(sorted(section.by_name))
                 self.errors.error(self.doc.at(path + (name,), key=True), f"unknown key '{name}' in {what}", hint)

@@ -39,14 +39,16 @@ def _written(node: Source | Table, key: str) -> bool:
 def _validate_lake(project: Project, errors: Collector) -> None:
     lake = project.target.lake
     if "://" in lake and not lake.startswith(_LAKE_SCHEMES) and "{{" not in lake:
-        loc = project.project_doc.at(("targets", project.target.name, "lake")) if _target_sets_lake(project) else project.project_doc.at(("lake",))
+        loc = project.project_doc.at(("targets", project.target.name, "lake")) if target_sets_lake(project) else project.project_doc.at(("lake",))
         errors.error(loc, f"lake '{lake}' uses a storage pipe cannot write to", "use a local folder or s3://bucket/prefix")
 
 
-def _target_sets_lake(project: Project) -> bool:
-    targets = (project.project_doc.value or {}).get("targets") or {}
-    t = targets.get(project.target.name)
-    return isinstance(t, dict) and "lake" in t
+def target_sets_lake(project: Project) -> bool:
+    """Whether the chosen target overrides the project's lake (for pointing at the right line)."""
+    body = project.project_doc.value
+    for part in ("targets", project.target.name):
+        body = body.get(part) if isinstance(body, dict) else None
+    return isinstance(body, dict) and "lake" in body
 
 
 def _validate_table(project: Project, table: Table, errors: Collector) -> None:
@@ -103,7 +105,7 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
     if c["archive"]["min_instants"] >= c["archive"]["max_instants"]:
         errors.error(table.at("archive", "min_instants"), f"archive.min_instants ({c['archive']['min_instants']}) must be below archive.max_instants ({c['archive']['max_instants']}) ({what})")
     if c["clean"]["policy"] == "keep_latest_commits" and c["archive"]["min_instants"] <= c["clean"]["retain"]:
-        errors.error(table.at("archive", "min_instants"),
+        errors.error(table.at("archive", "min_instants") if _written(table, "archive") else table.at("clean", "retain"),
                      f"archive.min_instants ({c['archive']['min_instants']}) must be above clean.retain ({c['clean']['retain']}) ({what})",
                      "archiving must not remove instants whose files cleaning still keeps; raise min_instants or lower retain")
 
