@@ -39,12 +39,10 @@ def compile_project(root: str | Path, target: str | None = None, cli_vars: Mappi
     validate(project, errors)
 
     renderer = Renderer(project, errors)
+    target = _render_target(project, renderer)
+    renderer.set_target_lake(target.lake)
     rendered_tables = {name: renderer.render_table(t) for name, t in project.tables.items()}
     rendered_sources = {name: renderer.render_source(s) for name, s in project.sources.items()}
-    lake, lake_env = renderer.render_text(project.target.lake, _lake_location(project))
-    spark_conf = {}
-    for key, value in project.target.spark_conf.items():
-        spark_conf[key] = renderer.render_text(value, project.project_doc.at(("targets", project.target.name, "spark", "conf", key)))[0] if isinstance(value, str) else value
 
     edges = _edges(project, rendered_tables)
     steps = _steps(project, rendered_tables, rendered_sources, edges)
@@ -54,11 +52,30 @@ def compile_project(root: str | Path, target: str | None = None, cli_vars: Mappi
 
     plan = Plan(
         project=project.name,
-        target=TargetSpec(name=project.target.name, lake=lake, spark_master=project.target.spark_master, spark_conf=spark_conf),
+        target=target,
         vars=dict(sorted(project.vars.items())),
         steps=tuple(steps[i] for i in ordered(graph)),
     )
     return CompileResult(plan=plan, graph=graph, warnings=tuple(errors.warnings), project=project)
+
+
+def _render_target(project: Project, renderer: Renderer) -> TargetSpec:
+    """The chosen target with its settings rendered (`lake: "s3://{{ env_var('B') }}/x"`)."""
+    t = project.target
+    where = ("targets", t.name)
+    env_vars: dict[str, str | None] = {}
+
+    def render(value, location):
+        if not isinstance(value, str):
+            return value
+        text, found = renderer.render_text(value, location)
+        env_vars.update(found)
+        return text
+
+    lake = render(t.lake, _lake_location(project))
+    master = render(t.spark_master, project.project_doc.at(where + ("spark", "master")))
+    conf = {k: render(v, project.project_doc.at(where + ("spark", "conf", k))) for k, v in t.spark_conf.items()}
+    return TargetSpec(name=t.name, lake=lake, spark_master=master, spark_conf=conf, env_vars=dict(sorted(env_vars.items())))
 
 
 def _lake_location(project: Project):

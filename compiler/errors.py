@@ -52,7 +52,8 @@ class ProjectError(PipeError):
     """One or more mistakes in the user's project."""
 
     def __init__(self, diagnostics: Iterable[Diagnostic]):
-        self.diagnostics: list[Diagnostic] = sorted(diagnostics, key=Diagnostic.sort_key)
+        unique = {(d.location, d.message, d.severity): d for d in diagnostics}
+        self.diagnostics: list[Diagnostic] = sorted(unique.values(), key=Diagnostic.sort_key)
         super().__init__("\n".join(str(d) for d in self.diagnostics))
 
 
@@ -77,8 +78,9 @@ class Collector:
         return [d for d in self.diagnostics if d.severity == "warning"]
 
     def raise_if_errors(self) -> None:
+        """Raises with every diagnostic, warnings included, when there is any error."""
         if self.errors:
-            raise ProjectError(self.errors)
+            raise ProjectError(self.diagnostics)
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:

@@ -72,6 +72,7 @@ def ordered(graph: nx.DiGraph, ids: Iterable[str] | None = None) -> list[str]:
 
 _ATOM = re.compile(r"^(?P<at>@)?(?:(?P<up>\d*)\+)?(?P<body>[^+@]+?)(?:\+(?P<down>\d*))?$")
 METHODS = ("name", "tag", "path", "source", "table", "config")
+_ABSENT = object()
 
 
 class SelectionError(ProjectError):
@@ -159,10 +160,11 @@ def _match(graph: nx.DiGraph, body: str) -> set[str]:
     # config.KEY:value
     out = set()
     for n in nodes:
-        config = nodes[n].get("config") or {}
-        if key not in config:
+        have = nodes[n].get("config") or {}
+        for part in key.split("."):  # config.clean.policy:keep_latest_commits
+            have = have.get(part, _ABSENT) if isinstance(have, dict) else _ABSENT
+        if have is _ABSENT:
             continue
-        have = config[key]
         values = have if isinstance(have, list) else [have]
         if any(str(v).lower() == value.lower() for v in values):
             out.add(n)

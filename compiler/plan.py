@@ -37,13 +37,20 @@ class TargetSpec:
     lake: str
     spark_master: str
     spark_conf: Mapping[str, Any]
+    env_vars: Mapping[str, str | None] = field(default_factory=dict)  # placeholders in the settings
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "lake": self.lake, "spark": {"master": self.spark_master, "conf": dict(self.spark_conf)}}
+        return {
+            "name": self.name,
+            "lake": self.lake,
+            "spark": {"master": self.spark_master, "conf": dict(self.spark_conf)},
+            "env_vars": _env_list(self.env_vars),
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TargetSpec":
-        return cls(name=d["name"], lake=d["lake"], spark_master=d["spark"]["master"], spark_conf=dict(d["spark"]["conf"]))
+        return cls(name=d["name"], lake=d["lake"], spark_master=d["spark"]["master"], spark_conf=dict(d["spark"]["conf"]),
+                   env_vars=_env_map(d.get("env_vars", ())))
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ class Step:
             "line": self.line,
             "description": self.description,
             "tags": list(self.tags),
-            "env_vars": [{"name": k, "default": v} for k, v in sorted(self.env_vars.items())],
+            "env_vars": _env_list(self.env_vars),
             "fingerprint": self.fingerprint,
         }
         if self.kind == "write":
@@ -116,7 +123,7 @@ class Step:
             sql_full_refresh=d.get("sql_full_refresh"),
             sql_file=d.get("sql_file"),
             action=d.get("action"),
-            env_vars={e["name"]: e["default"] for e in d.get("env_vars", ())},
+            env_vars=_env_map(d.get("env_vars", ())),
             fingerprint=d["fingerprint"],
         )
 
@@ -187,6 +194,14 @@ def step_attributes(step: Step) -> dict[str, Any]:
     """What selection looks at in a graph node."""
     files = {step.file} | ({step.sql_file} if step.sql_file else set())
     return {"kind": step.kind, "name": step.name, "tags": list(step.tags), "files": sorted(files), "config": dict(step.config)}
+
+
+def _env_list(env_vars: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    return [{"name": k, "default": v} for k, v in sorted(env_vars.items())]
+
+
+def _env_map(items) -> dict[str, str | None]:
+    return {e["name"]: e["default"] for e in items}
 
 
 def _canonical(value: Any) -> str:

@@ -7,6 +7,7 @@ stops at the first problem: everything it finds is collected for one report."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,7 @@ def parse_cli_vars(text: str | None) -> dict[str, Any]:
         raise ProjectError([_cli_diag(f"--vars is not valid YAML or JSON: {exc}")]) from exc
     if not isinstance(value, dict):
         raise ProjectError([_cli_diag(f"--vars must be a mapping such as '{{min_amount: 10}}', not {value!r}")])
-    return json.loads(json.dumps(value, default=str))
+    return json.loads(json.dumps(value, default=str), parse_constant=float)
 
 
 def _cli_diag(message: str):
@@ -226,6 +227,12 @@ def load_project(
         spark_master=tconf["spark"]["master"],
         spark_conf={str(k): v for k, v in sorted(tconf["spark"]["conf"].items())},
     )
+    for name_, value in conf["vars"].items():
+        _check_var(name_, value, doc.at(("vars", name_)), errors)
+    for name_, value in tconf["vars"].items():
+        _check_var(name_, value, doc.at(("targets", target_name, "vars", name_)), errors)
+    for name_, value in (cli_vars or {}).items():
+        _check_var(name_, value, Location("<command line>"), errors)
     merged_vars = {**conf["vars"], **tconf["vars"], **(cli_vars or {})}
 
     sources = _load_sources(root, errors)
@@ -248,6 +255,20 @@ def load_project(
         macros=tuple(macros),
         project_doc=doc,
     )
+
+
+def _check_var(name: str, value: Any, where: Location, errors: Collector) -> None:
+    """Vars go into plan.json, which holds JSON values only: no NaN or infinity."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            errors.error(where, f"var '{name}' holds {v}, which plan.json cannot hold", "use a finite number or a string")
+            return
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
 
 
 def _check_sql_names(sources: dict[str, Source], tables: dict[str, Table], errors: Collector) -> None:

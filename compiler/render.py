@@ -12,6 +12,7 @@ an empty string. The functions a template can call:
                         template that asks is rendered both ways and the plan keeps both
     this                the table being written (its current snapshot)
     target              the chosen target: target.name, target.lake
+    project_name        the project's name
 and every macro in macros/*.sql. Mistakes are reported at the SQL file and line."""
 
 from __future__ import annotations
@@ -55,11 +56,15 @@ class EnvVarValue(str):
 
     def _refuse(self, *_: Any) -> Any:
         raise jinja2.TemplateRuntimeError(
-            "env_var() values can be written into SQL but not compared or tested in a template; "
-            "use var() for values that steer the template"
+            "env_var() values can be written into SQL as they are, but not compared, tested or "
+            "changed by filters in a template; use var() for values that steer the template"
         )
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __bool__ = _refuse
+    # a filter or method would turn the placeholder into text the runtime no longer finds
+    upper = lower = title = capitalize = swapcase = casefold = replace = strip = lstrip = rstrip = _refuse
+    split = rsplit = partition = rpartition = startswith = endswith = find = index = count = _refuse
+    center = ljust = rjust = zfill = format = __getitem__ = __mod__ = __mul__ = __iter__ = _refuse
     __hash__ = str.__hash__
 
 
@@ -331,6 +336,10 @@ class Renderer:
     def render_source(self, source) -> RenderedSource:
         config, env_vars = self._render_config(source.config, None, source.path, node=source)
         return RenderedSource(config=config, env_vars=env_vars)
+
+    def set_target_lake(self, lake: str) -> None:
+        """`target.lake` in templates is the lake after its own rendering."""
+        self.env.globals["target"] = {**self.env.globals["target"], "lake": lake}
 
     def render_text(self, text: str, location: Location) -> tuple[str, dict[str, str | None]]:
         """Renders a setting written as a template (`lake: "s3://{{ env_var('BUCKET') }}/x"`)."""

@@ -232,7 +232,7 @@ TABLE = Section(
         Key("combine_before_insert", "boolean", "For insert/bulk_insert: deduplicate the batch by key first (precombine decides).", default=False),
         Key("bulk_insert_sort_mode", "string", "For bulk_insert: how rows are sorted before files are written.", default="NONE", choices=("NONE", "GLOBAL_SORT", "PARTITION_SORT"), fold_case=True),
         Key("partitions_to_delete", "string_list", "For delete_partition: partition paths to drop; `*` wildcards allowed (`region=EU`, `dt=2024-*`).", default=[]),
-        Key("max_file_size", "size", "Target largest size of a base file.", default="120MB"),
+        Key("max_file_size", "size", "Target largest size of a base file (at least 1MB).", default="120MB", minimum=1024 * 1024),
         Key("small_file_limit", "size", "Files below this size take new inserts before a new file group opens; 0 turns it off.", default="100MB"),
         Key("clean", "section", "Cleaning of old file versions.", default={}, section=CLEAN),
         Key("archive", "section", "Archiving of the timeline.", default={}, section=ARCHIVE),
@@ -316,8 +316,8 @@ class Checker:
             self.errors.error(loc, f"{label} must be {_TYPE_WORDS.get(key.type, key.type)}, not {_type_name(value)}", key.doc)
             return self._default(key, path, what)
 
-        if value is None and not key.required and key.type not in ("section", "sections", "mapping", "string_list"):
-            return None
+        if value is None and not key.required:
+            return self._default(key, path, what)  # `key:` with nothing after it: the default
         t = key.type
         if t == "string":
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -359,6 +359,9 @@ class Checker:
             size = parse_size(value)
             if size is None:
                 return wrong()
+            if key.minimum is not None and size < key.minimum:
+                self.errors.error(loc, f"{label} is {value}; it must be at least {key.minimum} bytes", key.doc)
+                return self._default(key, path, what)
             return size
         if t == "columns":
             return self._columns(value, path, label) if isinstance(value, (str, dict)) else wrong()

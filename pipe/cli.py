@@ -9,6 +9,7 @@ import re
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import click
@@ -48,6 +49,18 @@ def _compile(ctx: _Context, target: str | None, vars_text: str | None):
     return result
 
 
+def _set_project_dir(click_ctx: click.Context, _param, value):
+    if value is not None:
+        click_ctx.find_object(_Context).project_dir = value
+
+
+def _common(command):
+    """Options every command takes, after the command name too (`pipe compile --project-dir x`)."""
+    command = click.option("--project-dir", default=None, type=click.Path(file_okay=False), expose_value=False,
+                           callback=_set_project_dir, help="Project folder (default: the nearest folder with pipe_project.yml).")(command)
+    return click.option("--debug", is_flag=True, expose_value=False, help="Show Python tracebacks for every error.")(command)
+
+
 _target_option = click.option("--target", "-t", default=None, help="Target from pipe_project.yml (default: default_target).")
 _vars_option = click.option("--vars", "vars_text", default=None, help="Variables as YAML or JSON, e.g. '{min_amount: 10}'.")
 _select_option = click.option("--select", "-s", multiple=True, help="Steps to choose: name, +name, name+, tag:x, path:..., config.KEY:value.")
@@ -66,6 +79,7 @@ def cli(click_ctx: click.Context, debug: bool, project_dir: str | None) -> None:
 
 @cli.command()
 @click.argument("name")
+@_common
 @click.pass_obj
 def init(ctx: _Context, name: str) -> None:
     """Create a new project NAME from the example project."""
@@ -91,6 +105,7 @@ def init(ctx: _Context, name: str) -> None:
 @cli.command(name="compile")
 @_target_option
 @_vars_option
+@_common
 @click.pass_obj
 def compile_cmd(ctx: _Context, target: str | None, vars_text: str | None) -> None:
     """Validate the project and write target/plan.json."""
@@ -123,6 +138,7 @@ def compile_cmd(ctx: _Context, target: str | None, vars_text: str | None) -> Non
 @_target_option
 @_vars_option
 @click.option("--output", "fmt", type=click.Choice(["text", "json"]), default="text", help="One id per line, or one JSON object per line.")
+@_common
 @click.pass_obj
 def ls_cmd(ctx: _Context, select, exclude, target, vars_text, fmt) -> None:
     """List the steps of the project, optionally selected."""
@@ -147,18 +163,24 @@ def _cli(message: str, hint: str | None = None):
     return Diagnostic(Location("<command line>"), message, hint)
 
 
+# Commands after which a failed run has left files as they were.
+_WRITING_COMMANDS = ("compile", "init")
+
+
 def main(argv: list[str] | None = None) -> int:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args  # before or after the command name
+    command = next((a for a in args if a in cli.commands), None)
     try:
-        cli.main(args=argv, prog_name="pipe", standalone_mode=False)
+        cli.main(args=args, prog_name="pipe", standalone_mode=False)
     except ProjectError as exc:
         if debug:
-            raise
-        output.diagnostics(exc.diagnostics)
+            traceback.print_exc()
+        output.diagnostics(exc.diagnostics, wrote_nothing=command in _WRITING_COMMANDS)
         return EXIT_USAGE
     except PipeError as exc:
         if debug:
-            raise
+            traceback.print_exc()
         output.fail(str(exc))
         return EXIT_USAGE
     except click.exceptions.Abort:
@@ -174,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a bug in pipe, not in the project
         if debug:
-            raise
+            traceback.print_exc()
         output.fail(f"internal error: {type(exc).__name__}: {exc}", "this is a bug in pipe; run again with --debug for the traceback and report it")
         return EXIT_FAILED
     return EXIT_OK

@@ -15,7 +15,7 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def diagnostics(items: Iterable[Diagnostic]) -> None:
+def diagnostics(items: Iterable[Diagnostic], wrote_nothing: bool = False) -> None:
     items = list(items)
     for d in items:
         colour = "red" if d.severity == "error" else "yellow"
@@ -24,7 +24,8 @@ def diagnostics(items: Iterable[Diagnostic]) -> None:
             err.print(f"  [dim]hint:[/] {escape(d.hint)}")
     n_err = sum(1 for d in items if d.severity == "error")
     if n_err:
-        err.print(f"[bold red]{n_err} error{'s' if n_err != 1 else ''}[/] found; nothing was written.")
+        tail = "; nothing was written." if wrote_nothing else "."
+        err.print(f"[bold red]{n_err} error{'s' if n_err != 1 else ''}[/] found{tail}")
 
 
 def fail(message: str, hint: str | None = None) -> None:

@@ -54,6 +54,20 @@ def test_debug_shows_the_traceback(tmp_path):
     assert "Traceback" in proc.stderr and "ProjectError" in proc.stderr
 
 
+def test_debug_may_follow_the_command_and_keeps_exit_2(tmp_path):
+    root = write_project(tmp_path / "p", {"tables/t.sql": "select * from {{ ref('missing') }}"})
+    proc = subprocess.run([sys.executable, "-m", "pipe", "compile", "--debug", "--project-dir", str(root)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr
+    assert "tables/t.sql:1: error: ref('missing')" in proc.stderr
+
+
+def test_ls_errors_do_not_claim_a_write(tmp_path, capsys):
+    root = write_project(tmp_path / "p", {"tables/t.sql": "select * from {{ ref('missing') }}"})
+    code, _, err = run(capsys, "--project-dir", str(root), "ls")
+    assert code == 2 and "1 error found." in err and "nothing was written" not in err
+
+
 def test_console_script_exit_code_and_no_traceback(tmp_path):
     root = write_project(tmp_path / "p", {"pipe_project.yml": "name: shop\ntargets: {dev: {spark: {master: 3}}}\n"})
     pipe = shutil.which("pipe", path=os.path.dirname(sys.executable)) or shutil.which("pipe")
@@ -88,6 +102,8 @@ def test_bad_vars_and_unknown_target_exit_2(tmp_path, capsys):
     assert code == 2 and "--vars must be a mapping" in err
     code, _, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile", "--vars", "{a: [")
     assert code == 2 and "--vars is not valid YAML or JSON" in err
+    code, _, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile", "--vars", "{x: .nan}")
+    assert code == 2 and "var 'x' holds nan, which plan.json cannot hold" in err
     code, _, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile", "--target", "prd")
     assert code == 2 and "unknown target 'prd'" in err and "did you mean 'prod'?" in err
     code, out, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile", "--target", "prod", "--vars", '{"min_amount": 7}')

@@ -45,7 +45,7 @@ def test_plan_schema(tmp_path):
     assert data["schema_version"] == SCHEMA_VERSION == 1
     assert set(data) == {"schema_version", "project", "target", "vars", "steps"}
     assert data["project"] == "shop"
-    assert data["target"] == {"name": "dev", "lake": "lake", "spark": {"master": "local[*]", "conf": {}}}
+    assert data["target"] == {"name": "dev", "lake": "lake", "spark": {"master": "local[*]", "conf": {}}, "env_vars": []}
     kinds = {}
     for step in data["steps"]:
         kinds[step["id"]] = step["kind"]

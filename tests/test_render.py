@@ -91,7 +91,39 @@ def test_env_var_cannot_steer_template_logic(project):
     root = project({"tables/t.sql": "select 1\n{% if env_var('MODE') == 'prod' %}where 1=0{% endif %}"})
     [d] = compile_errors(root)
     assert str(d.location) == "tables/t.sql:2"
-    assert "env_var() values can be written into SQL but not compared" in d.message
+    assert "env_var() values can be written into SQL as they are, but not compared" in d.message
+
+
+def test_env_var_cannot_be_changed_by_filters(project):
+    root = project({"tables/t.sql": "select 1\n-- {{ env_var('MODE') | upper }}"})
+    [d] = compile_errors(root)
+    assert str(d.location) == "tables/t.sql:2"
+    assert "not compared, tested or changed by filters" in d.message
+
+
+def test_env_var_may_be_joined_with_text(project):
+    root = project({"tables/t.sql": "select '{{ env_var('BUCKET') ~ '/x' }}' as p"})
+    assert _sql(root) == "select '${env:BUCKET}/x' as p\n"
+
+
+def test_target_lake_in_sql_is_rendered_and_target_env_vars_are_listed(project):
+    root = project({
+        "pipe_project.yml": """
+            name: shop
+            targets:
+              dev:
+                lake: "s3://{{ env_var('LAKE_BUCKET', 'b') }}/x"
+                spark:
+                  master: "{{ env_var('SPARK_MASTER', 'local[2]') }}"
+                  conf: {spark.hadoop.fs.s3a.secret.key: "{{ env_var('S3_SECRET') }}"}
+        """,
+        "tables/t.sql": "select '{{ target.lake }}' as lake",
+    })
+    plan = compile_project(root).plan
+    assert plan.step("table.t").sql == "select 's3://${env:LAKE_BUCKET:-b}/x' as lake\n"
+    assert plan.target.spark_master == "${env:SPARK_MASTER:-local[2]}"
+    assert plan.target.spark_conf == {"spark.hadoop.fs.s3a.secret.key": "${env:S3_SECRET}"}
+    assert plan.target.env_vars == {"LAKE_BUCKET": "b", "S3_SECRET": None, "SPARK_MASTER": "local[2]"}
 
 
 def test_is_incremental_renders_both_ways(project):

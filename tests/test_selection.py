@@ -69,6 +69,7 @@ def test_methods(graph):
     assert sel(graph, "table:e") == ["table.e"]
     assert sel(graph, "config.type:merge_on_read") == ["table.b"]
     assert sel(graph, "config.format:csv") == ["source.raw2"]
+    assert sel(graph, "config.clean.retain:10", exclude=["config.type:copy_on_write"]) == ["table.b"]
 
 
 def test_union_intersection_and_exclude(graph):
