@@ -128,18 +128,22 @@ def _cli_diag(message: str):
     return Diagnostic(Location("<command line>"), message, "quote the value: --vars '{name: value}'")
 
 
-def _files(root: Path, folder: str, suffixes: tuple[str, ...]) -> list[Path]:
-    base = root / folder
-    if not base.is_dir():
-        return []
-    found = [p for p in base.rglob("*") if p.suffix in suffixes and p.is_file()]
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+def _files(root: Path, folder: str, suffixes: tuple[str, ...]) -> list[str]:
+    """Relative posix paths of the files under root/folder ending in `suffixes`, sorted.
+    (os.walk and plain strings: pathlib costs more than the listing on large projects.)"""
+    found = []
+    base = os.path.join(root, folder)
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames.sort()
+        rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        found.extend(f"{rel_dir}/{name}" for name in filenames if name.endswith(suffixes))
+    return sorted(found)
 
 
-def _read(path: Path, root: Path, errors: Collector) -> str | None:
-    rel = path.relative_to(root).as_posix()
+def _read(rel: str, root: Path, errors: Collector) -> str | None:
     try:
-        return path.read_text(encoding="utf-8")
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            return f.read()
     except UnicodeDecodeError as exc:
         errors.error(Location(rel), f"file is not UTF-8 text ({exc.reason} at byte {exc.start})", "save the file as UTF-8")
     except OSError as exc:
@@ -203,7 +207,7 @@ def load_project(
         raise ProjectError(
             [_diag(Location(PROJECT_FILE), f"no {PROJECT_FILE} in {root}", "run pipe inside a project folder, pass --project-dir, or create one with `pipe init NAME`")]
         )
-    text = _read(project_path, root, errors)
+    text = _read(PROJECT_FILE, root, errors)
     doc = load_yaml(text or "", PROJECT_FILE, errors)
     if doc is None:  # unreadable: its error is reported; go on with defaults to check the rest
         doc = Doc(PROJECT_FILE, {"name": "project"})
@@ -239,10 +243,10 @@ def load_project(
     tables = _load_tables(root, errors)
     _check_sql_names(sources, tables, errors)
     macros = []
-    for path in _files(root, "macros", (".sql",)):
-        mtext = _read(path, root, errors)
+    for rel in _files(root, "macros", (".sql",)):
+        mtext = _read(rel, root, errors)
         if mtext is not None:
-            macros.append(MacroFile(path.relative_to(root).as_posix(), mtext))
+            macros.append(MacroFile(rel, mtext))
 
     return Project(
         root=root,
@@ -294,9 +298,8 @@ def _diag(location: Location, message: str, hint: str | None = None):
 
 def _load_sources(root: Path, errors: Collector) -> dict[str, Source]:
     sources: dict[str, Source] = {}
-    for path in _files(root, "sources", (".yml", ".yaml")):
-        rel = path.relative_to(root).as_posix()
-        text = _read(path, root, errors)
+    for rel in _files(root, "sources", (".yml", ".yaml")):
+        text = _read(rel, root, errors)
         doc = load_yaml(text, rel, errors) if text is not None else None
         if doc is None:
             continue
@@ -330,10 +333,11 @@ def _load_sources(root: Path, errors: Collector) -> dict[str, Source]:
 
 def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
     tables: dict[str, Table] = {}
-    declared_sql: set[Path] = set()
-    for path in _files(root, "tables", (".yml", ".yaml")):
-        rel = path.relative_to(root).as_posix()
-        text = _read(path, root, errors)
+    declared_sql: set[str] = set()
+    sql_files = _files(root, "tables", (".sql",))
+    existing_sql = set(sql_files)
+    for rel in _files(root, "tables", (".yml", ".yaml")):
+        text = _read(rel, root, errors)
         doc = load_yaml(text, rel, errors) if text is not None else None
         if doc is None:
             continue
@@ -342,16 +346,16 @@ def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
             if not _check_name(doc, p, name, "table", errors):
                 continue
             config = schema.Checker(doc, errors).section(schema.TABLE, body, p, f"table '{name}'")
-            sql_path = path.parent / f"{name}.sql"
-            sql_text = _read(sql_path, root, errors) if sql_path.is_file() else None
+            sql_rel = f"{rel.rsplit('/', 1)[0]}/{name}.sql"
+            sql_text = _read(sql_rel, root, errors) if sql_rel in existing_sql else None
             if sql_text is not None:
-                declared_sql.add(sql_path)
+                declared_sql.add(sql_rel)
             table = Table(
                 name=name,
                 config=_with_default_operation(config),
                 doc=doc,
                 path=p,
-                sql_file=sql_path.relative_to(root).as_posix() if sql_text is not None else None,
+                sql_file=sql_rel if sql_text is not None else None,
                 sql_text=sql_text,
             )
             if name in tables:
@@ -359,18 +363,17 @@ def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
                 continue
             tables[name] = table
     # A SELECT with no YAML is a table with default settings, as a dbt model without a .yml.
-    for sql_path in _files(root, "tables", (".sql",)):
-        if sql_path in declared_sql:
+    for rel in sql_files:
+        if rel in declared_sql:
             continue
-        rel = sql_path.relative_to(root).as_posix()
-        name = sql_path.stem
+        name = rel.rsplit("/", 1)[-1][: -len(".sql")]
         doc = Doc(rel, None)
         if not _check_name(doc, (), name, "table", errors):
             continue
         if name in tables:
             errors.error(Location(rel, 1, 1), f"table '{name}' has a SQL file here but is declared at {tables[name].location}", f"move the SQL to {Path(tables[name].file).parent.as_posix()}/{name}.sql, beside its YAML")
             continue
-        sql_text = _read(sql_path, root, errors)
+        sql_text = _read(rel, root, errors)
         if sql_text is None:
             continue
         config = schema.Checker(doc, errors).section(schema.TABLE, {}, (), f"table '{name}'")
@@ -382,7 +385,3 @@ def _with_default_operation(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("operation") is None:
         config = {**config, "operation": "upsert" if config.get("key") else "insert"}
     return config
-
-
-def relpath(path: str | os.PathLike, root: Path) -> str:
-    return Path(path).resolve().relative_to(root).as_posix()

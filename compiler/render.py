@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import sys
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -29,6 +28,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from compiler.errors import Collector, Location, did_you_mean
 from compiler.project import Project, Table
+from compiler.simple_template import SimpleTemplate
 
 _MISSING = object()
 
@@ -125,6 +125,10 @@ class _MacroProxy:
 
 
 class Renderer:
+    # Templates in the simple subset skip Jinja's compiler (see simple_template.py); tests
+    # turn this off to check that both paths give the same plan.
+    fast_path = True
+
     def __init__(self, project: Project, errors: Collector):
         self.project = project
         self.errors = errors
@@ -180,9 +184,14 @@ class Renderer:
             self.errors.error(loc, f"template syntax error: {exc.message}", "check the {{ }} and {% %} tags near this line")
             return
         loc = fallback
-        for entry in traceback.extract_tb(exc.__traceback__):
-            if entry.filename in self.templates:
-                loc = Location(entry.filename, entry.lineno)
+        tb = exc.__traceback__
+        while tb is not None:  # the innermost template line wins
+            tmpl = tb.tb_frame.f_globals.get("__jinja_template__")
+            if tmpl is not None and tmpl.name in self.templates:  # compiled template code
+                loc = Location(tmpl.name, tmpl.get_corresponding_lineno(tb.tb_lineno))
+            elif tb.tb_frame.f_code.co_filename in self.templates:  # Jinja's rewritten frames
+                loc = Location(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+            tb = tb.tb_next
         message = exc.message if isinstance(exc, jinja2.TemplateError) and exc.message else str(exc)
         if isinstance(exc, jinja2.TemplateNotFound):
             self.errors.error(loc, f"template '{exc.name}' not found", "include and import take paths relative to the project folder, e.g. macros/common.sql")
@@ -357,20 +366,41 @@ class Renderer:
         finally:
             self.scope = None
 
-    def _template(self, table: Table) -> jinja2.Template | None:
+    def _template(self, table: Table) -> jinja2.Template | SimpleTemplate | None:
+        if self.fast_path:
+            simple = SimpleTemplate.parse(table.sql_file, table.sql_text)
+            if simple is not None and all(self._simple_name_ok(p) for p in simple.parts if not isinstance(p, str)):
+                return simple
         try:
             return self.env.get_template(table.sql_file)
         except jinja2.TemplateSyntaxError as exc:
             self._template_error(exc, Location(table.sql_file))
         return None
 
-    def _render(self, template: jinja2.Template, table: Table, incremental: bool) -> tuple[str, _Scope] | None:
+    def _simple_name_ok(self, expr) -> bool:
+        value = self.env.globals.get(expr.name, _MISSING)
+        if value is _MISSING:
+            return False  # Jinja reports the undefined name
+        if expr.kind == "call":
+            return callable(value)
+        if expr.kind == "attr":
+            return isinstance(value, dict) and expr.attr in value
+        return not callable(value)
+
+    def _render(self, template: jinja2.Template | SimpleTemplate, table: Table, incremental: bool) -> tuple[str, _Scope] | None:
         scope = _Scope(owner=table, file=table.sql_file, incremental=incremental)
         self.scope = scope
+
+        def at_line(line: int) -> None:
+            scope.default_location = Location(table.sql_file, line)
+
         try:
-            text = template.render()
+            if isinstance(template, SimpleTemplate):
+                text = template.render(self.env.globals.__getitem__, at_line)
+            else:
+                text = template.render()
         except Exception as exc:  # noqa: BLE001 - reported at the template line
-            self._template_error(exc, Location(table.sql_file))
+            self._template_error(exc, scope.default_location or Location(table.sql_file))
             return None
         finally:
             self.scope = None
@@ -379,6 +409,8 @@ class Renderer:
     def _render_config(self, config: Mapping[str, Any], owner: Table | None, path: tuple, node=None) -> tuple[dict[str, Any], dict[str, str | None]]:
         node = node or owner
         env_vars: dict[str, str | None] = {}
+        if not node.doc.has_templates:
+            return dict(config), env_vars
 
         def walk(value: Any, keys: tuple) -> Any:
             if isinstance(value, str):

@@ -309,11 +309,10 @@ class Checker:
         return key.default
 
     def value(self, key: Key, value: Any, path: Path, what: str) -> Any:
-        loc = self.doc.at(path)
         label = f"'{key.name}' in {what}"
 
         def wrong() -> Any:
-            self.errors.error(loc, f"{label} must be {_TYPE_WORDS.get(key.type, key.type)}, not {_type_name(value)}", key.doc)
+            self.errors.error(self.doc.at(path), f"{label} must be {_TYPE_WORDS.get(key.type, key.type)}, not {_type_name(value)}", key.doc)
             return self._default(key, path, what)
 
         if value is None and not key.required:
@@ -324,14 +323,14 @@ class Checker:
                 return wrong()
             value = str(value)
             if key.choices:
-                return self._choice(key, value, loc, label)
+                return self._choice(key, value, path, label)
             return value
         if t == "integer":
             if isinstance(value, bool) or not isinstance(value, int):
                 return wrong()
             if key.minimum is not None and value < key.minimum or key.maximum is not None and value > key.maximum:
                 bounds = f"between {key.minimum} and {key.maximum}" if key.maximum is not None else f"at least {key.minimum}"
-                self.errors.error(loc, f"{label} is {value}; it must be {bounds}", key.doc)
+                self.errors.error(self.doc.at(path), f"{label} is {value}; it must be {bounds}", key.doc)
                 return self._default(key, path, what)
             return value
         if t == "boolean":
@@ -360,7 +359,7 @@ class Checker:
             if size is None:
                 return wrong()
             if key.minimum is not None and size < key.minimum:
-                self.errors.error(loc, f"{label} is {value}; it must be at least {key.minimum} bytes", key.doc)
+                self.errors.error(self.doc.at(path), f"{label} is {value}; it must be at least {key.minimum} bytes", key.doc)
                 return self._default(key, path, what)
             return size
         if t == "columns":
@@ -375,14 +374,14 @@ class Checker:
             return {str(n): self.section(key.section, v, path + (n,), f"{key.section.title} '{n}'") for n, v in value.items()}
         return value  # "any"
 
-    def _choice(self, key: Key, value: str, loc, label: str) -> str | None:
+    def _choice(self, key: Key, value: str, path: Path, label: str) -> str | None:
         choices = key.choices or ()
         probe = {c.lower(): c for c in choices} if key.fold_case else {c: c for c in choices}
         found = probe.get(value.lower() if key.fold_case else value)
         if found is not None:
             return found
         hint = did_you_mean(value, choices) or ""
-        self.errors.error(loc, f"unknown value '{value}' for {label}", (hint + " " if hint else "") + "choose one of: " + ", ".join(choices))
+        self.errors.error(self.doc.at(path), f"unknown value '{value}' for {label}", (hint + " " if hint else "") + "choose one of: " + ", ".join(choices))
         return None
 
     def _columns(self, value: Any, path: Path, label: str) -> list[dict[str, str]] | None:

@@ -21,6 +21,7 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _Loader = yaml.SafeLoader
 
 Path = tuple  # of str keys and int indices
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Doc:
     value: Any
     key_pos: dict[Path, tuple[int, int]] = field(default_factory=dict)
     value_pos: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    # whether any value may be a template: lets rendering skip files without one
+    has_templates: bool = False
 
     def at(self, path: Path, *, key: bool = False) -> Location:
         """Where `path` is written: the key itself when `key`, else its value. Falls back to
@@ -87,6 +90,8 @@ class _Builder:
     def scalar(self, node: yaml.Node) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             return {}  # a mapping or list used as a key: the caller reports it
+        if node.tag == _STR_TAG:
+            return node.value
         try:
             value = self.constructor.construct_object(node, deep=True)
         except ConstructorError as exc:
@@ -115,7 +120,7 @@ def load_yaml(text: str, file: str, errors: Collector) -> Doc | None:
     except yaml.YAMLError as exc:
         errors.error(Location(file), f"YAML error: {exc}")
         return None
-    doc = Doc(file=file, value=None)
+    doc = Doc(file=file, value=None, has_templates="{{" in text or "{%" in text)
     if node is not None:
         doc.value = _Builder(doc, errors).build(node, ())
     return doc
