@@ -5,6 +5,15 @@ well under a second on a laptop or in CI. Stages, each a module taking the previ
 typed output: project (read) -> validate -> render -> graph -> plan (-> diff).
 """
 
-from compiler.api import compile_project
+
+def __getattr__(name: str):
+    # `from compiler import compile_project` without importing networkx and jinja2 for
+    # commands that never compile (`pipe --version`, `pipe init`)
+    if name == "compile_project":
+        from compiler.api import compile_project
+
+        return compile_project
+    raise AttributeError(name)
+
 
 __all__ = ["compile_project"]

@@ -14,6 +14,7 @@ from typing import Iterable, Mapping
 import networkx as nx
 
 from compiler.errors import Collector, Diagnostic, Location, ProjectError
+from compiler.schema import parse_size
 
 
 def source_id(name: str) -> str:
@@ -166,6 +167,7 @@ def _match(graph: nx.DiGraph, body: str) -> set[str]:
         if have is _ABSENT:
             continue
         values = have if isinstance(have, list) else [have]
-        if any(str(v).lower() == value.lower() for v in values):
+        size = parse_size(value)  # config.max_file_size:120MB compares bytes
+        if any(str(v).lower() == value.lower() or (type(v) is int and v == size) for v in values):
             out.add(n)
     return out

@@ -70,6 +70,7 @@ def test_methods(graph):
     assert sel(graph, "config.type:merge_on_read") == ["table.b"]
     assert sel(graph, "config.format:csv") == ["source.raw2"]
     assert sel(graph, "config.clean.retain:10", exclude=["config.type:copy_on_write"]) == ["table.b"]
+    assert sel(graph, "config.max_file_size:120MB,tag:nightly") == ["table.a"]
 
 
 def test_union_intersection_and_exclude(graph):
