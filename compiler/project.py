@@ -296,38 +296,43 @@ def _diag(location: Location, message: str, hint: str | None = None):
     return Diagnostic(location, message, hint)
 
 
-def _load_sources(root: Path, errors: Collector) -> dict[str, Source]:
-    sources: dict[str, Source] = {}
-    for rel in _files(root, "sources", (".yml", ".yaml")):
+def _entries(root: Path, folder: str, other: str, errors: Collector):
+    """(file, doc, name, body, path) of every well-named entry under `folder:` in folder/*.yml."""
+    for rel in _files(root, folder, (".yml", ".yaml")):
         text = _read(rel, root, errors)
         doc = load_yaml(text, rel, errors) if text is not None else None
         if doc is None:
             continue
-        for name, body in _top_level(doc, "sources", errors, "tables").items():
-            p = ("sources", name)
-            if not _check_name(doc, p, name, "source", errors):
-                continue
-            kind = body.get("kind") if isinstance(body, dict) else None
-            if isinstance(body, dict) and kind is None:
-                errors.error(doc.at(p, key=True), f"source '{name}' is missing required key 'kind'", "add `kind:` with one of: " + ", ".join(schema.SOURCE_KINDS))
-                continue
-            if isinstance(body, dict) and not isinstance(kind, str):
-                errors.error(doc.at(p + ("kind",)), f"'kind' in source '{name}' must be a string, not {schema._type_name(kind)}", "choose one of: " + ", ".join(schema.SOURCE_KINDS))
-                continue
-            if isinstance(body, dict) and kind not in schema.SOURCES:
-                hint = did_you_mean(str(kind), schema.SOURCES) or ""
-                errors.error(doc.at(p + ("kind",)), f"unknown source kind '{kind}' in source '{name}'", (hint + " " if hint else "") + "choose one of: " + ", ".join(schema.SOURCE_KINDS))
-                continue
-            section = schema.SOURCES.get(kind or "files")
-            checker = schema.Checker(doc, errors, elsewhere=_source_elsewhere(kind or "files"))
-            config = checker.section(section, body, p, f"source '{name}'")
-            if config.get("kind") is None:
-                continue  # missing kind was reported
-            source = Source(name=name, config=config, doc=doc, path=p)
-            if name in sources:
-                errors.error(source.location, f"source '{name}' is declared twice (first at {sources[name].location})", "source names are unique across all files in sources/")
-                continue
-            sources[name] = source
+        for name, body in _top_level(doc, folder, errors, other).items():
+            p = (folder, name)
+            if _check_name(doc, p, name, folder[:-1], errors):
+                yield rel, doc, name, body, p
+
+
+def _load_sources(root: Path, errors: Collector) -> dict[str, Source]:
+    sources: dict[str, Source] = {}
+    for _rel, doc, name, body, p in _entries(root, "sources", "tables", errors):
+        kind = body.get("kind") if isinstance(body, dict) else None
+        if isinstance(body, dict) and kind is None:
+            errors.error(doc.at(p, key=True), f"source '{name}' is missing required key 'kind'", "add `kind:` with one of: " + ", ".join(schema.SOURCE_KINDS))
+            continue
+        if isinstance(body, dict) and not isinstance(kind, str):
+            errors.error(doc.at(p + ("kind",)), f"'kind' in source '{name}' must be a string, not {schema.type_name(kind)}", "choose one of: " + ", ".join(schema.SOURCE_KINDS))
+            continue
+        if isinstance(body, dict) and kind not in schema.SOURCES:
+            hint = did_you_mean(str(kind), schema.SOURCES) or ""
+            errors.error(doc.at(p + ("kind",)), f"unknown source kind '{kind}' in source '{name}'", (hint + " " if hint else "") + "choose one of: " + ", ".join(schema.SOURCE_KINDS))
+            continue
+        section = schema.SOURCES.get(kind or "files")
+        checker = schema.Checker(doc, errors, elsewhere=_source_elsewhere(kind or "files"))
+        config = checker.section(section, body, p, f"source '{name}'")
+        if config.get("kind") is None:
+            continue  # missing kind was reported
+        source = Source(name=name, config=config, doc=doc, path=p)
+        if name in sources:
+            errors.error(source.location, f"source '{name}' is declared twice (first at {sources[name].location})", "source names are unique across all files in sources/")
+            continue
+        sources[name] = source
     return sources
 
 
@@ -336,32 +341,24 @@ def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
     declared_sql: set[str] = set()
     sql_files = _files(root, "tables", (".sql",))
     existing_sql = set(sql_files)
-    for rel in _files(root, "tables", (".yml", ".yaml")):
-        text = _read(rel, root, errors)
-        doc = load_yaml(text, rel, errors) if text is not None else None
-        if doc is None:
+    for rel, doc, name, body, p in _entries(root, "tables", "sources", errors):
+        config = schema.Checker(doc, errors).section(schema.TABLE, body, p, f"table '{name}'")
+        sql_rel = f"{rel.rsplit('/', 1)[0]}/{name}.sql"
+        sql_text = _read(sql_rel, root, errors) if sql_rel in existing_sql else None
+        if sql_text is not None:
+            declared_sql.add(sql_rel)
+        table = Table(
+            name=name,
+            config=_with_default_operation(config),
+            doc=doc,
+            path=p,
+            sql_file=sql_rel if sql_text is not None else None,
+            sql_text=sql_text,
+        )
+        if name in tables:
+            errors.error(table.location, f"table '{name}' is declared twice (first at {tables[name].location})", "table names are unique across all files in tables/")
             continue
-        for name, body in _top_level(doc, "tables", errors, "sources").items():
-            p = ("tables", name)
-            if not _check_name(doc, p, name, "table", errors):
-                continue
-            config = schema.Checker(doc, errors).section(schema.TABLE, body, p, f"table '{name}'")
-            sql_rel = f"{rel.rsplit('/', 1)[0]}/{name}.sql"
-            sql_text = _read(sql_rel, root, errors) if sql_rel in existing_sql else None
-            if sql_text is not None:
-                declared_sql.add(sql_rel)
-            table = Table(
-                name=name,
-                config=_with_default_operation(config),
-                doc=doc,
-                path=p,
-                sql_file=sql_rel if sql_text is not None else None,
-                sql_text=sql_text,
-            )
-            if name in tables:
-                errors.error(table.location, f"table '{name}' is declared twice (first at {tables[name].location})", "table names are unique across all files in tables/")
-                continue
-            tables[name] = table
+        tables[name] = table
     # A SELECT with no YAML is a table with default settings, as a dbt model without a .yml.
     for rel in sql_files:
         if rel in declared_sql:

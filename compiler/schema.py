@@ -251,7 +251,7 @@ _TYPE_WORDS = {
 }
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if value is None:
         return "nothing (null)"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}.get(
@@ -274,7 +274,7 @@ class Checker:
         if value is None:
             value = {}
         if not isinstance(value, dict):
-            self.errors.error(self.doc.at(path), f"{what} must be a mapping of settings, not {_type_name(value)}")
+            self.errors.error(self.doc.at(path), f"{what} must be a mapping of settings, not {type_name(value)}")
             value = {}
         out: dict[str, Any] = {}
         for name in value:
@@ -312,7 +312,7 @@ class Checker:
         label = f"'{key.name}' in {what}"
 
         def wrong() -> Any:
-            self.errors.error(self.doc.at(path), f"{label} must be {_TYPE_WORDS.get(key.type, key.type)}, not {_type_name(value)}", key.doc)
+            self.errors.error(self.doc.at(path), f"{label} must be {_TYPE_WORDS.get(key.type, key.type)}, not {type_name(value)}", key.doc)
             return self._default(key, path, what)
 
         if value is None and not key.required:
