@@ -43,3 +43,13 @@ def project(tmp_path):
         return write_project(tmp_path / "proj", files)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for every integration test (2 cores, quiet)."""
+    from runtime.session import get_spark
+
+    session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "4"}, app_name="pipe-tests")
+    yield session
+    session.stop()

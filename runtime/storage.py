@@ -1,0 +1,214 @@
+"""One small file-system interface for the timeline and the writers: local folders and S3.
+
+Paths given to a Storage are relative to its root and use `/`. The two operations the table
+format leans on for safety are here and nowhere else:
+- `write_atomic`: a reader sees the old bytes or the new ones, never a part (temp + rename on
+  local disks; a single PutObject on S3);
+- `create_exclusive`: create a file that must not exist yet, atomically (link() of a complete
+  temp file on local disks, so the name never points at partial content; PutObject with
+  `If-None-Match: *` on S3). This is how an instant is completed and a lock is taken.
+A Storage is described by a picklable `StorageSpec`, so Spark executors can open their own."""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol
+
+
+class StorageError(Exception):
+    """A storage operation failed; the message says what we were doing."""
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str  # relative to the storage root
+    size: int
+    mtime_ms: int
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """How to reach a storage root; travels to executors."""
+
+    uri: str  # a local absolute path, file:///..., or s3://bucket/prefix
+    options: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # e.g. endpoint_url, region
+
+    @property
+    def is_s3(self) -> bool:
+        return self.uri.startswith(("s3://", "s3a://"))
+
+    def child(self, relative: str) -> "StorageSpec":
+        return StorageSpec(self.uri.rstrip("/") + "/" + relative.strip("/"), self.options)
+
+
+class Storage(Protocol):
+    spec: StorageSpec
+
+    def read_bytes(self, path: str) -> bytes: ...
+    def write_atomic(self, path: str, data: bytes) -> None: ...
+    def create_exclusive(self, path: str, data: bytes) -> bool: ...
+    def exists(self, path: str) -> bool: ...
+    def delete(self, path: str) -> None: ...
+    def list_files(self, prefix: str = "", recursive: bool = True) -> list[FileInfo]: ...
+    def full_path(self, path: str) -> str: ...
+
+
+def open_storage(spec: StorageSpec) -> Storage:
+    if spec.is_s3:
+        return S3Storage(spec)
+    return LocalStorage(spec)
+
+
+class LocalStorage:
+    def __init__(self, spec: StorageSpec):
+        self.spec = spec
+        root = spec.uri[len("file://"):] if spec.uri.startswith("file://") else spec.uri
+        self.root = os.path.abspath(root)
+
+    def full_path(self, path: str) -> str:
+        return os.path.join(self.root, *[p for p in path.split("/") if p]) if path else self.root
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(self.full_path(path), "rb") as f:
+            return f.read()
+
+    def _temp_beside(self, full: str) -> str:
+        # hidden, in the same folder so rename/link stay on one file system
+        folder, name = os.path.split(full)
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        full = self.full_path(path)
+        tmp = self._temp_beside(full)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, full)
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        full = self.full_path(path)
+        tmp = self._temp_beside(full)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, full)  # fails if `full` exists; the name appears with all its bytes
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self.full_path(path))
+
+    def delete(self, path: str) -> None:
+        try:
+            os.unlink(self.full_path(path))
+        except FileNotFoundError:
+            pass
+
+    def list_files(self, prefix: str = "", recursive: bool = True) -> list[FileInfo]:
+        base = self.full_path(prefix)
+        out: list[FileInfo] = []
+        if not os.path.isdir(base):
+            return out
+        for dirpath, dirnames, filenames in os.walk(base):
+            rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            rel_dir = "" if rel_dir == "." else rel_dir + "/"
+            for name in filenames:
+                try:
+                    st = os.stat(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue
+                out.append(FileInfo(rel_dir + name, st.st_size, int(st.st_mtime * 1000)))
+            if not recursive:
+                break
+        return out
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        base = self.full_path(prefix)
+        try:
+            return sorted(e.name for e in os.scandir(base) if e.is_dir())
+        except FileNotFoundError:
+            return []
+
+
+class S3Storage:
+    """S3 through boto3. Conditional create uses PutObject If-None-Match (S3 since 2024;
+    MinIO and moto support it too)."""
+
+    def __init__(self, spec: StorageSpec):
+        import boto3  # only the runtime on S3 needs it
+
+        self.spec = spec
+        rest = spec.uri.split("://", 1)[1]
+        self.bucket, _, self.prefix = rest.partition("/")
+        self.prefix = self.prefix.strip("/")
+        opts = dict(spec.options)
+        self.client = boto3.client("s3", endpoint_url=opts.get("endpoint_url"), region_name=opts.get("region"))
+
+    def _key(self, path: str) -> str:
+        return "/".join(p for p in (self.prefix, path.strip("/")) if p)
+
+    def full_path(self, path: str) -> str:
+        return f"s3://{self.bucket}/{self._key(path)}"
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(path))["Body"].read()
+        except self.client.exceptions.NoSuchKey as exc:
+            raise FileNotFoundError(errno.ENOENT, "no such object", self.full_path(path)) from exc
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+                return False
+            raise
+
+    def exists(self, path: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(path))
+            return True
+        except ClientError:
+            return False
+
+    def delete(self, path: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(path))
+
+    def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict]:
+        kwargs = {"Bucket": self.bucket, "Prefix": self._key(prefix).rstrip("/") + "/" if prefix or self.prefix else ""}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        yield from self.client.get_paginator("list_objects_v2").paginate(**kwargs)
+
+    def list_files(self, prefix: str = "", recursive: bool = True) -> list[FileInfo]:
+        out = []
+        root = self._key("") + "/" if self.prefix else ""
+        for page in self._pages(prefix, None if recursive else "/"):
+            for obj in page.get("Contents", ()):
+                out.append(FileInfo(obj["Key"][len(root):], obj["Size"], int(obj["LastModified"].timestamp() * 1000)))
+        return out
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        names = []
+        for page in self._pages(prefix, "/"):
+            for cp in page.get("CommonPrefixes", ()):
+                names.append(cp["Prefix"].rstrip("/").rsplit("/", 1)[-1])
+        return sorted(names)

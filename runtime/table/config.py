@@ -1,0 +1,107 @@
+"""hoodie.properties: what a table is (name, type, keys, partitioning, merge mode), written once
+at creation with every key Hudi readers expect (HUDI_FORMAT.md section 1.1)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zlib
+from dataclasses import dataclass
+
+PROPERTIES = ".hoodie/hoodie.properties"
+DATABASE = "default"
+
+COPY_ON_WRITE, MERGE_ON_READ = "COPY_ON_WRITE", "MERGE_ON_READ"
+_KEYGEN = "org.apache.hudi.keygen."
+# Event-time ordering: the largest precombine value wins, also against the stored row.
+_EVENT_TIME_PAYLOAD = "org.apache.hudi.common.model.DefaultHoodieRecordPayload"
+_COMMIT_TIME_PAYLOAD = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    name: str
+    table_type: str = COPY_ON_WRITE
+    record_key_fields: tuple[str, ...] = ()
+    partition_fields: tuple[str, ...] = ()
+    precombine_field: str | None = None
+    hive_style: bool = True
+    url_encode: bool = True
+
+    @property
+    def is_partitioned(self) -> bool:
+        return bool(self.partition_fields)
+
+    @property
+    def key_generator(self) -> str:
+        if not self.partition_fields:
+            cls = "NonpartitionedKeyGenerator"
+        elif len(self.record_key_fields) <= 1 and len(self.partition_fields) == 1:
+            cls = "SimpleKeyGenerator"
+        else:
+            cls = "ComplexKeyGenerator"
+        return _KEYGEN + cls
+
+    @property
+    def event_time_ordering(self) -> bool:
+        return self.precombine_field is not None
+
+    @property
+    def checksum(self) -> int:
+        return zlib.crc32(f"{DATABASE}.{self.name}".encode("utf-8"))
+
+    def to_properties(self, now: dt.datetime | None = None) -> str:
+        now = now or dt.datetime.now(dt.timezone.utc)
+        props = {
+            "hoodie.table.name": self.name,
+            "hoodie.database.name": DATABASE,
+            "hoodie.table.type": self.table_type,
+            "hoodie.table.version": "6",
+            "hoodie.timeline.layout.version": "1",
+            "hoodie.table.timeline.timezone": "UTC",
+            "hoodie.table.base.file.format": "PARQUET",
+            "hoodie.table.recordkey.fields": ",".join(self.record_key_fields),
+            "hoodie.table.partition.fields": ",".join(self.partition_fields),
+            "hoodie.table.keygenerator.class": self.key_generator,
+            "hoodie.datasource.write.hive_style_partitioning": str(self.hive_style).lower(),
+            "hoodie.datasource.write.partitionpath.urlencode": str(self.url_encode).lower(),
+            "hoodie.datasource.write.drop.partition.columns": "false",
+            "hoodie.populate.meta.fields": "true",
+            "hoodie.archivelog.folder": "archived",
+            "hoodie.compaction.payload.class": _EVENT_TIME_PAYLOAD if self.event_time_ordering else _COMMIT_TIME_PAYLOAD,
+            "hoodie.record.merge.mode": "EVENT_TIME_ORDERING" if self.event_time_ordering else "COMMIT_TIME_ORDERING",
+            "hoodie.table.checksum": str(self.checksum),
+        }
+        if self.precombine_field:
+            props["hoodie.table.precombine.field"] = self.precombine_field
+        lines = ["#Properties saved on " + now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"]
+        # values are written raw: hudi-rs does not unescape, and Java accepts them unescaped
+        lines += [f"{k}={v}" for k, v in sorted(props.items())]
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_properties(cls, text: str) -> "TableConfig":
+        props = parse_properties(text)
+        split = lambda v: tuple(x for x in (v or "").split(",") if x)  # noqa: E731
+        keygen = props.get("hoodie.table.keygenerator.class", "")
+        partitions = () if keygen.endswith("NonpartitionedKeyGenerator") else split(props.get("hoodie.table.partition.fields"))
+        return cls(
+            name=props["hoodie.table.name"],
+            table_type={"cow": COPY_ON_WRITE, "mor": MERGE_ON_READ}.get(props["hoodie.table.type"].lower(), props["hoodie.table.type"].upper()),
+            record_key_fields=split(props.get("hoodie.table.recordkey.fields")),
+            partition_fields=partitions,
+            precombine_field=props.get("hoodie.table.precombine.field") or None,
+            hive_style=props.get("hoodie.datasource.write.hive_style_partitioning", "false") == "true",
+            url_encode=props.get("hoodie.datasource.write.partitionpath.urlencode", "false") == "true",
+        )
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java properties as Hudi writes them: `key=value` lines, `#` comments, `\\:` for `:`."""
+    props = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")) or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        props[key.strip()] = value.strip().replace("\\:", ":").replace("\\=", "=")
+    return props

@@ -1,0 +1,138 @@
+"""Where data lives: base file names, partition paths, file groups and file slices, and the
+file-system view that picks the latest valid slice of every group as of an instant."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from runtime.storage import Storage
+from runtime.table.timeline import HOODIE, REPLACECOMMIT, WRITE_ACTIONS, Instant, Timeline
+
+PARTITION_METADATA = ".hoodie_partition_metadata"
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+_BASE_FILE = re.compile(r"^(?P<file_id>[^_.][^_]*)_(?P<token>\d+-\d+-\d+)_(?P<instant>\d{14,17})\.parquet$")
+
+# Characters Hudi's PartitionPathEncodeUtils escapes (besides control characters).
+_ESCAPED = '"#%\'*/:=?\\{[]^'
+
+
+def new_file_id() -> str:
+    return f"{uuid.uuid4()}-0"
+
+
+def base_file_name(file_id: str, write_token: str, instant: str) -> str:
+    return f"{file_id}_{write_token}_{instant}.parquet"
+
+
+@dataclass(frozen=True)
+class BaseFile:
+    partition: str
+    name: str
+    size: int
+
+    @property
+    def file_id(self) -> str:
+        return _BASE_FILE.match(self.name).group("file_id")
+
+    @property
+    def instant(self) -> str:
+        return _BASE_FILE.match(self.name).group("instant")
+
+    @property
+    def path(self) -> str:
+        return f"{self.partition}/{self.name}" if self.partition else self.name
+
+
+def parse_base_file(partition: str, name: str, size: int) -> BaseFile | None:
+    return BaseFile(partition, name, size) if _BASE_FILE.match(name) else None
+
+
+def encode_partition_value(value: object, url_encode: bool = True) -> str:
+    """One partition value as Hudi writes it: nulls and empty strings become
+    __HIVE_DEFAULT_PARTITION__; special characters are %XX-escaped when url_encode is on."""
+    if value is None or value == "":
+        return DEFAULT_PARTITION
+    text = str(value)
+    if not url_encode:
+        return text
+    return "".join(f"%{ord(c):02X}" if (c in _ESCAPED or ord(c) < 0x20 or ord(c) == 0x7F) else c for c in text)
+
+
+def partition_path(values: dict[str, object], fields: Iterable[str], hive_style: bool, url_encode: bool = True) -> str:
+    parts = []
+    for f in fields:
+        v = encode_partition_value(values.get(f), url_encode)
+        parts.append(f"{f}={v}" if hive_style else v)
+    return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    partition: str
+    file_id: str
+    base_file: BaseFile
+
+    @property
+    def base_instant(self) -> str:
+        return self.base_file.instant
+
+
+@dataclass
+class FileSystemView:
+    """Committed base files of a table, grouped into file groups, as of a timeline."""
+
+    timeline: Timeline
+    files: list[BaseFile]
+    replaced: dict[tuple[str, str], str] = field(default_factory=dict)  # (partition, file id) -> replacing instant
+
+    @classmethod
+    def load(cls, storage: Storage, timeline: Timeline, partitions: Iterable[str] | None = None) -> "FileSystemView":
+        """Lists base files (all partitions, or only `partitions`) and keeps those written by a
+        completed write instant, or older than every instant on the active timeline (archived)."""
+        committed = {i.time for i in timeline.completed(WRITE_ACTIONS)}
+        pending = {i.time for i in timeline.pending()}
+        first = timeline.instants[0].time if timeline.instants else None
+        files: list[BaseFile] = []
+        prefixes = [""] if partitions is None else sorted(set(partitions))
+        for prefix in prefixes:
+            for info in storage.list_files(prefix, recursive=partitions is None or prefix != ""):
+                if info.path.startswith(HOODIE + "/") or "/." in "/" + info.path:
+                    continue  # .hoodie, .hoodie_partition_metadata and hidden temp files
+                folder, _, name = info.path.rpartition("/")
+                bf = parse_base_file(folder, name, info.size)
+                if bf is None:
+                    continue
+                t = bf.instant
+                if t in committed or (t not in pending and first is not None and t < first):
+                    files.append(bf)
+        replaced: dict[tuple[str, str], str] = {}
+        for inst in timeline.completed((REPLACECOMMIT,)):
+            meta = timeline.read_json(inst)
+            for part, ids in (meta.get("partitionToReplaceFileIds") or {}).items():
+                for fid in ids:
+                    replaced[(part, fid)] = inst.time
+        return cls(timeline, files, replaced)
+
+    def latest_slices(self, as_of: str | None = None) -> list[FileSlice]:
+        """The latest slice of every file group as of `as_of` (inclusive), minus replaced groups."""
+        best: dict[tuple[str, str], BaseFile] = {}
+        for bf in self.files:
+            if as_of is not None and bf.instant > as_of:
+                continue
+            key = (bf.partition, bf.file_id)
+            r = self.replaced.get(key)
+            if r is not None and (as_of is None or r <= as_of):
+                continue
+            if key not in best or bf.instant > best[key].instant:
+                best[key] = bf
+        return [FileSlice(p, fid, bf) for (p, fid), bf in sorted(best.items())]
+
+    def slices_of(self, as_of: str | None = None) -> dict[tuple[str, str], FileSlice]:
+        return {(s.partition, s.file_id): s for s in self.latest_slices(as_of)}
+
+
+def completed_write_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Instant]:
+    return [i for i in timeline.completed(WRITE_ACTIONS) if (since is None or i.time > since) and (until is None or i.time <= until)]

@@ -1,0 +1,118 @@
+"""Table schemas: Spark types to the Avro writer schema Hudi keeps in commit metadata
+(`extraMetadata.schema`), and the rules for how a table's schema may change between writes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+META_COLUMNS = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name")
+IS_DELETED = "_hoodie_is_deleted"
+
+
+class SchemaChangeError(ValueError):
+    """An incoming schema the stored table cannot take."""
+
+
+def _decimal_size(precision: int) -> int:
+    size = 1
+    while 2 ** (8 * size - 1) < 10**precision:
+        size += 1
+    return size
+
+
+def avro_type(data_type: Any, name: str, namespace: str) -> Any:
+    from pyspark.sql import types as T
+
+    t = data_type
+    if isinstance(t, T.BooleanType):
+        return "boolean"
+    if isinstance(t, (T.ByteType, T.ShortType, T.IntegerType)):
+        return "int"
+    if isinstance(t, T.LongType):
+        return "long"
+    if isinstance(t, T.FloatType):
+        return "float"
+    if isinstance(t, T.DoubleType):
+        return "double"
+    if isinstance(t, (T.StringType, T.VarcharType, T.CharType)):
+        return "string"
+    if isinstance(t, T.BinaryType):
+        return "bytes"
+    if isinstance(t, T.DateType):
+        return {"type": "int", "logicalType": "date"}
+    if isinstance(t, T.TimestampNTZType):
+        return {"type": "long", "logicalType": "local-timestamp-micros"}
+    if isinstance(t, T.TimestampType):
+        return {"type": "long", "logicalType": "timestamp-micros"}
+    if isinstance(t, T.DecimalType):
+        return {"type": "fixed", "name": "fixed", "namespace": f"{namespace}.{name}", "size": _decimal_size(t.precision),
+                "logicalType": "decimal", "precision": t.precision, "scale": t.scale}
+    if isinstance(t, T.ArrayType):
+        return {"type": "array", "items": ["null", avro_type(t.elementType, name, namespace)]}
+    if isinstance(t, T.MapType):
+        return {"type": "map", "values": ["null", avro_type(t.valueType, name, namespace)]}
+    if isinstance(t, T.StructType):
+        return {"type": "record", "name": name, "namespace": namespace,
+                "fields": [_field(f, f"{namespace}.{name}") for f in t.fields]}
+    raise SchemaChangeError(f"column type {t.simpleString()} cannot be stored in a Hudi table")
+
+
+def _field(f: Any, namespace: str) -> dict[str, Any]:
+    return {"name": f.name, "type": ["null", avro_type(f.dataType, f.name, namespace)], "default": None}
+
+
+def avro_schema_json(struct: Any, table_name: str) -> str:
+    """The writer schema Hudi stores in commit metadata: record `<table>_record`, namespace
+    `hoodie.<table>`, every field nullable with default null, no meta columns."""
+    namespace = f"hoodie.{table_name}"
+    record = {
+        "type": "record",
+        "name": f"{table_name}_record",
+        "namespace": namespace,
+        "fields": [_field(f, f"{namespace}.{table_name}_record") for f in struct.fields if f.name not in META_COLUMNS],
+    }
+    return json.dumps(record, separators=(",", ":"))
+
+
+# Widenings a stored column may take (Hudi's schema evolution on write allows these).
+_WIDER = {
+    "tinyint": {"smallint", "int", "bigint", "float", "double"},
+    "smallint": {"int", "bigint", "float", "double"},
+    "int": {"bigint", "float", "double"},
+    "bigint": {"float", "double"},
+    "float": {"double"},
+    "date": {"timestamp"},
+}
+
+
+def merge_schemas(stored: Any, incoming: Any, protected: tuple[str, ...]) -> Any:
+    """The schema after writing `incoming` into a table whose schema is `stored` (Spark
+    StructTypes). New columns are added (old rows read them as null); a stored column missing
+    from the input stays (the rows written now hold null); a column may widen. Anything else
+    raises SchemaChangeError naming the column. `protected` columns (key, partition,
+    precombine) must be present and keep their type."""
+    from pyspark.sql import types as T
+
+    by_name = {f.name: f for f in incoming.fields}
+    fields = []
+    for f in stored.fields:
+        new = by_name.get(f.name)
+        if new is None:
+            if f.name in protected:
+                raise SchemaChangeError(f"column '{f.name}' is missing from the input; it is a key, partition or precombine column of the table")
+            fields.append(f)
+            continue
+        old_t, new_t = f.dataType.simpleString(), new.dataType.simpleString()
+        if old_t == new_t:
+            fields.append(f)
+        elif new_t in _WIDER.get(old_t, ()) and f.name not in protected:
+            fields.append(T.StructField(f.name, new.dataType, True))
+        else:
+            raise SchemaChangeError(
+                f"column '{f.name}' is {old_t} in the table but {new_t} in the input; "
+                "cast it in the SELECT, or rebuild the table with --full-refresh"
+            )
+    stored_names = {f.name for f in stored.fields}
+    fields += [T.StructField(f.name, f.dataType, True) for f in incoming.fields if f.name not in stored_names]
+    return T.StructType(fields)

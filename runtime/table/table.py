@@ -1,0 +1,277 @@
+"""`Table`: the API the runtime uses to create, write and read a Hudi table (version 6,
+copy-on-write), and the protocol that keeps data safe around each write:
+
+    lock -> roll back pending instants -> request -> inflight -> write files
+         -> remove stray files -> check conflicts -> complete (atomic) -> unlock
+
+A reader never sees a file before the completed instant that names it exists."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from runtime.storage import Storage, StorageSpec, open_storage
+from runtime.table import reader as _reader
+from runtime.table import writer as _writer
+from runtime.table.config import COPY_ON_WRITE, PROPERTIES, TableConfig
+from runtime.table.layout import PARTITION_METADATA, FileSystemView
+from runtime.table.schema import META_COLUMNS
+from runtime.table.timeline import (
+    COMMIT, HOODIE, INFLIGHT, REQUESTED, CommitMetadata, Instant, Timeline, new_instant_time,
+)
+
+LOCK_FILE = f"{HOODIE}/pipe.lock"
+# Empty folders Java writers create and expect (hudi-rs does not need them).
+_HOODIE_DIRS = ("archived", ".temp", ".aux/.bootstrap/.partitions", ".aux/.bootstrap/.fileids", ".schema")
+
+
+class TableError(Exception):
+    """A table operation that cannot go ahead; what the user can do is in the message."""
+
+
+class LockTimeout(TableError):
+    pass
+
+
+@dataclass
+class WriteResult:
+    instant: str
+    action: str
+    operation: str
+    inserts: int
+    updates: int
+    deletes: int
+    files: int
+    bytes: int
+
+
+class Table:
+    def __init__(self, spark, storage: Storage, config: TableConfig):
+        self.spark = spark
+        self.storage = storage
+        self.config = config
+
+    # --- creating and opening --------------------------------------------------------------
+
+    @classmethod
+    def exists(cls, uri: str, storage_options: tuple = ()) -> bool:
+        return open_storage(StorageSpec(uri, storage_options)).exists(PROPERTIES)
+
+    @classmethod
+    def open(cls, spark, uri: str, storage_options: tuple = ()) -> "Table":
+        storage = open_storage(StorageSpec(uri, storage_options))
+        try:
+            text = storage.read_bytes(PROPERTIES).decode("utf-8")
+        except FileNotFoundError as exc:
+            raise TableError(f"no Hudi table at {uri} ({PROPERTIES} is missing)") from exc
+        return cls(spark, storage, TableConfig.from_properties(text))
+
+    @classmethod
+    def create(cls, spark, uri: str, config: TableConfig, storage_options: tuple = ()) -> "Table":
+        """Creates the table, or opens it when it exists with the same definition."""
+        storage = open_storage(StorageSpec(uri, storage_options))
+        if storage.exists(PROPERTIES):
+            table = cls.open(spark, uri, storage_options)
+            table._check_same_definition(config)
+            return table
+        if config.table_type != COPY_ON_WRITE:
+            raise TableError(f"table type {config.table_type} is not supported yet; use copy_on_write")
+        for d in _HOODIE_DIRS:
+            storage.write_atomic(f"{HOODIE}/{d}/.keep", b"") if not hasattr(storage, "root") else os.makedirs(storage.full_path(f"{HOODIE}/{d}"), exist_ok=True)
+        if not storage.create_exclusive(PROPERTIES, config.to_properties().encode("utf-8")):
+            table = cls.open(spark, uri, storage_options)  # created meanwhile by someone else
+            table._check_same_definition(config)
+            return table
+        return cls(spark, storage, config)
+
+    def _check_same_definition(self, wanted: TableConfig) -> None:
+        have = self.config
+        diffs = [
+            (what, a, b) for what, a, b in (
+                ("record key", have.record_key_fields, wanted.record_key_fields),
+                ("partition fields", have.partition_fields, wanted.partition_fields),
+                ("table type", have.table_type, wanted.table_type),
+                ("hive-style partitioning", have.hive_style, wanted.hive_style),
+            ) if a != b
+        ]
+        if diffs:
+            what = "; ".join(f"{w} is {list(a) if isinstance(a, tuple) else a} in the table but {list(b) if isinstance(b, tuple) else b} now" for w, a, b in diffs)
+            raise TableError(f"table {have.name} at {self.storage.spec.uri} was created differently: {what}. "
+                             "Rebuild it (pipe run --full-refresh) to change its layout")
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def timeline(self) -> Timeline:
+        return Timeline.load(self.storage)
+
+    def view(self, timeline: Timeline | None = None) -> FileSystemView:
+        return FileSystemView.load(self.storage, timeline or self.timeline())
+
+    def schema(self, timeline: Timeline | None = None):
+        """The table's data columns (Spark StructType) as written by its latest commit, or None."""
+        from pyspark.sql import types as T
+
+        timeline = timeline or self.timeline()
+        for inst in reversed(timeline.completed()):
+            meta = timeline.commit_metadata(inst)
+            paths = [s.path for s in meta.write_stats if s.path.endswith(".parquet")]
+            if paths:
+                struct = self.spark.read.parquet(self.storage.full_path(paths[0])).schema
+                return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
+        return None
+
+    def record_size_estimate(self, default: int) -> int:
+        timeline = self.timeline()
+        for inst in reversed(timeline.completed()):
+            stats = timeline.commit_metadata(inst).write_stats
+            rows = sum(s.num_writes for s in stats)
+            size = sum(s.file_size for s in stats)
+            if rows > 0 and size > 0:
+                return max(1, size // rows)
+        return default
+
+    def checkpoints(self) -> dict[str, str]:
+        """The source checkpoints of the latest completed commit."""
+        timeline = self.timeline()
+        latest = timeline.latest_completed()
+        return timeline.commit_metadata(latest).checkpoints() if latest else {}
+
+    def ensure_partitions(self, partitions, instant: str) -> None:
+        """Writes .hoodie_partition_metadata for partitions that have none, before any data file."""
+        for p in sorted(partitions):
+            if p is None:
+                continue
+            path = f"{p}/{PARTITION_METADATA}" if p else PARTITION_METADATA
+            if not self.storage.exists(path):
+                depth = 0 if not p else p.count("/") + 1
+                text = f"#partition metadata\n#{dt.datetime.now(dt.timezone.utc).strftime('%a %b %d %H:%M:%S UTC %Y')}\ncommitTime={instant}\npartitionDepth={depth}\n"
+                self.storage.write_atomic(path, text.encode("utf-8"))
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def write(self, df, operation: str = "upsert", extra_metadata: dict[str, str] | None = None, **options: Any) -> WriteResult:
+        opts = _writer.WriteOptions(operation=operation, extra_metadata=dict(extra_metadata or {}), **options)
+        if operation not in _writer.OPERATION_TYPES:
+            raise TableError(f"operation {operation} is not supported by this table engine yet")
+        with self.lock():
+            self.rollback_pending()
+            timeline = self.timeline()
+            instant = Instant(new_instant_time(timeline.last_time()), COMMIT, REQUESTED)
+            self._transition(instant, REQUESTED, b"")
+            op_type = _writer.OPERATION_TYPES[operation]
+            self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes())
+            _fault("after_inflight")
+            view = FileSystemView.load(self.storage, timeline)
+            slices = view.latest_slices()
+            staged = _writer.write(self.spark, self, df, opts, instant.time, slices, self.schema(timeline))
+            _fault("after_files")
+            self._remove_strays(instant.time, staged.stats)
+            self._check_conflicts(slices, staged.stats)
+            extra = {"schema": staged.schema_json, **opts.extra_metadata}
+            meta = CommitMetadata(op_type, staged.stats, extra)
+            if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
+                raise TableError(f"instant {instant.time} was completed by someone else")
+            _fault("after_commit")
+        c = staged.counts
+        return WriteResult(instant.time, COMMIT, operation, c.inserts, c.updates, c.deletes, c.files, c.bytes)
+
+    def _transition(self, instant: Instant, state: str, data: bytes) -> None:
+        name = f"{HOODIE}/{instant.with_state(state).file_name()}"
+        if not self.storage.create_exclusive(name, data):
+            raise TableError(f"instant file {name} exists already; another writer is active")
+
+    def _remove_strays(self, instant: str, stats) -> None:
+        """Files of this instant that no write stat names (a retried or speculative task's
+        output) would break readers: delete them before the commit."""
+        keep = {s.path for s in stats}
+        partitions = {s.partition_path for s in stats}
+        for part in partitions:
+            for info in self.storage.list_files(part, recursive=False):
+                if info.path.endswith(f"_{instant}.parquet") and info.path not in keep:
+                    self.storage.delete(info.path)
+
+    def _check_conflicts(self, slices, stats) -> None:
+        """Refuses to commit when a file group we rewrote has changed since we read it."""
+        before = {(s.partition, s.file_id): s.base_instant for s in slices}
+        now = {(s.partition, s.file_id): s.base_instant for s in self.view().latest_slices()}
+        for s in stats:
+            key = (s.partition_path, s.file_id)
+            if key in before and now.get(key) != before[key]:
+                raise TableError(f"file group {s.file_id} in partition '{s.partition_path}' changed during the write; run again")
+
+    def rollback_pending(self) -> list[str]:
+        """Deletes the files of every requested or inflight instant, then its timeline files."""
+        timeline = self.timeline()
+        rolled = []
+        for inst in timeline.pending():
+            for info in self.storage.list_files(""):
+                if info.path.startswith(HOODIE + "/"):
+                    continue
+                if info.path.endswith(f"_{inst.time}.parquet"):
+                    self.storage.delete(info.path)
+            # timeline files last, so a crash here leaves the instant pending for the next try
+            for state in (INFLIGHT, REQUESTED):
+                self.storage.delete(f"{HOODIE}/{inst.with_state(state).file_name()}")
+            rolled.append(inst.time)
+        return rolled
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def read(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True):
+        timeline = self.timeline()
+        return _reader.read(self.spark, self.storage, self.schema(timeline), timeline, as_of=as_of, since=since, until=until, meta=meta)
+
+    # --- the writer lock -----------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self, ttl_s: float = 60.0, wait_s: float = 120.0) -> Iterator[None]:
+        """One writer per table. The lock file names its owner and an expiry that a heartbeat
+        pushes forward; a crashed holder's lock expires and is taken over."""
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        deadline = time.monotonic() + wait_s
+
+        def body() -> bytes:
+            return json.dumps({"owner": owner, "expires_ms": int((time.time() + ttl_s) * 1000)}).encode()
+
+        while not self.storage.create_exclusive(LOCK_FILE, body()):
+            try:
+                held = json.loads(self.storage.read_bytes(LOCK_FILE))
+            except (FileNotFoundError, ValueError):
+                continue
+            if held.get("expires_ms", 0) < time.time() * 1000:
+                self.storage.delete(LOCK_FILE)  # expired: its holder is gone
+                continue
+            if time.monotonic() > deadline:
+                until = dt.datetime.fromtimestamp(held["expires_ms"] / 1000, dt.timezone.utc).isoformat(timespec="seconds")
+                raise LockTimeout(f"table {self.config.name} is being written by {held.get('owner')}; "
+                                  f"if that process is gone its lock expires at {until}")
+            time.sleep(0.2)
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            while not stop.wait(ttl_s / 3):
+                self.storage.write_atomic(LOCK_FILE, body())
+
+        beat = threading.Thread(target=heartbeat, daemon=True, name=f"pipe-lock-{self.config.name}")
+        beat.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beat.join()
+            self.storage.delete(LOCK_FILE)
+
+
+def _fault(point: str) -> None:
+    """Fault injection for tests: PIPE_FAULT=<point> makes the process exit hard there."""
+    if os.environ.get("PIPE_FAULT") == point:
+        os._exit(77)

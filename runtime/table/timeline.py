@@ -1,0 +1,246 @@
+"""The timeline: instants in `.hoodie/` (layout version 1, flat), their states and metadata.
+
+An instant moves requested -> inflight -> completed. Completion is one atomic create of the
+completed file (`Storage.create_exclusive`); before it exists every reader ignores the
+instant's files, afterwards all of them are visible. Instant times are UTC with millisecond
+precision, unique and strictly increasing across every action, pending ones included."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from runtime.storage import Storage
+
+HOODIE = ".hoodie"
+REQUESTED, INFLIGHT, COMPLETED = "requested", "inflight", "completed"
+COMMIT, DELTACOMMIT, REPLACECOMMIT = "commit", "deltacommit", "replacecommit"
+CLEAN, ROLLBACK, COMPACTION, SAVEPOINT, RESTORE = "clean", "rollback", "compaction", "savepoint", "restore"
+# Actions whose completion makes data files visible.
+WRITE_ACTIONS = (COMMIT, DELTACOMMIT, REPLACECOMMIT)
+_ACTIONS = (COMMIT, DELTACOMMIT, REPLACECOMMIT, CLEAN, ROLLBACK, COMPACTION, SAVEPOINT, RESTORE, "indexing", "logcompaction")
+_NAME = re.compile(r"^(\d{14,17})\.([a-z]+)(?:\.(requested|inflight))?$")
+
+# Keys of pipe's own in extraMetadata. Checkpoints of sources live under this prefix, one key
+# per source, so several sources can feed one table each with its own checkpoint.
+CHECKPOINT_PREFIX = "pipe.checkpoint."
+RESERVED_EXTRA = ("schema",)
+
+
+@dataclass(frozen=True, order=True)
+class Instant:
+    time: str
+    action: str
+    state: str
+
+    def file_name(self, state: str | None = None) -> str:
+        state = state or self.state
+        if state == COMPLETED:
+            return f"{self.time}.{self.action}"
+        if state == INFLIGHT and self.action == COMMIT:
+            return f"{self.time}.inflight"  # the COW commit is the exception (HUDI_FORMAT 2)
+        return f"{self.time}.{self.action}.{state}"
+
+    @property
+    def is_completed(self) -> bool:
+        return self.state == COMPLETED
+
+    def with_state(self, state: str) -> "Instant":
+        return Instant(self.time, self.action, state)
+
+
+def parse_instant_file(name: str) -> Instant | None:
+    if name.endswith(".inflight") and name.count(".") == 1:  # T.inflight (COW commit)
+        time = name.split(".")[0]
+        return Instant(time, COMMIT, INFLIGHT) if time.isdigit() else None
+    m = _NAME.match(name)
+    if not m or m.group(2) not in _ACTIONS:
+        return None
+    return Instant(m.group(1), m.group(2), m.group(3) or COMPLETED)
+
+
+_STATE_ORDER = {REQUESTED: 0, INFLIGHT: 1, COMPLETED: 2}
+
+
+class Timeline:
+    """The active timeline as listed once; reload to see later changes."""
+
+    def __init__(self, storage: Storage, instants: Iterable[Instant]):
+        self.storage = storage
+        latest: dict[tuple[str, str], Instant] = {}
+        for i in instants:
+            key = (i.time, i.action)
+            if key not in latest or _STATE_ORDER[i.state] > _STATE_ORDER[latest[key].state]:
+                latest[key] = i
+        self.instants: list[Instant] = sorted(latest.values())
+
+    @classmethod
+    def load(cls, storage: Storage) -> "Timeline":
+        found = []
+        for f in storage.list_files(HOODIE, recursive=False):
+            inst = parse_instant_file(f.path.rsplit("/", 1)[-1])
+            if inst is not None:
+                found.append(inst)
+        return cls(storage, found)
+
+    # --- views ----------------------------------------------------------------------------
+
+    def completed(self, actions: Iterable[str] = WRITE_ACTIONS) -> list[Instant]:
+        actions = tuple(actions)
+        return [i for i in self.instants if i.is_completed and i.action in actions]
+
+    def pending(self) -> list[Instant]:
+        return [i for i in self.instants if not i.is_completed]
+
+    def latest_completed(self, actions: Iterable[str] = WRITE_ACTIONS) -> Instant | None:
+        done = self.completed(actions)
+        return done[-1] if done else None
+
+    def last_time(self) -> str | None:
+        return self.instants[-1].time if self.instants else None
+
+    def find(self, time: str) -> Instant | None:
+        for i in self.instants:
+            if i.time == time:
+                return i
+        return None
+
+    # --- metadata -----------------------------------------------------------------------------
+
+    def read_json(self, instant: Instant) -> dict[str, Any]:
+        data = self.storage.read_bytes(f"{HOODIE}/{instant.file_name()}")
+        return json.loads(data) if data.strip() else {}
+
+    def commit_metadata(self, instant: Instant) -> "CommitMetadata":
+        return CommitMetadata.from_json(self.read_json(instant))
+
+
+# --- instant times ----------------------------------------------------------------------------
+
+_clock_lock = threading.Lock()
+_last_issued = ""
+
+
+def _format(t: dt.datetime) -> str:
+    return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
+
+
+def new_instant_time(after: str | None = None) -> str:
+    """Now in UTC with ms precision, strictly greater than `after` and than any time issued by
+    this process, even for back-to-back calls (the clock is nudged forward by 1 ms)."""
+    global _last_issued
+    with _clock_lock:
+        now = dt.datetime.now(dt.timezone.utc)
+        floor = max(after or "", _last_issued)
+        candidate = _format(now)
+        if floor and candidate <= floor:
+            base = dt.datetime.strptime(floor[:14], "%Y%m%d%H%M%S").replace(tzinfo=dt.timezone.utc)
+            base += dt.timedelta(milliseconds=int(floor[14:17] or 0) + 1)
+            candidate = _format(base)
+        _last_issued = candidate
+        return candidate
+
+
+# --- commit metadata --------------------------------------------------------------------------
+
+
+@dataclass
+class WriteStat:
+    """One file written by a commit (Hudi's HoodieWriteStat)."""
+
+    file_id: str
+    path: str  # relative to the table base
+    partition_path: str
+    prev_commit: str  # "null" or the base instant of the slice it replaces
+    num_writes: int
+    num_inserts: int
+    num_update_writes: int
+    num_deletes: int
+    file_size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fileId": self.file_id,
+            "path": self.path,
+            "cdcStats": None,
+            "prevCommit": self.prev_commit,
+            "numWrites": self.num_writes,
+            "numDeletes": self.num_deletes,
+            "numUpdateWrites": self.num_update_writes,
+            "numInserts": self.num_inserts,
+            "totalWriteBytes": self.file_size,
+            "totalWriteErrors": 0,
+            "tempPath": None,
+            "partitionPath": self.partition_path,
+            "totalLogRecords": 0,
+            "totalLogFilesCompacted": 0,
+            "totalLogSizeCompacted": 0,
+            "totalUpdatedRecordsCompacted": 0,
+            "totalLogBlocks": 0,
+            "totalCorruptLogBlock": 0,
+            "totalRollbackBlocks": 0,
+            "fileSizeInBytes": self.file_size,
+            "minEventTime": None,
+            "maxEventTime": None,
+            "runtimeStats": None,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "WriteStat":
+        return cls(
+            file_id=d.get("fileId", ""),
+            path=d.get("path") or "",
+            partition_path=d.get("partitionPath") or "",
+            prev_commit=str(d.get("prevCommit") or "null"),
+            num_writes=int(d.get("numWrites") or 0),
+            num_inserts=int(d.get("numInserts") or 0),
+            num_update_writes=int(d.get("numUpdateWrites") or 0),
+            num_deletes=int(d.get("numDeletes") or 0),
+            file_size=int(d.get("fileSizeInBytes") or d.get("totalWriteBytes") or 0),
+        )
+
+
+@dataclass
+class CommitMetadata:
+    operation_type: str
+    write_stats: list[WriteStat]
+    extra: dict[str, str]
+    replaced: dict[str, list[str]] | None = None  # partition -> file ids (replacecommit)
+
+    def to_json(self) -> dict[str, Any]:
+        by_partition: dict[str, list[dict[str, Any]]] = {}
+        for s in self.write_stats:
+            by_partition.setdefault(s.partition_path, []).append(s.to_json())
+        out = {
+            "partitionToWriteStats": by_partition,
+            "compacted": False,
+            "extraMetadata": dict(sorted(self.extra.items())),
+            "operationType": self.operation_type,
+        }
+        if self.replaced is not None:
+            out["partitionToReplaceFileIds"] = self.replaced
+        return out
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), indent=2).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CommitMetadata":
+        stats = [WriteStat.from_json(s) for lst in (d.get("partitionToWriteStats") or {}).values() for s in (lst or ())]
+        return cls(
+            operation_type=d.get("operationType") or "UNKNOWN",
+            write_stats=stats,
+            extra=dict(d.get("extraMetadata") or {}),
+            replaced=d.get("partitionToReplaceFileIds"),
+        )
+
+    @property
+    def schema(self) -> str | None:
+        return self.extra.get("schema")
+
+    def checkpoints(self) -> dict[str, str]:
+        return {k[len(CHECKPOINT_PREFIX):]: v for k, v in self.extra.items() if k.startswith(CHECKPOINT_PREFIX)}

@@ -1,0 +1,420 @@
+"""The write path of a copy-on-write table, one function per step (DESIGN.md):
+
+    prepare -> dedupe -> tag_locations -> assign_file_groups -> write_file_groups -> commit
+
+`write()` reads top to bottom in that order. Data stays in Spark: the driver only sees counts
+per partition, the ids of the file groups touched, and one stats row per file written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.table.files import FILE_ID, SOURCE, FileWriteSpec, write_task
+from runtime.table.layout import DEFAULT_PARTITION, FileSlice, new_file_id
+from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
+
+KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
+_DELETE = "_pipe_delete"  # the row deletes its key
+_SEQ = "_pipe_seq"  # arrival order: the tie-breaker among equal precombine values
+_OLD_PART, _OLD_FILE, _OLD_ORDER = "_pipe_old_partition", "_pipe_old_file", "_pipe_old_order"
+_KIND = "_pipe_kind"  # I insert, U update, D delete, O a stored row carried over
+
+OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete": "DELETE"}
+_ESCAPED = ['%', '"', "#", "'", "*", "/", ":", "=", "?", "\\", "{", "[", "]", "^"]
+
+
+class WriteError(Exception):
+    """A write that cannot go ahead; nothing was committed."""
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    operation: str = "upsert"
+    index: str = "global"  # global | partition
+    delete_when: str | None = None
+    insert_duplicates: str = "none"  # none | drop | fail
+    combine_before_insert: bool = False
+    bulk_insert_sort_mode: str = "NONE"
+    max_file_size: int = 120 * 1024 * 1024
+    small_file_limit: int = 100 * 1024 * 1024
+    record_size_estimate: int = 1024
+    extra_metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class WriteCounts:
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    files: int = 0
+    bytes: int = 0
+
+
+# --- 0. prepare: key, partition path and delete flag on every row ----------------------------
+
+
+def _partition_expr(F, config):
+    if not config.partition_fields:
+        return F.lit("")
+    parts = []
+    for name in config.partition_fields:
+        value = F.col(f"`{name}`").cast("string")
+        value = F.when(value.isNull() | (value == ""), F.lit(DEFAULT_PARTITION)).otherwise(_url_encode(F, value) if config.url_encode else value)
+        parts.append(F.concat(F.lit(f"{name}="), value) if config.hive_style else value)
+    return F.concat_ws("/", *parts)
+
+
+def _url_encode(F, col):
+    for ch in _ESCAPED:  # '%' first, so escapes are not escaped again
+        col = F.replace(col, F.lit(ch), F.lit(f"%{ord(ch):02X}"))
+    return col
+
+
+def _key_expr(F, config):
+    fields = config.record_key_fields
+    if len(fields) == 1:
+        return F.col(f"`{fields[0]}`").cast("string")
+    return F.concat_ws(",", *[F.concat(F.lit(f"{f}:"), F.coalesce(F.col(f"`{f}`").cast("string"), F.lit("__null__"))) for f in fields])
+
+
+def prepare(df, config, opts: WriteOptions):
+    """Adds _hoodie_record_key, _hoodie_partition_path, the delete flag and the arrival order.
+    Raises WriteError for input that does not fit the table."""
+    from pyspark.sql import functions as F
+
+    columns = df.columns
+    for c in columns:
+        if c.startswith("_hoodie_") and c != IS_DELETED:
+            raise WriteError(f"the input has a column '{c}'; names starting with _hoodie_ are Hudi's meta columns")
+    needed = list(config.record_key_fields) + list(config.partition_fields) + ([config.precombine_field] if config.precombine_field else [])
+    if opts.operation == "delete":
+        needed = list(config.record_key_fields) + (list(config.partition_fields) if opts.index == "partition" else [])
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise WriteError(f"the input lacks column(s) {', '.join(missing)} that the table needs (key, partition or precombine)")
+    if opts.operation in ("upsert", "delete") and not config.record_key_fields:
+        raise WriteError(f"operation {opts.operation} needs a record key")
+    flag = F.lit(opts.operation == "delete")
+    if IS_DELETED in columns:
+        flag = flag | F.coalesce(F.col(IS_DELETED).cast("boolean"), F.lit(False))
+    if opts.delete_when:
+        flag = flag | F.coalesce(F.expr(opts.delete_when), F.lit(False))
+    key = _key_expr(F, config) if config.record_key_fields else F.expr("uuid()")
+    partition = _partition_expr(F, config) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
+    data_cols = [c for c in columns if c != IS_DELETED]
+    return df.select(*[F.col(f"`{c}`") for c in data_cols], key.alias(KEY), partition.alias(PART), flag.alias(_DELETE), F.monotonically_increasing_id().alias(_SEQ))
+
+
+# --- 1. dedupe ------------------------------------------------------------------------------------
+
+
+def dedupe(df, config, opts: WriteOptions):
+    """One row per key in the batch: the largest precombine value wins, then the later row."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    keys = [KEY] + ([PART] if opts.index == "partition" else [])
+    ordered = config.precombine_field and config.precombine_field in df.columns  # deletes by key have none
+    order = ([F.col(f"`{config.precombine_field}`").desc_nulls_last()] if ordered else []) + [F.col(_SEQ).desc()]
+    w = Window.partitionBy(*keys).orderBy(*order)
+    return df.withColumn("_pipe_rank", F.row_number().over(w)).where("_pipe_rank = 1").drop("_pipe_rank")
+
+
+# --- 2. tag_locations: the index lookup -----------------------------------------------------
+
+
+def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage):
+    """Joins incoming keys to the keys stored in the latest file slices; adds the stored
+    partition, file id and precombine value (null for new keys)."""
+    from pyspark.sql import functions as F
+
+    if not slices:
+        return df.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
+    if opts.index == "partition":
+        wanted = {r[0] for r in df.select(PART).distinct().collect()}  # partitions only: metadata
+        slices = [s for s in slices if s.partition in wanted]
+        if not slices:
+            return tag_locations(spark, df, config, opts, [], storage)
+    paths = [storage.full_path(s.base_file.path) for s in slices]
+    stored = spark.read.parquet(*paths)
+    cols = [F.col(KEY).alias("_k"), F.col(PART).alias(_OLD_PART), F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE)]
+    cols.append(F.col(f"`{config.precombine_field}`").alias(_OLD_ORDER) if config.precombine_field and config.precombine_field in stored.columns else F.lit(None).alias(_OLD_ORDER))
+    index = stored.select(*cols)
+    cond = [df[KEY] == index["_k"]]
+    if opts.index == "partition":
+        cond.append(df[PART] == index[_OLD_PART])
+    return df.join(index, on=cond, how="left").drop("_k")
+
+
+def drop_stale(df, config):
+    """An incoming row older than the stored one is ignored (event-time ordering)."""
+    from pyspark.sql import functions as F
+
+    if not config.precombine_field or config.precombine_field not in df.columns:
+        return df  # deletes by key apply whatever the stored ordering value
+    newer_or_equal = F.col(_OLD_ORDER).isNull() | (F.col(f"`{config.precombine_field}`") >= F.col(_OLD_ORDER)) | F.col(f"`{config.precombine_field}`").isNull()
+    return df.where(newer_or_equal)
+
+
+# --- 3. assign_file_groups: file sizing for inserts -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Bucket:
+    partition: str
+    file_id: str
+    lo: float
+    hi: float
+    existing: FileSlice | None
+
+
+def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: WriteOptions, record_size: int) -> list[Bucket]:
+    """Inserts of each partition fill its small files (under small_file_limit) up to
+    max_file_size first, then go to new file groups of max_file_size each."""
+    record_size = max(1, record_size)
+    per_file = max(1, opts.max_file_size // record_size)
+    buckets: list[Bucket] = []
+    for partition, count in sorted(insert_counts.items()):
+        shares: list[tuple[str, int, FileSlice | None]] = []
+        left = count
+        small = sorted((s for s in slices if s.partition == partition and s.base_file.size < opts.small_file_limit), key=lambda s: s.base_file.size)
+        for s in small:
+            if left <= 0:
+                break
+            room = max(0, (opts.max_file_size - s.base_file.size) // record_size)
+            take = min(room, left)
+            if take > 0:
+                shares.append((s.file_id, take, s))
+                left -= take
+        while left > 0:
+            take = min(per_file, left)
+            shares.append((new_file_id(), take, None))
+            left -= take
+        lo = 0.0
+        for i, (fid, take, existing) in enumerate(shares):
+            hi = 1.0 if i == len(shares) - 1 else lo + take / count
+            buckets.append(Bucket(partition, fid, lo, hi, existing))
+            lo = hi
+    return buckets
+
+
+def assign_file_groups(spark, inserts, buckets: list[Bucket]):
+    """Routes each insert to a bucket by a hash of its key (stable, and spread by weight)."""
+    from pyspark.sql import functions as F
+
+    table = spark.createDataFrame([(b.partition, b.file_id, b.lo, b.hi) for b in buckets], "bp string, bf string, lo double, hi double")
+    h = (F.pmod(F.xxhash64(F.col(KEY), F.col(_SEQ)), F.lit(1 << 30)) / float(1 << 30)).alias("_pipe_h")
+    cond = (F.col(PART) == F.col("bp")) & (F.col("_pipe_h") >= F.col("lo")) & (F.col("_pipe_h") < F.col("hi"))
+    routed = inserts.select("*", h).join(F.broadcast(table), cond, "inner")
+    return routed.withColumn(FILE_ID, F.col("bf")).drop("bp", "bf", "lo", "hi", "_pipe_h")
+
+
+# --- 4. write_file_groups ----------------------------------------------------------------------
+
+
+def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, n_groups: int, mode: str):
+    """Executors write every file group's new base file; returns the stats rows."""
+    spec = FileWriteSpec(
+        storage_uri=storage.spec.uri,
+        storage_options=storage.spec.options,
+        instant=instant,
+        data_columns=tuple(data_columns),
+        mode=mode,
+        max_file_size=opts.max_file_size,
+    )
+    from runtime.table.files import STATS_SCHEMA
+
+    def run(batches):
+        return write_task(spec, batches)
+
+    return rows.mapInArrow(run, STATS_SCHEMA).collect()
+
+
+def data_columns_of(schema_fields: list[str]) -> list[str]:
+    return [c for c in schema_fields if c not in META_COLUMNS]
+
+
+
+# --- the write path, top to bottom -----------------------------------------------------------
+
+
+@dataclass
+class StagedWrite:
+    """What a write produced before its commit: files and counts, for commit()."""
+
+    stats: list[Any]  # WriteStat
+    counts: WriteCounts
+    schema_json: str
+    struct: Any  # the table's Spark schema after this write (data columns only)
+
+
+def write(spark, table, df, opts: WriteOptions, instant: str, slices: list[FileSlice], stored_struct) -> StagedWrite:
+    """Runs steps 0-5 for `instant` (already requested and inflight) and returns what to commit."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from runtime.table.schema import avro_schema_json, merge_schemas
+    from runtime.table.timeline import WriteStat
+
+    config, storage = table.config, table.storage
+    protected = tuple(config.record_key_fields) + tuple(config.partition_fields) + ((config.precombine_field,) if config.precombine_field else ())
+    incoming_struct = T.StructType([f for f in df.schema.fields if f.name != IS_DELETED])
+    if opts.operation == "delete":
+        struct = stored_struct or incoming_struct
+    else:
+        try:
+            struct = merge_schemas(stored_struct, incoming_struct, protected) if stored_struct is not None else incoming_struct
+        except SchemaChangeError as exc:
+            raise WriteError(str(exc)) from exc
+    data_columns = [f.name for f in struct.fields]
+
+    rows = prepare(df, config, opts)
+    if config.record_key_fields and opts.operation != "bulk_insert":
+        null_keys = rows.where(F.col(KEY).isNull()).limit(1).count() if len(config.record_key_fields) == 1 else 0
+        if null_keys:
+            raise WriteError(f"the input has rows whose key column {config.record_key_fields[0]} is null; every row needs a key")
+
+    if opts.operation == "bulk_insert":
+        return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
+
+    keyed = bool(config.record_key_fields)
+    if keyed and (opts.operation in ("upsert", "delete") or opts.combine_before_insert):
+        rows = dedupe(rows, config, opts)
+    lookup = keyed and (opts.operation in ("upsert", "delete") or opts.insert_duplicates != "none")
+    if lookup:
+        rows = tag_locations(spark, rows, config, opts, slices, storage)
+    else:
+        rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
+    if opts.operation == "insert" and opts.insert_duplicates == "fail":
+        clash = rows.where(F.col(_OLD_FILE).isNotNull()).select(KEY).limit(5).collect()
+        if clash:
+            raise WriteError(f"insert_duplicates: fail, and these keys are already in the table: {', '.join(r[0] for r in clash)}")
+    if opts.operation == "insert" and opts.insert_duplicates == "drop":
+        rows = rows.where(F.col(_OLD_FILE).isNull())
+    if opts.operation in ("upsert", "delete"):
+        rows = drop_stale(rows, config)
+    rows = rows.localCheckpoint()  # one materialised batch: later steps must see the same rows
+
+    same_place = F.col(_OLD_FILE).isNotNull() & ((F.col(_OLD_PART) == F.col(PART)) | F.col(PART).isNull())
+    moved = F.col(_OLD_FILE).isNotNull() & F.col(PART).isNotNull() & (F.col(_OLD_PART) != F.col(PART))
+    in_place = rows.where(same_place).select(
+        *[F.col(f"`{c}`") for c in data_columns if c in rows.columns], KEY,
+        F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID),
+        F.when(F.col(_DELETE), "D").otherwise("U").alias(_KIND))
+    # a key whose partition changed leaves its old file group and is inserted in the new one
+    moved_out = rows.where(moved).select(KEY, F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID), F.lit("D").alias(_KIND))
+    inserts = rows.where((F.col(_OLD_FILE).isNull() | moved) & ~F.col(_DELETE))
+
+    insert_counts = {r[0]: r[1] for r in inserts.groupBy(PART).count().collect()}  # one row per partition
+    buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate))
+    routed = assign_file_groups(spark, inserts, buckets) if buckets else None
+    routed_rows = routed.select(*[F.col(f"`{c}`") for c in data_columns if c in rows.columns], KEY, PART, FILE_ID, F.lit("I").alias(_KIND)) if routed is not None else None
+
+    changes = in_place.unionByName(moved_out, allowMissingColumns=True)
+    if routed_rows is not None:
+        changes = changes.unionByName(routed_rows, allowMissingColumns=True)
+    changes = changes.withColumn(SOURCE, F.lit(1))
+
+    # file groups to rewrite: those with updates or deletes, and small files taking inserts
+    per_group = {(r[0], r[1]): r for r in changes.groupBy(PART, FILE_ID).agg(
+        F.sum(F.when(F.col(_KIND) == "I", 1).otherwise(0)).alias("i"),
+        F.sum(F.when(F.col(_KIND) == "U", 1).otherwise(0)).alias("u"),
+        F.sum(F.when(F.col(_KIND) == "D", 1).otherwise(0)).alias("d")).collect()}
+    if not per_group:
+        return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
+    existing = {(s.partition, s.file_id): s for s in slices}
+    touched = [existing[k] for k in per_group if k in existing]
+    combined = changes
+    if touched:
+        stored = spark.read.schema(_with_meta_struct(stored_struct)).parquet(*[storage.full_path(s.base_file.path) for s in touched])
+        stored = stored.select(
+            *[F.col(f"`{c}`") for c in stored.columns if c not in (PART, "_hoodie_file_name")],
+            F.col(PART), F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(FILE_ID),
+            F.lit("O").alias(_KIND), F.lit(0).alias(SOURCE))
+        combined = stored.unionByName(changes, allowMissingColumns=True)
+    if keyed and opts.operation != "insert":
+        from pyspark.sql.window import Window
+
+        w = Window.partitionBy(FILE_ID, KEY).orderBy(F.col(SOURCE).desc())
+        combined = combined.withColumn("_pipe_rank", F.row_number().over(w)).where("_pipe_rank = 1").drop("_pipe_rank")
+    combined = combined.where(F.col(_KIND) != "D")
+    for c in data_columns:
+        if c not in combined.columns:
+            combined = combined.withColumn(c, F.lit(None).cast(struct[c].dataType))
+    n = max(1, min(len(per_group), spark.sparkContext.defaultParallelism * 4))
+    combined = combined.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
+    table.ensure_partitions({p for p, _ in per_group}, instant)
+    written = write_file_groups(spark, combined, storage, instant, data_columns, opts, len(per_group), "groups")
+
+    stats, counts = [], WriteCounts()
+    for fid, part, path, nrows, size in written:
+        r = per_group.get((part, fid))
+        i, u, d = (r[2], r[3], r[4]) if r else (0, 0, 0)
+        prev = existing[(part, fid)].base_instant if (part, fid) in existing else "null"
+        stats.append(WriteStat(fid, path, part, prev, nrows, i, u, d, size))
+        counts.inserts += i
+        counts.updates += u
+        counts.deletes += d
+        counts.files += 1
+        counts.bytes += size
+    # a group whose every row was deleted gets an empty base file, so its old rows disappear
+    written_ids = {(p, f) for f, p, *_ in written}
+    for (part, fid), r in per_group.items():
+        if (part, fid) not in written_ids and (part, fid) in existing:
+            path, size = _write_empty_base_file(storage, part, fid, instant, struct)
+            stats.append(WriteStat(fid, path, part, existing[(part, fid)].base_instant, 0, 0, 0, r[4], size))
+            counts.deletes += r[4]
+            counts.files += 1
+            counts.bytes += size
+    return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
+
+
+def _write_empty_base_file(storage, partition: str, file_id: str, instant: str, struct) -> tuple[str, int]:
+    import io
+
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(_with_meta_struct(struct))
+    buf = io.BytesIO()
+    pq.write_table(schema.empty_table(), buf)
+    name = f"{file_id}_0-0-0_{instant}.parquet"
+    path = f"{partition}/{name}" if partition else name
+    storage.write_atomic(path, buf.getvalue())
+    return path, len(buf.getvalue())
+
+
+def _with_meta_struct(struct):
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + list(struct.fields))
+
+
+def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, data_columns: list[str]) -> StagedWrite:
+    from pyspark.sql import functions as F
+
+    from runtime.table.schema import avro_schema_json
+    from runtime.table.timeline import WriteStat
+
+    config = table.config
+    if opts.combine_before_insert and config.record_key_fields:
+        rows = dedupe(rows, config, opts)
+    mode = opts.bulk_insert_sort_mode
+    if mode == "GLOBAL_SORT":
+        rows = rows.orderBy(PART, KEY)
+    elif mode == "PARTITION_SORT":
+        rows = rows.sortWithinPartitions(PART, KEY)
+    parts = {r[0] for r in rows.select(PART).distinct().collect()}
+    if not parts:
+        return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
+    table.ensure_partitions(parts, instant)
+    out = rows.select(*[F.col(f"`{c}`") for c in data_columns], KEY, PART)
+    written = write_file_groups(spark, out, table.storage, instant, data_columns, opts, len(parts), "bulk")
+    stats, counts = [], WriteCounts()
+    for fid, part, path, nrows, size in written:
+        stats.append(WriteStat(fid, path, part, "null", nrows, nrows, 0, 0, size))
+        counts.inserts += nrows
+        counts.files += 1
+        counts.bytes += size
+    return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
