@@ -26,6 +26,9 @@ class TableConfig:
     precombine_field: str | None = None
     hive_style: bool = True
     url_encode: bool = True
+    # as read from an existing table; pipe itself always writes meta fields and derives the class
+    key_generator_class: str | None = None
+    populate_meta_fields: bool = True
 
     @property
     def is_partitioned(self) -> bool:
@@ -33,6 +36,8 @@ class TableConfig:
 
     @property
     def key_generator(self) -> str:
+        if self.key_generator_class:
+            return self.key_generator_class
         if not self.partition_fields:
             cls = "NonpartitionedKeyGenerator"
         elif len(self.record_key_fields) <= 1 and len(self.partition_fields) == 1:
@@ -92,7 +97,21 @@ class TableConfig:
             precombine_field=props.get("hoodie.table.precombine.field") or None,
             hive_style=props.get("hoodie.datasource.write.hive_style_partitioning", "false") == "true",
             url_encode=props.get("hoodie.datasource.write.partitionpath.urlencode", "false") == "true",
+            key_generator_class=keygen or None,
+            populate_meta_fields=props.get("hoodie.populate.meta.fields", "true") == "true",
         )
+
+    def unwritable_reason(self) -> str | None:
+        """Why pipe cannot write into this table (one Hudi made with features pipe does not
+        reproduce), or None."""
+        keygen = self.key_generator.rsplit(".", 1)[-1]
+        if keygen not in ("SimpleKeyGenerator", "ComplexKeyGenerator", "NonpartitionedKeyGenerator"):
+            return f"its key generator {keygen} derives partition paths pipe does not compute"
+        if not self.populate_meta_fields:
+            return "it was written without meta fields (hoodie.populate.meta.fields=false), so stored keys cannot be looked up"
+        if self.table_type != COPY_ON_WRITE:
+            return f"table type {self.table_type} is not supported yet"
+        return None
 
 
 def parse_properties(text: str) -> dict[str, str]:

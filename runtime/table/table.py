@@ -162,6 +162,9 @@ class Table:
         opts = _writer.WriteOptions(operation=operation, extra_metadata=dict(extra_metadata or {}), **options)
         if operation not in _writer.OPERATION_TYPES:
             raise TableError(f"operation {operation} is not supported by this table engine yet")
+        reason = self.config.unwritable_reason()
+        if reason:
+            raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
         with self.lock():
             self.rollback_pending()
             timeline = self.timeline()
