@@ -250,8 +250,8 @@ class Table:
                 held = json.loads(self.storage.read_bytes(LOCK_FILE))
             except (FileNotFoundError, ValueError):
                 continue
-            if held.get("expires_ms", 0) < time.time() * 1000:
-                self.storage.delete(LOCK_FILE)  # expired: its holder is gone
+            if held.get("expires_ms", 0) < time.time() * 1000 or _holder_is_gone(held.get("owner", "")):
+                self.storage.delete(LOCK_FILE)  # expired, or held by a dead process on this host
                 continue
             if time.monotonic() > deadline:
                 until = dt.datetime.fromtimestamp(held["expires_ms"] / 1000, dt.timezone.utc).isoformat(timespec="seconds")
@@ -272,6 +272,21 @@ class Table:
             stop.set()
             beat.join()
             self.storage.delete(LOCK_FILE)
+
+
+def _holder_is_gone(owner: str) -> bool:
+    """True when the lock's owner is a process of this host that no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _fault(point: str) -> None:
