@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from runtime.storage import Storage, StorageSpec, open_storage
 from runtime.table import reader as _reader
+from runtime.table import services as _services
 from runtime.table import writer as _writer
 from runtime.table.config import COPY_ON_WRITE, PROPERTIES, TableConfig
 from runtime.table.layout import PARTITION_METADATA, FileSystemView
@@ -158,7 +159,11 @@ class Table:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def write(self, df, operation: str = "upsert", extra_metadata: dict[str, str] | None = None, **options: Any) -> WriteResult:
+    def write(self, df, operation: str = "upsert", extra_metadata: dict[str, str] | None = None,
+              clean_policy: str = _services.KEEP_LATEST_COMMITS, clean_retain: int = 10, clean_inline: bool = True,
+              **options: Any) -> WriteResult:
+        """Writes `df` with `operation` in one commit; then, by default, cleans file versions
+        older than the latest `clean_retain` commits. `options` are WriteOptions fields."""
         opts = _writer.WriteOptions(operation=operation, extra_metadata=dict(extra_metadata or {}), **options)
         if operation not in _writer.OPERATION_TYPES:
             raise TableError(f"operation {operation} is not supported by this table engine yet")
@@ -184,6 +189,8 @@ class Table:
             if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
                 raise TableError(f"instant {instant.time} was completed by someone else")
             _fault("after_commit")
+            if clean_inline:
+                _services.clean(self.storage, clean_policy, clean_retain)
         c = staged.counts
         return WriteResult(instant.time, COMMIT, operation, c.inserts, c.updates, c.deletes, c.files, c.bytes)
 
@@ -212,20 +219,12 @@ class Table:
                 raise TableError(f"file group {s.file_id} in partition '{s.partition_path}' changed during the write; run again")
 
     def rollback_pending(self) -> list[str]:
-        """Deletes the files of every requested or inflight instant, then its timeline files."""
-        timeline = self.timeline()
-        rolled = []
-        for inst in timeline.pending():
-            for info in self.storage.list_files(""):
-                if info.path.startswith(HOODIE + "/"):
-                    continue
-                if info.path.endswith(f"_{inst.time}.parquet"):
-                    self.storage.delete(info.path)
-            # timeline files last, so a crash here leaves the instant pending for the next try
-            for state in (INFLIGHT, REQUESTED):
-                self.storage.delete(f"{HOODIE}/{inst.with_state(state).file_name()}")
-            rolled.append(inst.time)
-        return rolled
+        """Rolls back every requested or inflight write (see services.rollback_pending)."""
+        return _services.rollback_pending(self.storage)
+
+    def clean(self, policy: str = _services.KEEP_LATEST_COMMITS, retain: int = 10) -> _services.CleanResult:
+        with self.lock():
+            return _services.clean(self.storage, policy, retain)
 
     # --- reading -----------------------------------------------------------------------------
 

@@ -1,0 +1,119 @@
+"""Avro timeline files (rollback and clean plans and metadata): object-container files with the
+null codec and one record, as Hudi's Java writers produce them (HUDI_FORMAT.md section 2).
+The record schemas follow Hudi's `org.apache.hudi.avro.model` definitions, field for field."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import fastavro
+
+_NS = "org.apache.hudi.avro.model"
+_STR = "string"
+_STRS = {"type": "array", "items": "string"}
+
+INSTANT_INFO = {"type": "record", "name": "HoodieInstantInfo", "namespace": _NS,
+                "fields": [{"name": "commitTime", "type": _STR}, {"name": "action", "type": _STR}]}
+
+ROLLBACK_PLAN = {
+    "type": "record", "name": "HoodieRollbackPlan", "namespace": _NS,
+    "fields": [
+        {"name": "instantToRollback", "type": ["null", INSTANT_INFO], "default": None},
+        {"name": "RollbackRequests", "default": None, "type": ["null", {"type": "array", "items": {
+            "type": "record", "name": "HoodieRollbackRequest", "namespace": _NS,
+            "fields": [
+                {"name": "partitionPath", "type": _STR},
+                {"name": "fileId", "type": ["null", _STR], "default": None},
+                {"name": "latestBaseInstant", "type": ["null", _STR], "default": None},
+                {"name": "filesToBeDeleted", "type": _STRS, "default": []},
+                {"name": "logBlocksToBeDeleted", "type": ["null", {"type": "map", "values": "long"}], "default": None},
+            ]}}]},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
+ROLLBACK_METADATA = {
+    "type": "record", "name": "HoodieRollbackMetadata", "namespace": _NS,
+    "fields": [
+        {"name": "startRollbackTime", "type": _STR},
+        {"name": "timeTakenInMillis", "type": "long"},
+        {"name": "totalFilesDeleted", "type": "int"},
+        {"name": "commitsRollback", "type": _STRS},
+        {"name": "partitionMetadata", "type": {"type": "map", "values": {
+            "type": "record", "name": "HoodieRollbackPartitionMetadata", "namespace": _NS,
+            "fields": [
+                {"name": "partitionPath", "type": _STR},
+                {"name": "successDeleteFiles", "type": _STRS},
+                {"name": "failedDeleteFiles", "type": _STRS},
+                {"name": "rollbackLogFiles", "type": ["null", {"type": "map", "values": "long"}], "default": None},
+                {"name": "logFilesFromFailedCommit", "type": ["null", {"type": "map", "values": "long"}], "default": None},
+            ]}}},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {"name": "instantsRollback", "type": {"type": "array", "items": INSTANT_INFO}, "default": []},
+    ],
+}
+
+CLEAN_PARTITION_METADATA = {
+    "type": "record", "name": "HoodieCleanPartitionMetadata", "namespace": _NS,
+    "fields": [
+        {"name": "partitionPath", "type": _STR},
+        {"name": "policy", "type": _STR},
+        {"name": "deletePathPatterns", "type": _STRS},
+        {"name": "successDeleteFiles", "type": _STRS},
+        {"name": "failedDeleteFiles", "type": _STRS},
+        {"name": "isPartitionDeleted", "type": ["null", "boolean"], "default": None},
+    ],
+}
+
+CLEANER_PLAN = {
+    "type": "record", "name": "HoodieCleanerPlan", "namespace": _NS,
+    "fields": [
+        {"name": "earliestInstantToRetain", "default": None, "type": ["null", {
+            "type": "record", "name": "HoodieActionInstant", "namespace": _NS,
+            "fields": [{"name": "timestamp", "type": _STR}, {"name": "action", "type": _STR}, {"name": "state", "type": _STR}]}]},
+        {"name": "policy", "type": _STR},
+        {"name": "filesToBeDeletedPerPartition", "type": ["null", {"type": "map", "values": _STRS}], "default": None},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {"name": "filePathsToBeDeletedPerPartition", "default": None, "type": ["null", {"type": "map", "values": {"type": "array", "items": {
+            "type": "record", "name": "HoodieCleanFileInfo", "namespace": _NS,
+            "fields": [{"name": "filePath", "type": ["null", _STR], "default": None},
+                       {"name": "isBootstrapBaseFile", "type": ["null", "boolean"], "default": None}]}}}]},
+        {"name": "partitionsToBeDeleted", "type": ["null", _STRS], "default": None},
+    ],
+}
+
+CLEAN_METADATA = {
+    "type": "record", "name": "HoodieCleanMetadata", "namespace": _NS,
+    "fields": [
+        {"name": "policy", "type": _STR, "default": ""},
+        {"name": "startCleanTime", "type": _STR},
+        {"name": "timeTakenInMillis", "type": "long"},
+        {"name": "totalFilesDeleted", "type": "int"},
+        {"name": "earliestCommitToRetain", "type": _STR},
+        {"name": "lastCompletedCommitTimestamp", "type": _STR, "default": ""},
+        {"name": "partitionMetadata", "type": {"type": "map", "values": CLEAN_PARTITION_METADATA}},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {"name": "bootstrapPartitionMetadata", "type": ["null", {"type": "map", "values": "HoodieCleanPartitionMetadata"}], "default": None},
+    ],
+}
+
+_PARSED: dict[str, Any] = {}
+
+
+def _parsed(schema: dict) -> Any:
+    # each schema defines every record it names, so the file header is self-contained
+    name = schema["name"]
+    if name not in _PARSED:
+        _PARSED[name] = fastavro.parse_schema(schema, named_schemas={})
+    return _PARSED[name]
+
+
+def to_bytes(schema: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.writer(out, _parsed(schema), [record], codec="null")
+    return out.getvalue()
+
+
+def from_bytes(data: bytes) -> dict:
+    return next(iter(fastavro.reader(io.BytesIO(data))))
