@@ -13,7 +13,7 @@ import hudi
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.table import Table, TableConfig, WriteError
+from runtime.table import Table, TableConfig, TableError, WriteError
 
 pytestmark = pytest.mark.spark
 
@@ -161,6 +161,11 @@ def test_upsert_precombine_largest_wins_stale_ignored_ties_go_to_the_later_write
         {"id": 3, "region": "EU", "ts": 8, "v": "c-new", "_hoodie_commit_time": r2.instant, "_hoodie_record_key": "3", "_hoodie_partition_path": "region=EU"},
         {"id": 4, "region": "US", "ts": 5, "v": "d", "_hoodie_commit_time": r1.instant, "_hoodie_record_key": "4", "_hoodie_partition_path": "region=US"},
     ], cols)
+    # meta columns name the commit and the very file each row is in
+    latest = {s.base_file_name for s in slices(path).values()}
+    for r in hudi_rows(path, ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_file_name"]):
+        assert r["_hoodie_file_name"] in latest
+        assert r["_hoodie_commit_seqno"].startswith(r["_hoodie_commit_time"] + "_")
     # the US group was not touched: its latest slice is still the first commit's
     us = [s for (p, _), s in slices(path).items() if p == "region=US"]
     assert [s.creation_instant_time for s in us] == [r1.instant]
@@ -371,6 +376,7 @@ def test_nonpartitioned_time_travel_and_incremental_match_hudi_rs(spark, tmp_pat
     assert_rows(table, path, [row(1, "a", i1), row(2, "b2", i2), row(4, "d", i2)], cols)
     assert_rows(table, path, [row(1, "a", i1), row(2, "b", i1), row(3, "c", i1)], cols, as_of=i1)
     assert_rows(table, path, [row(1, "a", i1), row(2, "b2", i2), row(3, "c", i1), row(4, "d", i2)], cols, as_of=i2)
+    assert_rows(table, path, [], cols, as_of="20000101000000000")  # before the first commit
     assert_rows(table, path, [row(2, "b2", i2), row(4, "d", i2)], cols, since=i1, until=i2)
     assert_rows(table, path, [row(1, "a", i1), row(2, "b2", i2), row(3, "c", i1), row(4, "d", i2)], cols, since="19700101000000000", until=i2)
     assert_rows(table, path, [], cols, since=i2, until=i3)  # a delete yields no rows
@@ -419,7 +425,7 @@ def test_inserts_fill_small_files_unless_small_file_limit_is_zero(spark, tmp_pat
 
 def test_hoodie_properties_and_partition_metadata(spark, tmp_path):
     table, path = make_table(spark, tmp_path, "props_t", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
-    r = table.write(spark.createDataFrame([(1, "EU", 1, "a"), (2, "US", 1, "b")], PRE), "upsert")
+    r = table.write(spark.createDataFrame([(1, "EU", 1, "a"), (2, "US", 1, "b"), (3, None, 1, "c"), (4, "", 1, "d")], PRE), "upsert")
     props = properties(path)
     assert props["hoodie.table.name"] == "props_t"
     assert props["hoodie.database.name"] == "default"
@@ -437,16 +443,24 @@ def test_hoodie_properties_and_partition_metadata(spark, tmp_path):
     assert props["hoodie.table.base.file.format"] == "PARQUET"
     assert props["hoodie.table.timeline.timezone"] == "UTC"
     assert props["hoodie.table.checksum"] == str(zlib.crc32(b"default.props_t"))
-    for part in ("region=EU", "region=US"):
+    parts = ["region=EU", "region=US", "region=__HIVE_DEFAULT_PARTITION__"]
+    assert sorted(p.name for p in path.iterdir() if p.name != ".hoodie") == sorted(parts)
+    for part in parts:
         meta = partition_metadata(path / part)
         assert meta == {"commitTime": r.instant, "partitionDepth": "1"}
     for d in ("archived", ".temp", ".aux", ".schema"):
         assert (path / ".hoodie" / d).is_dir()
     assert hudi_table(path).table_name == "props_t"
+    assert table.read(meta=False).columns == ["id", "region", "ts", "v"]
     opened = Table.open(spark, str(path)).config
     fields = ("name", "table_type", "record_key_fields", "partition_fields", "precombine_field", "hive_style", "url_encode", "key_generator")
     assert {f: getattr(opened, f) for f in fields} == {f: getattr(table.config, f) for f in fields}
-    assert_rows(table, path, rows_of(PRE, [(1, "EU", 1, "a"), (2, "US", 1, "b")]))
+    assert_rows(table, path, [
+        {"id": 1, "region": "EU", "_hoodie_partition_path": "region=EU"},
+        {"id": 2, "region": "US", "_hoodie_partition_path": "region=US"},
+        {"id": 3, "region": None, "_hoodie_partition_path": "region=__HIVE_DEFAULT_PARTITION__"},
+        {"id": 4, "region": "", "_hoodie_partition_path": "region=__HIVE_DEFAULT_PARTITION__"},
+    ])
 
 
 # --- 10. instants and commit metadata -----------------------------------------------------------------
@@ -496,6 +510,25 @@ def test_instants_and_commit_metadata(spark, tmp_path):
     assert_rows(table, path, rows_of(PRE, [(1, "EU", 1, "a"), (3, "EU", 1, "c"), (4, "US", 1, "d")]))
 
 
+def test_extra_metadata_cannot_replace_the_table_schema(spark, tmp_path):
+    """`schema` in extraMetadata is the table's Avro schema, which hudi-rs reads: a caller's
+    extra_metadata must not overwrite it (rejected, or kept out of the way)."""
+    table, path = make_table(spark, tmp_path, "xm", record_key_fields=("id",))
+    df = spark.createDataFrame([(1, "a")], NP)
+    try:
+        r = table.write(df, "upsert", extra_metadata={"schema": "not an avro schema", "note": "x"})
+    except (WriteError, TableError):
+        assert completed(path) == []
+        assert_rows(table, path, [], ["id", "v"])
+    else:
+        extra = commit_json(path, r.instant)["extraMetadata"]
+        assert extra["note"] == "x"
+        assert extra["schema"] != "not an avro schema", "the caller's extra_metadata replaced the table's Avro schema"
+        schema = json.loads(extra["schema"])
+        assert schema["name"] == "xm_record" and [f["name"] for f in schema["fields"]] == ["id", "v"]
+        assert_rows(table, path, [{"id": 1, "v": "a"}])
+
+
 # --- 11. schema changes ---------------------------------------------------------------------------------
 
 
@@ -518,3 +551,13 @@ def test_schema_new_nullable_column_and_rejected_type_change(spark, tmp_path):
     assert hudi_completed(path) == before
     assert parquet_files(path) == files_before
     assert_rows(table, path, expected, cols)
+
+
+def test_schema_a_write_without_a_stored_column_writes_nulls_for_it(spark, tmp_path):
+    table, path = make_table(spark, tmp_path, "omit", record_key_fields=("id",), partition_fields=("region",))
+    table.write(spark.createDataFrame([(1, "EU", "x", 10)], "id long, region string, v string, n long"), "upsert")
+    r2 = table.write(spark.createDataFrame([(2, "EU"), (3, "US")], "id long, region string"), "bulk_insert")
+    assert r2.inserts == 2
+    assert [f["name"] for f in json.loads(commit_json(path, r2.instant)["extraMetadata"]["schema"])["fields"]] == ["id", "region", "v", "n"]
+    assert_rows(table, path, [{"id": 1, "region": "EU", "v": "x", "n": 10}, {"id": 2, "region": "EU", "v": None, "n": None},
+                              {"id": 3, "region": "US", "v": None, "n": None}])

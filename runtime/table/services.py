@@ -166,3 +166,41 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, keep_ins
     storage.create_exclusive(f"{HOODIE}/{inst.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.CLEAN_METADATA, meta))
     return CleanResult(inst.time, deleted, earliest)
 
+
+
+ARCHIVED = f"{HOODIE}/archived"
+
+
+def archive(storage, min_instants: int = 20, max_instants: int = 30) -> list[str]:
+    """Keeps the active timeline between min and max instants: once it holds more than
+    `max_instants`, the oldest completed instants move to .hoodie/archived/ (their files, under
+    the same names) until `min_instants` remain. Never past a pending instant, and the latest
+    completed write always stays active. Data files of archived commits stay readable: a
+    reader takes files older than the whole active timeline as committed (HUDI_FORMAT.md 3).
+
+    Java writes archived instants into Avro log files (.commits_.archive.N); pipe keeps the
+    instant files themselves, which Java's archived-timeline reader skips and hudi-rs never reads."""
+    timeline = Timeline.load(storage)
+    instants = timeline.instants
+    if len(instants) <= max_instants:
+        return []
+    latest_write = timeline.latest_completed()
+    moved = []
+    for inst in instants[: len(instants) - min_instants]:
+        if not inst.is_completed or (latest_write is not None and inst.time >= latest_write.time):
+            break
+        names = [inst.with_state(s).file_name() for s in (REQUESTED, INFLIGHT, COMPLETED)]
+        present = [n for n in names if storage.exists(f"{HOODIE}/{n}")]
+        for n in present:
+            storage.write_atomic(f"{ARCHIVED}/{n}", storage.read_bytes(f"{HOODIE}/{n}"))
+        for n in present:  # the completed file goes last: until then the instant stays active
+            storage.delete(f"{HOODIE}/{n}")
+        moved.append(inst.time)
+    return moved
+
+
+def archived_instants(storage) -> list[Instant]:
+    from runtime.table.timeline import parse_instant_file
+
+    found = [parse_instant_file(f.path.rsplit("/", 1)[-1]) for f in storage.list_files(ARCHIVED, recursive=False)]
+    return Timeline(storage, [i for i in found if i is not None]).instants

@@ -161,7 +161,7 @@ class Table:
 
     def write(self, df, operation: str = "upsert", extra_metadata: dict[str, str] | None = None,
               clean_policy: str = _services.KEEP_LATEST_COMMITS, clean_retain: int = 10, clean_inline: bool = True,
-              **options: Any) -> WriteResult:
+              archive_min: int = 20, archive_max: int = 30, **options: Any) -> WriteResult:
         """Writes `df` with `operation` in one commit; then, by default, cleans file versions
         older than the latest `clean_retain` commits. `options` are WriteOptions fields."""
         opts = _writer.WriteOptions(operation=operation, extra_metadata=dict(extra_metadata or {}), **options)
@@ -191,6 +191,7 @@ class Table:
             _fault("after_commit")
             if clean_inline:
                 _services.clean(self.storage, clean_policy, clean_retain)
+            _services.archive(self.storage, archive_min, archive_max)
         c = staged.counts
         return WriteResult(instant.time, COMMIT, operation, c.inserts, c.updates, c.deletes, c.files, c.bytes)
 

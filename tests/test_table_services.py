@@ -1,0 +1,89 @@
+"""Clean, archive and rollback: what they leave on disk and on the timeline, and that both
+readers still see the right rows afterwards."""
+
+from __future__ import annotations
+
+import hudi
+import pyarrow as pa
+
+from runtime.table import Table, TableConfig
+from runtime.table import avro
+from runtime.table.services import archived_instants
+from runtime.table.timeline import new_instant_time
+
+CONFIG = TableConfig(name="t", record_key_fields=("id",), partition_fields=("p",))
+
+
+def hudi_rows(path, **opts):
+    t = hudi.HudiTableBuilder.from_base_uri(path).build()
+    options = hudi.HudiReadOptions()
+    if "as_of" in opts:
+        options = options.with_as_of_timestamp(opts["as_of"])
+    batches = t.read(options)
+    return sorted((r["id"], r["v"]) for r in pa.Table.from_batches(batches).to_pylist()) if batches else []
+
+
+def write(spark, table, v, **kw):
+    return table.write(spark.createDataFrame([(1, "a", v), (2, "b", v)], "id long, p string, v long"), "upsert", **kw)
+
+
+def test_clean_keeps_the_versions_the_retained_commits_need(spark, tmp_path):
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, CONFIG)
+    instants = [write(spark, table, v, clean_retain=2).instant for v in range(4)]
+    files = sorted(p.name for p in (tmp_path / "t/p=a").glob("*.parquet"))
+    # versions of commits 2, 3, 4 stay (commit 2's is the newest older than the earliest retained, 3)
+    assert [f.rsplit("_", 1)[1][:-8] for f in files] == instants[1:]
+    cleans = sorted((tmp_path / "t/.hoodie").glob("*.clean"))
+    assert len(cleans) == 1  # after the 4th commit: commit 1's versions are the first no retained commit needs
+    meta = avro.from_bytes(cleans[-1].read_bytes())
+    assert meta["policy"] == "KEEP_LATEST_COMMITS" and meta["earliestCommitToRetain"] == instants[2]
+    assert meta["totalFilesDeleted"] == 2 and set(meta["partitionMetadata"]) == {"p=a", "p=b"}
+    plan = avro.from_bytes((tmp_path / "t/.hoodie" / (cleans[-1].name + ".requested")).read_bytes())
+    assert plan["earliestInstantToRetain"]["timestamp"] == instants[2]
+    assert hudi_rows(path) == [(1, 3), (2, 3)]
+    assert hudi_rows(path, as_of=instants[2]) == [(1, 2), (2, 2)]
+    assert sorted((r["id"], r["v"]) for r in table.read(as_of=instants[2]).collect()) == [(1, 2), (2, 2)]
+
+
+def test_keep_latest_file_versions(spark, tmp_path):
+    table = Table.create(spark, str(tmp_path / "t"), CONFIG)
+    for v in range(3):
+        write(spark, table, v, clean_policy="keep_latest_file_versions", clean_retain=1)
+    assert len(list((tmp_path / "t/p=a").glob("*.parquet"))) == 1
+    assert hudi_rows(str(tmp_path / "t")) == [(1, 2), (2, 2)]
+
+
+def test_archive_keeps_the_active_timeline_small_and_the_table_readable(spark, tmp_path):
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, CONFIG)
+    instants = [write(spark, table, v, clean_inline=False, archive_min=2, archive_max=4).instant for v in range(6)]
+    active = table.timeline().instants
+    assert len(active) <= 4
+    assert active[-1].time == instants[-1]
+    archived = [i.time for i in archived_instants(table.storage)]
+    assert archived and set(archived) | {i.time for i in active} == set(instants)
+    assert hudi_rows(path) == [(1, 5), (2, 5)]
+    assert sorted((r["id"], r["v"]) for r in table.read().collect()) == [(1, 5), (2, 5)]
+
+
+def test_rollback_leaves_an_avro_rollback_instant(spark, tmp_path):
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, CONFIG)
+    write(spark, table, 1)
+    # a writer that died: its instant files and one data file
+    dead = new_instant_time(table.timeline().last_time())
+    hoodie = tmp_path / "t/.hoodie"
+    (hoodie / f"{dead}.commit.requested").write_bytes(b"")
+    (hoodie / f"{dead}.inflight").write_bytes(b"{}")
+    stray = tmp_path / "t/p=a" / f"0a0a0a0a-0000-0000-0000-000000000000-0_0-1-0_{dead}.parquet"
+    stray.write_bytes(b"not really parquet")
+    assert hudi_rows(path) == [(1, 1), (2, 1)]  # pending: ignored by readers
+    write(spark, table, 2)
+    assert not stray.exists() and not (hoodie / f"{dead}.inflight").exists()
+    [rb] = list(hoodie.glob("*.rollback"))
+    meta = avro.from_bytes(rb.read_bytes())
+    assert meta["commitsRollback"] == [dead] and meta["totalFilesDeleted"] == 1
+    assert meta["instantsRollback"] == [{"commitTime": dead, "action": "commit"}]
+    assert avro.from_bytes((hoodie / (rb.name + ".requested")).read_bytes())["instantToRollback"]["commitTime"] == dead
+    assert hudi_rows(path) == [(1, 2), (2, 2)]
