@@ -27,7 +27,7 @@ from runtime.table.config import COPY_ON_WRITE, PROPERTIES, TableConfig
 from runtime.table.layout import PARTITION_METADATA, FileSystemView
 from runtime.table.schema import META_COLUMNS
 from runtime.table.timeline import (
-    COMMIT, HOODIE, INFLIGHT, REQUESTED, CommitMetadata, Instant, Timeline, new_instant_time,
+    COMMIT, HOODIE, INFLIGHT, RESERVED_EXTRA, REQUESTED, CommitMetadata, Instant, Timeline, new_instant_time,
 )
 
 LOCK_FILE = f"{HOODIE}/pipe.lock"
@@ -170,6 +170,9 @@ class Table:
         reason = self.config.unwritable_reason()
         if reason:
             raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
+        reserved = sorted(set(opts.extra_metadata) & set(RESERVED_EXTRA))
+        if reserved:
+            raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
         with self.lock():
             self.rollback_pending()
             timeline = self.timeline()
@@ -178,12 +181,17 @@ class Table:
             op_type = _writer.OPERATION_TYPES[operation]
             self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes())
             _fault("after_inflight")
-            view = FileSystemView.load(self.storage, timeline)
-            slices = view.latest_slices()
-            staged = _writer.write(self.spark, self, df, opts, instant.time, slices, self.schema(timeline))
-            _fault("after_files")
-            self._remove_strays(instant.time, staged.stats)
-            self._check_conflicts(slices, staged.stats)
+            try:
+                view = FileSystemView.load(self.storage, timeline)
+                slices = view.latest_slices()
+                staged = _writer.write(self.spark, self, df, opts, instant.time, slices, self.schema(timeline))
+                _fault("after_files")
+                self._remove_strays(instant.time, staged.stats)
+                self._check_conflicts(slices, staged.stats)
+            except BaseException:
+                # nothing half-written: the failed instant is rolled back before we report
+                self.rollback_pending()
+                raise
             extra = {"schema": staged.schema_json, **opts.extra_metadata}
             meta = CommitMetadata(op_type, staged.stats, extra)
             if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):

@@ -409,7 +409,7 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
     if not parts:
         return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
     table.ensure_partitions(parts, instant)
-    out = rows.select(*[F.col(f"`{c}`") for c in data_columns], KEY, PART)
+    out = rows.select(*[F.col(f"`{c}`") if c in rows.columns else F.lit(None).cast(struct[c].dataType).alias(c) for c in data_columns], KEY, PART)
     written = write_file_groups(spark, out, table.storage, instant, data_columns, opts, len(parts), "bulk")
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size in written:
