@@ -31,9 +31,9 @@ def test_clean_keeps_the_versions_the_retained_commits_need(spark, tmp_path):
     path = str(tmp_path / "t")
     table = Table.create(spark, path, CONFIG)
     instants = [write(spark, table, v, clean_retain=2).instant for v in range(4)]
-    files = sorted(p.name for p in (tmp_path / "t/p=a").glob("*.parquet"))
+    versions = sorted(p.name.rsplit("_", 1)[1][: -len(".parquet")] for p in (tmp_path / "t/p=a").glob("*.parquet"))
     # versions of commits 2, 3, 4 stay (commit 2's is the newest older than the earliest retained, 3)
-    assert [f.rsplit("_", 1)[1][:-8] for f in files] == instants[1:]
+    assert versions == instants[1:]
     cleans = sorted((tmp_path / "t/.hoodie").glob("*.clean"))
     assert len(cleans) == 1  # after the 4th commit: commit 1's versions are the first no retained commit needs
     meta = avro.from_bytes(cleans[-1].read_bytes())
