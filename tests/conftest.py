@@ -53,3 +53,32 @@ def spark():
     session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "4"}, app_name="pipe-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """A real moto server (S3, SQS) on a free loopback port, for the whole test session."""
+    import os
+
+    from moto.server import ThreadedMotoServer
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_server, request):
+    """A fresh bucket on the moto server; returns (bucket name, endpoint url)."""
+    import re
+
+    import boto3
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + "-b"
+    boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket=name)
+    return name, moto_server
