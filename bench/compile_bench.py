@@ -943,7 +943,11 @@ def main(argv: list[str] | None = None) -> int:
     run.cpu_after = _cpu_counters()
     run.code_after = _code_fingerprint()
 
-    Path(args.output).write_text(render_report(run) + "\n", encoding="utf-8")
+    from report import write_section  # bench/report.py: one section per benchmark
+
+    report = render_report(run)
+    report = report.replace("\n## ", "\n### ").replace("# pipe compile benchmark", "## pipe compile: 100 to 5,000 tables", 1)
+    write_section("compile", report, Path(args.output))
     print()
     for r in run.results:
         print(f"{r.n:>5} tables: " + ", ".join(f"{k} median {m.median:.3f}s best {m.best:.3f}s" for k, m in r.measures.items())
