@@ -18,6 +18,7 @@ from typing import Iterator
 
 FILE_ID = "_pipe_file_id"
 SOURCE = "_pipe_src"  # 1: an incoming row (gets this instant's commit time), 0: a stored row
+KIND = "_pipe_kind"  # I insert, U update, D delete, O a stored row carried over
 STATS_SCHEMA = "file_id string, partition_path string, path string, rows long, size long"
 
 
@@ -30,6 +31,9 @@ class FileWriteSpec:
     instant: str
     data_columns: tuple[str, ...]  # in table order, without meta columns
     mode: str  # groups | bulk
+    # groups mode: rows come sorted by (file id, key, source desc); keep the first row of each
+    # key (the incoming one when there is one), then drop deletes
+    merge: bool = False
     max_file_size: int = 120 * 1024 * 1024
     compression: str = "snappy"
 
@@ -125,6 +129,7 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
 
     token, task_id = _token()
     counter = [0]
+    last: tuple = (None, None)  # (file id, key) of the previous row, across batches
     stats = []
     open_files: dict[str, _OpenFile] = {}
 
@@ -150,13 +155,23 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
                 if a == b:
                     continue
                 fid = ids[a].as_py()
+                piece = batch.slice(a, b - a)
+                if spec.merge:
+                    keys = piece.column("_hoodie_record_key")
+                    before = pa.concat_arrays([pa.array([last[1] if last[0] == fid else None], pa.string()), keys.slice(0, len(keys) - 1)])
+                    last = (fid, keys[len(keys) - 1].as_py())
+                    piece = piece.filter(pc.fill_null(pc.not_equal(keys, before), True))
+                    piece = piece.filter(pc.not_equal(piece.column(KIND), "D"))
                 current = open_files.get(fid)
                 if current is None:
                     for other in list(open_files.values()):  # sorted input: the previous group is done
                         stats.append(other.close())
                     open_files.clear()
+                    if piece.num_rows == 0:
+                        continue  # nothing left of this group (all deleted): the driver handles it
                     current = open_files[fid] = _OpenFile(spec, parts[a].as_py(), fid, token)
-                current.write(_with_meta(batch.slice(a, b - a), current, spec, task_id, counter))
+                if piece.num_rows:
+                    current.write(_with_meta(piece, current, spec, task_id, counter))
         else:  # bulk: a file group per partition path, rolled over by size
             parts = batch.column("_hoodie_partition_path")
             for value in pc.unique(parts).to_pylist():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.table.files import FILE_ID, SOURCE, FileWriteSpec, write_task
+from runtime.table.files import FILE_ID, KIND, SOURCE, FileWriteSpec, write_task
 from runtime.table.layout import DEFAULT_PARTITION, FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
 
@@ -18,7 +18,7 @@ KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
 _DELETE = "_pipe_delete"  # the row deletes its key
 _SEQ = "_pipe_seq"  # arrival order: the tie-breaker among equal precombine values
 _OLD_PART, _OLD_FILE, _OLD_ORDER = "_pipe_old_partition", "_pipe_old_file", "_pipe_old_order"
-_KIND = "_pipe_kind"  # I insert, U update, D delete, O a stored row carried over
+_KIND = KIND
 
 OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete": "DELETE"}
 _ESCAPED = ['%', '"', "#", "'", "*", "/", ":", "=", "?", "\\", "{", "[", "]", "^"]
@@ -124,7 +124,12 @@ def dedupe(df, config, opts: WriteOptions):
 # --- 2. tag_locations: the index lookup -----------------------------------------------------
 
 
-def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage):
+# Batches up to this many keys are broadcast to the tasks scanning the stored keys, so the
+# (large) index is filtered where it is read instead of shuffled.
+BROADCAST_KEYS = 2_000_000
+
+
+def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None):
     """Joins incoming keys to the keys stored in the latest file slices; adds the stored
     partition, file id and precombine value (null for new keys)."""
     from pyspark.sql import functions as F
@@ -141,6 +146,11 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     cols = [F.col(KEY).alias("_k"), F.col(PART).alias(_OLD_PART), F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE)]
     cols.append(F.col(f"`{config.precombine_field}`").alias(_OLD_ORDER) if config.precombine_field and config.precombine_field in stored.columns else F.lit(None).alias(_OLD_ORDER))
     index = stored.select(*cols)
+    if batch_rows is not None and batch_rows <= BROADCAST_KEYS:
+        # keep only the stored keys the batch has: a broadcast semi-join at the scan
+        probe = df.select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
+        on = [index["_k"] == probe["_k"]] + ([index[_OLD_PART] == probe["_p"]] if opts.index == "partition" else [])
+        index = index.join(F.broadcast(probe), on=on, how="left_semi")
     cond = [df[KEY] == index["_k"]]
     if opts.index == "partition":
         cond.append(df[PART] == index[_OLD_PART])
@@ -213,7 +223,7 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 # --- 4. write_file_groups ----------------------------------------------------------------------
 
 
-def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, n_groups: int, mode: str):
+def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, n_groups: int, mode: str, merge: bool = False):
     """Executors write every file group's new base file; returns the stats rows."""
     spec = FileWriteSpec(
         storage_uri=storage.spec.uri,
@@ -221,6 +231,7 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
         instant=instant,
         data_columns=tuple(data_columns),
         mode=mode,
+        merge=merge,
         max_file_size=opts.max_file_size,
     )
     from runtime.table.files import STATS_SCHEMA
@@ -270,10 +281,11 @@ def write(spark, table, df, opts: WriteOptions, instant: str, slices: list[FileS
     data_columns = [f.name for f in struct.fields]
 
     rows = prepare(df, config, opts)
+    batch_rows = None
     if config.record_key_fields and opts.operation != "bulk_insert":
-        null_keys = rows.where(F.col(KEY).isNull()).limit(1).count() if len(config.record_key_fields) == 1 else 0
+        batch_rows, null_keys = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull())).first()  # metadata
         if null_keys:
-            raise WriteError(f"the input has rows whose key column {config.record_key_fields[0]} is null; every row needs a key")
+            raise WriteError(f"the input has {null_keys} row(s) whose key column {config.record_key_fields[0]} is null; every row needs a key")
 
     if opts.operation == "bulk_insert":
         return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
@@ -283,7 +295,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, slices: list[FileS
         rows = dedupe(rows, config, opts)
     lookup = keyed and (opts.operation in ("upsert", "delete") or opts.insert_duplicates != "none")
     if lookup:
-        rows = tag_locations(spark, rows, config, opts, slices, storage)
+        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows)
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
     if opts.operation == "insert" and opts.insert_duplicates == "fail":
@@ -333,19 +345,18 @@ def write(spark, table, df, opts: WriteOptions, instant: str, slices: list[FileS
             F.col(PART), F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(FILE_ID),
             F.lit("O").alias(_KIND), F.lit(0).alias(SOURCE))
         combined = stored.unionByName(changes, allowMissingColumns=True)
-    if keyed and opts.operation != "insert":
-        from pyspark.sql.window import Window
-
-        w = Window.partitionBy(FILE_ID, KEY).orderBy(F.col(SOURCE).desc())
-        combined = combined.withColumn("_pipe_rank", F.row_number().over(w)).where("_pipe_rank = 1").drop("_pipe_rank")
-    combined = combined.where(F.col(_KIND) != "D")
+    merge = keyed and opts.operation != "insert"
+    if not merge:
+        combined = combined.where(F.col(_KIND) != "D")
     for c in data_columns:
         if c not in combined.columns:
             combined = combined.withColumn(c, F.lit(None).cast(struct[c].dataType))
+    # one shuffle: every file group to one task, sorted so that a key's incoming row comes
+    # first; the task keeps it, drops the stored version and drops deletes (files.write_task)
     n = max(1, min(len(per_group), spark.sparkContext.defaultParallelism * 4))
-    combined = combined.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
+    combined = combined.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY, F.col(SOURCE).desc())
     table.ensure_partitions({p for p, _ in per_group}, instant)
-    written = write_file_groups(spark, combined, storage, instant, data_columns, opts, len(per_group), "groups")
+    written = write_file_groups(spark, combined, storage, instant, data_columns, opts, len(per_group), "groups", merge=merge)
 
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size in written:
