@@ -75,28 +75,25 @@ class LocalStorage:
         with open(self.full_path(path), "rb") as f:
             return f.read()
 
-    def _temp_beside(self, full: str) -> str:
-        # hidden, in the same folder so rename/link stay on one file system
+    def _temp_beside(self, full: str, data: bytes) -> str:
+        """A hidden temp file holding `data`, synced, in the same folder as `full` so that
+        rename and link stay on one file system."""
         folder, name = os.path.split(full)
         os.makedirs(folder, exist_ok=True)
-        return os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+        tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
 
     def write_atomic(self, path: str, data: bytes) -> None:
         full = self.full_path(path)
-        tmp = self._temp_beside(full)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, full)
+        os.replace(self._temp_beside(full, data), full)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
         full = self.full_path(path)
-        tmp = self._temp_beside(full)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        tmp = self._temp_beside(full, data)
         try:
             os.link(tmp, full)  # fails if `full` exists; the name appears with all its bytes
             return True

@@ -25,20 +25,13 @@ def avro_type(data_type: Any, name: str, namespace: str) -> Any:
     from pyspark.sql import types as T
 
     t = data_type
-    if isinstance(t, T.BooleanType):
-        return "boolean"
-    if isinstance(t, (T.ByteType, T.ShortType, T.IntegerType)):
-        return "int"
-    if isinstance(t, T.LongType):
-        return "long"
-    if isinstance(t, T.FloatType):
-        return "float"
-    if isinstance(t, T.DoubleType):
-        return "double"
-    if isinstance(t, (T.StringType, T.VarcharType, T.CharType)):
-        return "string"
-    if isinstance(t, T.BinaryType):
-        return "bytes"
+    primitive = {
+        T.BooleanType: "boolean", T.ByteType: "int", T.ShortType: "int", T.IntegerType: "int", T.LongType: "long",
+        T.FloatType: "float", T.DoubleType: "double", T.StringType: "string", T.VarcharType: "string",
+        T.CharType: "string", T.BinaryType: "bytes",
+    }.get(type(t))
+    if primitive is not None:
+        return primitive
     if isinstance(t, T.DateType):
         return {"type": "int", "logicalType": "date"}
     if isinstance(t, T.TimestampNTZType):
