@@ -85,6 +85,8 @@ class _OpenFile:
             with open(self.local, "rb") as src, open(tmp, "wb") as dst:
                 while chunk := src.read(1 << 22):
                     dst.write(chunk)
+                dst.flush()
+                os.fsync(dst.fileno())  # durable before the commit that names it
             os.replace(tmp, final)
         else:
             with open(self.local, "rb") as src:

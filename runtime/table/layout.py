@@ -99,9 +99,9 @@ class FileSystemView:
         prefixes = [""] if partitions is None else sorted(set(partitions))
         for prefix in prefixes:
             for info in storage.list_files(prefix, recursive=partitions is None or prefix != ""):
-                if info.path.startswith(HOODIE + "/") or "/." in "/" + info.path:
-                    continue  # .hoodie, .hoodie_partition_metadata and hidden temp files
                 folder, _, name = info.path.rpartition("/")
+                if info.path.startswith(HOODIE + "/") or name.startswith("."):
+                    continue  # .hoodie, .hoodie_partition_metadata and hidden temp files
                 bf = parse_base_file(folder, name, info.size)
                 if bf is None:
                     continue

@@ -20,12 +20,17 @@ def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, s
         wanted = None
     else:
         until = until or as_of
-        instants = completed_write_instants(timeline, since, until)
-        groups = set()
-        for inst in instants:
-            for stat in timeline.commit_metadata(inst).write_stats:
-                groups.add((stat.partition_path, stat.file_id))
-        slices = [s for s in view.latest_slices(until) if (s.partition, s.file_id) in groups]
+        first_active = timeline.completed()[0].time if timeline.completed() else None
+        if since is not None and first_active is not None and since < first_active and timeline.instants[0].time > since:
+            # commits after `since` were archived: their write stats are gone, so every live
+            # slice is scanned; copy-on-write rows keep the commit time that last wrote them
+            slices = view.latest_slices(until)
+        else:
+            groups = set()
+            for inst in completed_write_instants(timeline, since, until):
+                for stat in timeline.commit_metadata(inst).write_stats:
+                    groups.add((stat.partition_path, stat.file_id))
+            slices = [s for s in view.latest_slices(until) if (s.partition, s.file_id) in groups]
         wanted = (since, until)
     paths = [storage.full_path(s.base_file.path) for s in slices]
     if not paths:

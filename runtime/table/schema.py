@@ -69,13 +69,12 @@ def avro_schema_json(struct: Any, table_name: str) -> str:
 
 
 # Widenings a stored column may take (Hudi's schema evolution on write allows these).
+# Only widenings Spark's Parquet reader performs on files written before the change.
 _WIDER = {
-    "tinyint": {"smallint", "int", "bigint", "float", "double"},
-    "smallint": {"int", "bigint", "float", "double"},
-    "int": {"bigint", "float", "double"},
-    "bigint": {"float", "double"},
+    "tinyint": {"smallint", "int", "bigint"},
+    "smallint": {"int", "bigint"},
+    "int": {"bigint", "double"},
     "float": {"double"},
-    "date": {"timestamp"},
 }
 
 

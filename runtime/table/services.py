@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from runtime.table import avro
 from runtime.table.layout import FileSystemView
+from runtime.table.timeline import WRITE_ACTIONS
 from runtime.table.timeline import (
     CLEAN, COMPLETED, HOODIE, INFLIGHT, REQUESTED, ROLLBACK, Instant, Timeline, new_instant_time,
 )
@@ -185,10 +186,28 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30) -> list[str
     if len(instants) <= max_instants:
         return []
     latest_write = timeline.latest_completed()
-    moved = []
+    candidates = []
     for inst in instants[: len(instants) - min_instants]:
         if not inst.is_completed or (latest_write is not None and inst.time >= latest_write.time):
             break
+        candidates.append(inst)
+    if not candidates:
+        return []
+    # Files older than the first active instant count as committed. Before the boundary moves,
+    # delete data files of instants in the range that never completed a write (a rolled-back
+    # writer's late task output), so they cannot turn into committed data.
+    new_first = instants[len(candidates)].time
+    written = {i.time for i in timeline.completed(WRITE_ACTIONS)}
+    first = instants[0].time
+    for f in storage.list_files(""):
+        name = f.path.rsplit("/", 1)[-1]
+        if f.path.startswith(HOODIE + "/") or not name.endswith(".parquet") or name.startswith("."):
+            continue
+        t = name[-len("20240101000000000.parquet"):-len(".parquet")]
+        if t.isdigit() and first <= t < new_first and t not in written:
+            storage.delete(f.path)
+    moved = []
+    for inst in candidates:
         names = [inst.with_state(s).file_name() for s in (REQUESTED, INFLIGHT, COMPLETED)]
         present = [n for n in names if storage.exists(f"{HOODIE}/{n}")]
         for n in present:

@@ -102,6 +102,7 @@ class Table:
                 ("partition fields", have.partition_fields, wanted.partition_fields),
                 ("table type", have.table_type, wanted.table_type),
                 ("hive-style partitioning", have.hive_style, wanted.hive_style),
+                ("precombine field", have.precombine_field, wanted.precombine_field),
             ) if a != b
         ]
         if diffs:
@@ -122,13 +123,20 @@ class Table:
         from pyspark.sql import types as T
 
         timeline = timeline or self.timeline()
+        path = None
         for inst in reversed(timeline.completed()):
             meta = timeline.commit_metadata(inst)
             paths = [s.path for s in meta.write_stats if s.path.endswith(".parquet")]
             if paths:
-                struct = self.spark.read.parquet(self.storage.full_path(paths[0])).schema
-                return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
-        return None
+                path = paths[0]
+                break
+        if path is None:  # every commit with files was archived: the newest live base file
+            slices = FileSystemView.load(self.storage, timeline).latest_slices()
+            if not slices:
+                return None
+            path = max(slices, key=lambda s: s.base_instant).base_file.path
+        struct = self.spark.read.parquet(self.storage.full_path(path)).schema
+        return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
 
     def record_size_estimate(self, default: int) -> int:
         timeline = self.timeline()
@@ -194,6 +202,7 @@ class Table:
                 raise
             extra = {"schema": staged.schema_json, **opts.extra_metadata}
             meta = CommitMetadata(op_type, staged.stats, extra)
+            self._check_lock()
             if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
                 raise TableError(f"instant {instant.time} was completed by someone else")
             _fault("after_commit")
@@ -270,16 +279,34 @@ class Table:
 
         def heartbeat() -> None:
             while not stop.wait(ttl_s / 3):
-                self.storage.write_atomic(LOCK_FILE, body())
+                try:
+                    if self._lock_owner() != owner:
+                        return  # taken over: the commit will notice and refuse
+                    self.storage.write_atomic(LOCK_FILE, body())
+                except Exception:  # noqa: BLE001 - a failed beat is retried at the next one
+                    continue
 
         beat = threading.Thread(target=heartbeat, daemon=True, name=f"pipe-lock-{self.config.name}")
         beat.start()
+        self._owner = owner
         try:
             yield
         finally:
             stop.set()
             beat.join()
-            self.storage.delete(LOCK_FILE)
+            self._owner = None
+            if self._lock_owner() == owner:  # never delete a lock someone else took over
+                self.storage.delete(LOCK_FILE)
+
+    def _lock_owner(self) -> str | None:
+        try:
+            return json.loads(self.storage.read_bytes(LOCK_FILE)).get("owner")
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _check_lock(self) -> None:
+        if getattr(self, "_owner", None) is None or self._lock_owner() != self._owner:
+            raise TableError(f"lost the writer lock of table {self.config.name} (another writer took it over); nothing was committed")
 
 
 def _holder_is_gone(owner: str) -> bool:

@@ -126,7 +126,7 @@ def dedupe(df, config, opts: WriteOptions):
 
 # Batches up to this many keys are broadcast to the tasks scanning the stored keys, so the
 # (large) index is filtered where it is read instead of shuffled.
-BROADCAST_KEYS = 2_000_000
+BROADCAST_KEYS = 200_000
 
 
 def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None):
@@ -163,7 +163,8 @@ def drop_stale(df, config):
 
     if not config.precombine_field or config.precombine_field not in df.columns:
         return df  # deletes by key apply whatever the stored ordering value
-    newer_or_equal = F.col(_OLD_ORDER).isNull() | (F.col(f"`{config.precombine_field}`") >= F.col(_OLD_ORDER)) | F.col(f"`{config.precombine_field}`").isNull()
+    # a null ordering value loses, as it does within a batch
+    newer_or_equal = F.col(_OLD_ORDER).isNull() | (F.col(f"`{config.precombine_field}`") >= F.col(_OLD_ORDER))
     return df.where(newer_or_equal)
 
 
@@ -409,6 +410,7 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
     from runtime.table.timeline import WriteStat
 
     config = table.config
+    rows = rows.where(~F.col(_DELETE))  # a delete has nothing to insert
     if opts.combine_before_insert and config.record_key_fields:
         rows = dedupe(rows, config, opts)
     mode = opts.bulk_insert_sort_mode
