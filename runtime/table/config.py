@@ -29,6 +29,7 @@ class TableConfig:
     # as read from an existing table; pipe itself always writes meta fields and derives the class
     key_generator_class: str | None = None
     populate_meta_fields: bool = True
+    metadata_partitions: str = ""  # a Java writer's metadata table, which pipe does not maintain
 
     @property
     def is_partitioned(self) -> bool:
@@ -99,6 +100,7 @@ class TableConfig:
             url_encode=props.get("hoodie.datasource.write.partitionpath.urlencode", "false") == "true",
             key_generator_class=keygen or None,
             populate_meta_fields=props.get("hoodie.populate.meta.fields", "true") == "true",
+            metadata_partitions=props.get("hoodie.table.metadata.partitions", ""),
         )
 
     def unwritable_reason(self) -> str | None:
@@ -111,6 +113,9 @@ class TableConfig:
             return "it was written without meta fields (hoodie.populate.meta.fields=false), so stored keys cannot be looked up"
         if self.table_type != COPY_ON_WRITE:
             return f"table type {self.table_type} is not supported yet"
+        if self.metadata_partitions:
+            return ("it has a metadata table (hoodie.table.metadata.partitions), which Java readers trust and pipe "
+                    "does not maintain; disable it in Hudi first (hoodie.metadata.enable=false)")
         return None
 
 
