@@ -30,9 +30,7 @@ def validate(project: Project, errors: Collector) -> None:
 
 def _written(node: Source | Table, key: str) -> bool:
     """Whether the user wrote `key` (as opposed to it holding its default)."""
-    body = node.doc.value
-    for part in node.path:
-        body = body.get(part) if isinstance(body, dict) else None
+    body = node.doc.value_at(node.path)
     return isinstance(body, dict) and key in body
 
 
@@ -45,9 +43,7 @@ def _validate_lake(project: Project, errors: Collector) -> None:
 
 def target_sets_lake(project: Project) -> bool:
     """Whether the chosen target overrides the project's lake (for pointing at the right line)."""
-    body = project.project_doc.value
-    for part in ("targets", project.target.name):
-        body = body.get(part) if isinstance(body, dict) else None
+    body = project.project_doc.value_at(("targets", project.target.name))
     return isinstance(body, dict) and "lake" in body
 
 
@@ -131,10 +127,7 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
 
 def _item_at(table: Table, key: str, index: int):
     # string_list accepts a bare string; its position is the key's value itself
-    body = table.doc.value
-    for part in table.path + (key,):
-        body = body.get(part) if isinstance(body, dict) else None
-    return table.at(key, index) if isinstance(body, list) else table.at(key)
+    return table.at(key, index) if isinstance(table.doc.value_at(table.path + (key,)), list) else table.at(key)
 
 
 def _folder(file: str) -> str:

@@ -35,6 +35,13 @@ class Doc:
     # whether any value may be a template: lets rendering skip files without one
     has_templates: bool = False
 
+    def value_at(self, path: Path):
+        """The value written at `path`, or None when any part of it is absent."""
+        body = self.value
+        for part in path:
+            body = body.get(part) if isinstance(body, dict) else None
+        return body
+
     def at(self, path: Path, *, key: bool = False) -> Location:
         """Where `path` is written: the key itself when `key`, else its value. Falls back to
         the nearest enclosing position when the exact one is unknown (e.g. a missing key)."""

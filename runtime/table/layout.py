@@ -15,8 +15,9 @@ PARTITION_METADATA = ".hoodie_partition_metadata"
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _BASE_FILE = re.compile(r"^(?P<file_id>[^_.][^_]*)_(?P<token>\d+-\d+-\d+)_(?P<instant>\d{14,17})\.parquet$")
 
-# Characters Hudi's PartitionPathEncodeUtils escapes (besides control characters).
-_ESCAPED = '"#%\'*/:=?\\{[]^'
+# Characters Hudi's PartitionPathEncodeUtils escapes (besides control characters); '%' first,
+# so that a chain of replacements never escapes an escape.
+ESCAPED = '%"#\'*/:=?\\{[]^'
 
 
 def new_file_id() -> str:
@@ -58,7 +59,7 @@ def encode_partition_value(value: object, url_encode: bool = True) -> str:
     text = str(value)
     if not url_encode:
         return text
-    return "".join(f"%{ord(c):02X}" if (c in _ESCAPED or ord(c) < 0x20 or ord(c) == 0x7F) else c for c in text)
+    return "".join(f"%{ord(c):02X}" if (c in ESCAPED or ord(c) < 0x20 or ord(c) == 0x7F) else c for c in text)
 
 
 def partition_path(values: dict[str, object], fields: Iterable[str], hive_style: bool, url_encode: bool = True) -> str:

@@ -17,9 +17,15 @@ from runtime.table.timeline import (
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
 
 
-def _data_files_of(storage, instant_time: str) -> list[str]:
-    suffix = f"_{instant_time}.parquet"
-    return sorted(f.path for f in storage.list_files("") if not f.path.startswith(HOODIE + "/") and f.path.endswith(suffix))
+def _data_files_by_instant(storage) -> dict[str, list[str]]:
+    """Base files of the table by the instant in their name (one listing)."""
+    out: dict[str, list[str]] = {}
+    for f in storage.list_files(""):
+        name = f.path.rsplit("/", 1)[-1]
+        if f.path.startswith(HOODIE + "/") or name.startswith(".") or not name.endswith(".parquet"):
+            continue
+        out.setdefault(name[-len("20240101000000000.parquet"):-len(".parquet")], []).append(f.path)
+    return out
 
 
 def rollback_pending(storage) -> list[str]:
@@ -28,12 +34,13 @@ def rollback_pending(storage) -> list[str]:
     (Removing those first could make the failed files look committed to a reader.)"""
     timeline = Timeline.load(storage)
     rolled = []
+    by_instant = _data_files_by_instant(storage) if timeline.pending() else {}
     for failed in timeline.pending():
         if failed.action in (CLEAN, ROLLBACK):
             _finish_service(storage, failed)
             continue
         started = time.time()
-        files = _data_files_of(storage, failed.time)
+        files = sorted(by_instant.get(failed.time, ()))
         by_partition: dict[str, list[str]] = {}
         for path in files:
             by_partition.setdefault(path.rpartition("/")[0], []).append(path)
@@ -199,13 +206,10 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30) -> list[str
     new_first = instants[len(candidates)].time
     written = {i.time for i in timeline.completed(WRITE_ACTIONS)}
     first = instants[0].time
-    for f in storage.list_files(""):
-        name = f.path.rsplit("/", 1)[-1]
-        if f.path.startswith(HOODIE + "/") or not name.endswith(".parquet") or name.startswith("."):
-            continue
-        t = name[-len("20240101000000000.parquet"):-len(".parquet")]
+    for t, paths in _data_files_by_instant(storage).items():
         if t.isdigit() and first <= t < new_first and t not in written:
-            storage.delete(f.path)
+            for path in paths:
+                storage.delete(path)
     moved = []
     for inst in candidates:
         names = [inst.with_state(s).file_name() for s in (REQUESTED, INFLIGHT, COMPLETED)]

@@ -138,8 +138,8 @@ class Table:
         struct = self.spark.read.parquet(self.storage.full_path(path)).schema
         return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
 
-    def record_size_estimate(self, default: int) -> int:
-        timeline = self.timeline()
+    def record_size_estimate(self, default: int, timeline: Timeline | None = None) -> int:
+        timeline = timeline or self.timeline()
         for inst in reversed(timeline.completed()):
             stats = timeline.commit_metadata(inst).write_stats
             rows = sum(s.num_writes for s in stats)
@@ -192,7 +192,7 @@ class Table:
             try:
                 view = FileSystemView.load(self.storage, timeline)
                 slices = view.latest_slices()
-                staged = _writer.write(self.spark, self, df, opts, instant.time, slices, self.schema(timeline))
+                staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, self.schema(timeline))
                 _fault("after_files")
                 self._remove_strays(instant.time, staged.stats)
                 self._check_conflicts(slices, staged.stats)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.table.files import FILE_ID, KIND, SOURCE, FileWriteSpec, write_task
-from runtime.table.layout import DEFAULT_PARTITION, FileSlice, new_file_id
+from runtime.table.files import FILE_ID, KIND, SOURCE, STATS_SCHEMA, FileWriteSpec, write_task
+from runtime.table.layout import DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
@@ -21,7 +21,6 @@ _OLD_PART, _OLD_FILE, _OLD_ORDER = "_pipe_old_partition", "_pipe_old_file", "_pi
 _KIND = KIND
 
 OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete": "DELETE"}
-_ESCAPED = ['%', '"', "#", "'", "*", "/", ":", "=", "?", "\\", "{", "[", "]", "^"]
 
 
 class WriteError(Exception):
@@ -66,7 +65,7 @@ def _partition_expr(F, config):
 
 
 def _url_encode(F, col):
-    for ch in _ESCAPED:  # '%' first, so escapes are not escaped again
+    for ch in ESCAPED:
         col = F.replace(col, F.lit(ch), F.lit(f"%{ord(ch):02X}"))
     return col
 
@@ -224,7 +223,7 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 # --- 4. write_file_groups ----------------------------------------------------------------------
 
 
-def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, n_groups: int, mode: str, merge: bool = False):
+def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False):
     """Executors write every file group's new base file; returns the stats rows."""
     spec = FileWriteSpec(
         storage_uri=storage.spec.uri,
@@ -235,16 +234,10 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
         merge=merge,
         max_file_size=opts.max_file_size,
     )
-    from runtime.table.files import STATS_SCHEMA
-
     def run(batches):
         return write_task(spec, batches)
 
     return rows.mapInArrow(run, STATS_SCHEMA).collect()
-
-
-def data_columns_of(schema_fields: list[str]) -> list[str]:
-    return [c for c in schema_fields if c not in META_COLUMNS]
 
 
 
@@ -261,7 +254,7 @@ class StagedWrite:
     struct: Any  # the table's Spark schema after this write (data columns only)
 
 
-def write(spark, table, df, opts: WriteOptions, instant: str, slices: list[FileSlice], stored_struct) -> StagedWrite:
+def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
     """Runs steps 0-5 for `instant` (already requested and inflight) and returns what to commit."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -320,7 +313,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, slices: list[FileS
     inserts = rows.where((F.col(_OLD_FILE).isNull() | moved) & ~F.col(_DELETE))
 
     insert_counts = {r[0]: r[1] for r in inserts.groupBy(PART).count().collect()}  # one row per partition
-    buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate))
+    buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline))
     routed = assign_file_groups(spark, inserts, buckets) if buckets else None
     routed_rows = routed.select(*[F.col(f"`{c}`") for c in data_columns if c in rows.columns], KEY, PART, FILE_ID, F.lit("I").alias(_KIND)) if routed is not None else None
 
@@ -357,7 +350,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, slices: list[FileS
     n = max(1, min(len(per_group), spark.sparkContext.defaultParallelism * 4))
     combined = combined.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY, F.col(SOURCE).desc())
     table.ensure_partitions({p for p, _ in per_group}, instant)
-    written = write_file_groups(spark, combined, storage, instant, data_columns, opts, len(per_group), "groups", merge=merge)
+    written = write_file_groups(spark, combined, storage, instant, data_columns, opts, "groups", merge=merge)
 
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size in written:
@@ -423,7 +416,7 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
         return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
     table.ensure_partitions(parts, instant)
     out = rows.select(*[F.col(f"`{c}`") if c in rows.columns else F.lit(None).cast(struct[c].dataType).alias(c) for c in data_columns], KEY, PART)
-    written = write_file_groups(spark, out, table.storage, instant, data_columns, opts, len(parts), "bulk")
+    written = write_file_groups(spark, out, table.storage, instant, data_columns, opts, "bulk")
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size in written:
         stats.append(WriteStat(fid, path, part, "null", nrows, nrows, 0, 0, size))
