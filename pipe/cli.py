@@ -157,6 +157,219 @@ def ls_cmd(ctx: _Context, select, exclude, target, vars_text, fmt) -> None:
             output.plain(step_id)
 
 
+def _load_plan(ctx: _Context, plan_path: str | None, target: str | None, vars_text: str | None):
+    """The plan to run: compiled now from the project, or read from --plan (as reviewed in CI)."""
+    from compiler.plan import Plan
+
+    if plan_path is None:
+        result = _compile(ctx, target, vars_text)
+        return result.plan, result.graph, result.project.root
+    if target or vars_text:
+        raise ProjectError([_cli("--plan runs a compiled plan as it is; --target and --vars belong to `pipe compile`",
+                                 "compile with those options, then run the plan it wrote")])
+    path = Path(plan_path)
+    try:
+        plan = Plan.from_json(path.read_text(encoding="utf-8"), origin=str(path))
+    except OSError as exc:
+        raise ProjectError([_cli(f"cannot read {path}: {exc.strerror}", "run `pipe compile` to write target/plan.json")]) from exc
+    return plan, plan.graph(), ctx.root()
+
+
+def _spark_factory(plan):
+    from compiler.render import resolve_env_placeholders
+    from runtime.executor import RunError
+
+    def start():
+        from runtime import session
+
+        try:
+            conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
+            return session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}")
+        except KeyError as exc:
+            raise RunError(f"environment variable {exc.args[0]} is not set; the Spark settings of target {plan.target.name} need it",
+                           f"export {exc.args[0]}=... before `pipe run`") from exc
+        except Exception as exc:  # noqa: BLE001 - Spark could not start: say why, once
+            if isinstance(exc, PipeError):
+                raise
+            raise RunError(f"Spark did not start: {exc}", getattr(exc, "hint", None)) from exc
+
+    return start
+
+
+@cli.command(name="run")
+@_select_option
+@_exclude_option
+@_target_option
+@_vars_option
+@click.option("--full-refresh", is_flag=True, help="Rebuild the selected tables from all of their input.")
+@click.option("--dry-run", is_flag=True, help="Say what would run and how much new input waits; write nothing, start no Spark.")
+@click.option("--threads", type=click.IntRange(1, 64), default=4, show_default=True, help="Steps run at the same time.")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first failed step (cancel what runs, start nothing new).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only errors and a one-line summary.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout.")
+@click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run this compiled plan.json instead of compiling the project.")
+@_common
+@click.pass_obj
+def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path) -> None:
+    """Run the project's pipeline on Spark: only new input, checkpoints in each table's timeline."""
+    from compiler.graph import select as select_steps
+    from runtime.executor import Executor, RunOptions
+    from pipe.run_display import Display
+
+    plan, graph, root = _load_plan(ctx, plan_path, target, vars_text)
+    chosen = select_steps(graph, select, exclude)
+    if not chosen:
+        output.err.print("[yellow]warning[/]: no step matches the selection; nothing to run")
+        return
+    options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run)
+    display = Display(output.out, output.err, mode=log_format, quiet=quiet)
+    executor = Executor(plan, root, chosen, options, spark_factory=_spark_factory(plan), listener=display)
+    display.begin(executor.selected, {s.id: (s.kind, s.name) for s in plan.steps})
+    run = executor.run()
+    results = {
+        "pipe_version": __version__,
+        "project": plan.project,
+        "target": plan.target.name,
+        "args": {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads},
+        "started_at": run.started_at,
+        "elapsed_s": round(run.elapsed_s, 3),
+        "success": not run.failed,
+        "lake": executor.lake,
+        "steps": [r.to_dict() for r in run.steps],
+    }
+    target_dir = root / "target"
+    target_dir.mkdir(exist_ok=True)
+    tmp = target_dir / ".run_results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, target_dir / "run_results.json")
+    display.end(run, {"results": "target/run_results.json"})
+    if ctx.debug:
+        for r in run.steps:
+            if r.traceback:
+                output.err.print(r.traceback, markup=False)
+    if run.failed:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _instant_arg(value: str | None, what: str) -> str | None:
+    if value is not None and not re.fullmatch(r"\d{14,17}", value):
+        raise ProjectError([_cli(f"{what} {value!r} is not an instant time", "instants look like 20261121170042123; see `pipe timeline TABLE`")])
+    return value
+
+
+def _table_for(ctx: _Context, name: str, target: str | None):
+    """The project table NAME as stored in the target's lake (opened without Spark)."""
+    from compiler.errors import did_you_mean
+    from compiler.plan import TargetSpec
+    from runtime.executor import Executor, RunOptions
+    from runtime.table.table import Table
+
+    result = _compile(ctx, target, None)
+    plan = result.plan
+    tables = [s.name for s in plan.steps if s.kind == "write"]
+    if name not in tables:
+        raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, tables) or f"tables: {', '.join(tables)}")])
+    executor = Executor(plan, result.project.root, [], RunOptions(dry_run=True))
+    uri = executor.table_uri(name)
+    if not Table.exists(uri):
+        raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", f"run `pipe run --select +{name}`")])
+    return Table.open(None, uri), plan
+
+
+@cli.command(name="show")
+@click.argument("table_name", metavar="TABLE")
+@click.option("--limit", "-n", type=click.IntRange(0), default=20, show_default=True, help="Rows to print.")
+@click.option("--as-of", default=None, help="Time travel: the table as of this instant.")
+@click.option("--since", default=None, help="Incremental: rows written by commits after this instant.")
+@click.option("--meta", is_flag=True, help="Include Hudi's _hoodie_* meta columns.")
+@click.option("--output", "fmt", type=click.Choice(["text", "json"]), default="text", help="A table, or one JSON object per row.")
+@_target_option
+@_common
+@click.pass_obj
+def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) -> None:
+    """Print rows of a table."""
+    from rich.table import Table as RichTable
+
+    _instant_arg(as_of, "--as-of")
+    _instant_arg(since, "--since")
+    table, plan = _table_for(ctx, table_name, target)
+    table.spark = _spark_factory(plan)()
+    df = table.read(as_of=as_of, since=since, until=as_of if since else None, meta=meta)
+    if table.config.record_key_fields and not since:
+        df = df.orderBy(*[f"`{c}`" for c in table.config.record_key_fields])
+    rows = df.limit(limit + 1).collect()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if fmt == "json":
+        for r in rows:
+            output.plain(json.dumps(r.asDict(), sort_keys=True, default=str))
+        return
+    t = RichTable(show_edge=False, box=None, header_style="bold", pad_edge=False)
+    for c in df.columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    output.out.print(t)
+    what = f"as of {as_of}" if as_of and not since else (f"since {since}" if since else "latest")
+    output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}[/]")
+
+
+@cli.command(name="timeline")
+@click.argument("table_name", metavar="TABLE")
+@click.option("--all", "show_all", is_flag=True, help="Include archived instants.")
+@click.option("--output", "fmt", type=click.Choice(["text", "json"]), default="text", help="A table, or one JSON object per instant.")
+@_target_option
+@_common
+@click.pass_obj
+def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
+    """Print the instants of a table: time, action, state, operation, counts, checkpoints."""
+    from rich.table import Table as RichTable
+
+    from runtime.table import services
+    from runtime.table.timeline import CHECKPOINT_PREFIX, Timeline
+
+    table, _ = _table_for(ctx, table_name, target)
+    timeline = table.timeline()
+    rows = []
+    archived = services.archived_instants(table.storage) if show_all else []
+    for inst, where in [(i, "archived") for i in archived] + [(i, "active") for i in timeline.instants]:
+        row = {"instant": inst.time, "action": inst.action, "state": inst.state, "timeline": where}
+        if inst.is_completed and inst.action in ("commit", "deltacommit", "replacecommit") and where == "active":
+            meta = timeline.commit_metadata(inst)
+            row.update(operation=meta.operation_type, inserts=sum(s.num_inserts for s in meta.write_stats),
+                       updates=sum(s.num_update_writes for s in meta.write_stats), deletes=sum(s.num_deletes for s in meta.write_stats),
+                       files=len(meta.write_stats), checkpoints=meta.checkpoints())
+        rows.append(row)
+    if fmt == "json":
+        for row in rows:
+            output.plain(json.dumps(row, sort_keys=True))
+        return
+    t = RichTable(show_edge=False, box=None, header_style="bold", pad_edge=False)
+    for col in ("instant", "action", "state", "operation", "ins/upd/del", "files", "checkpoints"):
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        cps = row.get("checkpoints") or {}
+        cp_text = ", ".join(f"{k}={_short_checkpoint(v)}" for k, v in sorted(cps.items()))
+        iud = f"{row['inserts']}/{row['updates']}/{row['deletes']}" if "inserts" in row else ""
+        state = row["state"] + (" (archived)" if row["timeline"] == "archived" else "")
+        t.add_row(row["instant"], row["action"], state, row.get("operation", ""), iud, str(row.get("files", "")), cp_text)
+    output.out.print(t)
+
+
+def _short_checkpoint(value: str) -> str:
+    """A files checkpoint is JSON with a file list; show its watermark and the list's size."""
+    try:
+        d = json.loads(value)
+    except ValueError:
+        return value
+    if isinstance(d, dict) and "mtime_ms" in d:
+        import datetime as dt
+
+        t = dt.datetime.fromtimestamp(d["mtime_ms"] / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"files up to {t} (+{len(d.get('files', []))} named)"
+    return value
+
+
 def _cli(message: str, hint: str | None = None):
     from compiler.errors import Diagnostic
 

@@ -1,0 +1,124 @@
+"""What `pipe run` shows while it runs: a live table of steps on a terminal, a line per finished
+step in logs (CI), one JSON object per event with `--log-format json`, and a summary."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from runtime.executor import RunResult, StepResult
+
+_STYLE = {
+    "pending": ("·", "dim"), "running": ("▶", "cyan"), "success": ("✓", "green"), "no_input": ("=", "dim"),
+    "would_run": ("→", "cyan"), "error": ("✗", "bold red"), "skipped": ("-", "yellow"), "cancelled": ("✗", "yellow"),
+}
+_LABEL = {"no_input": "no new input", "would_run": "would run"}
+
+
+def _num(v: int | None) -> str:
+    return "" if v is None else f"{v:,}"
+
+
+def _iud(r: StepResult) -> str:
+    if r.inserts is None:
+        return ""
+    return f"{r.inserts:,}/{r.updates:,}/{r.deletes:,}"
+
+
+def _duration(r: StepResult, now: float, starts: dict[str, float]) -> str:
+    if r.elapsed_s is not None:
+        return f"{r.elapsed_s:.1f}s"
+    if r.id in starts:
+        return f"{now - starts[r.id]:.0f}s"
+    return ""
+
+
+def steps_table(results: list[StepResult], starts: dict[str, float], title: str | None = None) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for col, justify in (("", "left"), ("step", "left"), ("state", "left"), ("read", "right"), ("written", "right"),
+                         ("ins/upd/del", "right"), ("time", "right"), ("detail", "left")):
+        t.add_column(col, justify=justify, no_wrap=col != "detail", overflow="fold")
+    now = time.perf_counter()
+    for r in results:
+        mark, style = _STYLE.get(r.state, ("?", ""))
+        detail = r.message or ""
+        t.add_row(Text(mark, style=style), r.id, Text(_LABEL.get(r.state, r.state), style=style), _num(r.rows_read),
+                  _num(r.rows_written), _iud(r), _duration(r, now, starts), Text(detail, style="dim" if r.state != "error" else ""))
+    return t
+
+
+class Display:
+    """Receives the executor's events (from its threads) and renders them."""
+
+    def __init__(self, console: Console, err: Console, results_order: list[StepResult] | None = None,
+                 mode: str = "text", quiet: bool = False):
+        self.console = console
+        self.err = err
+        self.mode = mode
+        self.quiet = quiet
+        self.results: dict[str, StepResult] = {}
+        self.order: list[str] = []
+        self.starts: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.live: Live | None = None
+
+    def begin(self, step_ids: list[str], kinds: dict[str, tuple[str, str]]) -> None:
+        for sid in step_ids:
+            kind, name = kinds[sid]
+            self.results[sid] = StepResult(sid, kind, name)
+            self.order.append(sid)
+        if self.mode == "text" and not self.quiet and self.console.is_terminal:
+            self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True,
+                             get_renderable=self._render)
+            self.live.start()
+
+    def _render(self):
+        return steps_table([self.results[s] for s in self.order], self.starts)
+
+    def __call__(self, event: str, result: StepResult) -> None:
+        with self._lock:
+            self.results[result.id] = result
+            if event == "start":
+                self.starts[result.id] = time.perf_counter()
+            if self.mode == "json":
+                self.console.file.write(json.dumps({"event": f"step_{event}", "time": time.time(), **result.to_dict()}, sort_keys=True, default=str) + "\n")
+                self.console.file.flush()
+            elif event == "end" and self.live is None and not self.quiet:
+                mark, style = _STYLE.get(result.state, ("?", ""))
+                counts = ""
+                if result.rows_read is not None or result.rows_written is not None:
+                    counts = f"  read {_num(result.rows_read) or '-'}  written {_num(result.rows_written) or '-'}"
+                if result.inserts is not None:
+                    counts += f" (ins {result.inserts:,} upd {result.updates:,} del {result.deletes:,})"
+                took = f"  {result.elapsed_s:.1f}s" if result.elapsed_s is not None else ""
+                self.console.print(f"[{style}]{mark}[/] {escape(result.id)}  [{style}]{_LABEL.get(result.state, result.state)}[/]"
+                                   f"{counts}{took}  [dim]{escape(result.message or '')}[/]")
+
+    def end(self, run: RunResult, extra: dict[str, Any]) -> None:
+        if self.live is not None:
+            self.live.stop()
+        counts = run.counts()
+        summary = ", ".join(f"{n} {_LABEL.get(s, s)}" for s, n in sorted(counts.items()))
+        if self.mode == "json":
+            self.console.file.write(json.dumps({"event": "run_end", "time": time.time(), "elapsed_s": run.elapsed_s,
+                                                "success": not run.failed, "counts": counts, **extra}, sort_keys=True) + "\n")
+            self.console.file.flush()
+        elif not self.quiet:
+            self.console.print(Group(steps_table(run.steps, self.starts, title=None)) if self.live is not None else "")
+            self.console.print(f"[bold]{'Failed' if run.failed else 'Done'}[/] in {run.elapsed_s:.1f}s: {summary}")
+        elif run.failed:
+            self.err.print(f"Failed in {run.elapsed_s:.1f}s: {summary}")
+        if self.mode != "json":
+            for r in run.steps:
+                if r.state == "error":
+                    self.err.print(f"[bold red]error[/] in {escape(r.id)}: {escape(r.message or '')}")
+                    if r.hint:
+                        self.err.print(f"  [dim]hint:[/] {escape(r.hint)}")

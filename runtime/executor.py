@@ -1,0 +1,458 @@
+"""Run a Plan on Spark: order, parallelism, checkpoints, progress and results.
+
+A step starts as soon as every step it depends on in this run has succeeded (so the graph's
+generations run in order, and independent steps run at the same time on `threads` threads,
+each submitting its own Spark jobs). A failed step skips its downstream steps; the others
+carry on, unless `fail_fast`, which cancels what is running and starts nothing new.
+
+The timeline is the only state. A write step reads, for every source it consumes, the
+checkpoint stored in its table's latest commit (`pipe.checkpoint.<source>`), reads only what is
+newer, and stores the new checkpoints in the commit that writes the data. A table that only
+reads other tables (`ref()`) stores the upstream instant it read as its checkpoint, and runs
+again only when an upstream has a new commit or its own definition changed. No new input:
+no commit."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import datetime as dt
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from compiler.errors import PipeError
+from compiler.plan import Plan, Step
+from compiler.render import resolve_env_placeholders
+from runtime.sources import Pending, SourceError
+from runtime.sources import files as files_source
+from runtime.sources import table as table_source
+from runtime.table.timeline import CHECKPOINT_PREFIX
+
+FINGERPRINT_KEY = "pipe.step.fingerprint"
+STATES = ("pending", "running", "success", "no_input", "would_run", "error", "skipped", "cancelled")
+
+
+class RunError(PipeError):
+    """A step that cannot go ahead; `hint` says what to do."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass
+class StepResult:
+    id: str
+    kind: str
+    name: str
+    state: str = "pending"
+    rows_read: int | None = None
+    rows_written: int | None = None
+    inserts: int | None = None
+    updates: int | None = None
+    deletes: int | None = None
+    instant: str | None = None
+    action: str | None = None
+    operation: str | None = None
+    started_at: str | None = None
+    elapsed_s: float | None = None
+    message: str | None = None
+    hint: str | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.pop("traceback")
+        return d
+
+
+@dataclass
+class RunOptions:
+    full_refresh: bool = False
+    threads: int = 4
+    fail_fast: bool = False
+    dry_run: bool = False
+
+
+@dataclass
+class RunResult:
+    started_at: str
+    elapsed_s: float
+    steps: list[StepResult]
+
+    @property
+    def failed(self) -> bool:
+        return any(s.state in ("error", "cancelled") for s in self.steps)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.steps:
+            out[s.state] = out.get(s.state, 0) + 1
+        return out
+
+
+Listener = Callable[[str, StepResult], None]  # (event: "start" | "end", result)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Executor:
+    def __init__(self, plan: Plan, project_root: Path, selected: Iterable[str], options: RunOptions,
+                 spark_factory: Callable[[], Any] | None = None, listener: Listener | None = None,
+                 environ: Mapping[str, str] | None = None):
+        self.plan = plan
+        self.root = Path(project_root)
+        self.selected = [s for s in plan.step_ids if s in set(selected)]
+        self.options = options
+        self._spark_factory = spark_factory
+        self._spark = None
+        self._spark_lock = threading.Lock()
+        self.listener = listener or (lambda event, result: None)
+        self.environ = dict(os.environ if environ is None else environ)
+        self.lake = self._lake_uri()
+        self._cancel = threading.Event()
+
+    # --- where things are ------------------------------------------------------------------
+
+    def _lake_uri(self) -> str:
+        try:
+            lake = resolve_env_placeholders(self.plan.target.lake, self.environ)
+        except KeyError as exc:
+            raise RunError(f"environment variable {exc.args[0]} is not set; the lake of target {self.plan.target.name} needs it",
+                           f"export {exc.args[0]}=... before `pipe run`") from exc
+        if lake.startswith(("s3://", "s3a://", "file://")) or os.path.isabs(lake):
+            return lake.rstrip("/")
+        return str((self.root / lake).resolve())
+
+    def table_uri(self, name: str) -> str:
+        return f"{self.lake}/{name}"
+
+    def spark(self):
+        with self._spark_lock:
+            if self._spark is None:
+                if self._spark_factory is None:
+                    raise RunError("no Spark session available")
+                self._spark = self._spark_factory()
+            return self._spark
+
+    # --- running ---------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        started, t0 = _now(), time.perf_counter()
+        results = {sid: StepResult(sid, self.plan.step(sid).kind, self.plan.step(sid).name) for sid in self.selected}
+        in_run = set(self.selected)
+        waiting = list(self.selected)
+        running: dict[cf.Future, str] = {}
+        threads = max(1, self.options.threads)
+        with cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pipe-step") as pool:
+            try:
+                while waiting or running:
+                    for sid in list(waiting):
+                        step = self.plan.step(sid)
+                        deps = [d for d in step.depends_on if d in in_run]
+                        states = [results[d].state for d in deps]
+                        if self._cancel.is_set():
+                            waiting.remove(sid)
+                            self._finish(results[sid], "skipped", "not started: the run stopped at the first failure (--fail-fast)")
+                        elif any(s in ("error", "skipped", "cancelled") for s in states):
+                            waiting.remove(sid)
+                            bad = [d for d in deps if results[d].state in ("error", "skipped", "cancelled")]
+                            self._finish(results[sid], "skipped", f"skipped: upstream {', '.join(bad)} did not succeed")
+                        elif all(s in ("success", "no_input", "would_run") for s in states) and len(running) < threads:
+                            waiting.remove(sid)
+                            results[sid].state = "running"
+                            results[sid].started_at = _now()
+                            self.listener("start", results[sid])
+                            running[pool.submit(self._run_step, step, results[sid])] = sid
+                    if not running:
+                        continue
+                    done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
+                    for fut in done:
+                        sid = running.pop(fut)
+                        if results[sid].state == "error" and self.options.fail_fast and not self._cancel.is_set():
+                            self._cancel.set()
+                            self._cancel_running([running[f] for f in running])
+            except KeyboardInterrupt:
+                self._cancel.set()
+                self._cancel_running(list(running.values()))
+                raise
+        return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.selected])
+
+    def _cancel_running(self, step_ids: list[str]) -> None:
+        if self._spark is None:
+            return
+        for sid in step_ids:
+            try:
+                self._spark.sparkContext.cancelJobGroup(sid)
+            except Exception:  # noqa: BLE001 - best effort; the step fails and rolls back
+                pass
+
+    def _finish(self, result: StepResult, state: str, message: str | None = None, hint: str | None = None) -> None:
+        result.state = state
+        result.message = message
+        result.hint = hint
+        self.listener("end", result)
+
+    def _run_step(self, step: Step, result: StepResult) -> None:
+        t0 = time.perf_counter()
+        try:
+            if step.kind == "ingest":
+                state, message = self._run_source(step, result)
+            else:
+                state, message = self._run_write(step, result)
+            result.elapsed_s = round(time.perf_counter() - t0, 3)
+            self._finish(result, state, message)
+        except BaseException as exc:  # noqa: BLE001 - every failure is reported on its step
+            result.elapsed_s = round(time.perf_counter() - t0, 3)
+            state = "cancelled" if self._cancel.is_set() and not isinstance(exc, PipeError) else "error"
+            message, hint = describe_error(exc, step)
+            if not isinstance(exc, (PipeError,)) and not _is_user_error(exc):
+                result.traceback = traceback.format_exc()
+            self._finish(result, state, message, hint)
+
+    # --- sources -----------------------------------------------------------------------------
+
+    def _run_source(self, step: Step, result: StepResult) -> tuple[str, str]:
+        """A source step checks that the source can be listed and says how much is there;
+        what is new is decided per consuming table, against that table's checkpoint."""
+        config = self._config(step)
+        kind = config["kind"]
+        if kind == "files":
+            entries = files_source.list_files(config, self.root, step.name)
+            from runtime.sources import human_bytes
+
+            result.inputs = {"files": len(entries), "bytes": sum(e.size for e in entries)}
+            return ("would_run" if self.options.dry_run else "success"), f"{len(entries)} file{'s' if len(entries) != 1 else ''} ({human_bytes(result.inputs['bytes'])}) listed"
+        if kind == "table":
+            upstream = self._open_table(config["table"], f"source {step.name}")
+            latest = upstream.timeline().latest_completed()
+            return ("would_run" if self.options.dry_run else "success"), f"table {config['table']} at {latest.time if latest else 'no commit yet'}"
+        raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe",
+                       "use a `files` or `table` source")
+
+    def _config(self, step: Step) -> dict[str, Any]:
+        """The step's config with ${env:...} placeholders filled in from the environment."""
+        if not step.env_vars:
+            return dict(step.config)
+        import json
+
+        try:
+            return json.loads(resolve_env_placeholders(json.dumps(step.config), {k: json.dumps(v)[1:-1] for k, v in self.environ.items()}))
+        except KeyError as exc:
+            raise RunError(f"{step.id}: environment variable {exc.args[0]} is not set ({step.file}:{step.line} uses it)",
+                           f"export {exc.args[0]}=... before `pipe run`") from exc
+
+    # --- tables ------------------------------------------------------------------------------
+
+    def _open_table(self, name: str, needed_by: str):
+        from runtime.table.table import Table
+
+        uri = self.table_uri(name)
+        if not Table.exists(uri):
+            raise RunError(f"{needed_by} reads table {name}, which has not been built yet (no table at {uri})",
+                           f"build it first: `pipe run --select +{name}`")
+        return Table.open(self._spark, uri)
+
+    def _pending_inputs(self, step: Step, checkpoints: Mapping[str, str], full: bool) -> tuple[dict[str, Pending], dict[str, str]]:
+        """New input per source, and the latest instant of each upstream table read by ref()."""
+        sources: dict[str, Pending] = {}
+        refs: dict[str, str] = {}
+        for dep in step.depends_on:
+            up = self.plan.step(dep)
+            if up.kind == "ingest":
+                config = self._config(up)
+                last = None if full else checkpoints.get(up.name)
+                if config["kind"] == "files":
+                    sources[up.name] = files_source.pending(up.name, config, self.root, last)
+                elif config["kind"] == "table":
+                    upstream = self._open_table(config["table"], f"source {up.name}")
+                    sources[up.name] = table_source.pending(up.name, config, upstream, step.name, last)
+                else:
+                    raise RunError(f"source {up.name} of kind {config['kind']} cannot run in this version of pipe")
+            else:
+                if self.options.dry_run and dep in self.selected and not _table_exists(self.table_uri(up.name)):
+                    refs[up.name] = "(built earlier in this run)"
+                    continue
+                table = self._open_table(up.name, f"table {step.name}")
+                latest = table.timeline().latest_completed()
+                if latest is None:
+                    raise RunError(f"table {step.name} reads table {up.name}, which has no completed commit yet",
+                                   f"build it first: `pipe run --select +{up.name}`")
+                refs[up.name] = latest.time
+        return sources, refs
+
+    def _run_write(self, step: Step, result: StepResult) -> tuple[str, str]:
+        from runtime.table.table import Table
+
+        config = self._config(step)
+        result.operation = config["operation"]
+        uri = self.table_uri(step.name)
+        exists = Table.exists(uri)
+        table = Table.open(None, uri) if exists else None
+        full = self.options.full_refresh or not exists
+        stored, fingerprint = ({}, None)
+        if table is not None:
+            stored, fingerprint = _stored_state(table)
+        sources, refs = self._pending_inputs(step, stored, full)
+        result.inputs = {name: p.to_dict() for name, p in sources.items()}
+        result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
+        if not full and not _has_work(sources, refs, stored, fingerprint, step.fingerprint):
+            return "no_input", "no new input"
+        if self.options.dry_run:
+            detail = "; ".join(f"{n}: {p.describe()}" for n, p in sources.items()) or "reads " + ", ".join(refs)
+            return "would_run", ("first build: " if not exists else "full refresh: " if full else "") + detail
+
+        spark = self.spark()
+        spark.sparkContext.setJobGroup(step.id, f"pipe {step.id}", interruptOnCancel=True)
+        session = spark.newSession()
+        rows_read = 0
+        for name, p in sources.items():
+            df = p.dataframe(session)
+            df.createOrReplaceTempView(name)
+            rows_read += p.rows or 0
+        for name, instant in refs.items():
+            Table.open(session, self.table_uri(name)).read(as_of=instant, meta=False).createOrReplaceTempView(name)
+        result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
+        result.inputs = {name: p.to_dict() for name, p in sources.items()}
+        result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
+        sql = step.sql_full_refresh if (full and step.sql_full_refresh) else step.sql
+        try:
+            df = session.sql(sql)
+        except Exception as exc:  # noqa: BLE001 - an analysis error is a mistake in the SQL
+            raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {_spark_message(exc)}",
+                           "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
+
+        table = self._create_table(session, step, config, uri, rebuild=full and exists)
+        extra = {f"{CHECKPOINT_PREFIX}{n}": p.checkpoint for n, p in sources.items() if p.checkpoint is not None}
+        for n, p in sources.items():  # a source with nothing new keeps its checkpoint
+            if p.checkpoint is None and n in stored and not full:
+                extra[f"{CHECKPOINT_PREFIX}{n}"] = stored[n]
+        extra.update({f"{CHECKPOINT_PREFIX}{n}": t for n, t in refs.items()})
+        extra[FINGERPRINT_KEY] = step.fingerprint
+        operation, options = _write_options(config, full and exists)
+        w = table.write(df, operation=operation, extra_metadata=extra, **options)
+        result.instant, result.action = w.instant, w.action
+        result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes
+        result.rows_written = w.inserts + w.updates
+        return "success", ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}"
+
+    def _create_table(self, spark, step: Step, config: Mapping[str, Any], uri: str, rebuild: bool):
+        from runtime.table.table import Table, TableError
+        from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, TableConfig
+
+        wanted = TableConfig(
+            name=step.name,
+            table_type=MERGE_ON_READ if config["type"] == "merge_on_read" else COPY_ON_WRITE,
+            record_key_fields=tuple(config["key"]),
+            partition_fields=tuple(config["partition_by"]),
+            precombine_field=config.get("precombine"),
+            hive_style=config["hive_style_partitioning"],
+        )
+        try:
+            return Table.create(spark, uri, wanted)
+        except TableError:
+            if not rebuild:
+                raise
+        # --full-refresh of a table whose key, partitioning or type changed: start it anew
+        _delete_table(uri)
+        return Table.create(spark, uri, wanted)
+
+
+def _table_exists(uri: str) -> bool:
+    from runtime.table.table import Table
+
+    return Table.exists(uri)
+
+
+def _stored_state(table) -> tuple[dict[str, str], str | None]:
+    """The checkpoints and step fingerprint of the table's latest commit written by pipe."""
+    timeline = table.timeline()
+    for inst in reversed(timeline.completed()):
+        extra = timeline.commit_metadata(inst).extra
+        if FINGERPRINT_KEY in extra or any(k.startswith(CHECKPOINT_PREFIX) for k in extra):
+            cps = {k[len(CHECKPOINT_PREFIX):]: v for k, v in extra.items() if k.startswith(CHECKPOINT_PREFIX)}
+            return cps, extra.get(FINGERPRINT_KEY)
+    return {}, None
+
+
+def _has_work(sources: Mapping[str, Pending], refs: Mapping[str, str], stored: Mapping[str, str],
+              fingerprint: str | None, wanted_fingerprint: str) -> bool:
+    """A table fed by sources runs when a source has new input; one that only reads other
+    tables runs when an upstream has a new commit or the step's definition changed."""
+    if sources:
+        return any(not p.is_empty for p in sources.values())
+    return any(stored.get(n) != t for n, t in refs.items()) or fingerprint != wanted_fingerprint
+
+
+def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, dict[str, Any]]:
+    operation = config["operation"]
+    options: dict[str, Any] = {
+        "index": config["index"],
+        "delete_when": config.get("delete_when"),
+        "insert_duplicates": config["insert_duplicates"],
+        "combine_before_insert": config["combine_before_insert"],
+        "bulk_insert_sort_mode": config["bulk_insert_sort_mode"].upper(),
+        "max_file_size": config["max_file_size"],
+        "small_file_limit": config["small_file_limit"],
+        "clean_policy": config["clean"]["policy"],
+        "clean_retain": config["clean"]["retain"],
+        "clean_inline": config["clean"]["inline"],
+        "archive_min": config["archive"]["min_instants"],
+        "archive_max": config["archive"]["max_instants"],
+    }
+    if operation == "delete_partition":
+        options["partitions_to_delete"] = list(config.get("partitions_to_delete") or [])
+    if full_refresh and operation not in ("delete", "delete_partition"):
+        # rebuild: every row of the input replaces the table in one replacecommit
+        operation = "insert_overwrite_table"
+        options["combine_before_insert"] = bool(config["key"]) and config["operation"] == "upsert" or config["combine_before_insert"]
+    return operation, options
+
+
+def _delete_table(uri: str) -> None:
+    from runtime.storage import StorageSpec, open_storage
+
+    storage = open_storage(StorageSpec(uri))
+    for f in storage.list_files("", recursive=True):
+        storage.delete(f.path)
+    if not storage.spec.is_s3:
+        import shutil
+
+        shutil.rmtree(storage.full_path(""), ignore_errors=True)
+
+
+def _spark_message(exc: BaseException) -> str:
+    text = str(getattr(exc, "getMessage", lambda: None)() or exc).strip()
+    lines = [l for l in text.splitlines() if l.strip() and not l.lstrip().startswith(("at ", "JVM stacktrace"))]
+    return " ".join(lines[:3])[:600] if lines else type(exc).__name__
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    """Errors that come from the project or its data, not from a bug in pipe."""
+    from runtime.table.table import TableError
+    from runtime.table.writer import WriteError
+
+    if isinstance(exc, (TableError, WriteError)):
+        return True
+    try:  # Spark's own errors with an error condition: a query that fails on the data or the SQL
+        from pyspark.errors.exceptions.captured import CapturedException
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, CapturedException) and bool(exc.getCondition())
+
+
+def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
+    if isinstance(exc, (RunError, SourceError)):
+        return str(exc), getattr(exc, "hint", None)
+    if _is_user_error(exc):
+        return f"{step.id}: {_spark_message(exc)}", None
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", None
+    return f"{step.id}: internal error: {type(exc).__name__}: {_spark_message(exc)}", "this may be a bug in pipe; run with --debug for the traceback"

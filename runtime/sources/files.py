@@ -1,0 +1,187 @@
+"""`kind: files`: a folder or glob of json, csv or parquet files, read incrementally.
+
+The checkpoint never skips a file. Ordering files by modification time alone loses files
+when many share one timestamp and a per-run limit cuts between them (apache/hudi#2850), so
+the checkpoint is a watermark plus the names of the files consumed near it:
+
+    {"v": 1, "mtime_ms": T, "files": [every consumed file with mtime >= T - WINDOW_MS]}
+
+A file is done when its mtime is older than T - WINDOW_MS or it is listed. New files are taken
+oldest first (mtime, then path), so a limit never jumps over an older file. A file that
+appears with an mtime more than WINDOW_MS older than the newest file already consumed (a
+copy that kept an old timestamp) is not seen: that is the one case the watermark cannot
+tell from a consumed file, and the docs say so."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from runtime.sources import Pending, SourceError, columns_ddl, human_bytes
+
+WINDOW_MS = 10 * 60 * 1000
+CORRUPT = "_pipe_corrupt_record"
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative to the source's base folder, with /
+    full: str
+    size: int
+    mtime_ms: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    mtime_ms: int
+    files: frozenset[str]
+
+    def to_str(self) -> str:
+        return json.dumps({"v": 1, "mtime_ms": self.mtime_ms, "files": sorted(self.files)}, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str | None, source: str) -> "Checkpoint | None":
+        if text is None:
+            return None
+        try:
+            d = json.loads(text)
+            return cls(int(d["mtime_ms"]), frozenset(d["files"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SourceError(f"source {source}: the stored checkpoint {text[:80]!r} is not one pipe wrote",
+                              "rebuild the table from all input with `pipe run --full-refresh`") from exc
+
+    def is_done(self, f: FileEntry) -> bool:
+        return f.mtime_ms < self.mtime_ms - WINDOW_MS or f.path in self.files
+
+
+def base_and_pattern(path: str, root: Path) -> tuple[Path, str | None]:
+    """The folder to list and the glob (relative to it) the files must match, if any."""
+    p = Path(path) if os.path.isabs(path) else root / path
+    parts = p.parts
+    for i, part in enumerate(parts):
+        if _GLOB_CHARS & set(part):
+            return Path(*parts[:i]), "/".join(parts[i:])
+    return p, None
+
+
+def list_files(config: Mapping[str, Any], root: Path, source: str) -> list[FileEntry]:
+    """Every input file, oldest first. Hidden files and names starting with `_` (`_SUCCESS`,
+    `.crc`) are not data, as for Spark's own readers."""
+    path = config["path"]
+    if str(path).startswith(("s3://", "s3a://")):
+        raise SourceError(f"source {source}: path {path} is on S3; a `files` source reads local or mounted folders",
+                          "use an `s3_incremental` source fed by S3 event notifications for objects on S3")
+    base, pattern = base_and_pattern(path, root)
+    if pattern is None and not base.is_dir():
+        raise SourceError(f"source {source}: folder {base} does not exist",
+                          "create it (and put input files in it) or fix `path` in the source's YAML")
+    if pattern is not None:
+        found = [Path(f) for f in glob.glob(str(base / pattern), recursive=True)]
+    else:
+        found = [Path(d) / n for d, _, names in os.walk(base) for n in names]
+    entries = []
+    for f in found:
+        rel = f.relative_to(base).as_posix()
+        if not f.is_file() or any(part.startswith((".", "_")) for part in rel.split("/")):
+            continue
+        st = f.stat()
+        entries.append(FileEntry(rel, str(f), st.st_size, int(st.st_mtime * 1000)))
+    entries.sort(key=lambda e: (e.mtime_ms, e.path))
+    return entries
+
+
+def plan_files(entries: list[FileEntry], checkpoint: Checkpoint | None, max_files: int | None,
+               max_bytes: int | None) -> tuple[list[FileEntry], list[FileEntry], Checkpoint | None]:
+    """(files taken this run, files left waiting, the checkpoint after taking them)."""
+    new = [e for e in entries if checkpoint is None or not checkpoint.is_done(e)]
+    taken: list[FileEntry] = []
+    size = 0
+    for e in new:
+        if max_files is not None and len(taken) >= max_files:
+            break
+        if max_bytes is not None and taken and size + e.size > max_bytes:
+            break
+        taken.append(e)
+        size += e.size
+    if not taken:
+        return [], new, checkpoint
+    mark = max([e.mtime_ms for e in taken] + ([checkpoint.mtime_ms] if checkpoint else []))
+    names = {e.path for e in taken} | (checkpoint.files if checkpoint else frozenset())
+    # keep only names the watermark alone cannot vouch for
+    recent = {e.path for e in entries if e.path in names and e.mtime_ms >= mark - WINDOW_MS}
+    return taken, new[len(taken):], Checkpoint(mark, frozenset(recent))
+
+
+class FilesPending(Pending):
+    def __init__(self, name: str, config: Mapping[str, Any], taken: list[FileEntry], waiting: list[FileEntry],
+                 checkpoint: Checkpoint | None):
+        super().__init__(name, checkpoint.to_str() if taken else None, len(taken), sum(e.size for e in taken))
+        self.config = config
+        self.taken = taken
+        self.waiting = waiting
+
+    def describe(self) -> str:
+        if not self.taken:
+            return "no new files"
+        text = f"{self.count} new file{'s' if self.count != 1 else ''} ({human_bytes(self.bytes)})"
+        if self.waiting:
+            text += f", {len(self.waiting)} more waiting for the next run (per-run limit)"
+        return text
+
+    def dataframe(self, spark):
+        """The new files as a DataFrame; malformed records stop the step with their file."""
+        from pyspark.sql import functions as F
+
+        fmt = self.config["format"]
+        reader = spark.read.format(fmt).options(**{k: str(v) for k, v in (self.config.get("options") or {}).items()})
+        declared = self.config.get("schema")
+        textual = fmt in ("json", "csv")
+        if declared:
+            ddl = columns_ddl(declared) + (f", `{CORRUPT}` STRING" if textual else "")
+            reader = reader.schema(ddl)
+        if textual:
+            reader = reader.option("columnNameOfCorruptRecord", CORRUPT).option("mode", "PERMISSIVE")
+        try:
+            df = reader.load([e.full for e in self.taken])
+        except Exception as exc:  # noqa: BLE001 - Spark's analysis errors: unreadable input
+            raise SourceError(f"source {self.name}: cannot read {fmt} files ({_first_line(exc)})",
+                              "check `format`, `options` and `schema` of the source") from exc
+        if CORRUPT in df.columns:
+            data_cols = [c for c in df.columns if c != CORRUPT]
+            if not data_cols:
+                raise SourceError(f"source {self.name}: no record of the new files could be read as {fmt}",
+                                  "check the files and the source's `format` and `options`")
+            # one pass for the count and the malformed records; Spark needs a data column in it
+            total, bad, _ = df.select(F.count(F.lit(1)), F.count(F.when(F.col(CORRUPT).isNotNull(), 1)), F.count(F.col(f"`{data_cols[0]}`"))).first()
+            if bad:
+                rows = (df.where(F.col(CORRUPT).isNotNull()).select(F.input_file_name().alias("f"), F.col(CORRUPT), F.col(f"`{data_cols[0]}`"))
+                        .limit(3).collect())
+                where = "; ".join(f"{_short(r['f'])}: {r[CORRUPT].strip()[:120]!r}" for r in rows)
+                raise SourceError(f"source {self.name}: {bad} malformed record(s) in the new files, e.g. {where}",
+                                  "fix or remove those files (or their records) and run again; nothing of this source was written")
+            df = df.drop(CORRUPT)
+        else:
+            total = None
+        self.rows = total
+        return df
+
+
+def pending(name: str, config: Mapping[str, Any], root: Path, checkpoint_text: str | None) -> FilesPending:
+    entries = list_files(config, root, name)
+    checkpoint = Checkpoint.parse(checkpoint_text, name)
+    taken, waiting, after = plan_files(entries, checkpoint, config.get("max_files_per_run"), config.get("max_bytes_per_run"))
+    return FilesPending(name, config, taken, waiting, after)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(getattr(exc, "desc", None) or exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _short(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri

@@ -1,0 +1,59 @@
+"""`kind: table`: the rows another pipe table's commits wrote since the last consumed instant.
+
+The checkpoint is the upstream instant read up to. When commits after it are no longer on the
+upstream's active timeline (archived, or rolled back / restored below it), the changes since
+it cannot be told apart any more: the source stops with the command to recover, or, with
+`on_checkpoint_lost: full_read`, reads the whole upstream snapshot (idempotent for upserts)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from runtime.sources import Pending, SourceError
+from runtime.table.timeline import Timeline
+
+
+class TablePending(Pending):
+    def __init__(self, name: str, upstream, since: str | None, until: str | None, commits: int, note: str = ""):
+        super().__init__(name, until, commits)
+        self.upstream = upstream
+        self.since = since
+        self.note = note
+
+    def describe(self) -> str:
+        if self.is_empty:
+            return "no new commits"
+        what = "full read" if self.since is None else f"{self.count} new commit{'s' if self.count != 1 else ''}"
+        return f"{what} of table {self.upstream.config.name} up to {self.checkpoint}" + (f" ({self.note})" if self.note else "")
+
+    def dataframe(self, spark):
+        df = self.upstream.read(since=self.since, until=self.checkpoint, meta=False) if self.since else \
+            self.upstream.read(as_of=self.checkpoint, meta=False)
+        return df
+
+
+def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint: str | None) -> TablePending:
+    """`upstream` is the opened upstream Table; `consumer` names the table being written."""
+    timeline: Timeline = upstream.timeline()
+    done = timeline.completed()
+    if not done:
+        return TablePending(name, upstream, checkpoint, None, 0)
+    latest = done[-1].time
+    if checkpoint is None:
+        return TablePending(name, upstream, None, latest, len(done))
+    if checkpoint == latest:
+        return TablePending(name, upstream, checkpoint, None, 0)
+    lost = None
+    if checkpoint > latest:
+        lost = f"table {upstream.config.name} no longer has instant {checkpoint} (rolled back or restored to {latest})"
+    elif checkpoint < done[0].time and not any(i.time == checkpoint for i in done):
+        lost = (f"the commits of table {upstream.config.name} after instant {checkpoint} have been archived "
+                f"(its active timeline starts at {done[0].time})")
+    if lost:
+        if config.get("on_checkpoint_lost") == "full_read":
+            return TablePending(name, upstream, None, latest, len(done), note=f"checkpoint lost: {lost}")
+        raise SourceError(f"source {name}: {lost}, so the changes since the last run of {consumer} cannot be read",
+                          f"rebuild {consumer} from all of {upstream.config.name} with `pipe run --select {consumer} --full-refresh`, "
+                          "or set `on_checkpoint_lost: full_read` on the source")
+    new = [i for i in done if i.time > checkpoint]
+    return TablePending(name, upstream, checkpoint, latest, len(new))
