@@ -346,7 +346,7 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
         return
     t = RichTable(show_edge=False, box=None, header_style="bold", pad_edge=False)
     for col in ("instant", "action", "state", "operation", "ins/upd/del", "files", "checkpoints"):
-        t.add_column(col, overflow="fold")
+        t.add_column(col, overflow="fold", no_wrap=col != "checkpoints")
     for row in rows:
         cps = row.get("checkpoints") or {}
         cp_text = ", ".join(f"{k}={_short_checkpoint(v)}" for k, v in sorted(cps.items()))
