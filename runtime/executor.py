@@ -231,6 +231,8 @@ class Executor:
             result.inputs = {"files": len(entries), "bytes": sum(e.size for e in entries)}
             return ("would_run" if self.options.dry_run else "success"), f"{len(entries)} file{'s' if len(entries) != 1 else ''} ({human_bytes(result.inputs['bytes'])}) listed"
         if kind == "table":
+            if self._built_later(config["table"]):
+                return "would_run", f"reads table {config['table']} once it is built in this run"
             upstream = self._open_table(config["table"], f"source {step.name}")
             latest = upstream.timeline().latest_completed()
             return ("would_run" if self.options.dry_run else "success"), f"table {config['table']} at {latest.time if latest else 'no commit yet'}"
@@ -260,6 +262,10 @@ class Executor:
                            f"build it first: `pipe run --select +{name}`")
         return Table.open(self._spark, uri)
 
+    def _built_later(self, table: str) -> bool:
+        """In a dry run, a selected upstream table that does not exist yet would be built first."""
+        return self.options.dry_run and f"table.{table}" in self.selected and not _table_exists(self.table_uri(table))
+
     def _pending_inputs(self, step: Step, checkpoints: Mapping[str, str], full: bool) -> tuple[dict[str, Pending], dict[str, str]]:
         """New input per source, and the latest instant of each upstream table read by ref()."""
         sources: dict[str, Pending] = {}
@@ -272,12 +278,15 @@ class Executor:
                 if config["kind"] == "files":
                     sources[up.name] = files_source.pending(up.name, config, self.root, last)
                 elif config["kind"] == "table":
+                    if self._built_later(config["table"]):
+                        refs[config["table"]] = "(built earlier in this run)"
+                        continue
                     upstream = self._open_table(config["table"], f"source {up.name}")
                     sources[up.name] = table_source.pending(up.name, config, upstream, step.name, last)
                 else:
                     raise RunError(f"source {up.name} of kind {config['kind']} cannot run in this version of pipe")
             else:
-                if self.options.dry_run and dep in self.selected and not _table_exists(self.table_uri(up.name)):
+                if self._built_later(up.name):
                     refs[up.name] = "(built earlier in this run)"
                     continue
                 table = self._open_table(up.name, f"table {step.name}")
@@ -304,6 +313,9 @@ class Executor:
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
         if not full and not _has_work(sources, refs, stored, fingerprint, step.fingerprint):
+            if fingerprint is not None and fingerprint != step.fingerprint:
+                return "no_input", ("no new input; the table's definition changed since its last commit and applies to new input "
+                                    "only: `--full-refresh` rebuilds it from all input")
             return "no_input", "no new input"
         if self.options.dry_run:
             detail = "; ".join(f"{n}: {p.describe()}" for n, p in sources.items()) or "reads " + ", ".join(refs)
