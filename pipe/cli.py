@@ -54,11 +54,16 @@ def _set_project_dir(click_ctx: click.Context, _param, value):
         click_ctx.find_object(_Context).project_dir = value
 
 
+def _set_debug(click_ctx: click.Context, _param, value):
+    if value:
+        click_ctx.find_object(_Context).debug = True
+
+
 def _common(command):
     """Options every command takes, after the command name too (`pipe compile --project-dir x`)."""
     command = click.option("--project-dir", default=None, type=click.Path(file_okay=False), expose_value=False,
                            callback=_set_project_dir, help="Project folder (default: the nearest folder with pipe_project.yml).")(command)
-    return click.option("--debug", is_flag=True, expose_value=False, help="Show Python tracebacks for every error.")(command)
+    return click.option("--debug", is_flag=True, expose_value=False, callback=_set_debug, help="Show Python tracebacks for every error.")(command)
 
 
 _target_option = click.option("--target", "-t", default=None, help="Target from pipe_project.yml (default: default_target).")
@@ -175,7 +180,7 @@ def _load_plan(ctx: _Context, plan_path: str | None, target: str | None, vars_te
     return plan, plan.graph(), ctx.root()
 
 
-def _spark_factory(plan):
+def _spark_factory(plan, debug: bool = False):
     from compiler.render import resolve_env_placeholders
     from runtime.executor import RunError
 
@@ -184,7 +189,10 @@ def _spark_factory(plan):
 
         try:
             conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
-            return session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}")
+            spark = session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}")
+            if not debug:
+                _quiet_query_loggers()
+            return spark
         except KeyError as exc:
             raise RunError(f"environment variable {exc.args[0]} is not set; the Spark settings of target {plan.target.name} need it",
                            f"export {exc.args[0]}=... before `pipe run`") from exc
@@ -194,6 +202,15 @@ def _spark_factory(plan):
             raise RunError(f"Spark did not start: {exc}", getattr(exc, "hint", None)) from exc
 
     return start
+
+
+def _quiet_query_loggers() -> None:
+    """PySpark logs every failed query with its whole Java stack trace on stderr; pipe reports
+    the error itself (with the file), so those loggers stay quiet unless --debug."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
 
 
 @cli.command(name="run")
@@ -223,7 +240,7 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
         return
     options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run)
     display = Display(output.out, output.err, mode=log_format, quiet=quiet)
-    executor = Executor(plan, root, chosen, options, spark_factory=_spark_factory(plan), listener=display)
+    executor = Executor(plan, root, chosen, options, spark_factory=_spark_factory(plan, ctx.debug), listener=display)
     display.begin(executor.selected, {s.id: (s.kind, s.name) for s in plan.steps})
     run = executor.run()
     results = {
@@ -293,7 +310,7 @@ def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) 
     _instant_arg(as_of, "--as-of")
     _instant_arg(since, "--since")
     table, plan = _table_for(ctx, table_name, target)
-    table.spark = _spark_factory(plan)()
+    table.spark = _spark_factory(plan, ctx.debug)()
     df = table.read(as_of=as_of, since=since, until=as_of if since else None, meta=meta)
     if table.config.record_key_fields and not since:
         df = df.orderBy(*[f"`{c}`" for c in table.config.record_key_fields])
@@ -385,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args  # before or after the command name
     command = next((a for a in args if a in cli.commands), None)
     try:
-        cli.main(args=args, prog_name="pipe", standalone_mode=False)
+        code = cli.main(args=args, prog_name="pipe", standalone_mode=False)
+        if isinstance(code, int) and code:
+            return code  # click returns the code of an Exit raised by a command
     except ProjectError as exc:
         if debug:
             traceback.print_exc()

@@ -27,9 +27,12 @@ class TablePending(Pending):
         return f"{what} of table {self.upstream.config.name} up to {self.checkpoint}" + (f" ({self.note})" if self.note else "")
 
     def dataframe(self, spark):
-        df = self.upstream.read(since=self.since, until=self.checkpoint, meta=False) if self.since else \
-            self.upstream.read(as_of=self.checkpoint, meta=False)
-        return df
+        from runtime.table.table import Table
+
+        upstream = Table(spark, self.upstream.storage, self.upstream.config)  # read in the step's session
+        if self.since is None:
+            return upstream.read(as_of=self.checkpoint, meta=False)
+        return upstream.read(since=self.since, until=self.checkpoint, meta=False)
 
 
 def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint: str | None) -> TablePending:
