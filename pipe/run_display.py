@@ -21,6 +21,7 @@ _STYLE = {
     "would_run": ("→", "cyan"), "error": ("✗", "bold red"), "skipped": ("-", "yellow"), "cancelled": ("✗", "yellow"),
 }
 _LABEL = {"no_input": "no new input", "would_run": "would run"}
+_SUMMARY = {"success": "succeeded", "error": "failed", "no_input": "no new input", "would_run": "would run"}
 
 
 def _num(v: int | None) -> str:
@@ -106,7 +107,7 @@ class Display:
         if self.live is not None:
             self.live.stop()
         counts = run.counts()
-        summary = ", ".join(f"{n} {_LABEL.get(s, s)}" for s, n in sorted(counts.items()))
+        summary = ", ".join(f"{n} {_SUMMARY.get(s, s)}" for s, n in sorted(counts.items()))
         if self.mode == "json":
             self.console.file.write(json.dumps({"event": "run_end", "time": time.time(), "elapsed_s": run.elapsed_s,
                                                 "success": not run.failed, "counts": counts, **extra}, sort_keys=True) + "\n")

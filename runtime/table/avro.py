@@ -1,5 +1,6 @@
-"""Avro timeline files (rollback and clean plans and metadata): object-container files with the
-null codec and one record, as Hudi's Java writers produce them (HUDI_FORMAT.md section 2).
+"""Avro timeline files (rollback and clean plans and metadata, the requested replacecommit):
+object-container files with the null codec and one record, as Hudi's Java writers produce them
+(HUDI_FORMAT.md section 2).
 The record schemas follow Hudi's `org.apache.hudi.avro.model` definitions, field for field."""
 
 from __future__ import annotations
@@ -97,6 +98,54 @@ CLEAN_METADATA = {
         {"name": "bootstrapPartitionMetadata", "type": ["null", {"type": "map", "values": "HoodieCleanPartitionMetadata"}], "default": None},
     ],
 }
+
+_OPT_STR = ["null", _STR]
+_OPT_STR_MAP = ["null", {"type": "map", "values": _STR}]
+
+# `T.replacecommit.requested`. For insert_overwrite(_table) and delete_partition Hudi writes
+# `new HoodieRequestedReplaceMetadata()`: every field null, version included (the fixture
+# cow_v6_simplekeygen_nonhivestyle_overwritetable); only clustering fills in a plan.
+REQUESTED_REPLACE_METADATA = {
+    "type": "record", "name": "HoodieRequestedReplaceMetadata", "namespace": _NS,
+    "fields": [
+        {"name": "operationType", "type": _OPT_STR, "default": None},
+        {"name": "clusteringPlan", "default": None, "type": ["null", {
+            "type": "record", "name": "HoodieClusteringPlan", "namespace": _NS,
+            "fields": [
+                {"name": "inputGroups", "default": None, "type": ["null", {"type": "array", "items": {
+                    "type": "record", "name": "HoodieClusteringGroup", "namespace": _NS,
+                    "fields": [
+                        {"name": "slices", "default": None, "type": ["null", {"type": "array", "items": {
+                            "type": "record", "name": "HoodieSliceInfo", "namespace": _NS,
+                            "fields": [
+                                {"name": "dataFilePath", "type": _OPT_STR, "default": None},
+                                {"name": "deltaFilePaths", "type": ["null", _STRS], "default": None},
+                                {"name": "fileId", "type": _OPT_STR},
+                                {"name": "partitionPath", "type": _OPT_STR, "default": None},
+                                {"name": "bootstrapFilePath", "type": _OPT_STR, "default": None},
+                                {"name": "version", "type": ["int", "null"], "default": 1},
+                            ]}}]},
+                        {"name": "metrics", "type": ["null", {"type": "map", "values": "double"}], "default": None},
+                        {"name": "numOutputFileGroups", "type": ["int", "null"], "default": 1},
+                        {"name": "extraMetadata", "type": _OPT_STR_MAP, "default": None},
+                        {"name": "version", "type": ["int", "null"], "default": 1},
+                    ]}}]},
+                {"name": "strategy", "default": None, "type": ["null", {
+                    "type": "record", "name": "HoodieClusteringStrategy", "namespace": _NS,
+                    "fields": [
+                        {"name": "strategyClassName", "type": _OPT_STR, "default": None},
+                        {"name": "strategyParams", "type": _OPT_STR_MAP, "default": None},
+                        {"name": "version", "type": ["int", "null"], "default": 1},
+                    ]}]},
+                {"name": "extraMetadata", "type": _OPT_STR_MAP, "default": None},
+                {"name": "version", "type": ["int", "null"], "default": 1},
+                {"name": "preserveHoodieMetadata", "type": ["null", "boolean"], "default": None},
+            ]}]},
+        {"name": "extraMetadata", "type": _OPT_STR_MAP, "default": None},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+EMPTY_REPLACE_REQUEST = {"operationType": None, "clusteringPlan": None, "extraMetadata": None, "version": None}
 
 _PARSED: dict[str, Any] = {}
 

@@ -11,7 +11,7 @@ from runtime.table import avro
 from runtime.table.layout import FileSystemView
 from runtime.table.timeline import WRITE_ACTIONS
 from runtime.table.timeline import (
-    CLEAN, COMPLETED, HOODIE, INFLIGHT, REQUESTED, ROLLBACK, Instant, Timeline, new_instant_time,
+    CLEAN, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, ROLLBACK, Instant, Timeline, new_instant_time,
 )
 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
@@ -183,8 +183,10 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30) -> list[str
     """Keeps the active timeline between min and max instants: once it holds more than
     `max_instants`, the oldest completed instants move to .hoodie/archived/ (their files, under
     the same names) until `min_instants` remain. Never past a pending instant, and the latest
-    completed write always stays active. Data files of archived commits stay readable: a
-    reader takes files older than the whole active timeline as committed (HUDI_FORMAT.md 3).
+    completed write always stays active, and so does a replacecommit until every file of
+    the groups it replaced is cleaned: once archived, its partitionToReplaceFileIds is gone
+    and those files would count as live again. Data files of archived commits stay readable:
+    a reader takes files older than the whole active timeline as committed (HUDI_FORMAT.md 3).
 
     Java writes archived instants into Avro log files (.commits_.archive.N); pipe keeps the
     instant files themselves, which Java's archived-timeline reader skips and hudi-rs never reads."""
@@ -194,9 +196,16 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30) -> list[str
         return []
     latest_write = timeline.latest_completed()
     candidates = []
+    live: set[tuple[str, str]] | None = None  # (partition, file id) of every file on storage
     for inst in instants[: len(instants) - min_instants]:
         if not inst.is_completed or (latest_write is not None and inst.time >= latest_write.time):
             break
+        if inst.action == REPLACECOMMIT:
+            if live is None:
+                live = {(bf.partition, bf.file_id) for bf in FileSystemView.load(storage, timeline).files}
+            replaced = timeline.read_json(inst).get("partitionToReplaceFileIds") or {}
+            if any((p, fid) in live for p, ids in replaced.items() for fid in ids):
+                break
         candidates.append(inst)
     if not candidates:
         return []

@@ -4,7 +4,11 @@ copy-on-write), and the protocol that keeps data safe around each write:
     lock -> roll back pending instants -> request -> inflight -> write files
          -> remove stray files -> check conflicts -> complete (atomic) -> unlock
 
-A reader never sees a file before the completed instant that names it exists."""
+A reader never sees a file before the completed instant that names it exists. Upserts,
+inserts and deletes complete a `commit`; the replacing operations (insert_overwrite,
+insert_overwrite_table, delete_partition) a `replacecommit`, whose partitionToReplaceFileIds
+hides the replaced file groups from every later snapshot (their files stay for time travel
+until cleaned)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from runtime.storage import Storage, StorageSpec, open_storage
+from runtime.table import avro as _avro
 from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
@@ -27,7 +32,8 @@ from runtime.table.config import COPY_ON_WRITE, PROPERTIES, TableConfig
 from runtime.table.layout import PARTITION_METADATA, FileSystemView
 from runtime.table.schema import META_COLUMNS
 from runtime.table.timeline import (
-    COMMIT, HOODIE, INFLIGHT, RESERVED_EXTRA, REQUESTED, CommitMetadata, Instant, Timeline, new_instant_time,
+    COMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, CommitMetadata, Instant, Timeline,
+    new_instant_time,
 )
 
 LOCK_FILE = f"{HOODIE}/pipe.lock"
@@ -53,6 +59,7 @@ class WriteResult:
     deletes: int
     files: int
     bytes: int
+    replaced_file_groups: int = 0  # replacecommits: file groups hidden (their rows are not counted as deletes)
 
 
 class Table:
@@ -118,17 +125,20 @@ class Table:
     def view(self, timeline: Timeline | None = None) -> FileSystemView:
         return FileSystemView.load(self.storage, timeline or self.timeline())
 
-    def schema(self, timeline: Timeline | None = None):
-        """The table's data columns (Spark StructType) as written by its latest commit, or None."""
+    def schema(self, timeline: Timeline | None = None, as_of: str | None = None):
+        """The table's data columns (Spark StructType) as written by its latest commit (at or
+        before `as_of`) that wrote a file still on storage, or None. (A delete_partition
+        writes no file, and cleaning removes the files of replaced groups.)"""
         from pyspark.sql import types as T
 
         timeline = timeline or self.timeline()
         path = None
         for inst in reversed(timeline.completed()):
+            if as_of is not None and inst.time > as_of:
+                continue
             meta = timeline.commit_metadata(inst)
-            paths = [s.path for s in meta.write_stats if s.path.endswith(".parquet")]
-            if paths:
-                path = paths[0]
+            path = next((s.path for s in meta.write_stats if s.path.endswith(".parquet") and self.storage.exists(s.path)), None)
+            if path:
                 break
         if path is None:  # every commit with files was archived: the newest live base file
             slices = FileSystemView.load(self.storage, timeline).latest_slices()
@@ -171,37 +181,60 @@ class Table:
               clean_policy: str = _services.KEEP_LATEST_COMMITS, clean_retain: int = 10, clean_inline: bool = True,
               archive_min: int = 20, archive_max: int = 30, **options: Any) -> WriteResult:
         """Writes `df` with `operation` in one commit; then, by default, cleans file versions
-        older than the latest `clean_retain` commits. `options` are WriteOptions fields."""
+        older than the latest `clean_retain` commits. `options` are WriteOptions fields.
+
+        upsert, insert, bulk_insert and delete complete a `commit`. The replacing operations
+        complete a `replacecommit` naming the file groups they replace; they do no index
+        lookup and compare nothing with stored rows, and write the input to new file groups:
+        - insert_overwrite: replaces the groups of the partitions the input has rows for;
+        - insert_overwrite_table: replaces every group; the input's schema becomes the
+          table's. A full refresh is `combine_before_insert=True` with this operation: the
+          batch is deduplicated by key (precombine decides; a key whose winning row is a delete
+          is dropped), then it replaces the whole table, in one replacecommit;
+        - delete_partition: `df` is ignored (may be None); replaces the groups of the
+          partitions matching `partitions_to_delete` (partition paths as stored, e.g.
+          `region=EU`, with fnmatch wildcards: `dt=2024-*`; `*` on a non-partitioned table).
+          A pattern matching no partition raises TableError listing the partitions, before
+          anything is written.
+        WriteResult.replaced_file_groups counts the replaced groups."""
+        if "partitions_to_delete" in options:
+            options["partitions_to_delete"] = tuple(options["partitions_to_delete"] or ())
         opts = _writer.WriteOptions(operation=operation, extra_metadata=dict(extra_metadata or {}), **options)
         if operation not in _writer.OPERATION_TYPES:
             raise TableError(f"operation {operation} is not supported by this table engine yet")
+        if opts.partitions_to_delete and operation != "delete_partition":
+            raise TableError(f"partitions_to_delete applies to operation delete_partition, not to {operation}")
         reason = self.config.unwritable_reason()
         if reason:
             raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
         reserved = sorted(set(opts.extra_metadata) & set(RESERVED_EXTRA))
         if reserved:
             raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
+        replacing = operation in _writer.REPLACE_OPERATIONS
+        action = REPLACECOMMIT if replacing else COMMIT
         with self.lock():
             self.rollback_pending()
             timeline = self.timeline()
-            instant = Instant(new_instant_time(timeline.last_time()), COMMIT, REQUESTED)
-            self._transition(instant, REQUESTED, b"")
+            slices = FileSystemView.load(self.storage, timeline).latest_slices()
+            if operation == "delete_partition":
+                self._check_partitions_to_delete(opts.partitions_to_delete, slices)
+            instant = Instant(new_instant_time(timeline.last_time()), action, REQUESTED)
+            # Hudi's requested replacecommit is an empty HoodieRequestedReplaceMetadata (Avro)
+            self._transition(instant, REQUESTED, _avro.to_bytes(_avro.REQUESTED_REPLACE_METADATA, _avro.EMPTY_REPLACE_REQUEST) if replacing else b"")
             op_type = _writer.OPERATION_TYPES[operation]
             self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes())
             _fault("after_inflight")
             try:
-                view = FileSystemView.load(self.storage, timeline)
-                slices = view.latest_slices()
                 staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, self.schema(timeline))
                 _fault("after_files")
                 self._remove_strays(instant.time, staged.stats)
-                self._check_conflicts(slices, staged.stats)
+                self._check_conflicts(slices, staged.stats, staged.replaced)
             except BaseException:
                 # nothing half-written: the failed instant is rolled back before we report
                 self.rollback_pending()
                 raise
             extra = {"schema": staged.schema_json, **opts.extra_metadata}
-            meta = CommitMetadata(op_type, staged.stats, extra)
+            meta = CommitMetadata(op_type, staged.stats, extra, staged.replaced if replacing else None)
             self._check_lock()
             if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
                 raise TableError(f"instant {instant.time} was completed by someone else")
@@ -210,7 +243,18 @@ class Table:
                 _services.clean(self.storage, clean_policy, clean_retain)
             _services.archive(self.storage, archive_min, archive_max)
         c = staged.counts
-        return WriteResult(instant.time, COMMIT, operation, c.inserts, c.updates, c.deletes, c.files, c.bytes)
+        replaced = sum(len(ids) for ids in (staged.replaced or {}).values())
+        return WriteResult(instant.time, action, operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced)
+
+    def _check_partitions_to_delete(self, patterns, slices) -> None:
+        """delete_partition refuses patterns that match no partition (a typo would otherwise
+        commit a replacecommit that deletes nothing, or less than meant)."""
+        existing = sorted({s.partition for s in slices})
+        _, unmatched = _writer.match_partitions(patterns, existing)
+        if not patterns or unmatched:
+            what = f"pattern(s) {', '.join(repr(p) for p in unmatched)} match no partition" if patterns else "no partitions_to_delete given"
+            listed = ", ".join(repr(p) for p in existing) if existing else "none (the table has no live file groups)"
+            raise TableError(f"delete_partition on table {self.config.name}: {what}; its partitions are: {listed}")
 
     def _transition(self, instant: Instant, state: str, data: bytes) -> None:
         name = f"{HOODIE}/{instant.with_state(state).file_name()}"
@@ -227,14 +271,19 @@ class Table:
                 if info.path.endswith(f"_{instant}.parquet") and info.path not in keep:
                     self.storage.delete(info.path)
 
-    def _check_conflicts(self, slices, stats) -> None:
-        """Refuses to commit when a file group we rewrote has changed since we read it."""
+    def _check_conflicts(self, slices, stats, replaced: dict[str, list[str]] | None = None) -> None:
+        """Refuses to commit when a file group we rewrote has changed since we read it, or,
+        for a replacecommit, when the groups of a partition it replaces have (a write there
+        would be hidden unseen)."""
         before = {(s.partition, s.file_id): s.base_instant for s in slices}
         now = {(s.partition, s.file_id): s.base_instant for s in self.view().latest_slices()}
         for s in stats:
             key = (s.partition_path, s.file_id)
             if key in before and now.get(key) != before[key]:
                 raise TableError(f"file group {s.file_id} in partition '{s.partition_path}' changed during the write; run again")
+        for part in replaced or {}:
+            if {k: v for k, v in before.items() if k[0] == part} != {k: v for k, v in now.items() if k[0] == part}:
+                raise TableError(f"partition '{part}' changed during the write; run again")
 
     def rollback_pending(self) -> list[str]:
         """Rolls back every requested or inflight write (see services.rollback_pending)."""
@@ -247,8 +296,11 @@ class Table:
     # --- reading -----------------------------------------------------------------------------
 
     def read(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True):
+        """Snapshot, time travel or incremental read, with the schema as of the instant read
+        (an insert_overwrite_table may have changed it since)."""
         timeline = self.timeline()
-        return _reader.read(self.spark, self.storage, self.schema(timeline), timeline, as_of=as_of, since=since, until=until, meta=meta)
+        struct = self.schema(timeline, as_of=until or as_of)
+        return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta)
 
     # --- the writer lock -----------------------------------------------------------------------
 

@@ -3,11 +3,16 @@
     prepare -> dedupe -> tag_locations -> assign_file_groups -> write_file_groups -> commit
 
 `write()` reads top to bottom in that order. Data stays in Spark: the driver only sees counts
-per partition, the ids of the file groups touched, and one stats row per file written."""
+per partition, the ids of the file groups touched, and one stats row per file written.
+
+The replacing operations (insert_overwrite, insert_overwrite_table, delete_partition) skip
+the index lookup: they write new file groups only and name the groups they replace, which the
+table completes as a replacecommit."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from runtime.table.files import FILE_ID, KIND, SOURCE, STATS_SCHEMA, FileWriteSpec, write_task
@@ -20,7 +25,12 @@ _SEQ = "_pipe_seq"  # arrival order: the tie-breaker among equal precombine valu
 _OLD_PART, _OLD_FILE, _OLD_ORDER = "_pipe_old_partition", "_pipe_old_file", "_pipe_old_order"
 _KIND = KIND
 
-OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete": "DELETE"}
+OPERATION_TYPES = {
+    "upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete": "DELETE",
+    "insert_overwrite": "INSERT_OVERWRITE", "insert_overwrite_table": "INSERT_OVERWRITE_TABLE", "delete_partition": "DELETE_PARTITION",
+}
+# Operations completed as a replacecommit (partitionToReplaceFileIds) instead of a commit.
+REPLACE_OPERATIONS = ("insert_overwrite", "insert_overwrite_table", "delete_partition")
 
 
 class WriteError(Exception):
@@ -39,6 +49,7 @@ class WriteOptions:
     small_file_limit: int = 100 * 1024 * 1024
     record_size_estimate: int = 1024
     extra_metadata: dict[str, str] = field(default_factory=dict)
+    partitions_to_delete: tuple[str, ...] = ()  # delete_partition: partition paths, fnmatch patterns
 
 
 @dataclass
@@ -252,6 +263,7 @@ class StagedWrite:
     counts: WriteCounts
     schema_json: str
     struct: Any  # the table's Spark schema after this write (data columns only)
+    replaced: dict[str, list[str]] | None = None  # replacecommits: partition -> replaced file ids
 
 
 def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
@@ -263,10 +275,14 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     from runtime.table.timeline import WriteStat
 
     config, storage = table.config, table.storage
+    if opts.operation == "delete_partition":
+        return _delete_partitions(table, opts, slices, stored_struct)
     protected = tuple(config.record_key_fields) + tuple(config.partition_fields) + ((config.precombine_field,) if config.precombine_field else ())
     incoming_struct = T.StructType([f for f in df.schema.fields if f.name != IS_DELETED])
     if opts.operation == "delete":
         struct = stored_struct or incoming_struct
+    elif opts.operation == "insert_overwrite_table":
+        struct = incoming_struct  # no stored row stays visible: the input's schema becomes the table's
     else:
         try:
             struct = merge_schemas(stored_struct, incoming_struct, protected) if stored_struct is not None else incoming_struct
@@ -283,6 +299,8 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
 
     if opts.operation == "bulk_insert":
         return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
+    if opts.operation in REPLACE_OPERATIONS:
+        return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns)
 
     keyed = bool(config.record_key_fields)
     if keyed and (opts.operation in ("upsert", "delete") or opts.combine_before_insert):
@@ -400,7 +418,6 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
     from pyspark.sql import functions as F
 
     from runtime.table.schema import avro_schema_json
-    from runtime.table.timeline import WriteStat
 
     config = table.config
     rows = rows.where(~F.col(_DELETE))  # a delete has nothing to insert
@@ -415,12 +432,87 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
     if not parts:
         return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
     table.ensure_partitions(parts, instant)
-    out = rows.select(*[F.col(f"`{c}`") if c in rows.columns else F.lit(None).cast(struct[c].dataType).alias(c) for c in data_columns], KEY, PART)
-    written = write_file_groups(spark, out, table.storage, instant, data_columns, opts, "bulk")
+    out = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART)
+    stats, counts = _new_file_stats(write_file_groups(spark, out, table.storage, instant, data_columns, opts, "bulk"))
+    return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
+
+
+def _data_select(F, rows, struct, data_columns: list[str]) -> list:
+    """The table's data columns in order; a column the input lacks is null."""
+    return [F.col(f"`{c}`") if c in rows.columns else F.lit(None).cast(struct[c].dataType).alias(c) for c in data_columns]
+
+
+def _new_file_stats(written) -> tuple[list, WriteCounts]:
+    """Write stats and counts of files that start new file groups (every row an insert)."""
+    from runtime.table.timeline import WriteStat
+
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size in written:
         stats.append(WriteStat(fid, path, part, "null", nrows, nrows, 0, 0, size))
         counts.inserts += nrows
         counts.files += 1
         counts.bytes += size
-    return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
+    return stats, counts
+
+
+# --- the replacing operations -------------------------------------------------------------------
+
+
+def _replaced_ids(slices) -> dict[str, list[str]]:
+    """partitionToReplaceFileIds of a replacecommit: partition -> file ids, sorted."""
+    out: dict[str, list[str]] = {}
+    for s in slices:
+        out.setdefault(s.partition, []).append(s.file_id)
+    return {p: sorted(ids) for p, ids in sorted(out.items())}
+
+
+def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], struct, data_columns: list[str]) -> StagedWrite:
+    """insert_overwrite replaces every live file group of the partitions the input has rows
+    for; insert_overwrite_table replaces every live file group of the table. The input goes
+    to new file groups sized like inserts (no small file takes rows: its group is replaced),
+    with no index lookup and no comparison with stored precombine values. With
+    combine_before_insert the batch is first deduplicated by key (the precombine field
+    decides), and only then are rows flagged as deletes dropped: a key whose winning row is
+    a delete is absent, exactly as an upsert of the batch into an empty table would leave it."""
+    from pyspark.sql import functions as F
+
+    from runtime.table.schema import avro_schema_json
+
+    config = table.config
+    if opts.combine_before_insert and config.record_key_fields:
+        rows = dedupe(rows, config, opts)
+    rows = rows.where(~F.col(_DELETE)).localCheckpoint()  # counted, then routed: the same rows
+    counts = {r[0]: r[1] for r in rows.groupBy(PART).count().collect()}  # one row per partition
+    whole_table = opts.operation == "insert_overwrite_table"
+    replaced = _replaced_ids(s for s in slices if whole_table or s.partition in counts)
+    stats, totals = [], WriteCounts()
+    if counts:
+        buckets = plan_buckets(counts, [], opts, table.record_size_estimate(opts.record_size_estimate, timeline))
+        routed = assign_file_groups(spark, rows, buckets)
+        out = routed.select(*_data_select(F, routed, struct, data_columns), KEY, PART, FILE_ID)
+        n = max(1, min(len(buckets), spark.sparkContext.defaultParallelism * 4))
+        out = out.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)  # a group's rows in one run
+        table.ensure_partitions(set(counts), instant)
+        stats, totals = _new_file_stats(write_file_groups(spark, out, table.storage, instant, data_columns, opts, "groups"))
+    return StagedWrite(stats, totals, avro_schema_json(struct, config.name), struct, replaced)
+
+
+def match_partitions(patterns, partitions) -> tuple[set[str], list[str]]:
+    """delete_partition: the partitions matching any of `patterns` (fnmatch, case-sensitive;
+    `*` also spans `/`, so `dt=2024-*` takes every partition below those dates), and the
+    patterns that match none."""
+    partitions = set(partitions)
+    matched = {p for p in partitions if any(fnmatchcase(p, pat) for pat in patterns)}
+    unmatched = [pat for pat in patterns if not any(fnmatchcase(p, pat) for p in partitions)]
+    return matched, unmatched
+
+
+def _delete_partitions(table, opts: WriteOptions, slices: list[FileSlice], stored_struct) -> StagedWrite:
+    """delete_partition writes no file: its replacecommit hides every live file group of the
+    matching partitions (Table.write has checked that each pattern matches). The commit still
+    carries the table's schema: hudi-rs takes it from the latest commit."""
+    from runtime.table.schema import avro_schema_json
+
+    matched, _ = match_partitions(opts.partitions_to_delete, {s.partition for s in slices})
+    replaced = _replaced_ids(s for s in slices if s.partition in matched)
+    return StagedWrite([], WriteCounts(), avro_schema_json(stored_struct, table.config.name), stored_struct, replaced)
