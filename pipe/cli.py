@@ -370,7 +370,8 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
         iud = f"{row['inserts']}/{row['updates']}/{row['deletes']}" if "inserts" in row else ""
         state = row["state"] + (" (archived)" if row["timeline"] == "archived" else "")
         t.add_row(row["instant"], row["action"], state, row.get("operation", ""), iud, str(row.get("files", "")), cp_text)
-    output.out.print(t)
+    # never crop instants: outside a terminal print at the width the rows need
+    output.out.print(t, width=None if output.out.is_terminal else 400)
 
 
 def _short_checkpoint(value: str) -> str:

@@ -276,6 +276,8 @@ class Executor:
                 config = self._config(up)
                 last = None if full else checkpoints.get(up.name)
                 if config["kind"] == "files":
+                    if full and self.options.full_refresh:  # all input: --full-refresh ignores per-run limits
+                        config = {**config, "max_files_per_run": None, "max_bytes_per_run": None}
                     sources[up.name] = files_source.pending(up.name, config, self.root, last)
                 elif config["kind"] == "table":
                     if self._built_later(config["table"]):
@@ -331,6 +333,8 @@ class Executor:
             rows_read += p.rows or 0
         for name, instant in refs.items():
             Table.open(session, self.table_uri(name)).read(as_of=instant, meta=False).createOrReplaceTempView(name)
+        if exists and not full:  # {{ this }}: the table's current snapshot
+            Table.open(session, uri).read(meta=False).createOrReplaceTempView(step.name)
         result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
@@ -367,10 +371,12 @@ class Executor:
             precombine_field=config.get("precombine"),
             hive_style=config["hive_style_partitioning"],
         )
+        if wanted.table_type != COPY_ON_WRITE:  # refuse before anything is deleted
+            raise RunError(f"table {step.name}: type {config['type']} is not supported yet", "use type: copy_on_write")
         try:
             return Table.create(spark, uri, wanted)
-        except TableError:
-            if not rebuild:
+        except TableError as exc:
+            if not rebuild or "was created differently" not in str(exc):
                 raise
         # --full-refresh of a table whose key, partitioning or type changed: start it anew
         _delete_table(uri)
