@@ -58,6 +58,7 @@ def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None)
     rendered_sources = {name: renderer.render_source(s) for name, s in project.sources.items()}
 
     edges = _edges(project, rendered_tables)
+    _check_s3_sources(project, edges, errors)
     steps = _steps(project, rendered_tables, rendered_sources, edges)
     graph = build_graph({s.id: step_attributes(s) for s in steps.values()}, edges)
     check_cycles(graph, errors)
@@ -112,6 +113,35 @@ def _edges(project: Project, rendered: Mapping[str, RenderedTable]) -> list[Edge
             if upstream in project.tables:
                 edges.append(Edge(table_id(upstream), source_id(name), source.at(key)))
     return edges
+
+
+def _check_s3_sources(project: Project, edges: list[Edge], errors: Collector) -> None:
+    """An `s3_events` source feeds exactly one table (two tables would split the queue's messages
+    between them); an `s3_incremental` source reads a table fed by an `s3_events` source."""
+    readers: dict[str, list[Edge]] = {}
+    for e in edges:
+        readers.setdefault(e.upstream, []).append(e)
+    queue_tables: set[str] = set()
+    for name, source in project.sources.items():
+        if source.config.get("kind") != "s3_events":
+            continue
+        consumers = sorted(readers.get(source_id(name), []), key=lambda e: (e.location.file, e.location.line, e.downstream))
+        for e in consumers[1:]:
+            first = consumers[0].downstream.split(".", 1)[1]
+            errors.error(e.location, f"source '{name}' (kind s3_events) is read by table '{first}' already; "
+                         f"each queue message goes to one reader, so two tables would each get part of them",
+                         f"let '{first}' be the S3 metadata table and read its objects with `kind: s3_incremental` sources "
+                         f"(`metadata_table: {first}`), one per table")
+        queue_tables.update(e.downstream.split(".", 1)[1] for e in consumers)
+        dead = name + "_dead_letter"
+        if dead in project.tables:
+            errors.error(project.tables[dead].location, f"table name '{dead}' is taken by the dead-letter table of source '{name}'",
+                         "rename the table")
+    for name, source in project.sources.items():
+        meta = source.config.get("metadata_table")
+        if source.config.get("kind") == "s3_incremental" and meta in project.tables and meta not in queue_tables:
+            errors.error(source.at("metadata_table"), f"metadata_table of source '{name}' is '{meta}', which reads no `s3_events` source",
+                         "name the table whose SQL selects from the s3_events source (the S3 metadata table)")
 
 
 def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mapping[str, RenderedSource], edges: list[Edge]) -> dict[str, Step]:

@@ -225,29 +225,95 @@ def _quiet_query_loggers() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and a one-line summary.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout.")
 @click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run this compiled plan.json instead of compiling the project.")
+@click.option("--continuous", is_flag=True, help="Run rounds until interrupted (Ctrl-C finishes the current round, then exits).")
+@click.option("--min-sync-interval-s", type=click.IntRange(0, 86400), default=10, show_default=True,
+              help="With --continuous: a round starts at least this many seconds after the previous one started.")
 @_common
 @click.pass_obj
-def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path) -> None:
+def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
+            continuous, min_sync_interval_s) -> None:
     """Run the project's pipeline on Spark: only new input, checkpoints in each table's timeline."""
     from compiler.graph import select as select_steps
-    from runtime.executor import Executor, RunOptions
-    from pipe.run_display import Display
+    from runtime.executor import RunOptions
 
+    if continuous and (dry_run or full_refresh):
+        raise ProjectError([_cli(f"--continuous cannot be combined with {'--dry-run' if dry_run else '--full-refresh'}",
+                                 "run the rebuild or the dry run once, then start the continuous run")])
     plan, graph, root = _load_plan(ctx, plan_path, target, vars_text)
     chosen = select_steps(graph, select, exclude)
     if not chosen:
         output.err.print("[yellow]warning[/]: no step matches the selection; nothing to run")
         return
     options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run)
+    args = {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads}
+    factory = _spark_factory(plan, ctx.debug)
+    if not continuous:
+        run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
+        if run.failed:
+            raise click.exceptions.Exit(EXIT_FAILED)
+        return
+    run = _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, min_sync_interval_s)
+    if run is not None and run.failed:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, interval_s: int):
+    """Rounds until Ctrl-C (or SIGTERM): the first signal lets the current round finish and
+    ends the loop; a second one interrupts at once. A failed round is reported and the next
+    round retries (its input was not consumed). Returns the last round's result."""
+    import signal
+    import threading
+    import time
+
+    stop = threading.Event()
+    previous = {}
+
+    def on_signal(signum, frame):
+        if stop.is_set():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        stop.set()
+        output.err.print("[yellow]stopping[/]: the current round finishes first (press Ctrl-C again to interrupt it)")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, on_signal)
+    last = None
+    number = 0
+    try:
+        while not stop.is_set():
+            number += 1
+            started = time.monotonic()
+            if log_format == "text" and not quiet:
+                output.out.print(f"[bold]round {number}[/] ({_utc_now()})")
+            last = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, {**args, "continuous": True, "round": number})
+            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if log_format == "text":
+        output.err.print(f"stopped after {number} round{'s' if number != 1 else ''}")
+    return last
+
+
+def _utc_now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args):
+    from runtime.executor import Executor
+    from pipe.run_display import Display
+
     display = Display(output.out, output.err, mode=log_format, quiet=quiet)
-    executor = Executor(plan, root, chosen, options, spark_factory=_spark_factory(plan, ctx.debug), listener=display)
+    executor = Executor(plan, root, chosen, options, spark_factory=factory, listener=display)
     display.begin(executor.selected, {s.id: (s.kind, s.name) for s in plan.steps})
     run = executor.run()
     results = {
         "pipe_version": __version__,
         "project": plan.project,
         "target": plan.target.name,
-        "args": {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads},
+        "args": args,
         "started_at": run.started_at,
         "elapsed_s": round(run.elapsed_s, 3),
         "success": not run.failed,
@@ -264,8 +330,7 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
         for r in run.steps:
             if r.traceback:
                 output.err.print(r.traceback, markup=False)
-    if run.failed:
-        raise click.exceptions.Exit(EXIT_FAILED)
+    return run
 
 
 def _instant_arg(value: str | None, what: str) -> str | None:
@@ -284,6 +349,8 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     result = _compile(ctx, target, None)
     plan = result.plan
     tables = [s.name for s in plan.steps if s.kind == "write"]
+    # the dead-letter table of each s3_events source is a table too
+    tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and s.config.get("kind") == "s3_events"]
     if name not in tables:
         raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, tables) or f"tables: {', '.join(tables)}")])
     executor = Executor(plan, result.project.root, [], RunOptions(dry_run=True))

@@ -29,6 +29,8 @@ from compiler.plan import Plan, Step
 from compiler.render import resolve_env_placeholders
 from runtime.sources import Pending, SourceError
 from runtime.sources import files as files_source
+from runtime.sources import s3_events as s3_events_source
+from runtime.sources import s3_incremental as s3_incremental_source
 from runtime.sources import table as table_source
 from runtime.table.timeline import CHECKPOINT_PREFIX
 
@@ -236,8 +238,17 @@ class Executor:
             upstream = self._open_table(config["table"], f"source {step.name}")
             latest = upstream.timeline().latest_completed()
             return ("would_run" if self.options.dry_run else "success"), f"table {config['table']} at {latest.time if latest else 'no commit yet'}"
-        raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe",
-                       "use a `files` or `table` source")
+        if kind == "s3_events":
+            pending = s3_events_source.pending(step.name, config, dry_run=True)  # asks, receives nothing
+            result.inputs = {"messages_waiting": pending.count}
+            return ("would_run" if self.options.dry_run else "success"), f"queue: {pending.describe()}"
+        if kind == "s3_incremental":
+            if self._built_later(config["metadata_table"]):
+                return "would_run", f"reads table {config['metadata_table']} once it is built in this run"
+            upstream = self._open_table(config["metadata_table"], f"source {step.name}")
+            latest = upstream.timeline().latest_completed()
+            return ("would_run" if self.options.dry_run else "success"), f"metadata table {config['metadata_table']} at {latest.time if latest else 'no commit yet'}"
+        raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe")
 
     def _config(self, step: Step) -> dict[str, Any]:
         """The step's config with ${env:...} placeholders filled in from the environment."""
@@ -266,9 +277,11 @@ class Executor:
         """In a dry run, a selected upstream table that does not exist yet would be built first."""
         return self.options.dry_run and f"table.{table}" in self.selected and not _table_exists(self.table_uri(table))
 
-    def _pending_inputs(self, step: Step, checkpoints: Mapping[str, str], full: bool) -> tuple[dict[str, Pending], dict[str, str]]:
-        """New input per source, and the latest instant of each upstream table read by ref()."""
-        sources: dict[str, Pending] = {}
+    def _pending_inputs(self, step: Step, checkpoints: Mapping[str, str], full: bool,
+                        sources: dict[str, Pending]) -> dict[str, str]:
+        """Fills `sources` with the new input per source (as it goes, so that the caller can
+        let go of received queue messages if a later source fails), and returns the latest
+        instant of each upstream table read by ref()."""
         refs: dict[str, str] = {}
         for dep in step.depends_on:
             up = self.plan.step(dep)
@@ -285,6 +298,16 @@ class Executor:
                         continue
                     upstream = self._open_table(config["table"], f"source {up.name}")
                     sources[up.name] = table_source.pending(up.name, config, upstream, step.name, last)
+                elif config["kind"] == "s3_incremental":
+                    if self._built_later(config["metadata_table"]):
+                        refs[config["metadata_table"]] = "(built earlier in this run)"
+                        continue
+                    if full and self.options.full_refresh:
+                        config = {**config, "max_bytes_per_run": None, "read_latest_on_missing_checkpoint": False}
+                    upstream = self._open_table(config["metadata_table"], f"source {up.name}")
+                    sources[up.name] = s3_incremental_source.pending(up.name, config, upstream, step.name, last)
+                elif config["kind"] == "s3_events":
+                    sources[up.name] = s3_events_source.pending(up.name, config, dry_run=self.options.dry_run)
                 else:
                     raise RunError(f"source {up.name} of kind {config['kind']} cannot run in this version of pipe")
             else:
@@ -297,9 +320,50 @@ class Executor:
                     raise RunError(f"table {step.name} reads table {up.name}, which has no completed commit yet",
                                    f"build it first: `pipe run --select +{up.name}`")
                 refs[up.name] = latest.time
-        return sources, refs
+        return refs
 
     def _run_write(self, step: Step, result: StepResult) -> tuple[str, str]:
+        sources: dict[str, Pending] = {}
+        outcome = {"committed": False, "succeeded": False}
+        try:
+            state, message = self._write_step(step, result, sources, outcome)
+            outcome["succeeded"] = True
+        finally:
+            self._settle_sources(step, result, sources, outcome["committed"], outcome["succeeded"])
+        return state, message + _source_notes(sources)
+
+    def _settle_sources(self, step: Step, result: StepResult, sources: Mapping[str, Pending], committed: bool, succeeded: bool) -> None:
+        """After the write, committed or not: queue messages the commit holds are deleted (the
+        rest come back to the queue), cached object reads are dropped."""
+        problems = []
+        for name, p in sources.items():
+            if isinstance(p, s3_events_source.S3EventsPending):
+                try:
+                    p.finish(committed, succeeded, dead_letter=self._dead_letter_writer(step, name, p.config))
+                except Exception as exc:  # noqa: BLE001 - reported on the step below
+                    problems.append(f"source {name}: {exc}")
+                result.inputs[name] = p.to_dict()
+            elif isinstance(p, s3_incremental_source.S3IncrementalPending):
+                p.release()
+        if problems and succeeded:
+            raise RunError("; ".join(problems), "the commit is complete; the messages concerned stay in the queue and are retried next run")
+
+    def _dead_letter_writer(self, step: Step, source: str, config: Mapping[str, Any]):
+        def write(messages) -> None:
+            from runtime.table.config import TableConfig
+            from runtime.table.table import Table
+
+            spark = self.spark()
+            session = spark.newSession()
+            table = Table.create(session, self.table_uri(source + s3_events_source.DEAD_LETTER_SUFFIX),
+                                 TableConfig(name=source + s3_events_source.DEAD_LETTER_SUFFIX, record_key_fields=("message_id",),
+                                             precombine_field="dead_lettered_at"))
+            rows = s3_events_source.dead_letter_rows(source, config, messages)
+            table.write(session.createDataFrame(rows, s3_events_source.DEAD_LETTER_DDL), "upsert")
+
+        return write
+
+    def _write_step(self, step: Step, result: StepResult, sources: dict[str, Pending], outcome: dict[str, bool]) -> tuple[str, str]:
         from runtime.table.table import Table
 
         config = self._config(step)
@@ -307,21 +371,24 @@ class Executor:
         uri = self.table_uri(step.name)
         exists = Table.exists(uri)
         table = Table.open(None, uri) if exists else None
-        full = self.options.full_refresh or not exists
+        kept = ""
+        if exists and self.options.full_refresh and self._reads_queue(step):
+            kept = "--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); "
+        full = (self.options.full_refresh and not kept) or not exists
         stored, fingerprint = ({}, None)
         if table is not None:
             stored, fingerprint = _stored_state(table)
-        sources, refs = self._pending_inputs(step, stored, full)
+        refs = self._pending_inputs(step, stored, full, sources)
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
         if not full and not _has_work(sources, refs, stored, fingerprint, step.fingerprint):
-            if fingerprint is not None and fingerprint != step.fingerprint:
+            if fingerprint is not None and fingerprint != step.fingerprint and not kept:
                 return "no_input", ("no new input; the table's definition changed since its last commit and applies to new input "
                                     "only: `--full-refresh` rebuilds it from all input")
-            return "no_input", "no new input"
+            return "no_input", kept + "no new input"
         if self.options.dry_run:
             detail = "; ".join(f"{n}: {p.describe()}" for n, p in sources.items()) or "reads " + ", ".join(refs)
-            return "would_run", ("first build: " if not exists else "full refresh: " if full else "") + detail
+            return "would_run", kept + ("first build: " if not exists else "full refresh: " if full else "") + detail
 
         spark = self.spark()
         spark.sparkContext.setJobGroup(step.id, f"pipe {step.id}", interruptOnCancel=True)
@@ -354,10 +421,14 @@ class Executor:
         extra[FINGERPRINT_KEY] = step.fingerprint
         operation, options = _write_options(config, full and exists)
         w = table.write(df, operation=operation, extra_metadata=extra, **options)
+        outcome["committed"] = True
         result.instant, result.action = w.instant, w.action
         result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes
         result.rows_written = w.inserts + w.updates
-        return "success", ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}"
+        return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}"
+
+    def _reads_queue(self, step: Step) -> bool:
+        return any(self.plan.step(d).kind == "ingest" and self.plan.step(d).config.get("kind") == "s3_events" for d in step.depends_on)
 
     def _create_table(self, spark, step: Step, config: Mapping[str, Any], uri: str, rebuild: bool):
         from runtime.table.table import Table, TableError
@@ -398,6 +469,23 @@ def _stored_state(table) -> tuple[dict[str, str], str | None]:
             cps = {k[len(CHECKPOINT_PREFIX):]: v for k, v in extra.items() if k.startswith(CHECKPOINT_PREFIX)}
             return cps, extra.get(FINGERPRINT_KEY)
     return {}, None
+
+
+def _source_notes(sources: Mapping[str, Pending]) -> str:
+    """What a user should hear about even when the step succeeds: malformed messages, objects
+    gone from the bucket."""
+    notes = []
+    for name, p in sources.items():
+        if isinstance(p, s3_events_source.S3EventsPending) and p.malformed:
+            left = [m for m in p.malformed if m not in p.dead_lettered]
+            if left:
+                notes.append(f"{name}: {len(left)} malformed message(s) left in the queue, e.g. {left[0].id}: {left[0].error}")
+            if p.dead_lettered:
+                notes.append(f"{name}: {len(p.dead_lettered)} malformed message(s) moved to table {name}{s3_events_source.DEAD_LETTER_SUFFIX} "
+                             f"after {p.dead_lettered[0].receive_count} receives, e.g. {p.dead_lettered[0].id}: {p.dead_lettered[0].error}")
+        if isinstance(p, s3_incremental_source.S3IncrementalPending) and p.missing:
+            notes.append(f"{name}: {len(p.missing)} object(s) gone from the bucket were skipped, e.g. s3://{p.missing[0]}")
+    return "".join(f"; {n}" for n in notes)
 
 
 def _has_work(sources: Mapping[str, Pending], refs: Mapping[str, str], stored: Mapping[str, str],

@@ -135,40 +135,44 @@ class FilesPending(Pending):
 
     def dataframe(self, spark):
         """The new files as a DataFrame; malformed records stop the step with their file."""
-        from pyspark.sql import functions as F
-
-        fmt = self.config["format"]
-        reader = spark.read.format(fmt).options(**{k: str(v) for k, v in (self.config.get("options") or {}).items()})
-        declared = self.config.get("schema")
-        textual = fmt in ("json", "csv")
-        if declared:
-            ddl = columns_ddl(declared) + (f", `{CORRUPT}` STRING" if textual else "")
-            reader = reader.schema(ddl)
-        if textual:
-            reader = reader.option("columnNameOfCorruptRecord", CORRUPT).option("mode", "PERMISSIVE")
-        try:
-            df = reader.load([e.full for e in self.taken])
-        except Exception as exc:  # noqa: BLE001 - Spark's analysis errors: unreadable input
-            raise SourceError(f"source {self.name}: cannot read {fmt} files ({_first_line(exc)})",
-                              "check `format`, `options` and `schema` of the source") from exc
-        if CORRUPT in df.columns:
-            data_cols = [c for c in df.columns if c != CORRUPT]
-            if not data_cols:
-                raise SourceError(f"source {self.name}: no record of the new files could be read as {fmt}",
-                                  "check the files and the source's `format` and `options`")
-            # one pass for the count and the malformed records; Spark needs a data column in it
-            total, bad, _ = df.select(F.count(F.lit(1)), F.count(F.when(F.col(CORRUPT).isNotNull(), 1)), F.count(F.col(f"`{data_cols[0]}`"))).first()
-            if bad:
-                rows = (df.where(F.col(CORRUPT).isNotNull()).select(F.input_file_name().alias("f"), F.col(CORRUPT), F.col(f"`{data_cols[0]}`"))
-                        .limit(3).collect())
-                where = "; ".join(f"{_short(r['f'])}: {r[CORRUPT].strip()[:120]!r}" for r in rows)
-                raise SourceError(f"source {self.name}: {bad} malformed record(s) in the new files, e.g. {where}",
-                                  "fix or remove those files (or their records) and run again; nothing of this source was written")
-            df = df.drop(CORRUPT)
-        else:
-            total = None
-        self.rows = total
+        df, self.rows = read_with_spark(spark, [e.full for e in self.taken], self.config, self.name, "files")
         return df
+
+
+def read_with_spark(spark, paths: list[str], config: Mapping[str, Any], name: str, what: str = "objects"):
+    """(DataFrame, record count) of `paths` read by Spark's reader of the source's format.
+    Malformed records stop the step, naming their file."""
+    from pyspark.sql import functions as F
+
+    fmt = config["format"]
+    reader = spark.read.format(fmt).options(**{k: str(v) for k, v in (config.get("options") or {}).items()})
+    declared = config.get("schema")
+    textual = fmt in ("json", "csv")
+    if declared:
+        ddl = columns_ddl(declared) + (f", `{CORRUPT}` STRING" if textual else "")
+        reader = reader.schema(ddl)
+    if textual:
+        reader = reader.option("columnNameOfCorruptRecord", CORRUPT).option("mode", "PERMISSIVE")
+    try:
+        df = reader.load(paths)
+    except Exception as exc:  # noqa: BLE001 - Spark's analysis errors: unreadable input
+        raise SourceError(f"source {name}: cannot read {fmt} {what} ({_first_line(exc)})",
+                          "check `format`, `options` and `schema` of the source") from exc
+    if CORRUPT not in df.columns:
+        return df, None
+    data_cols = [c for c in df.columns if c != CORRUPT]
+    if not data_cols:
+        raise SourceError(f"source {name}: no record of the new {what} could be read as {fmt}",
+                          "check the input and the source's `format` and `options`")
+    # one pass for the count and the malformed records; Spark needs a data column in it
+    total, bad, _ = df.select(F.count(F.lit(1)), F.count(F.when(F.col(CORRUPT).isNotNull(), 1)), F.count(F.col(f"`{data_cols[0]}`"))).first()
+    if bad:
+        rows = (df.where(F.col(CORRUPT).isNotNull()).select(F.input_file_name().alias("f"), F.col(CORRUPT), F.col(f"`{data_cols[0]}`"))
+                .limit(3).collect())
+        where = "; ".join(f"{_short(r['f'])}: {r[CORRUPT].strip()[:120]!r}" for r in rows)
+        raise SourceError(f"source {name}: {bad} malformed record(s) in the new {what}, e.g. {where}",
+                          f"fix or remove those {what} (or their records) and run again; nothing of this source was written")
+    return df.drop(CORRUPT), total
 
 
 def pending(name: str, config: Mapping[str, Any], root: Path, checkpoint_text: str | None) -> FilesPending:
