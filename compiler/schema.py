@@ -147,7 +147,7 @@ SOURCES: dict[str, Section] = {
             Key("visibility_timeout_s", "integer", "How long a received message stays hidden from other readers, in seconds.", default=30, minimum=0, maximum=43200),
             Key("max_messages_per_batch", "integer", "Messages asked for per receive call (SQS allows at most 10).", default=5, minimum=1, maximum=10),
             Key("max_messages_per_run", "integer", "Stop receiving after this many messages in one run; unset drains the queue.", default=None, minimum=1),
-            Key("max_receive_count", "integer", "A message that failed this many times goes to the dead-letter table instead of blocking the pipeline.", default=5, minimum=1),
+            Key("max_receive_count", "integer", "A malformed message (not an S3 event notification) received this many times goes to the dead-letter table `<source>_dead_letter` and leaves the queue.", default=5, minimum=1),
         ),
         "S3 event notifications read from an SQS queue (the S3 metadata table's input).",
     ),

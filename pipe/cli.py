@@ -356,7 +356,10 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     executor = Executor(plan, result.project.root, [], RunOptions(dry_run=True))
     uri = executor.table_uri(name)
     if not Table.exists(uri):
-        raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", f"run `pipe run --select +{name}`")])
+        hint = f"run `pipe run --select +{name}`"
+        if name.endswith("_dead_letter") and name not in [s.name for s in plan.steps]:
+            hint = "no message has been dead-lettered yet (the table appears with the first one)"
+        raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", hint)])
     return Table.open(None, uri), plan
 
 

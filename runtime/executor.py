@@ -395,7 +395,12 @@ class Executor:
         session = spark.newSession()
         rows_read = 0
         for name, p in sources.items():
-            df = p.dataframe(session)
+            try:
+                df = p.dataframe(session)
+            except s3_incremental_source.NothingToRead as exc:
+                if all(q.is_empty for n, q in sources.items() if n != name) and not refs:
+                    return "no_input", f"no new input ({exc})"
+                raise
             df.createOrReplaceTempView(name)
             rows_read += p.rows or 0
         for name, instant in refs.items():
@@ -480,6 +485,9 @@ def _source_notes(sources: Mapping[str, Pending]) -> str:
             left = [m for m in p.malformed if m not in p.dead_lettered]
             if left:
                 notes.append(f"{name}: {len(left)} malformed message(s) left in the queue, e.g. {left[0].id}: {left[0].error}")
+            if p.delete_failures:
+                notes.append(f"{name}: {p.delete_failures} message(s) could not be deleted from the queue after the commit "
+                             "(they come back and upsert the same keys)")
             if p.dead_lettered:
                 notes.append(f"{name}: {len(p.dead_lettered)} malformed message(s) moved to table {name}{s3_events_source.DEAD_LETTER_SUFFIX} "
                              f"after {p.dead_lettered[0].receive_count} receives, e.g. {p.dead_lettered[0].id}: {p.dead_lettered[0].error}")

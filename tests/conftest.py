@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -14,6 +15,11 @@ REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO / "project_template"
 
 MINIMAL_PROJECT = "name: shop\n"
+
+# Test credentials for the moto server, set before any SparkSession starts: Spark's Python workers
+# (which read S3 objects with boto3) take their environment from the JVM, started with this one.
+for _k, _v in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1")):
+    os.environ.setdefault(_k, _v)
 
 
 def write_project(root: Path, files: dict[str, str]) -> Path:
@@ -60,7 +66,11 @@ def moto_server():
     """A real moto server (S3, SQS) on a free loopback port, for the whole test session."""
     import os
 
+    import logging
+
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on the tests' stderr
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

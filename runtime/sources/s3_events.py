@@ -79,7 +79,7 @@ def _parse_time(text: Any) -> dt.datetime:
         t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
         raise MalformedMessage(f"eventTime {text!r} is not an ISO-8601 timestamp") from exc
-    return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)  # aware: Spark keeps the instant
 
 
 def parse_body(body: str, message_id: str = "") -> list[dict]:
@@ -137,8 +137,10 @@ def sqs_client(config: Mapping[str, Any]):
 def _aws_error(name: str, action: str, exc: Exception, config: Mapping[str, Any]) -> SourceError:
     code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
     text = f"{code}: {exc}" if code else str(exc)
-    hint = ("check queue_url, region and endpoint_url of the source, and that the credentials may "
-            "sqs:ReceiveMessage, sqs:DeleteMessage and sqs:ChangeMessageVisibility on the queue")
+    hint = ("check queue_url, region and endpoint_url of the source, and that the credentials may sqs:ReceiveMessage, "
+            "sqs:DeleteMessage, sqs:ChangeMessageVisibility and sqs:GetQueueAttributes on the queue")
+    if type(exc).__name__ == "NoRegionError":
+        hint = "set `region` on the source (or AWS_DEFAULT_REGION)"
     if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
         hint = "set AWS credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or an instance role)"
     return SourceError(f"source {name}: cannot {action} queue {config['queue_url']} ({text})", hint)
@@ -264,7 +266,16 @@ class S3EventsPending(Pending):
             text += f"; {len(self.malformed)} malformed (left in the queue), e.g. message {sample.id}: {sample.error}"
         if self.dead_lettered:
             text += f"; {len(self.dead_lettered)} moved to the dead-letter table {self.name}{DEAD_LETTER_SUFFIX}"
+        if self.delete_failures:
+            text += f"; {self.delete_failures} could not be deleted from the queue (they come back and are upserted again)"
         return text
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if self.dry_run_count is None:
+            d.update({"messages": len(self.messages), "malformed": len(self.malformed), "dead_lettered": len(self.dead_lettered),
+                      "deleted": self.deleted, "delete_failures": self.delete_failures})
+        return d
 
     def dataframe(self, spark):
         return spark.createDataFrame(self.records, DDL)
@@ -324,12 +335,16 @@ class S3EventsPending(Pending):
 
 def pending(name: str, config: Mapping[str, Any], dry_run: bool = False) -> S3EventsPending:
     """Receives this run's messages (a dry run only asks how many wait)."""
-    client = sqs_client(config)
     if dry_run:
         try:
+            client = sqs_client(config)
             return S3EventsPending(name, config, client, [], None, dry_run_count=approximate_count(client, config))
         except Exception as exc:  # noqa: BLE001 - botocore's errors: unreachable queue, credentials
             raise _aws_error(name, "read the attributes of", exc, config) from exc
+    try:
+        client = sqs_client(config)
+    except Exception as exc:  # noqa: BLE001 - no region, bad endpoint
+        raise _aws_error(name, "reach", exc, config) from exc
     visibility = int(config.get("visibility_timeout_s") if config.get("visibility_timeout_s") is not None else 30)
     keeper = _VisibilityKeeper(client, config["queue_url"], visibility) if visibility > 0 else None
     if keeper is not None:
@@ -349,10 +364,10 @@ def pending(name: str, config: Mapping[str, Any], dry_run: bool = False) -> S3Ev
 
 
 def dead_letter_rows(name: str, config: Mapping[str, Any], messages: list[Message]) -> list[dict]:
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = dt.datetime.now(dt.timezone.utc)
     return [{
         "message_id": m.id, "source": name, "queue_url": config["queue_url"], "receive_count": m.receive_count,
-        "sent_time": dt.datetime.fromtimestamp(m.sent_ms / 1000, dt.timezone.utc).replace(tzinfo=None) if m.sent_ms else None,
+        "sent_time": dt.datetime.fromtimestamp(m.sent_ms / 1000, dt.timezone.utc) if m.sent_ms else None,
         "dead_lettered_at": now, "error": m.error, "body": m.body,
     } for m in messages]
 

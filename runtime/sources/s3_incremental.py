@@ -28,8 +28,12 @@ from runtime.table.timeline import Timeline
 CORRUPT = "_pipe_corrupt_record"
 OBJECT = "_pipe_object"
 MISSING = "_pipe_missing_object"
-NEEDED = ("bucket", "object_key", "object_size", "event_name")
+NEEDED = ("bucket", "object_key", "object_size", "event_name", "event_time")
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+class NothingToRead(SourceError):
+    """No object matched, and no declared schema gives the (empty) input its columns."""
 
 
 @dataclass(frozen=True)
@@ -119,20 +123,25 @@ class S3IncrementalPending(Pending):
         if c.get("key_suffix"):
             cond &= F.col("object_key").endswith(c["key_suffix"])
         if c.get("key_glob"):
-            cond &= F.col("object_key").rlike(fnmatch.translate(c["key_glob"]))
+            cond &= F.col("object_key").rlike("^" + fnmatch.translate(c["key_glob"]))  # rlike finds; anchor it
         if c.get("min_object_size") is not None:
             cond &= F.col("object_size") >= F.lit(int(c["min_object_size"]))
         if c.get("max_object_size") is not None:
             cond &= F.col("object_size") <= F.lit(int(c["max_object_size"]))
         if self.cursor is not None and self.cursor.after is not None:
-            name = F.concat(F.col("bucket"), F.lit("/"), F.col("object_key"))
-            cond &= (F.col("_hoodie_commit_time") > F.lit(self.cursor.instant)) | (name > F.lit(self.cursor.after))
-        return events.where(cond).select(
-            F.col("_hoodie_commit_time").alias("instant"), "bucket", "object_key", F.coalesce(F.col("object_size"), F.lit(0)).alias("size"))
+            # after (bucket, key) in the order objects are taken; bucket names hold no "/"
+            bucket, _, key = self.cursor.after.partition("/")
+            later = (F.col("bucket") > F.lit(bucket)) | ((F.col("bucket") == F.lit(bucket)) & (F.col("object_key") > F.lit(key)))
+            cond &= (F.col("_hoodie_commit_time") > F.lit(self.cursor.instant)) | later
+        # one read per object, however many events (Put, then Copy, ...) name it: the latest one
+        latest = F.max_by(F.struct(F.col("_hoodie_commit_time"), F.coalesce(F.col("object_size"), F.lit(0)).alias("size")),
+                          F.struct(F.col("_hoodie_commit_time"), F.col("event_time")))
+        return (events.where(cond).groupBy("bucket", "object_key").agg(latest.alias("e"))
+                .select(F.col("e._hoodie_commit_time").alias("instant"), "bucket", "object_key", F.col("e.size").alias("size")))
 
     def plan(self, spark, ignore_limits: bool = False) -> list[S3Object]:
         """The objects this run reads (metadata only reaches the driver), and the checkpoint."""
-        rows = self._events(spark).distinct().orderBy("instant", "bucket", "object_key").collect()
+        rows = self._events(spark).orderBy("instant", "bucket", "object_key").collect()
         found = [S3Object(r["instant"], r["bucket"], r["object_key"], int(r["size"])) for r in rows]
         limit = None if ignore_limits else self.config.get("max_bytes_per_run")
         taken: list[S3Object] = []
@@ -157,8 +166,9 @@ class S3IncrementalPending(Pending):
         declared = self.config.get("schema")
         if not objects:
             if not declared:
-                raise SourceError(f"source {self.name}: no object to read, and without a declared `schema` there is nothing to take the columns from",
-                                  "declare the objects' columns in the source's `schema`")
+                raise NothingToRead(f"source {self.name}: no new object to read, and without a declared `schema` there are no columns to "
+                                    "offer the table; its checkpoint moves on when an object arrives",
+                                    "declare the objects' columns in the source's `schema`")
             self.rows = 0
             return spark.createDataFrame([], columns_ddl(declared))
         if has_s3a(spark):
@@ -271,7 +281,7 @@ def fetch_text(aws: Mapping[str, Any], whole: bool, header: bool, batches: Itera
             if whole:
                 lines = [text] if text.strip() else []
             else:
-                lines = [l for l in text.splitlines() if l.strip()]
+                lines = [l.rstrip("\r") for l in text.split("\n") if l.strip()]  # records end at \n or \r\n, as for Spark
             if not lines:
                 continue
             heads = [header and i == 0 for i in range(len(lines))]
@@ -371,8 +381,15 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
             parse = F.from_json if fmt == "json" else F.from_csv
             parsed = body.select(F.col(OBJECT), parse(F.col("line"), with_corrupt, parse_opts).alias("r"), F.col("line"))
             if fmt == "json" and whole:
-                # a multiLine object may hold an array of records
-                parsed = body.select(F.col(OBJECT), F.explode(F.from_json(F.col("line"), f"array<struct<{_struct_ddl(with_corrupt)}>>", parse_opts)).alias("r"), F.col("line"))
+                # a multiLine object holds one record or an array of them; one that parses as
+                # neither is a malformed record
+                doc = F.ltrim(F.col("line"))
+                as_array = F.from_json(F.col("line"), f"array<struct<{_struct_ddl(with_corrupt)}>>", {k: v for k, v in parse_opts.items() if k != "columnNameOfCorruptRecord"})
+                records = F.when(doc.startswith("["), as_array).otherwise(F.array(F.col("one")))
+                failed = F.struct(*[F.lit(None).cast(f.dataType).alias(f.name) for f in StructType.fromDDL(ddl).fields], F.col("line").alias(CORRUPT))
+                parsed = (body.withColumn("one", parse(F.col("line"), with_corrupt, parse_opts))
+                          .withColumn("rs", F.when(records.isNull(), F.array(failed)).otherwise(records))
+                          .select(F.col(OBJECT), F.explode("rs").alias("r"), F.col("line")))
             data_cols = [f.name for f in StructType.fromDDL(ddl).fields]
             df = parsed.select(F.col(OBJECT), F.col("line"), *[F.col("r").getField(c).alias(c) for c in data_cols], F.col("r").getField(CORRUPT).alias(CORRUPT))
             total, bad = df.select(F.count(F.lit(1)), F.count(F.col(CORRUPT))).first()
