@@ -343,6 +343,7 @@ def test_fan_out_two_tables_each_with_its_own_checkpoint(spark, tmp_path, capsys
     s3env.put("orders/a.json", [{"order_id": 1, "amount": 1.0}])
     s3env.put("refunds/2026/part-1.csv", body=b"refund_id,amount\n7,0.5\n8,0.25\n")
     s3env.put("refunds/2026/notes.txt", body=b"not a part file\n")
+    s3env.put("archive/refunds/2026/part-0.csv", body=b"refund_id,amount\n6,9.0\n")  # the glob is anchored at the key's start
     run_ok(capsys, root)
     assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.0)])
     assert_rows(spark, root, "refunds", ["refund_id", "amount"], [(7, 0.5), (8, 0.25)])
@@ -445,3 +446,52 @@ def test_continuous_runs_rounds_until_ctrl_c_and_exits_0(spark, tmp_path, capsys
     assert "round 1" in out and "round 2" in out
     assert re.search(r"stopped after \d+ rounds", err)
     assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.0), (2, 2.0)])
+
+
+def test_parquet_objects_take_their_schema_from_the_footer_and_multiline_json_errors_name_the_object(spark, tmp_path, capsys, s3env):
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    more = {
+        "landing_pq": {"kind": "s3_incremental", "metadata_table": "s3_meta", "format": "parquet", "key_suffix": ".parquet"},
+        "landing_docs": {"kind": "s3_incremental", "metadata_table": "s3_meta", "format": "json", "key_prefix": "docs/",
+                         "options": {"multiLine": True}, "schema": "doc_id BIGINT, title STRING"},
+    }
+    root = s3_project(tmp_path, s3env, more_sources=more, extra={
+        "tables/pq.yml": "tables:\n  pq:\n    key: [k]\n",
+        "tables/pq.sql": "select * from {{ source('landing_pq') }}\n",
+        "tables/docs.yml": "tables:\n  docs:\n    key: [doc_id]\n",
+        "tables/docs.sql": "select * from {{ source('landing_docs') }}\n",
+    })
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"k": pa.array([1, 2], pa.int64()), "label": ["a", "b"], "price": [0.5, 1.5]}), buf)
+    s3env.put("pq/part-1.parquet", body=buf.getvalue())
+    s3env.put("docs/one.json", body=b'{\n  "doc_id": 1,\n  "title": "first"\n}\n')
+    s3env.put("docs/many.json", body=b'[{"doc_id": 2, "title": "second"},\n {"doc_id": 3, "title": "third"}]\n')
+    run_ok(capsys, root)
+    assert_rows(spark, root, "pq", ["k", "label", "price"], [(1, "a", 0.5), (2, "b", 1.5)])
+    assert_rows(spark, root, "docs", ["doc_id", "title"], [(1, "first"), (2, "second"), (3, "third")])
+
+    s3env.put("docs/broken.json", body=b'{"doc_id": 4, "title": \n')
+    code, out, err = pipe(capsys, root, "run", "--select", "+docs")
+    assert code == 1
+    assert_clean(out, err)
+    msg = steps(root)["table.docs"]["message"]
+    assert f"1 malformed record(s) in the new objects, e.g. s3://{s3env.bucket}/docs/broken.json" in msg, msg
+    assert_rows(spark, root, "docs", ["doc_id", "title"], [(1, "first"), (2, "second"), (3, "third")])
+
+
+def test_without_a_schema_and_no_matching_object_the_step_waits(spark, tmp_path, capsys, s3env):
+    more = {"landing_any": {"kind": "s3_incremental", "metadata_table": "s3_meta", "format": "json", "key_prefix": "any/"}}
+    root = s3_project(tmp_path, s3env, more_sources=more, extra={"tables/anything.sql": "select * from {{ source('landing_any') }}\n"})
+    s3env.put("orders/a.json", [{"order_id": 1, "amount": 1.0}])
+    run_ok(capsys, root)
+    st = steps(root)["table.anything"]
+    assert st["state"] == "no_input"
+    assert "no new object to read, and without a declared `schema`" in st["message"]
+    s3env.put("any/x.json", [{"x": 1, "y": "z"}])
+    run_ok(capsys, root)
+    assert steps(root)["table.anything"]["state"] == "success"
+    assert hudi_rows(root, "anything", ["x", "y"]) == [(1, "z")]
