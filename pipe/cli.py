@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     except PipeError as exc:
         if debug:
             traceback.print_exc()
-        output.fail(str(exc))
+        output.fail(str(exc), getattr(exc, "hint", None))
         return EXIT_USAGE
     except click.exceptions.Abort:
         output.fail("aborted")

@@ -115,6 +115,7 @@ class Executor:
         self.options = options
         self._spark_factory = spark_factory
         self._spark = None
+        self._spark_error: BaseException | None = None
         self._spark_lock = threading.Lock()
         self.listener = listener or (lambda event, result: None)
         self.environ = dict(os.environ if environ is None else environ)
@@ -137,11 +138,19 @@ class Executor:
         return f"{self.lake}/{name}"
 
     def spark(self):
+        """The run's SparkSession, started by the first step that needs it. A start that
+        failed is not tried again by every other step: they all report that failure."""
         with self._spark_lock:
+            if self._spark_error is not None:
+                raise self._spark_error
             if self._spark is None:
                 if self._spark_factory is None:
                     raise RunError("no Spark session available")
-                self._spark = self._spark_factory()
+                try:
+                    self._spark = self._spark_factory()
+                except BaseException as exc:
+                    self._spark_error = exc
+                    raise
             return self._spark
 
     # --- running ---------------------------------------------------------------------------
@@ -209,8 +218,6 @@ class Executor:
                 state, message = self._run_source(step, result)
             else:
                 state, message = self._run_write(step, result)
-            result.elapsed_s = round(time.perf_counter() - t0, 3)
-            self._finish(result, state, message)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported on its step
             result.elapsed_s = round(time.perf_counter() - t0, 3)
             state = "cancelled" if self._cancel.is_set() and not isinstance(exc, PipeError) else "error"
@@ -218,6 +225,10 @@ class Executor:
             if not isinstance(exc, (PipeError,)) and not _is_user_error(exc):
                 result.traceback = traceback.format_exc()
             self._finish(result, state, message, hint)
+            return
+        # outside the try: once a step has committed, nothing after it turns it into an error
+        result.elapsed_s = round(time.perf_counter() - t0, 3)
+        self._finish(result, state, message)
 
     # --- sources -----------------------------------------------------------------------------
 
@@ -375,9 +386,9 @@ class Executor:
         if exists and self.options.full_refresh and self._reads_queue(step):
             kept = "--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); "
         full = (self.options.full_refresh and not kept) or not exists
-        stored, fingerprint = ({}, None)
+        stored, fingerprint, based_on = ({}, None, None)
         if table is not None:
-            stored, fingerprint = _stored_state(table)
+            stored, fingerprint, based_on = _stored_state(table)
         refs = self._pending_inputs(step, stored, full, sources)
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
@@ -417,7 +428,7 @@ class Executor:
             raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {_spark_message(exc)}",
                            "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
 
-        table = self._create_table(session, step, config, uri, rebuild=full and exists)
+        table, recreated = self._create_table(session, step, config, uri, rebuild=full and exists)
         extra = {f"{CHECKPOINT_PREFIX}{n}": p.checkpoint for n, p in sources.items() if p.checkpoint is not None}
         for n, p in sources.items():  # a source with nothing new keeps its checkpoint
             if p.checkpoint is None and n in stored and not full:
@@ -425,12 +436,14 @@ class Executor:
         extra.update({f"{CHECKPOINT_PREFIX}{n}": t for n, t in refs.items()})
         extra[FINGERPRINT_KEY] = step.fingerprint
         operation, options = _write_options(config, full and exists)
-        w = table.write(df, operation=operation, extra_metadata=extra, **options)
+        # refused if another run committed to this table since its checkpoints were read
+        w = table.write(df, operation=operation, extra_metadata=extra, expect_latest=None if recreated else based_on, **options)
         outcome["committed"] = True
         result.instant, result.action = w.instant, w.action
         result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes
         result.rows_written = w.inserts + w.updates
-        return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}"
+        note = f"; the commit stands, but cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
+        return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
 
     def _reads_queue(self, step: Step) -> bool:
         return any(self.plan.step(d).kind == "ingest" and self.plan.step(d).config.get("kind") == "s3_events" for d in step.depends_on)
@@ -450,13 +463,13 @@ class Executor:
         if wanted.table_type != COPY_ON_WRITE:  # refuse before anything is deleted
             raise RunError(f"table {step.name}: type {config['type']} is not supported yet", "use type: copy_on_write")
         try:
-            return Table.create(spark, uri, wanted)
+            return Table.create(spark, uri, wanted), False
         except TableError as exc:
             if not rebuild or "was created differently" not in str(exc):
                 raise
         # --full-refresh of a table whose key, partitioning or type changed: start it anew
         _delete_table(uri)
-        return Table.create(spark, uri, wanted)
+        return Table.create(spark, uri, wanted), True
 
 
 def _table_exists(uri: str) -> bool:
@@ -465,15 +478,20 @@ def _table_exists(uri: str) -> bool:
     return Table.exists(uri)
 
 
-def _stored_state(table) -> tuple[dict[str, str], str | None]:
-    """The checkpoints and step fingerprint of the table's latest commit written by pipe."""
+def _stored_state(table) -> tuple[dict[str, str], str | None, str | None]:
+    """The checkpoints and step fingerprint of the table's latest commit written by pipe, and
+    the latest completed write instant they were read at."""
+    from runtime.table.timeline import WRITE_ACTIONS
+
     timeline = table.timeline()
+    writes = timeline.completed(WRITE_ACTIONS)
+    latest = writes[-1].time if writes else None
     for inst in reversed(timeline.completed()):
         extra = timeline.commit_metadata(inst).extra
         if FINGERPRINT_KEY in extra or any(k.startswith(CHECKPOINT_PREFIX) for k in extra):
             cps = {k[len(CHECKPOINT_PREFIX):]: v for k, v in extra.items() if k.startswith(CHECKPOINT_PREFIX)}
-            return cps, extra.get(FINGERPRINT_KEY)
-    return {}, None
+            return cps, extra.get(FINGERPRINT_KEY), latest
+    return {}, None, latest
 
 
 def _source_notes(sources: Mapping[str, Pending]) -> str:

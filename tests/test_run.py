@@ -190,6 +190,18 @@ def test_plan_files_takes_a_late_file_with_the_watermark_mtime():
     assert plan_files(later, cp2, None, None) == ([], [], cp2)
 
 
+def test_a_file_stamped_in_the_future_does_not_carry_the_watermark_past_now():
+    now = T0 + 1000
+    future = [_entry("a.json", T0), _entry("skewed.json", T0 + 3 * WINDOW_MS)]
+    taken, _, cp = plan_files(future, None, None, None, now_ms=now)
+    assert [e.path for e in taken] == ["a.json", "skewed.json"]
+    assert cp.mtime_ms == now and "skewed.json" in cp.files
+    # a file arriving a minute later with its true time is still new
+    late = future + [_entry("b.json", now + 60_000)]
+    taken, _, _ = plan_files(late, cp, None, None, now_ms=now + 61_000)
+    assert [e.path for e in taken] == ["b.json"]
+
+
 def test_plan_files_takes_an_older_file_within_the_window():
     cp = Checkpoint(T0, frozenset({"a.json"}))
     entries = sorted([_entry("a.json", T0), _entry("copied.json", T0 - WINDOW_MS // 2),

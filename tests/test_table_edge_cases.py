@@ -68,3 +68,19 @@ def test_a_widening_spark_cannot_read_back_is_refused(spark, tmp_path):
         table.write(spark.createDataFrame([(2, "a", 1.5, "y")], "id long, p string, ts double, v string"), "upsert")
     assert [i.time for i in table.timeline().completed()] == before
     assert table.timeline().pending() == []
+
+
+def test_a_write_based_on_an_older_state_of_the_table_is_refused(spark, tmp_path):
+    """Two runs that read the same checkpoints: the second to commit is refused, nothing written."""
+    from runtime.table import TableError
+
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="t", record_key_fields=("id",), partition_fields=("p",)))
+    with pytest.raises(TableError, match="expected no commit yet"):
+        pass_through = table.write(spark.createDataFrame([(1, "a", 1, "x")], SCHEMA), "upsert", expect_latest=None)
+        table.write(spark.createDataFrame([(2, "a", 1, "y")], SCHEMA), "insert", expect_latest=None)
+    assert ours(table) == [(1, "x")] == hudi_rows(path)
+    instants = [i.time for i in table.timeline().instants]
+    assert instants == [pass_through.instant], "the refused write left no instant behind"
+    ok = table.write(spark.createDataFrame([(2, "a", 1, "y")], SCHEMA), "insert", expect_latest=pass_through.instant)
+    assert ok.inserts == 1 and ours(table) == [(1, "x"), (2, "y")] == hudi_rows(path)

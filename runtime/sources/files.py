@@ -96,8 +96,13 @@ def list_files(config: Mapping[str, Any], root: Path, source: str) -> list[FileE
 
 
 def plan_files(entries: list[FileEntry], checkpoint: Checkpoint | None, max_files: int | None,
-               max_bytes: int | None) -> tuple[list[FileEntry], list[FileEntry], Checkpoint | None]:
-    """(files taken this run, files left waiting, the checkpoint after taking them)."""
+               max_bytes: int | None, now_ms: int | None = None) -> tuple[list[FileEntry], list[FileEntry], Checkpoint | None]:
+    """(files taken this run, files left waiting, the checkpoint after taking them). `now_ms`
+    is the listing time (default: now)."""
+    if now_ms is None:
+        import time
+
+        now_ms = int(time.time() * 1000)
     new = [e for e in entries if checkpoint is None or not checkpoint.is_done(e)]
     taken: list[FileEntry] = []
     size = 0
@@ -111,6 +116,9 @@ def plan_files(entries: list[FileEntry], checkpoint: Checkpoint | None, max_file
     if not taken:
         return [], new, checkpoint
     mark = max([e.mtime_ms for e in taken] + ([checkpoint.mtime_ms] if checkpoint else []))
+    # a file stamped in the future (a skewed clock) must not carry the watermark past now, or
+    # files arriving later with true times would fall behind it
+    mark = min(mark, max(now_ms, checkpoint.mtime_ms if checkpoint else 0))
     names = {e.path for e in taken} | (checkpoint.files if checkpoint else frozenset())
     # keep only names the watermark alone cannot vouch for
     recent = {e.path for e in entries if e.path in names and e.mtime_ms >= mark - WINDOW_MS}

@@ -32,7 +32,7 @@ from runtime.table.config import COPY_ON_WRITE, PROPERTIES, TableConfig
 from runtime.table.layout import PARTITION_METADATA, FileSystemView
 from runtime.table.schema import META_COLUMNS
 from runtime.table.timeline import (
-    COMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, CommitMetadata, Instant, Timeline,
+    COMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant, Timeline,
     new_instant_time,
 )
 
@@ -60,6 +60,7 @@ class WriteResult:
     files: int
     bytes: int
     replaced_file_groups: int = 0  # replacecommits: file groups hidden (their rows are not counted as deletes)
+    service_error: str | None = None  # inline clean or archive failed after the commit (the commit stands)
 
 
 class Table:
@@ -179,7 +180,7 @@ class Table:
 
     def write(self, df, operation: str = "upsert", extra_metadata: dict[str, str] | None = None,
               clean_policy: str = _services.KEEP_LATEST_COMMITS, clean_retain: int = 10, clean_inline: bool = True,
-              archive_min: int = 20, archive_max: int = 30, **options: Any) -> WriteResult:
+              archive_min: int = 20, archive_max: int = 30, expect_latest: Any = ..., **options: Any) -> WriteResult:
         """Writes `df` with `operation` in one commit; then, by default, cleans file versions
         older than the latest `clean_retain` commits. `options` are WriteOptions fields.
 
@@ -196,7 +197,12 @@ class Table:
           `region=EU`, with fnmatch wildcards: `dt=2024-*`; `*` on a non-partitioned table).
           A pattern matching no partition raises TableError listing the partitions, before
           anything is written.
-        WriteResult.replaced_file_groups counts the replaced groups."""
+        WriteResult.replaced_file_groups counts the replaced groups.
+
+        `expect_latest`: the latest completed write instant (None: no write yet) the caller
+        based this write on, e.g. when it read its source checkpoints. Under the lock, a table
+        whose latest write differs is refused (TableError) before anything is written: another
+        writer got there first, and writing would consume the same input twice."""
         if "partitions_to_delete" in options:
             options["partitions_to_delete"] = tuple(options["partitions_to_delete"] or ())
         opts = _writer.WriteOptions(operation=operation, extra_metadata=dict(extra_metadata or {}), **options)
@@ -215,6 +221,12 @@ class Table:
         with self.lock():
             self.rollback_pending()
             timeline = self.timeline()
+            if expect_latest is not ...:
+                writes = timeline.completed(WRITE_ACTIONS)
+                latest = writes[-1].time if writes else None
+                if latest != expect_latest:
+                    raise TableError(f"table {self.config.name} has a new commit {latest} since this write read its input "
+                                     f"(it expected {expect_latest or 'no commit yet'}): another run wrote it meanwhile; run again")
             slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if operation == "delete_partition":
                 self._check_partitions_to_delete(opts.partitions_to_delete, slices)
@@ -239,12 +251,16 @@ class Table:
             if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
                 raise TableError(f"instant {instant.time} was completed by someone else")
             _fault("after_commit")
-            if clean_inline:
-                _services.clean(self.storage, clean_policy, clean_retain)
-            _services.archive(self.storage, archive_min, archive_max)
+            service_error = None
+            try:  # the commit stands whatever happens here; the next write cleans and archives again
+                if clean_inline:
+                    _services.clean(self.storage, clean_policy, clean_retain)
+                _services.archive(self.storage, archive_min, archive_max)
+            except Exception as exc:  # noqa: BLE001 - reported on the result
+                service_error = f"{type(exc).__name__}: {exc}"
         c = staged.counts
         replaced = sum(len(ids) for ids in (staged.replaced or {}).values())
-        return WriteResult(instant.time, action, operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced)
+        return WriteResult(instant.time, action, operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced, service_error)
 
     def _check_partitions_to_delete(self, patterns, slices) -> None:
         """delete_partition refuses patterns that match no partition (a typo would otherwise
