@@ -437,7 +437,14 @@ class Executor:
         extra[FINGERPRINT_KEY] = step.fingerprint
         operation, options = _write_options(config, full and exists)
         # refused if another run committed to this table since its checkpoints were read
-        w = table.write(df, operation=operation, extra_metadata=extra, expect_latest=None if recreated else based_on, **options)
+        try:
+            w = table.write(df, operation=operation, extra_metadata=extra, expect_latest=None if recreated else based_on, **options)
+        except BaseException:
+            if recreated and _is_local(uri):
+                _delete_table(_staging_uri(uri))  # the old table was never touched
+            raise
+        if recreated and _is_local(uri):
+            _swap_in(_staging_uri(uri), uri)
         outcome["committed"] = True
         result.instant, result.action = w.instant, w.action
         result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes
@@ -467,7 +474,13 @@ class Executor:
         except TableError as exc:
             if not rebuild or "was created differently" not in str(exc):
                 raise
-        # --full-refresh of a table whose key, partitioning or type changed: start it anew
+        # --full-refresh of a table whose key, partitioning or type changed: start it anew. On a
+        # local lake the new table is built beside the old one and swapped in once committed, so
+        # a failed rebuild leaves the old table as it was.
+        if _is_local(uri):
+            staging = _staging_uri(uri)
+            _delete_table(staging)
+            return Table.create(spark, staging, wanted), True
         _delete_table(uri)
         return Table.create(spark, uri, wanted), True
 
@@ -546,6 +559,29 @@ def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, 
         operation = "insert_overwrite_table"
         options["combine_before_insert"] = bool(config["key"]) and config["operation"] == "upsert" or config["combine_before_insert"]
     return operation, options
+
+
+def _is_local(uri: str) -> bool:
+    return not uri.startswith(("s3://", "s3a://"))
+
+
+def _staging_uri(uri: str) -> str:
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}.rebuild"
+
+
+def _swap_in(staging: str, uri: str) -> None:
+    """Replaces the table at `uri` with the one built at `staging` (two renames; the old
+    table is deleted only once the new one is in place)."""
+    import shutil
+
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    new = staging[len("file://"):] if staging.startswith("file://") else staging
+    old = new[: -len(".rebuild")] + ".old"
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(path, old)
+    os.rename(new, path)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _delete_table(uri: str) -> None:

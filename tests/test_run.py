@@ -484,6 +484,35 @@ def test_full_refresh_rebuilds_from_all_files_with_the_same_rows(spark, tmp_path
     assert steps(root)["table.t"]["state"] == "no_input"
 
 
+def test_full_refresh_with_a_new_partitioning_keeps_the_old_table_until_the_new_one_is_committed(spark, tmp_path, capsys):
+    root = project(tmp_path, {
+        "sources/s.yml": """
+            sources:
+              s: {kind: files, path: data/s, format: json, schema: "id BIGINT, v STRING"}
+            """,
+        "tables/t.yml": "tables:\n  t:\n    key: [id]\n",
+        "tables/t.sql": "select id, v from {{ source('s') }}\n",
+    })
+    write_jsonl(root / "data/s/s-1.json", [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}])
+    run_ok(capsys, root)
+    first = commits(timeline(capsys, root, "t"))
+    # new partitioning, and SQL that fails while the rebuilt table is being written
+    (root / "tables/t.yml").write_text("tables:\n  t:\n    key: [id]\n    partition_by: [v]\n")
+    (root / "tables/t.sql").write_text("select id, v from {{ source('s') }} where raise_error('boom in rebuild') is null\n")
+    code, out, err = pipe(capsys, root, "run", "--full-refresh")
+    assert code == 1 and "boom in rebuild" in out + err
+    assert commits(timeline(capsys, root, "t")) == first, "the old table is untouched"
+    assert_rows(spark, root, "t", ["id", "v"], [(1, "a"), (2, "b")])
+    assert sorted(p.name for p in (root / "lake").iterdir()) == ["t"], "no staging copy is left behind"
+
+    (root / "tables/t.sql").write_text("select id, v from {{ source('s') }}\n")
+    run_ok(capsys, root, "--full-refresh")
+    assert_rows(spark, root, "t", ["id", "v"], [(1, "a"), (2, "b")])
+    assert sorted(p.name for p in (root / "lake/t").iterdir() if not p.name.startswith(".")) == ["v=a", "v=b"]
+    assert len(commits(timeline(capsys, root, "t"))) == 1, "a new table with its own timeline"
+    assert sorted(p.name for p in (root / "lake").iterdir()) == ["t"]
+
+
 # --- 7. --dry-run ----------------------------------------------------------------------------------
 
 
