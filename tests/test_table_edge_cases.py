@@ -84,3 +84,24 @@ def test_a_write_based_on_an_older_state_of_the_table_is_refused(spark, tmp_path
     assert instants == [pass_through.instant], "the refused write left no instant behind"
     ok = table.write(spark.createDataFrame([(2, "a", 1, "y")], SCHEMA), "insert", expect_latest=pass_through.instant)
     assert ok.inserts == 1 and ours(table) == [(1, "x"), (2, "y")] == hudi_rows(path)
+
+
+def test_a_table_source_checkpoint_removed_by_a_restore_is_lost_not_skipped(spark, tmp_path):
+    """The consumer read up to c2; c2 is then taken off the timeline (as a restore does) and the
+    upstream is written again: the changes since c2 cannot be told, so the source says so."""
+    from runtime.sources import SourceError
+    from runtime.sources import table as table_source
+
+    path = str(tmp_path / "up")
+    up = Table.create(spark, path, TableConfig(name="up", record_key_fields=("id",), partition_fields=("p",)))
+    up.write(spark.createDataFrame([(1, "a", 1, "x")], SCHEMA), "upsert")
+    c2 = up.write(spark.createDataFrame([(2, "a", 1, "y")], SCHEMA), "upsert").instant
+    assert table_source.pending("s", {}, Table.open(None, path), "down", c2).is_empty
+    for f in (tmp_path / "up" / ".hoodie").iterdir():
+        if f.name.startswith(c2):
+            f.unlink()
+    up.write(spark.createDataFrame([(3, "a", 1, "z")], SCHEMA), "upsert")
+    with pytest.raises(SourceError, match=f"no longer has instant {c2} \\(rolled back or restored, then written again\\)"):
+        table_source.pending("s", {}, Table.open(None, path), "down", c2)
+    full = table_source.pending("s", {"on_checkpoint_lost": "full_read"}, Table.open(None, path), "down", c2)
+    assert full.since is None and "checkpoint lost" in full.describe()

@@ -201,9 +201,11 @@ def _lost(checkpoint: str, done, upstream) -> str | None:
     latest = done[-1].time
     if checkpoint > latest:
         return f"table {upstream.config.name} no longer has instant {checkpoint} (rolled back or restored to {latest})"
-    if checkpoint < done[0].time and not any(i.time == checkpoint for i in done):
-        return (f"the commits of table {upstream.config.name} after instant {checkpoint} have been archived "
-                f"(its active timeline starts at {done[0].time})")
+    if not any(i.time == checkpoint for i in done):
+        if checkpoint < done[0].time:
+            return (f"the commits of table {upstream.config.name} after instant {checkpoint} have been archived "
+                    f"(its active timeline starts at {done[0].time})")
+        return f"table {upstream.config.name} no longer has instant {checkpoint} (rolled back or restored, then written again)"
     return None
 
 

@@ -52,6 +52,9 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
     elif checkpoint < done[0].time and not any(i.time == checkpoint for i in done):
         lost = (f"the commits of table {upstream.config.name} after instant {checkpoint} have been archived "
                 f"(its active timeline starts at {done[0].time})")
+    elif not any(i.time == checkpoint for i in done):
+        # within the active timeline but gone: rolled back or restored away, and written again since
+        lost = f"table {upstream.config.name} no longer has instant {checkpoint} (rolled back or restored, then written again)"
     if lost:
         if config.get("on_checkpoint_lost") == "full_read":
             return TablePending(name, upstream, None, latest, len(done), note=f"checkpoint lost: {lost}")
