@@ -249,6 +249,8 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
     factory = _spark_factory(plan, ctx.debug)
     if not continuous:
         run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
+        if run.interrupted:
+            raise click.exceptions.Exit(130)
         if run.failed:
             raise click.exceptions.Exit(EXIT_FAILED)
         return
@@ -316,7 +318,8 @@ def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, arg
         "args": args,
         "started_at": run.started_at,
         "elapsed_s": round(run.elapsed_s, 3),
-        "success": not run.failed,
+        "success": not run.failed and not run.interrupted,
+        "interrupted": run.interrupted,
         "lake": executor.lake,
         "steps": [r.to_dict() for r in run.steps],
     }

@@ -86,6 +86,7 @@ class RunResult:
     started_at: str
     elapsed_s: float
     steps: list[StepResult]
+    interrupted: bool = False
 
     @property
     def failed(self) -> bool:
@@ -121,6 +122,7 @@ class Executor:
         self.environ = dict(os.environ if environ is None else environ)
         self.lake = self._lake_uri()
         self._cancel = threading.Event()
+        self._results: dict[str, StepResult] = {}
 
     # --- where things are ------------------------------------------------------------------
 
@@ -158,20 +160,23 @@ class Executor:
     def run(self) -> RunResult:
         started, t0 = _now(), time.perf_counter()
         results = {sid: StepResult(sid, self.plan.step(sid).kind, self.plan.step(sid).name) for sid in self.selected}
+        self._results = results
         in_run = set(self.selected)
         waiting = list(self.selected)
         running: dict[cf.Future, str] = {}
         threads = max(1, self.options.threads)
+        interrupted = False
         with cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pipe-step") as pool:
-            try:
-                while waiting or running:
+            while waiting or running:
+                try:
                     for sid in list(waiting):
                         step = self.plan.step(sid)
                         deps = [d for d in step.depends_on if d in in_run]
                         states = [results[d].state for d in deps]
                         if self._cancel.is_set():
                             waiting.remove(sid)
-                            self._finish(results[sid], "skipped", "not started: the run stopped at the first failure (--fail-fast)")
+                            why = "the run was interrupted" if interrupted else "the run stopped at the first failure (--fail-fast)"
+                            self._finish(results[sid], "skipped", f"not started: {why}")
                         elif any(s in ("error", "skipped", "cancelled") for s in states):
                             waiting.remove(sid)
                             bad = [d for d in deps if results[d].state in ("error", "skipped", "cancelled")]
@@ -190,11 +195,15 @@ class Executor:
                         if results[sid].state == "error" and self.options.fail_fast and not self._cancel.is_set():
                             self._cancel.set()
                             self._cancel_running([running[f] for f in running])
-            except KeyboardInterrupt:
-                self._cancel.set()
-                self._cancel_running(list(running.values()))
-                raise
-        return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.selected])
+                except KeyboardInterrupt:
+                    # Ctrl-C: cancel the running steps' Spark jobs (their writes roll back), start
+                    # nothing new, and report the run; a second Ctrl-C stops at once
+                    if interrupted:
+                        raise
+                    interrupted = True
+                    self._cancel.set()
+                    self._cancel_running(list(running.values()))
+        return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.selected], interrupted)
 
     def _cancel_running(self, step_ids: list[str]) -> None:
         if self._spark is None:
@@ -392,6 +401,11 @@ class Executor:
         refs = self._pending_inputs(step, stored, full, sources)
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
+        if self.options.dry_run and not full:
+            # an upstream table that would write in this run gives this one new input too
+            writers = sorted({t for d in step.depends_on for t in self._would_write(d)})
+            if writers and not any(not p.is_empty for p in sources.values()):
+                return "would_run", kept + f"after {', '.join(writers)} (which would write first)"
         if not full and not _has_work(sources, refs, stored, fingerprint, step.fingerprint):
             if fingerprint is not None and fingerprint != step.fingerprint and not kept:
                 return "no_input", ("no new input; the table's definition changed since its last commit and applies to new input "
@@ -451,6 +465,18 @@ class Executor:
         result.rows_written = w.inserts + w.updates
         note = f"; the commit stands, but cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
         return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
+
+    def _would_write(self, step_id: str) -> list[str]:
+        """In a dry run: the tables in this run that would write and feed `step_id` (itself, or
+        through a `table`/`s3_incremental` source)."""
+        r = self._results.get(step_id)
+        if r is None:
+            return []
+        if r.kind == "write":
+            return [r.name] if r.state == "would_run" else []
+        if self.plan.step(step_id).config.get("kind") in ("table", "s3_incremental"):
+            return [t for d in self.plan.step(step_id).depends_on for t in self._would_write(d)]
+        return []
 
     def _reads_queue(self, step: Step) -> bool:
         return any(self.plan.step(d).kind == "ingest" and self.plan.step(d).config.get("kind") == "s3_events" for d in step.depends_on)
@@ -620,7 +646,8 @@ def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
     if isinstance(exc, (RunError, SourceError)):
         return str(exc), getattr(exc, "hint", None)
     if _is_user_error(exc):
-        return f"{step.id}: {_spark_message(exc)}", None
+        where = f"{step.sql_file}: " if step.kind == "write" and step.sql_file else ""
+        return f"{where}{step.id}: {_spark_message(exc)}", None
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", None
     return f"{step.id}: internal error: {type(exc).__name__}: {_spark_message(exc)}", "this may be a bug in pipe; run with --debug for the traceback"

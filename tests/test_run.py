@@ -516,6 +516,23 @@ def test_full_refresh_with_a_new_partitioning_keeps_the_old_table_until_the_new_
 # --- 7. --dry-run ----------------------------------------------------------------------------------
 
 
+def test_dry_run_says_a_downstream_table_runs_after_an_upstream_that_would_write(spark, tmp_path, capsys):
+    root = project(tmp_path, {
+        "sources/s.yml": ONE_SOURCE,
+        "tables/a.sql": "select id, v from {{ source('s') }}\n",
+        "tables/b.sql": "select count(*) as n from {{ ref('a') }}\n",
+    })
+    write_jsonl(root / "data/s/s-1.json", [{"id": 1, "v": "x"}])
+    run_ok(capsys, root)
+    write_jsonl(root / "data/s/s-2.json", [{"id": 2, "v": "y"}])
+    run_ok(capsys, root, "--dry-run")
+    st = steps(root)
+    assert st["table.a"]["state"] == "would_run"
+    assert st["table.b"]["state"] == "would_run" and "after a (which would write first)" in st["table.b"]["message"]
+    run_ok(capsys, root, "--dry-run", "--select", "b")  # a is not in this run: b has nothing new
+    assert steps(root)["table.b"]["state"] == "no_input"
+
+
 def test_dry_run_writes_nothing_and_says_what_waits(spark, tmp_path, capsys):
     root = project(tmp_path, {
         "sources/s.yml": """
