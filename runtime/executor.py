@@ -46,6 +46,10 @@ class RunError(PipeError):
         self.hint = hint
 
 
+class Cancelled(RunError):
+    """The run was interrupted or stopped at a failure (--fail-fast) before this step wrote."""
+
+
 @dataclass
 class StepResult:
     id: str
@@ -206,13 +210,22 @@ class Executor:
         return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.selected], interrupted)
 
     def _cancel_running(self, step_ids: list[str]) -> None:
-        if self._spark is None:
+        """Cancels the Spark jobs of the running steps, and keeps cancelling the jobs they
+        start until they end (a step between two jobs would otherwise start the next one)."""
+        if self._spark is None or not step_ids:
             return
-        for sid in step_ids:
-            try:
-                self._spark.sparkContext.cancelJobGroup(sid)
-            except Exception:  # noqa: BLE001 - best effort; the step fails and rolls back
-                pass
+        spark = self._spark
+
+        def keep_cancelling() -> None:
+            while any(self._results[s].state == "running" for s in step_ids if s in self._results):
+                for sid in step_ids:
+                    try:
+                        spark.sparkContext.cancelJobGroup(sid)
+                    except Exception:  # noqa: BLE001 - best effort; the step fails and rolls back
+                        pass
+                time.sleep(0.5)
+
+        threading.Thread(target=keep_cancelling, daemon=True, name="pipe-cancel").start()
 
     def _finish(self, result: StepResult, state: str, message: str | None = None, hint: str | None = None) -> None:
         result.state = state
@@ -229,7 +242,7 @@ class Executor:
                 state, message = self._run_write(step, result)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported on its step
             result.elapsed_s = round(time.perf_counter() - t0, 3)
-            state = "cancelled" if self._cancel.is_set() and not isinstance(exc, PipeError) else "error"
+            state = "cancelled" if self._cancel.is_set() and (isinstance(exc, Cancelled) or not isinstance(exc, PipeError)) else "error"
             message, hint = describe_error(exc, step)
             if not isinstance(exc, (PipeError,)) and not _is_user_error(exc):
                 result.traceback = traceback.format_exc()
@@ -450,6 +463,8 @@ class Executor:
         extra.update({f"{CHECKPOINT_PREFIX}{n}": t for n, t in refs.items()})
         extra[FINGERPRINT_KEY] = step.fingerprint
         operation, options = _write_options(config, full and exists)
+        if self._cancel.is_set():
+            raise Cancelled(f"{step.id}: cancelled before its write started")
         # refused if another run committed to this table since its checkpoints were read
         try:
             w = table.write(df, operation=operation, extra_metadata=extra, expect_latest=None if recreated else based_on, **options)

@@ -718,3 +718,38 @@ def test_an_unbuilt_upstream_outside_the_selection_names_the_command(spark, tmp_
     assert re.search(r"pipe run --select \+(parent|child)\b", step["hint"]), step["hint"]
     assert "pipe run --select +" in err
     assert not (root / "lake/child").exists()
+
+
+def test_ctrl_c_cancels_the_running_step_writes_nothing_and_reports_the_run(spark, tmp_path, capsys):
+    import signal
+    import threading
+
+    root = project(tmp_path, {
+        "sources/s.yml": ONE_SOURCE,
+        # slow on purpose: a scan of 50 billion generated rows that keeps nothing
+        "tables/slow.sql": "select s.id, s.v from {{ source('s') }} s cross join range(50000000000) r where (r.id * 7) % 1000003 = -1\n",
+    })
+    write_jsonl(root / "data/s/s-1.json", [{"id": 1, "v": "x"}])
+
+    def press_ctrl_c():
+        tracker = spark.sparkContext.statusTracker()
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if any(tracker.getJobIdsForGroup("table.slow")):
+                time.sleep(1)
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.1)
+
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    presser.start()
+    t0 = time.time()
+    code, out, err = pipe(capsys, root, "run")
+    presser.join(5)
+    assert code == 130, out + err
+    assert time.time() - t0 < 100, f"the Spark job was cancelled, not run to its end: {steps(root)['table.slow']}"
+    assert_clean(out, err)
+    results = run_results(root)
+    assert results["interrupted"] is True and results["success"] is False
+    assert steps(root)["table.slow"]["state"] == "cancelled"
+    assert commits(timeline(capsys, root, "slow")) == []
