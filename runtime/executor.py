@@ -265,22 +265,18 @@ class Executor:
 
             result.inputs = {"files": len(entries), "bytes": sum(e.size for e in entries)}
             return ("would_run" if self.options.dry_run else "success"), f"{len(entries)} file{'s' if len(entries) != 1 else ''} ({human_bytes(result.inputs['bytes'])}) listed"
-        if kind == "table":
-            if self._built_later(config["table"]):
-                return "would_run", f"reads table {config['table']} once it is built in this run"
-            upstream = self._open_table(config["table"], f"source {step.name}")
-            latest = upstream.timeline().latest_completed()
-            return ("would_run" if self.options.dry_run else "success"), f"table {config['table']} at {latest.time if latest else 'no commit yet'}"
+        done = "would_run" if self.options.dry_run else "success"
+        if kind in ("table", "s3_incremental"):
+            name = config["table"] if kind == "table" else config["metadata_table"]
+            if self._built_later(name):
+                return "would_run", f"reads table {name} once it is built in this run"
+            latest = self._open_table(name, f"source {step.name}").timeline().latest_completed()
+            what = "table" if kind == "table" else "metadata table"
+            return done, f"{what} {name} at {latest.time if latest else 'no commit yet'}"
         if kind == "s3_events":
             pending = s3_events_source.pending(step.name, config, dry_run=True)  # asks, receives nothing
             result.inputs = {"messages_waiting": pending.count}
-            return ("would_run" if self.options.dry_run else "success"), f"queue: {pending.describe()}"
-        if kind == "s3_incremental":
-            if self._built_later(config["metadata_table"]):
-                return "would_run", f"reads table {config['metadata_table']} once it is built in this run"
-            upstream = self._open_table(config["metadata_table"], f"source {step.name}")
-            latest = upstream.timeline().latest_completed()
-            return ("would_run" if self.options.dry_run else "success"), f"metadata table {config['metadata_table']} at {latest.time if latest else 'no commit yet'}"
+            return done, f"queue: {pending.describe()}"
         raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe")
 
     def _config(self, step: Step) -> dict[str, Any]:
