@@ -404,6 +404,101 @@ def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) 
     output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}[/]")
 
 
+@cli.command(name="diff")
+@click.argument("base_plan", required=False, type=click.Path(dir_okay=False))
+@click.argument("head_plan", required=False, type=click.Path(dir_okay=False))
+@click.option("--base-ref", default=None, help="Compile the project as it is at this git ref (e.g. origin/main) for the base; the working tree is not touched.")
+@_target_option
+@_vars_option
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", help="markdown: a pull-request comment; json: see docs/diff.md.")
+@click.option("--fail-on", type=click.Choice(["rewrite", "destructive", "breaking"]), default=None,
+              help="Exit 1 only if a change is of this class or a more severe one (for gating CI).")
+@_common
+@click.pass_obj
+def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, fmt, fail_on) -> None:
+    """Compare two plans: what each step's change does, and what it touches downstream.
+
+    BASE_PLAN and HEAD_PLAN are plan.json files; HEAD_PLAN defaults to compiling the project
+    now. Exit 0: no changes, 1: changes (with --fail-on: a change of that class), 2: error."""
+    from compiler.diff import diff_plans, fails
+    from pipe import diff_output
+
+    if (base_plan is None) == (base_ref is None):
+        raise ProjectError([_cli("give the base: a plan file (`pipe diff BASE_PLAN`) or a git ref (`pipe diff --base-ref origin/main`)",
+                                 "e.g. `pipe diff --base-ref origin/main`, or `pipe diff old/plan.json target/plan.json`")])
+    if base_ref is not None and head_plan is None and base_plan is not None:
+        raise ProjectError([_cli("--base-ref replaces BASE_PLAN; give one of them")])
+    if base_ref is not None:
+        base, base_label = _plan_at_ref(ctx, base_ref, target, vars_text), base_ref
+    else:
+        base, base_label = _read_plan(base_plan), base_plan
+    if head_plan is not None:
+        head, head_label = _read_plan(head_plan), head_plan
+    else:
+        head, head_label = _compile(ctx, target, vars_text).plan, "working tree"
+    diff = diff_plans(base, head, base_label, head_label)
+    if fmt == "json":
+        output.out.file.write(diff_output.render_json(diff))
+    elif fmt == "markdown":
+        output.out.file.write(diff_output.render_markdown(diff))
+    else:
+        diff_output.render_text(diff, output.out)
+    output.out.file.flush()
+    if fails(diff, fail_on) if fail_on else diff.has_changes:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _read_plan(path_text: str):
+    from compiler.plan import Plan
+
+    path = Path(path_text)
+    try:
+        return Plan.from_json(path.read_text(encoding="utf-8"), origin=str(path))
+    except OSError as exc:
+        raise ProjectError([_cli(f"cannot read {path}: {exc.strerror}", "give a plan.json written by `pipe compile`")]) from exc
+
+
+def _plan_at_ref(ctx: _Context, ref: str, target: str | None, vars_text: str | None):
+    """Compiles the project as committed at `ref`, from a `git archive` of it in a temporary
+    folder (the working tree and the index are not touched)."""
+    import io
+    import subprocess
+    import tarfile
+    import tempfile
+
+    from compiler.api import compile_project
+    from compiler.project import parse_cli_vars
+
+    root = ctx.root()
+
+    def git(*args: str, binary: bool = False):
+        try:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=True, text=not binary)
+        except FileNotFoundError as exc:
+            raise ProjectError([_cli("--base-ref needs git, which is not installed")]) from exc
+        except subprocess.CalledProcessError as exc:
+            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+            raise ProjectError([_cli(f"git {' '.join(args[:2])} failed: {err.strip().splitlines()[-1] if err.strip() else exc}",
+                                     "is the project in a git repository, and does the ref exist? (`git fetch` it first in CI)")]) from exc
+
+    top = Path(git("rev-parse", "--show-toplevel").stdout.strip())
+    prefix = Path(root).resolve().relative_to(top.resolve())
+    commit = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").stdout.strip()
+    tar_bytes = git("archive", "--format=tar", commit, "--", str(prefix) if str(prefix) != "." else ".", binary=True).stdout
+    with tempfile.TemporaryDirectory(prefix="pipe-diff-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
+            tar.extractall(tmp, filter="data")
+        base_root = Path(tmp) / prefix
+        if not (base_root / "pipe_project.yml").exists():
+            raise ProjectError([_cli(f"there is no pipe_project.yml in {prefix} at {ref}", "the project did not exist yet at that ref")])
+        try:
+            return compile_project(base_root, target=target, cli_vars=parse_cli_vars(vars_text)).plan
+        except ProjectError as exc:
+            first = exc.diagnostics[0] if exc.diagnostics else None
+            raise ProjectError([_cli(f"the project at {ref} does not compile: {first.message if first else exc}",
+                                     f"check out {ref} and run `pipe compile` to see why")]) from exc
+
+
 @cli.command(name="timeline")
 @click.argument("table_name", metavar="TABLE")
 @click.option("--all", "show_all", is_flag=True, help="Include archived instants.")

@@ -1,0 +1,339 @@
+"""Plan diffing: what a change to the project does to each step, and to what lies downstream.
+
+`diff_plans(base, head)` compares two compiled plans step by step. Each step is added, removed,
+modified, unchanged, or indirectly changed (unchanged itself, but downstream of a change). A
+modified step lists the fields that changed and gets the most severe of five classes, by the
+rules in docs/diff.md:
+
+    rewrite > destructive > breaking > non-breaking > metadata-only
+
+Nothing here needs Spark or the lake: only the two plans."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import networkx as nx
+
+from compiler.plan import Plan, Step
+
+DIFF_SCHEMA_VERSION = 1
+CLASSES = ("rewrite", "destructive", "breaking", "non-breaking", "metadata-only")
+SEVERITY = {c: len(CLASSES) - i for i, c in enumerate(CLASSES)}  # rewrite 5 ... metadata-only 1
+STATUSES = ("added", "removed", "modified", "indirect", "unchanged")
+
+# table settings the stored Hudi table is built on: the next write cannot take a change
+REWRITE_KEYS = {
+    "key": "record key",
+    "partition_by": "partitioning",
+    "type": "table type",
+    "hive_style_partitioning": "partition path format (key generator)",
+    "precombine": "precombine field (stored in hoodie.properties)",
+}
+# operations that remove or replace stored data
+DESTRUCTIVE_OPERATIONS = ("insert_overwrite", "insert_overwrite_table", "delete_partition", "delete")
+# settings that change what a write does to stored rows
+BREAKING_KEYS = ("operation", "index", "insert_duplicates", "combine_before_insert", "bootstrap")
+# settings of the table services and file layout: the data stays the same
+NON_BREAKING_KEYS = ("max_file_size", "small_file_limit", "bulk_insert_sort_mode", "clean", "archive", "compaction")
+# source settings whose change makes a source read other input, or read it differently
+SOURCE_BREAKING = ("kind", "format", "path", "queue_url", "metadata_table", "table", "options")
+MIN_RETAINED_COMMITS = 3  # see docs/diff.md, "Incremental consumers"
+
+
+@dataclass
+class Change:
+    field: str
+    before: Any
+    after: Any
+    cls: str
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "before": self.before, "after": self.after, "class": self.cls, "why": self.why}
+
+
+@dataclass
+class StepDiff:
+    id: str
+    kind: str
+    name: str
+    status: str
+    cls: str | None = None
+    changes: list[Change] = field(default_factory=list)
+    sql_diff: str | None = None
+    command: str | None = None  # what to run after merging, when the class asks for it
+    upstream_changes: list[str] = field(default_factory=list)  # for indirect: the changed steps it depends on
+    file: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "kind": self.kind, "name": self.name, "status": self.status, "class": self.cls,
+            "changes": [c.to_dict() for c in self.changes], "sql_diff": self.sql_diff, "command": self.command,
+            "upstream_changes": self.upstream_changes, "file": self.file,
+        }
+
+
+@dataclass
+class Warning_:
+    step: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "message": self.message}
+
+
+@dataclass
+class PlanDiff:
+    base: str
+    head: str
+    steps: list[StepDiff]
+    warnings: list[Warning_]
+    target_changes: list[Change]
+
+    @property
+    def changed(self) -> list[StepDiff]:
+        return [s for s in self.steps if s.status != "unchanged"]
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.changed) or bool(self.target_changes)
+
+    def worst(self) -> str | None:
+        classes = [s.cls for s in self.steps if s.cls]
+        return max(classes, key=SEVERITY.__getitem__) if classes else None
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in STATUSES}
+        for s in self.steps:
+            out[s.status] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "diff_schema_version": DIFF_SCHEMA_VERSION,
+            "base": self.base,
+            "head": self.head,
+            "summary": {"counts": self.counts(), "worst_class": self.worst(), "has_changes": self.has_changes},
+            "target_changes": [c.to_dict() for c in self.target_changes],
+            "steps": [s.to_dict() for s in self.steps],
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+
+
+def diff_plans(base: Plan, head: Plan, base_label: str = "base", head_label: str = "head") -> PlanDiff:
+    before = {s.id: s for s in base.steps}
+    after = {s.id: s for s in head.steps}
+    diffs: dict[str, StepDiff] = {}
+    for sid in sorted(set(before) | set(after)):
+        b, h = before.get(sid), after.get(sid)
+        if b is None:
+            diffs[sid] = StepDiff(sid, h.kind, h.name, "added", file=h.file)
+        elif h is None:
+            d = StepDiff(sid, b.kind, b.name, "removed", file=b.file)
+            if b.kind == "write":
+                d.cls = "destructive"
+                d.changes.append(Change("table", b.name, None, "destructive",
+                                        "the table leaves the project; its data stays in the lake, unmanaged"))
+            else:
+                d.cls = "breaking"
+                d.changes.append(Change("source", b.name, None, "breaking", "the source leaves the project"))
+            diffs[sid] = d
+        else:
+            diffs[sid] = _modified(b, h)
+    _mark_downstream(diffs, base, head)
+    ordered = [diffs[s.id] for s in head.steps] + [diffs[s] for s in sorted(before) if s not in after]
+    return PlanDiff(base_label, head_label, ordered, _retention_warnings(head, base), _target_changes(base, head))
+
+
+def _modified(b: Step, h: Step) -> StepDiff:
+    d = StepDiff(h.id, h.kind, h.name, "unchanged", file=h.file)
+    changes: list[Change] = []
+    if b.kind != h.kind:  # a name moved from source to table: treat as removed + added
+        changes.append(Change("kind", b.kind, h.kind, "breaking", "a source became a table or the other way round"))
+    elif h.kind == "write":
+        changes += _table_changes(b, h)
+    else:
+        changes += _source_changes(b, h)
+    if b.description != h.description:
+        changes.append(Change("description", b.description, h.description, "metadata-only", "documentation only"))
+    if tuple(b.tags) != tuple(h.tags):
+        changes.append(Change("tags", list(b.tags), list(h.tags), "metadata-only", "selection tags only"))
+    if (b.sql or "") != (h.sql or "") or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):
+        d.sql_diff = "".join(difflib.unified_diff(
+            (b.sql or "").splitlines(keepends=True), (h.sql or "").splitlines(keepends=True),
+            fromfile=f"a/{b.sql_file or b.file}", tofile=f"b/{h.sql_file or h.file}"))
+    if b.env_vars != h.env_vars:
+        changes.append(Change("env_vars", dict(b.env_vars), dict(h.env_vars), "non-breaking", "environment variables the step reads"))
+    if not changes and b.fingerprint == h.fingerprint:
+        return d
+    if not changes:  # something else in the behaviour changed (rendered vars, full-refresh SQL)
+        changes.append(Change("behaviour", b.fingerprint[:12], h.fingerprint[:12], "non-breaking", "the rendered step changed"))
+    d.status = "modified"
+    d.changes = changes
+    d.cls = max((c.cls for c in changes), key=SEVERITY.__getitem__)
+    if d.cls == "rewrite":
+        d.command = f"pipe run --select {h.name} --full-refresh"
+    return d
+
+
+def _table_changes(b: Step, h: Step) -> list[Change]:
+    bc, hc = b.config, h.config
+    out: list[Change] = []
+    for key, what in REWRITE_KEYS.items():
+        if bc.get(key) != hc.get(key):
+            out.append(Change(key, bc.get(key), hc.get(key), "rewrite",
+                              f"the stored table is built on its {what}: the next write is refused until the table is rebuilt"))
+    op_b, op_h = bc.get("operation"), hc.get("operation")
+    if op_b != op_h:
+        cls = "destructive" if op_h in DESTRUCTIVE_OPERATIONS else "breaking"
+        why = (f"{op_h} removes or replaces stored rows" if cls == "destructive"
+               else f"{op_b} -> {op_h} changes what a write does to stored rows")
+        out.append(Change("operation", op_b, op_h, cls, why))
+    if bc.get("delete_when") != hc.get("delete_when"):
+        if hc.get("delete_when"):
+            out.append(Change("delete_when", bc.get("delete_when"), hc.get("delete_when"), "destructive",
+                              "rows matching the new predicate are deleted from the table"))
+        else:
+            out.append(Change("delete_when", bc.get("delete_when"), None, "breaking", "matching rows are no longer deleted"))
+    if (bc.get("partitions_to_delete") or []) != (hc.get("partitions_to_delete") or []):
+        out.append(Change("partitions_to_delete", bc.get("partitions_to_delete"), hc.get("partitions_to_delete"), "destructive",
+                          "the partitions listed are removed by the next run"))
+    for key in BREAKING_KEYS:
+        if key != "operation" and bc.get(key) != hc.get(key):
+            out.append(Change(key, bc.get(key), hc.get(key), "breaking", "changes how incoming rows meet stored ones"))
+    out += _column_changes(bc.get("schema"), hc.get("schema"), "table")
+    if (b.sql or "") != (h.sql or "") or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):
+        if hc.get("schema"):
+            why = "the query changed; its declared columns are compared separately"
+        else:
+            why = "the query changed (no declared `schema`, so removed or retyped columns cannot be told; declare one to have them checked)"
+        out.append(Change("sql", None, None, "non-breaking", why))
+    for key in NON_BREAKING_KEYS:
+        if bc.get(key) != hc.get(key):
+            out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "file layout or table services; the rows stay the same"))
+    known = set(REWRITE_KEYS) | set(BREAKING_KEYS) | set(NON_BREAKING_KEYS) | {"operation", "delete_when", "partitions_to_delete", "schema"}
+    for key in sorted(set(bc) | set(hc)):
+        if key not in known and bc.get(key) != hc.get(key):
+            out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "a table setting"))
+    if b.action != h.action and not any(c.field == "operation" for c in out):
+        out.append(Change("action", b.action, h.action, "breaking", "the timeline action of the table's writes"))
+    return out
+
+
+def _source_changes(b: Step, h: Step) -> list[Change]:
+    bc, hc = b.config, h.config
+    out: list[Change] = []
+    for key in SOURCE_BREAKING:
+        if bc.get(key) != hc.get(key):
+            out.append(Change(key, bc.get(key), hc.get(key), "breaking", "the source reads other input, or reads it differently"))
+    out += _column_changes(bc.get("schema"), hc.get("schema"), "source")
+    for key in sorted(set(bc) | set(hc)):
+        if key not in SOURCE_BREAKING and key != "schema" and bc.get(key) != hc.get(key):
+            out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "a source setting (limits, filters, polling)"))
+    return out
+
+
+def _column_changes(before, after, what: str) -> list[Change]:
+    if before == after or before is None and after is None:
+        return []
+    b = {c["name"].lower(): c["type"] for c in before or []}
+    a = {c["name"].lower(): c["type"] for c in after or []}
+    out = []
+    if before is None or after is None:
+        return [Change("schema", before, after, "non-breaking", f"the {what}'s columns are now {'declared' if after else 'inferred'}")]
+    removed = sorted(set(b) - set(a))
+    retyped = sorted(n for n in set(b) & set(a) if b[n] != a[n])
+    added = sorted(set(a) - set(b))
+    if removed:
+        out.append(Change("schema", removed, None, "breaking", f"column(s) removed: {', '.join(removed)}"))
+    if retyped:
+        out.append(Change("schema", {n: b[n] for n in retyped}, {n: a[n] for n in retyped}, "breaking",
+                          f"column(s) retyped: {', '.join(f'{n} {b[n]} -> {a[n]}' for n in retyped)}"))
+    if added:
+        out.append(Change("schema", None, added, "non-breaking", f"column(s) added: {', '.join(added)}"))
+    return out
+
+
+def _mark_downstream(diffs: dict[str, StepDiff], base: Plan, head: Plan) -> None:
+    """Unchanged steps downstream of a change (in the head graph, or in the base graph for a
+    removed step) are indirectly changed."""
+    changed = {sid for sid, d in diffs.items() if d.status in ("added", "removed", "modified")}
+    graphs = [_graph(head), _graph(base)]
+    for sid in sorted(changed):
+        for g in graphs:
+            if sid not in g:
+                continue
+            for down in nx.descendants(g, sid):
+                d = diffs.get(down)
+                if d is not None and d.status in ("unchanged", "indirect"):
+                    d.status = "indirect"
+                    if sid not in d.upstream_changes:
+                        d.upstream_changes.append(sid)
+    for d in diffs.values():
+        d.upstream_changes.sort()
+
+
+def _graph(plan: Plan) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for s in plan.steps:
+        g.add_node(s.id)
+        for dep in s.depends_on:
+            g.add_edge(dep, s.id)
+    return g
+
+
+def _retention_warnings(head: Plan, base: Plan) -> list[Warning_]:
+    """Incremental consumers (`kind: table` sources) whose upstream keeps too few commits:
+    a consumer that lags behind the cleaner fails (apache/hudi#2934)."""
+    tables = {s.name: s for s in head.steps if s.kind == "write"}
+    base_tables = {s.name: s for s in base.steps if s.kind == "write"}
+    out = []
+    for s in head.steps:
+        if s.kind != "ingest" or s.config.get("kind") not in ("table", "s3_incremental"):
+            continue
+        upstream = s.config.get("table") or s.config.get("metadata_table")
+        t = tables.get(upstream)
+        if t is None:
+            continue
+        clean = t.config.get("clean") or {}
+        policy, retain = clean.get("policy"), clean.get("retain")
+        before = (base_tables.get(upstream).config.get("clean") or {}) if upstream in base_tables else {}
+        if policy == "keep_latest_file_versions":
+            out.append(Warning_(s.id, f"table {upstream} cleans by file versions (keep_latest_file_versions, {retain}); source "
+                                      f"{s.name} reads it incrementally and fails once a commit it has not read yet is cleaned: "
+                                      f"use `clean: {{policy: keep_latest_commits, retain: N}}` with N at least the commits "
+                                      f"{upstream} may gain between two runs of the consumer"))
+        elif isinstance(retain, int) and retain < MIN_RETAINED_COMMITS:
+            out.append(Warning_(s.id, f"table {upstream} keeps only {retain} commit(s) (clean.retain); source {s.name} reads it "
+                                      f"incrementally and fails if it falls {retain} commit(s) behind: keep at least {MIN_RETAINED_COMMITS}"))
+        elif isinstance(retain, int) and isinstance(before.get("retain"), int) and retain < before["retain"]:
+            out.append(Warning_(s.id, f"table {upstream} now keeps {retain} commits instead of {before['retain']} (clean.retain); "
+                                      f"source {s.name} reads it incrementally and fails once it lags more than {retain} commits"))
+    return out
+
+
+def _target_changes(base: Plan, head: Plan) -> list[Change]:
+    out = []
+    b, h = base.target, head.target
+    if b.name != h.name:
+        out.append(Change("target", b.name, h.name, "metadata-only", "the plans were compiled for different targets"))
+    if b.lake != h.lake:
+        out.append(Change("lake", b.lake, h.lake, "rewrite", "tables are read and written at another place"))
+    if b.spark_master != h.spark_master or dict(b.spark_conf) != dict(h.spark_conf):
+        out.append(Change("spark", {"master": b.spark_master, "conf": dict(b.spark_conf)}, {"master": h.spark_master, "conf": dict(h.spark_conf)},
+                          "non-breaking", "Spark settings"))
+    if dict(base.vars) != dict(head.vars):
+        out.append(Change("vars", dict(base.vars), dict(head.vars), "non-breaking", "project variables (their effect shows in the steps)"))
+    return out
+
+
+def fails(diff: PlanDiff, threshold: str | None) -> bool:
+    """`--fail-on`: a change at or above the class."""
+    if threshold is None:
+        return False
+    classes: Iterable[str] = [s.cls for s in diff.steps if s.cls] + [c.cls for c in diff.target_changes]
+    return any(SEVERITY[c] >= SEVERITY[threshold] for c in classes)
+
