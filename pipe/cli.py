@@ -483,7 +483,11 @@ def _plan_at_ref(ctx: _Context, ref: str, target: str | None, vars_text: str | N
 
     top = Path(git("rev-parse", "--show-toplevel").stdout.strip())
     prefix = Path(root).resolve().relative_to(top.resolve())
-    commit = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").stdout.strip()
+    try:
+        commit = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").stdout.strip()
+    except ProjectError as exc:
+        raise ProjectError([_cli(f"git knows no commit '{ref}'", "check the ref's spelling; in CI fetch the base branch first "
+                                 "(`git fetch origin main`, or actions/checkout with fetch-depth: 0)")]) from exc
     tar_bytes = git("archive", "--format=tar", commit, "--", str(prefix) if str(prefix) != "." else ".", binary=True).stdout
     with tempfile.TemporaryDirectory(prefix="pipe-diff-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
