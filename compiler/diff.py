@@ -15,8 +15,6 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-import networkx as nx
-
 from compiler.plan import Plan, Step
 
 DIFF_SCHEMA_VERSION = 1
@@ -39,7 +37,8 @@ BREAKING_KEYS = ("operation", "index", "insert_duplicates", "combine_before_inse
 # settings of the table services and file layout: the data stays the same
 NON_BREAKING_KEYS = ("max_file_size", "small_file_limit", "bulk_insert_sort_mode", "clean", "archive", "compaction")
 # source settings whose change makes a source read other input, or read it differently
-SOURCE_BREAKING = ("kind", "format", "path", "queue_url", "metadata_table", "table", "options")
+SOURCE_BREAKING = ("kind", "format", "path", "queue_url", "metadata_table", "table", "options", "region", "endpoint_url",
+                   "key_prefix", "key_suffix", "key_glob", "min_object_size", "max_object_size")
 MIN_RETAINED_COMMITS = 3  # see docs/diff.md, "Incremental consumers"
 
 
@@ -102,7 +101,7 @@ class PlanDiff:
         return bool(self.changed) or bool(self.target_changes)
 
     def worst(self) -> str | None:
-        classes = [s.cls for s in self.steps if s.cls]
+        classes = [s.cls for s in self.steps if s.cls] + [c.cls for c in self.target_changes]
         return max(classes, key=SEVERITY.__getitem__) if classes else None
 
     def counts(self) -> dict[str, int]:
@@ -151,9 +150,7 @@ def diff_plans(base: Plan, head: Plan, base_label: str = "base", head_label: str
 def _modified(b: Step, h: Step) -> StepDiff:
     d = StepDiff(h.id, h.kind, h.name, "unchanged", file=h.file)
     changes: list[Change] = []
-    if b.kind != h.kind:  # a name moved from source to table: treat as removed + added
-        changes.append(Change("kind", b.kind, h.kind, "breaking", "a source became a table or the other way round"))
-    elif h.kind == "write":
+    if h.kind == "write":  # (a step id holds its kind: a source that becomes a table is removed + added)
         changes += _table_changes(b, h)
     else:
         changes += _source_changes(b, h)
@@ -164,7 +161,7 @@ def _modified(b: Step, h: Step) -> StepDiff:
     if (b.sql or "") != (h.sql or "") or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):
         d.sql_diff = "".join(difflib.unified_diff(
             (b.sql or "").splitlines(keepends=True), (h.sql or "").splitlines(keepends=True),
-            fromfile=f"a/{b.sql_file or b.file}", tofile=f"b/{h.sql_file or h.file}"))
+            fromfile=f"a/{b.sql_file or b.file}", tofile=f"b/{h.sql_file or h.file}")) or None
     if b.env_vars != h.env_vars:
         changes.append(Change("env_vars", dict(b.env_vars), dict(h.env_vars), "non-breaking", "environment variables the step reads"))
     if not changes and b.fingerprint == h.fingerprint:
@@ -199,8 +196,11 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
         else:
             out.append(Change("delete_when", bc.get("delete_when"), None, "breaking", "matching rows are no longer deleted"))
     if (bc.get("partitions_to_delete") or []) != (hc.get("partitions_to_delete") or []):
-        out.append(Change("partitions_to_delete", bc.get("partitions_to_delete"), hc.get("partitions_to_delete"), "destructive",
-                          "the partitions listed are removed by the next run"))
+        if hc.get("partitions_to_delete"):
+            out.append(Change("partitions_to_delete", bc.get("partitions_to_delete"), hc.get("partitions_to_delete"), "destructive",
+                              "the partitions listed are removed by the next run"))
+        else:
+            out.append(Change("partitions_to_delete", bc.get("partitions_to_delete"), [], "breaking", "no partition is removed any more"))
     for key in BREAKING_KEYS:
         if key != "operation" and bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "breaking", "changes how incoming rows meet stored ones"))
@@ -259,30 +259,22 @@ def _column_changes(before, after, what: str) -> list[Change]:
 
 def _mark_downstream(diffs: dict[str, StepDiff], base: Plan, head: Plan) -> None:
     """Unchanged steps downstream of a change (in the head graph, or in the base graph for a
-    removed step) are indirectly changed."""
-    changed = {sid for sid, d in diffs.items() if d.status in ("added", "removed", "modified")}
-    graphs = [_graph(head), _graph(base)]
-    for sid in sorted(changed):
-        for g in graphs:
-            if sid not in g:
-                continue
-            for down in nx.descendants(g, sid):
-                d = diffs.get(down)
-                if d is not None and d.status in ("unchanged", "indirect"):
-                    d.status = "indirect"
-                    if sid not in d.upstream_changes:
-                        d.upstream_changes.append(sid)
-    for d in diffs.values():
-        d.upstream_changes.sort()
-
-
-def _graph(plan: Plan) -> nx.DiGraph:
-    g = nx.DiGraph()
-    for s in plan.steps:
-        g.add_node(s.id)
-        for dep in s.depends_on:
-            g.add_edge(dep, s.id)
-    return g
+    removed step) are indirectly changed; `upstream_changes` names the nearest changed steps
+    upstream. A metadata-only change (description, tags) touches nothing downstream. One pass
+    per graph, in topological order."""
+    changed = {sid for sid, d in diffs.items()
+               if d.status in ("added", "removed") or (d.status == "modified" and d.cls != "metadata-only")}
+    for plan in (head, base):
+        nearest: dict[str, set[str]] = {}
+        for s in plan.steps:  # plans list their steps in topological order
+            near: set[str] = set()
+            for dep in s.depends_on:
+                near |= {dep} if dep in changed else nearest.get(dep, set())
+            nearest[s.id] = near
+            d = diffs.get(s.id)
+            if near and d is not None and d.status in ("unchanged", "indirect"):
+                d.status = "indirect"
+                d.upstream_changes = sorted(set(d.upstream_changes) | near)
 
 
 def _retention_warnings(head: Plan, base: Plan) -> list[Warning_]:
@@ -296,8 +288,8 @@ def _retention_warnings(head: Plan, base: Plan) -> list[Warning_]:
             continue
         upstream = s.config.get("table") or s.config.get("metadata_table")
         t = tables.get(upstream)
-        if t is None:
-            continue
+        if t is None or s.config.get("on_checkpoint_lost") == "full_read":
+            continue  # a full_read consumer reads the whole table again instead of failing
         clean = t.config.get("clean") or {}
         policy, retain = clean.get("policy"), clean.get("retain")
         before = (base_tables.get(upstream).config.get("clean") or {}) if upstream in base_tables else {}

@@ -423,11 +423,11 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     from compiler.diff import diff_plans, fails
     from pipe import diff_output
 
+    if base_ref is not None and base_plan is not None and head_plan is None:
+        base_plan, head_plan = None, base_plan  # `pipe diff --base-ref REF head.json`
     if (base_plan is None) == (base_ref is None):
         raise ProjectError([_cli("give the base: a plan file (`pipe diff BASE_PLAN`) or a git ref (`pipe diff --base-ref origin/main`)",
                                  "e.g. `pipe diff --base-ref origin/main`, or `pipe diff old/plan.json target/plan.json`")])
-    if base_ref is not None and head_plan is None and base_plan is not None:
-        raise ProjectError([_cli("--base-ref replaces BASE_PLAN; give one of them")])
     if base_ref is not None:
         base, base_label = _plan_at_ref(ctx, base_ref, target, vars_text), base_ref
     else:
@@ -487,7 +487,7 @@ def _plan_at_ref(ctx: _Context, ref: str, target: str | None, vars_text: str | N
         commit = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").stdout.strip()
     except ProjectError as exc:
         raise ProjectError([_cli(f"git knows no commit '{ref}'", "check the ref's spelling; in CI fetch the base branch first "
-                                 "(`git fetch origin main`, or actions/checkout with fetch-depth: 0)")]) from exc
+                                 "(`git fetch origin main:refs/remotes/origin/main`, or actions/checkout with fetch-depth: 0)")]) from exc
     tar_bytes = git("archive", "--format=tar", commit, "--", str(prefix) if str(prefix) != "." else ".", binary=True).stdout
     with tempfile.TemporaryDirectory(prefix="pipe-diff-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:

@@ -29,6 +29,8 @@ def render_json(diff: PlanDiff) -> str:
 def render_text(diff: PlanDiff, console: Console, show_sql: bool = True) -> None:
     if not diff.has_changes:
         console.print(f"No changes: {escape(diff.head)} does the same as {escape(diff.base)}.")
+        for w in diff.warnings:
+            console.print(f"[yellow]warning[/] {escape(w.step)}: {escape(w.message)}")
         return
     for c in diff.target_changes:
         console.print(f"[{_STYLE[c.cls]}]~ target {c.field}[/] ({c.cls}): {escape(_value(c.before))} -> {escape(_value(c.after))}")

@@ -213,3 +213,19 @@ def test_base_ref_compiles_the_committed_project_and_leaves_the_work_tree_alone(
     assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == status
     assert main(["diff", "--base-ref", "no-such-branch", "--project-dir", str(root)]) == 2
     assert "git knows no commit 'no-such-branch'" in capsys.readouterr().err
+
+
+def test_metadata_only_changes_touch_nothing_downstream_and_target_changes_count(tmp_path):
+    d = diff_after(tmp_path, {"tables/t.yml": with_table_yml(description="new words")})
+    assert step(d, "table.t").cls == "metadata-only"
+    assert step(d, "table.down").status == "unchanged" and d.counts()["indirect"] == 0
+    base = compile_project(write_project(tmp_path / "l1", BASE)).plan
+    head = compile_project(write_project(tmp_path / "l2", {**BASE, "pipe_project.yml": "name: shop\nlake: /data/elsewhere\n"})).plan
+    d = diff_plans(base, head)
+    assert [c.field for c in d.target_changes] == ["lake"] and d.worst() == "rewrite"
+
+
+def test_indirect_steps_name_the_nearest_changed_step(tmp_path):
+    d = diff_after(tmp_path, {"sources/s.yml": BASE["sources/s.yml"].replace("path: data/raw", "path: data/raw2")})
+    assert step(d, "table.t").upstream_changes == ["source.raw"]
+    assert step(d, "table.down").upstream_changes == ["source.raw"]  # through t, which did not change itself
