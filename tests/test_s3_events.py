@@ -495,3 +495,21 @@ def test_without_a_schema_and_no_matching_object_the_step_waits(spark, tmp_path,
     run_ok(capsys, root)
     assert steps(root)["table.anything"]["state"] == "success"
     assert hudi_rows(root, "anything", ["x", "y"]) == [(1, "z")]
+
+
+def test_held_messages_stay_invisible_while_the_run_holds_them(s3env):
+    """The visibility keeper renews held messages before their timeout runs out; once the run
+    lets go of them without deleting, they come back."""
+    from runtime.sources import s3_events
+
+    for i in range(3):
+        s3env.sqs.send_message(QueueUrl=s3env.queue, MessageBody=json.dumps({"Records": [_event(f"k{i}")]}))
+    config = {"queue_url": s3env.queue, "endpoint_url": s3env.endpoint, "region": "us-east-1",
+              "long_poll_wait_s": 0, "visibility_timeout_s": 2}
+    p = s3_events.pending("ev", config)
+    assert len(p.records) == 3
+    time.sleep(5)  # more than twice the timeout
+    assert s3env.visible() == 0, "the keeper renewed them"
+    p.finish(committed=False, succeeded=False)  # a failed run: nothing deleted
+    time.sleep(2.5)
+    assert s3env.visible() == len(p.messages) == 4  # the 3 events and the bucket's s3:TestEvent

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -148,19 +149,22 @@ def _aws_error(name: str, action: str, exc: Exception, config: Mapping[str, Any]
 
 class _VisibilityKeeper(threading.Thread):
     """Extends the visibility of the messages a run holds, so none comes back to another reader
-    (or to this run's own later receives) while the run is still working on it."""
+    (or to this run's own later receives) while the run is still working on it. Each message is
+    renewed once half its timeout has passed since it was received or last renewed, so a sweep
+    only touches the messages that need it."""
 
     def __init__(self, client, queue_url: str, timeout_s: int):
         super().__init__(daemon=True, name="pipe-sqs-visibility")
         self.client, self.queue_url, self.timeout_s = client, queue_url, timeout_s
-        self.held: dict[str, str] = {}  # message id -> latest receipt handle
+        self.held: dict[str, list] = {}  # message id -> [latest receipt handle, monotonic time of the last (re)new]
         self.lock = threading.Lock()
         self.stopped = threading.Event()
 
     def hold(self, messages: list[Message]) -> None:
+        now = time.monotonic()
         with self.lock:
             for m in messages:
-                self.held[m.id] = m.receipt
+                self.held[m.id] = [m.receipt, now]
 
     def release(self, ids) -> None:
         with self.lock:
@@ -168,17 +172,25 @@ class _VisibilityKeeper(threading.Thread):
                 self.held.pop(i, None)
 
     def run(self) -> None:
-        period = max(1.0, self.timeout_s / 2)
-        while not self.stopped.wait(period):
+        half = self.timeout_s / 2
+        while not self.stopped.wait(min(5.0, max(0.5, half / 4))):
+            now = time.monotonic()
             with self.lock:
-                entries = list(self.held.items())
-            for chunk in _chunks(entries, 10):
+                due = [(i, r) for i, (r, t) in self.held.items() if now - t >= half]
+            for chunk in _chunks(due, 10):
+                if self.stopped.is_set():
+                    return
                 try:
                     self.client.change_message_visibility_batch(
                         QueueUrl=self.queue_url,
-                        Entries=[{"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": self.timeout_s} for i, (_, r) in enumerate(chunk)])
+                        Entries=[{"Id": str(n), "ReceiptHandle": r, "VisibilityTimeout": self.timeout_s} for n, (_, r) in enumerate(chunk)])
                 except Exception:  # noqa: BLE001 - best effort: a message that reappears is upserted again
-                    pass
+                    continue
+                renewed = time.monotonic()
+                with self.lock:
+                    for i, r in chunk:
+                        if i in self.held and self.held[i][0] == r:
+                            self.held[i][1] = renewed
 
     def stop(self) -> None:
         self.stopped.set()
@@ -202,21 +214,22 @@ def receive(client, config: Mapping[str, Any], on_batch: Callable[[list[Message]
         answer = client.receive_message(
             QueueUrl=config["queue_url"], MaxNumberOfMessages=ask, WaitTimeSeconds=wait, VisibilityTimeout=visibility,
             MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"])
-        batch = []
+        batch, again = [], []
         for m in answer.get("Messages", []):
             attrs = m.get("Attributes") or {}
             msg = Message(m["MessageId"], m["ReceiptHandle"], m.get("Body", ""), int(attrs.get("ApproximateReceiveCount", 1)),
                           int(attrs["SentTimestamp"]) if attrs.get("SentTimestamp") else None)
             if msg.id not in got:
                 batch.append(msg)
-            else:
+            else:  # its visibility ran out and it came back: only the newest handle deletes it
                 got[msg.id].receipt = msg.receipt
+                again.append(got[msg.id])
+        if on_batch and (batch or again):
+            on_batch(batch + again)
         if not batch:
             break  # drained (or only messages this run already holds came back)
         for msg in batch:
             got[msg.id] = msg
-        if on_batch:
-            on_batch(batch)
         wait = min(wait, DRAIN_WAIT_S)
     return list(got.values())
 
