@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from runtime.sources import Pending, SourceError, columns_ddl, human_bytes
+from runtime.sources.files import CORRUPT, _first_line, read_with_spark
+from runtime.sources.table import lost_checkpoint
 from runtime.table.timeline import Timeline
 
-CORRUPT = "_pipe_corrupt_record"
 OBJECT = "_pipe_object"
 MISSING = "_pipe_missing_object"
 NEEDED = ("bucket", "object_key", "object_size", "event_name", "event_time")
@@ -172,8 +173,6 @@ class S3IncrementalPending(Pending):
             self.rows = 0
             return spark.createDataFrame([], columns_ddl(declared))
         if has_s3a(spark):
-            from runtime.sources.files import read_with_spark
-
             df, self.rows = read_with_spark(spark, [f"s3a://{o.name}" for o in objects], self.config, self.name)
             return df
         df = read_in_executors(spark, objects, self.config, self.name, self)
@@ -197,18 +196,6 @@ def has_s3a(spark) -> bool:
         return False
 
 
-def _lost(checkpoint: str, done, upstream) -> str | None:
-    latest = done[-1].time
-    if checkpoint > latest:
-        return f"table {upstream.config.name} no longer has instant {checkpoint} (rolled back or restored to {latest})"
-    if not any(i.time == checkpoint for i in done):
-        if checkpoint < done[0].time:
-            return (f"the commits of table {upstream.config.name} after instant {checkpoint} have been archived "
-                    f"(its active timeline starts at {done[0].time})")
-        return f"table {upstream.config.name} no longer has instant {checkpoint} (rolled back or restored, then written again)"
-    return None
-
-
 def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint_text: str | None) -> S3IncrementalPending:
     timeline: Timeline = upstream.timeline()
     done = timeline.completed()
@@ -223,10 +210,8 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
         return S3IncrementalPending(name, config, upstream, None, latest, len(done))
     if cursor.instant == latest and cursor.after is None:
         return S3IncrementalPending(name, config, upstream, cursor.instant, None, 0)
-    lost = _lost(cursor.instant, done, upstream)
+    lost = lost_checkpoint(cursor.instant, done, upstream.config.name)
     if lost:
-        if config.get("on_checkpoint_lost") == "full_read":  # pragma: no cover - not a setting of this kind yet
-            return S3IncrementalPending(name, config, upstream, None, latest, len(done), note=f"checkpoint lost: {lost}")
         raise SourceError(f"source {name}: {lost}, so the objects since the last run of {consumer} cannot be told",
                           f"read every object the table names again with `pipe run --select {consumer} --full-refresh`")
     if cursor.after is not None:  # go on inside the partly consumed instant
@@ -435,7 +420,3 @@ def _infer(spark, lines, fmt: str, options: Mapping[str, str]) -> str:
         raise SourceError("no column could be inferred from the objects", "declare the objects' columns in the source's `schema`")
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
 
-
-def _first_line(exc: Exception) -> str:
-    text = str(getattr(exc, "desc", None) or exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__

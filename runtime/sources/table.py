@@ -35,6 +35,19 @@ class TablePending(Pending):
         return upstream.read(since=self.since, until=self.checkpoint, meta=False)
 
 
+def lost_checkpoint(checkpoint: str, done, table: str) -> str | None:
+    """Why the changes after `checkpoint` can no longer be read from the completed instants
+    `done` of `table`, or None when they can."""
+    if any(i.time == checkpoint for i in done):
+        return None
+    if checkpoint > done[-1].time:
+        return f"table {table} no longer has instant {checkpoint} (rolled back or restored to {done[-1].time})"
+    if checkpoint < done[0].time:
+        return f"the commits of table {table} after instant {checkpoint} have been archived (its active timeline starts at {done[0].time})"
+    # within the active timeline but gone: rolled back or restored away, and written again since
+    return f"table {table} no longer has instant {checkpoint} (rolled back or restored, then written again)"
+
+
 def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint: str | None) -> TablePending:
     """`upstream` is the opened upstream Table; `consumer` names the table being written."""
     timeline: Timeline = upstream.timeline()
@@ -46,15 +59,7 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
         return TablePending(name, upstream, None, latest, len(done))
     if checkpoint == latest:
         return TablePending(name, upstream, checkpoint, None, 0)
-    lost = None
-    if checkpoint > latest:
-        lost = f"table {upstream.config.name} no longer has instant {checkpoint} (rolled back or restored to {latest})"
-    elif checkpoint < done[0].time and not any(i.time == checkpoint for i in done):
-        lost = (f"the commits of table {upstream.config.name} after instant {checkpoint} have been archived "
-                f"(its active timeline starts at {done[0].time})")
-    elif not any(i.time == checkpoint for i in done):
-        # within the active timeline but gone: rolled back or restored away, and written again since
-        lost = f"table {upstream.config.name} no longer has instant {checkpoint} (rolled back or restored, then written again)"
+    lost = lost_checkpoint(checkpoint, done, upstream.config.name)
     if lost:
         if config.get("on_checkpoint_lost") == "full_read":
             return TablePending(name, upstream, None, latest, len(done), note=f"checkpoint lost: {lost}")
