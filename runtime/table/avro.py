@@ -1,4 +1,5 @@
-"""Avro timeline files (rollback and clean plans and metadata, the requested replacecommit):
+"""Avro timeline files (rollback, clean and restore plans and metadata, savepoint metadata, the
+requested replacecommit):
 object-container files with the null codec and one record, as Hudi's Java writers produce them
 (HUDI_FORMAT.md section 2).
 The record schemas follow Hudi's `org.apache.hudi.avro.model` definitions, field for field."""
@@ -96,6 +97,42 @@ CLEAN_METADATA = {
         {"name": "partitionMetadata", "type": {"type": "map", "values": CLEAN_PARTITION_METADATA}},
         {"name": "version", "type": ["int", "null"], "default": 1},
         {"name": "bootstrapPartitionMetadata", "type": ["null", {"type": "map", "values": "HoodieCleanPartitionMetadata"}], "default": None},
+    ],
+}
+
+SAVEPOINT_METADATA = {
+    "type": "record", "name": "HoodieSavepointMetadata", "namespace": _NS,
+    "fields": [
+        {"name": "savepointedBy", "type": _STR},
+        {"name": "savepointedAt", "type": "long"},
+        {"name": "comments", "type": _STR},
+        {"name": "partitionMetadata", "type": {"type": "map", "values": {
+            "type": "record", "name": "HoodieSavepointPartitionMetadata", "namespace": _NS,
+            "fields": [{"name": "partitionPath", "type": _STR}, {"name": "savepointDataFile", "type": _STRS}]}}},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
+RESTORE_PLAN = {
+    "type": "record", "name": "HoodieRestorePlan", "namespace": _NS,
+    "fields": [
+        {"name": "instantsToRollback", "type": {"type": "array", "items": INSTANT_INFO}, "default": []},
+        {"name": "version", "type": ["int", "null"], "default": 2},
+        {"name": "savepointToRestoreTimestamp", "type": ["string", "null"], "default": None},
+    ],
+}
+
+# the rollback metadata of every instant a restore undid, by instant
+RESTORE_METADATA = {
+    "type": "record", "name": "HoodieRestoreMetadata", "namespace": _NS,
+    "fields": [
+        {"name": "startRestoreTime", "type": _STR},
+        {"name": "timeTakenInMillis", "type": "long"},
+        {"name": "instantsToRollback", "type": _STRS},
+        {"name": "hoodieRestoreMetadata", "type": {"type": "map", "values": {"type": "array", "items": ["null", ROLLBACK_METADATA]}}},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {"name": "restoreInstantInfo", "type": {"type": "array", "items": f"{_NS}.HoodieInstantInfo"}, "default": []},  # defined in ROLLBACK_METADATA
+        {"name": "extraMetadata", "type": ["null", {"type": "map", "values": _STR}], "default": None},
     ],
 }
 

@@ -4,14 +4,17 @@ plan and metadata Hudi's Java tools read (hudi-rs ignores these actions)."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 from runtime.table import avro
+from runtime.table.errors import TableError
 from runtime.table.layout import FileSystemView
 from runtime.table.timeline import WRITE_ACTIONS
 from runtime.table.timeline import (
-    CLEAN, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, ROLLBACK, Instant, Timeline, new_instant_time,
+    CLEAN, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT, Instant, Timeline,
+    new_instant_time,
 )
 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
@@ -28,54 +31,273 @@ def _data_files_by_instant(storage) -> dict[str, list[str]]:
     return out
 
 
+def _rollback_plan(storage, target: Instant, by_partition: dict[str, list[str]]) -> dict:
+    return {
+        "instantToRollback": {"commitTime": target.time, "action": target.action},
+        "RollbackRequests": [
+            {"partitionPath": p, "fileId": None, "latestBaseInstant": None,
+             "filesToBeDeleted": [storage.full_path(f) for f in fs], "logBlocksToBeDeleted": None}
+            for p, fs in sorted(by_partition.items())
+        ],
+        "version": 1,
+    }
+
+
+def _undo(storage, target: Instant, files: list[str], started: float, rollback_time: str) -> dict:
+    """Undoes one write instant: unpublishes it if completed (its completed file goes first, so
+    readers fall back to the previous state at once), deletes its data files, and returns the
+    HoodieRollbackMetadata. The caller removes the instant's requested/inflight files after it
+    has recorded the rollback."""
+    if target.is_completed:
+        if not storage.exists(f"{HOODIE}/{target.with_state(INFLIGHT).file_name()}"):
+            storage.write_atomic(f"{HOODIE}/{target.with_state(INFLIGHT).file_name()}", b"")  # stays pending if we die now
+        storage.delete(f"{HOODIE}/{target.file_name()}")
+    for path in files:
+        storage.delete(path)
+    by_partition = _by_partition(files)
+    return {
+        "startRollbackTime": rollback_time,
+        "timeTakenInMillis": int((time.time() - started) * 1000),
+        "totalFilesDeleted": len(files),
+        "commitsRollback": [target.time],
+        "partitionMetadata": {
+            p: {"partitionPath": p, "successDeleteFiles": [storage.full_path(f) for f in fs], "failedDeleteFiles": [],
+                "rollbackLogFiles": None, "logFilesFromFailedCommit": None}
+            for p, fs in sorted(by_partition.items())
+        },
+        "version": 1,
+        "instantsRollback": [{"commitTime": target.time, "action": target.action}],
+    }
+
+
+def _by_partition(files: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for path in files:
+        out.setdefault(path.rpartition("/")[0], []).append(path)
+    return out
+
+
+def _forget(storage, target: Instant) -> None:
+    for state in (INFLIGHT, REQUESTED):
+        storage.delete(f"{HOODIE}/{target.with_state(state).file_name()}")
+
+
+def _rollback(storage, target: Instant, by_instant: dict[str, list[str]]) -> str:
+    """One rollback instant undoing `target` (pending or completed): plan (Avro), undo,
+    completed rollback (Avro metadata), and only then the target's own remaining timeline files
+    go. (Removing those first could make the failed files look committed to a reader.)"""
+    started = time.time()
+    files = sorted(by_instant.get(target.time, ()))
+    now = Instant(new_instant_time(Timeline.load(storage).last_time()), ROLLBACK, REQUESTED)
+    storage.write_atomic(f"{HOODIE}/{now.file_name()}", avro.to_bytes(avro.ROLLBACK_PLAN, _rollback_plan(storage, target, _by_partition(files))))
+    storage.write_atomic(f"{HOODIE}/{now.with_state(INFLIGHT).file_name()}", b"")
+    meta = _undo(storage, target, files, started, now.time)
+    storage.create_exclusive(f"{HOODIE}/{now.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.ROLLBACK_METADATA, meta))
+    _forget(storage, target)
+    return now.time
+
+
 def rollback_pending(storage) -> list[str]:
-    """Rolls back every requested or inflight write: plan (Avro), delete its data files, complete
-    the rollback (Avro metadata), and only then remove the failed instant's own timeline files.
-    (Removing those first could make the failed files look committed to a reader.)"""
+    """Rolls back every requested or inflight write, each with its own rollback instant. An
+    unfinished restore is finished first (it knows which instants it was undoing)."""
+    timeline = Timeline.load(storage)
+    for r in [i for i in timeline.pending() if i.action == RESTORE]:
+        _finish_restore(storage, r)
     timeline = Timeline.load(storage)
     rolled = []
     by_instant = _data_files_by_instant(storage) if timeline.pending() else {}
     for failed in timeline.pending():
-        if failed.action in (CLEAN, ROLLBACK):
+        if failed.action in (CLEAN, ROLLBACK, SAVEPOINT):
             _finish_service(storage, failed)
             continue
-        started = time.time()
-        files = sorted(by_instant.get(failed.time, ()))
-        by_partition: dict[str, list[str]] = {}
-        for path in files:
-            by_partition.setdefault(path.rpartition("/")[0], []).append(path)
-        now = Instant(new_instant_time(Timeline.load(storage).last_time()), ROLLBACK, REQUESTED)
-        plan = {
-            "instantToRollback": {"commitTime": failed.time, "action": failed.action},
-            "RollbackRequests": [
-                {"partitionPath": p, "fileId": None, "latestBaseInstant": None,
-                 "filesToBeDeleted": [storage.full_path(f) for f in fs], "logBlocksToBeDeleted": None}
-                for p, fs in sorted(by_partition.items())
-            ],
-            "version": 1,
-        }
-        storage.write_atomic(f"{HOODIE}/{now.file_name()}", avro.to_bytes(avro.ROLLBACK_PLAN, plan))
-        storage.write_atomic(f"{HOODIE}/{now.with_state(INFLIGHT).file_name()}", b"")
-        for path in files:
-            storage.delete(path)
-        meta = {
-            "startRollbackTime": now.time,
-            "timeTakenInMillis": int((time.time() - started) * 1000),
-            "totalFilesDeleted": len(files),
-            "commitsRollback": [failed.time],
-            "partitionMetadata": {
-                p: {"partitionPath": p, "successDeleteFiles": [storage.full_path(f) for f in fs], "failedDeleteFiles": [],
-                    "rollbackLogFiles": None, "logFilesFromFailedCommit": None}
-                for p, fs in sorted(by_partition.items())
-            },
-            "version": 1,
-            "instantsRollback": [{"commitTime": failed.time, "action": failed.action}],
-        }
-        storage.create_exclusive(f"{HOODIE}/{now.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.ROLLBACK_METADATA, meta))
-        for state in (INFLIGHT, REQUESTED):
-            storage.delete(f"{HOODIE}/{failed.with_state(state).file_name()}")
+        _rollback(storage, failed, by_instant)
         rolled.append(failed.time)
     return rolled
+
+
+def missing_files(storage, timeline: Timeline, as_of: str | None) -> list[str]:
+    """Base files the snapshot as of `as_of` (None: before the first write) reads, by the write
+    stats of the active timeline, that are no longer on storage (cleaned)."""
+    expected: dict[tuple[str, str], str] = {}
+    if as_of is not None:
+        for inst in timeline.completed(WRITE_ACTIONS):
+            if inst.time > as_of:
+                break
+            meta = timeline.read_json(inst)
+            for part, ids in (meta.get("partitionToReplaceFileIds") or {}).items():
+                for fid in ids:
+                    expected.pop((part, fid), None)
+            for part, stats in (meta.get("partitionToWriteStats") or {}).items():
+                for st in stats or ():
+                    if st.get("path"):
+                        expected[(part, st["fileId"])] = st["path"]
+    if not expected:
+        return []
+    present = {f.path for f in storage.list_files("")}
+    return sorted(p for p in expected.values() if p not in present)
+
+
+def rollback(storage, instant: str) -> str:
+    """Rolls back the latest completed write `instant` (Hudi allows no other): its files go, the
+    table is as it was before it. Returns the rollback instant's time."""
+    rollback_pending(storage)
+    timeline = Timeline.load(storage)
+    latest = timeline.latest_completed()
+    if latest is None:
+        raise TableError("the table has no completed write to roll back")
+    if latest.time != instant:
+        target = timeline.find(instant)
+        what = "is not on the active timeline" if target is None else f"is not the latest write ({latest.time} is)"
+        raise TableError(f"instant {instant} {what}; only the latest completed write can be rolled back",
+                           f"to go back further, restore the table to an instant: `pipe restore TABLE INSTANT`")
+    if instant in savepoint_times(timeline):
+        raise TableError(f"instant {instant} is savepointed", f"delete the savepoint first: `pipe savepoint TABLE {instant} --delete`")
+    writes = timeline.completed()
+    previous = writes[-2].time if len(writes) > 1 else None
+    gone = missing_files(storage, timeline, previous)
+    if gone:
+        raise TableError(f"the files of the version before {instant} have been cleaned (e.g. {gone[0]}); rolling back would lose rows",
+                           "clean keeps them with `clean: {policy: keep_latest_commits}`; nothing was changed")
+    return _rollback(storage, latest, _data_files_by_instant(storage))
+
+
+# --- savepoints -------------------------------------------------------------------------------
+
+def savepoint_times(timeline: Timeline) -> list[str]:
+    return [i.time for i in timeline.completed((SAVEPOINT,))]
+
+
+def savepointed_files(storage, timeline: Timeline) -> set[str]:
+    """Paths (relative to the table) of every base file a savepoint holds."""
+    out: set[str] = set()
+    for inst in timeline.completed((SAVEPOINT,)):
+        meta = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
+        for part, pm in (meta.get("partitionMetadata") or {}).items():
+            out.update(f"{part}/{name}" if part else name for name in pm.get("savepointDataFile") or ())
+    return out
+
+
+def savepoint(storage, instant: str | None, user: str, comment: str = "") -> str:
+    """Savepoints the completed write `instant` (None: the latest): `<instant>.savepoint` lists
+    the base files of the table as of it, which cleaning then keeps and archiving does not pass,
+    so the table can be restored to it."""
+    timeline = Timeline.load(storage)
+    writes = timeline.completed()
+    if not writes:
+        raise TableError("the table has no completed write to savepoint")
+    target = writes[-1] if instant is None else next((i for i in writes if i.time == instant), None)
+    if target is None:
+        raise TableError(f"instant {instant} is not a completed write on the active timeline",
+                           "savepoint one of the commits `pipe timeline TABLE` lists")
+    if target.time in savepoint_times(timeline):
+        raise TableError(f"instant {target.time} is savepointed already")
+    gone = missing_files(storage, timeline, target.time)
+    if gone:
+        raise TableError(f"instant {target.time} cannot be savepointed: files of it have been cleaned (e.g. {gone[0]})",
+                           "savepoint a later instant")
+    view = FileSystemView.load(storage, timeline)
+    by_partition: dict[str, list[str]] = {}
+    for sl in view.latest_slices(target.time):
+        by_partition.setdefault(sl.partition, []).append(sl.base_file.name)
+    meta = {
+        "savepointedBy": user,
+        "savepointedAt": int(time.time()),
+        "comments": comment,
+        "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": sorted(fs)} for p, fs in sorted(by_partition.items())},
+        "version": 1,
+    }
+    sp = Instant(target.time, SAVEPOINT, INFLIGHT)
+    storage.write_atomic(f"{HOODIE}/{sp.file_name()}", b"")
+    storage.create_exclusive(f"{HOODIE}/{sp.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.SAVEPOINT_METADATA, meta))
+    return target.time
+
+
+def delete_savepoint(storage, instant: str) -> None:
+    timeline = Timeline.load(storage)
+    if instant not in savepoint_times(timeline):
+        listed = ", ".join(savepoint_times(timeline)) or "none"
+        raise TableError(f"instant {instant} has no savepoint (savepoints: {listed})")
+    sp = Instant(instant, SAVEPOINT, COMPLETED)
+    storage.delete(f"{HOODIE}/{sp.file_name()}")
+    storage.delete(f"{HOODIE}/{sp.with_state(INFLIGHT).file_name()}")
+
+
+# --- restore ----------------------------------------------------------------------------------
+
+def restore(storage, instant: str) -> tuple[str, list[str]]:
+    """Returns the table to the completed write `instant`: every write after it is undone, newest
+    first, under one restore instant whose metadata holds a rollback record per undone instant.
+    Refused when a later savepoint exists (delete it first) or when files the table as of
+    `instant` reads have been cleaned (savepoints prevent that). Returns (restore instant,
+    undone instants)."""
+    rollback_pending(storage)
+    timeline = Timeline.load(storage)
+    writes = timeline.completed()
+    target = next((i for i in writes if i.time == instant), None)
+    if target is None:
+        archived = any(i.time == instant for i in archived_instants(storage))
+        raise TableError(f"instant {instant} is " + ("archived" if archived else "not a completed write of the table"),
+                           "restore to a write instant on the active timeline (`pipe timeline TABLE`); savepointed instants are never archived")
+    later = [i for i in writes if i.time > instant]
+    if not later:
+        raise TableError(f"instant {instant} is the latest write already; there is nothing to restore")
+    blocking = [t for t in savepoint_times(timeline) if t > instant]
+    if blocking:
+        raise TableError(f"instant {blocking[0]} after {instant} is savepointed; restoring would undo it",
+                           f"delete that savepoint first: `pipe savepoint TABLE {blocking[0]} --delete`")
+    gone = missing_files(storage, timeline, instant)
+    if gone:
+        raise TableError(f"the table as of {instant} can no longer be restored: {len(gone)} of its files have been cleaned (e.g. {gone[0]})",
+                           "savepoint an instant (`pipe savepoint TABLE INSTANT`) to keep it restorable; nothing was changed")
+    inst = Instant(new_instant_time(timeline.last_time()), RESTORE, REQUESTED)
+    plan = {
+        "instantsToRollback": [{"commitTime": i.time, "action": i.action} for i in reversed(later)],
+        "version": 2,
+        "savepointToRestoreTimestamp": instant if instant in savepoint_times(timeline) else None,
+    }
+    storage.write_atomic(f"{HOODIE}/{inst.file_name()}", avro.to_bytes(avro.RESTORE_PLAN, plan))
+    storage.write_atomic(f"{HOODIE}/{inst.with_state(INFLIGHT).file_name()}", b"")
+    fault("restore_started")
+    return inst.time, _finish_restore(storage, inst)
+
+
+def _finish_restore(storage, inst: Instant) -> list[str]:
+    """Undoes, newest first, every instant of the restore plan still on the timeline, then
+    completes the restore. Idempotent: a restore that died half way is finished by the next
+    writer (rollback_pending)."""
+    started = time.time()
+    plan = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.with_state(REQUESTED).file_name()}"))
+    timeline = Timeline.load(storage)
+    present = {(i.time, i.action): i for i in timeline.instants}
+    by_instant = _data_files_by_instant(storage)
+    undone: dict[str, list] = {}
+    infos = []
+    for info in plan["instantsToRollback"]:
+        target = present.get((info["commitTime"], info["action"]))
+        infos.append(info)
+        if target is not None:
+            undone[target.time] = [_undo(storage, target, sorted(by_instant.get(target.time, ())), time.time(), inst.time)]
+            _forget(storage, target)
+            fault("restore_undid_one")
+        else:
+            undone[info["commitTime"]] = []
+    meta = {
+        "startRestoreTime": inst.time,
+        "timeTakenInMillis": int((time.time() - started) * 1000),
+        "instantsToRollback": [i["commitTime"] for i in infos],
+        "hoodieRestoreMetadata": undone,
+        "version": 1,
+        "restoreInstantInfo": infos,
+        "extraMetadata": None,
+    }
+    storage.create_exclusive(f"{HOODIE}/{inst.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.RESTORE_METADATA, meta))
+    return [i["commitTime"] for i in infos]
+
+
+def fault(point: str) -> None:
+    """Fault injection for tests: PIPE_FAULT=<point> makes the process exit hard there."""
+    if os.environ.get("PIPE_FAULT") == point:
+        os._exit(77)
 
 
 def _finish_service(storage, pending: Instant) -> None:
@@ -92,47 +314,52 @@ class CleanResult:
     earliest_retained: str | None
 
 
-def plan_clean(view: FileSystemView, timeline: Timeline, policy: str, retain: int, keep_instants: set[str] = frozenset()) -> tuple[dict[str, list[str]], str | None]:
-    """Files no retained instant needs, by partition.
+def plan_clean(view: FileSystemView, timeline: Timeline, policy: str, retain: int, protected: set[str] = frozenset(),
+               retain_from: str | None = None) -> tuple[dict[str, list[str]], str | None]:
+    """Files no retained instant needs, by partition, and the earliest retained commit.
 
     keep_latest_commits(N): every file version a query as of one of the last N commits could
     read stays: versions written at or after the earliest retained commit, plus, per group, the
     newest version older than it. keep_latest_file_versions(N): the N newest versions per group.
-    The latest version of a live group always stays, and so does any version written at an
-    instant in `keep_instants` (savepoints, consumers)."""
+    On top of the policy: the latest version of a live group always stays; so does every file
+    in `protected` (savepointed files); and with `retain_from` (the oldest checkpoint of an
+    incremental consumer) every version a query as of any commit after it reads."""
     commits = [i.time for i in timeline.completed()]
     groups: dict[tuple[str, str], list] = {}
     for bf in view.files:
         groups.setdefault((bf.partition, bf.file_id), []).append(bf)
     earliest = None
-    doomed: dict[str, list[str]] = {}
     if policy == KEEP_LATEST_COMMITS:
         if len(commits) <= retain:
             return {}, None
         earliest = commits[-retain]
+    if retain_from is not None:
+        after = [c for c in commits if c > retain_from]
+        if after and (policy == KEEP_LATEST_COMMITS or earliest is None):
+            earliest = min(earliest or after[0], after[0])
+    doomed: dict[str, list[str]] = {}
     for key, versions in groups.items():
         versions.sort(key=lambda b: b.instant, reverse=True)
         replaced_at = view.replaced.get(key)
-        if policy == KEEP_LATEST_COMMITS:
-            if replaced_at is not None and replaced_at < earliest:
-                keep = set()  # replaced before every retained commit: no query needs it
-            else:
-                older = [b for b in versions if b.instant < earliest]
-                keep = {b.name for b in versions if b.instant >= earliest} | ({older[0].name} if older else set())
-        else:
+        keep: set[str] = set()
+        if policy == KEEP_LATEST_FILE_VERSIONS and replaced_at is None:
             keep = {b.name for b in versions[:retain]}
-            if replaced_at is not None:
-                keep = set()
+        if earliest is not None and not (replaced_at is not None and replaced_at < earliest):
+            # (a group replaced before every retained commit is needed by no query)
+            older = [b for b in versions if b.instant < earliest]
+            keep |= {b.name for b in versions if b.instant >= earliest} | ({older[0].name} if older else set())
         for b in versions:
-            if b.name not in keep and b.instant not in keep_instants:
+            if b.name not in keep and b.path not in protected:
                 doomed.setdefault(b.partition, []).append(b.path)
     return {p: sorted(v) for p, v in doomed.items()}, earliest
 
 
-def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, keep_instants: set[str] = frozenset()) -> CleanResult:
+def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_from: str | None = None) -> CleanResult:
+    """Deletes the file versions no retained commit, savepoint or consumer needs (plan_clean),
+    as a `clean` instant with Hudi's Avro plan and metadata. Nothing to delete: no instant."""
     timeline = Timeline.load(storage)
     view = FileSystemView.load(storage, timeline)
-    doomed, earliest = plan_clean(view, timeline, policy, retain, keep_instants)
+    doomed, earliest = plan_clean(view, timeline, policy, retain, savepointed_files(storage, timeline), retain_from)
     if not doomed:
         return CleanResult(None, 0, earliest)
     started = time.time()
@@ -179,13 +406,15 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, keep_ins
 ARCHIVED = f"{HOODIE}/archived"
 
 
-def archive(storage, min_instants: int = 20, max_instants: int = 30) -> list[str]:
+def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: str | None = None) -> list[str]:
     """Keeps the active timeline between min and max instants: once it holds more than
     `max_instants`, the oldest completed instants move to .hoodie/archived/ (their files, under
     the same names) until `min_instants` remain. Never past a pending instant, and the latest
     completed write always stays active, and so does a replacecommit until every file of
     the groups it replaced is cleaned: once archived, its partitionToReplaceFileIds is gone
-    and those files would count as live again. Data files of archived commits stay readable:
+    and those files would count as live again. Archiving stops at the earliest savepoint (a
+    restore needs the instants after it) and at `keep_from`, the oldest checkpoint of an
+    incremental consumer (which reads the commits after it from the active timeline). Data files of archived commits stay readable:
     a reader takes files older than the whole active timeline as committed (HUDI_FORMAT.md 3).
 
     Java writes archived instants into Avro log files (.commits_.archive.N); pipe keeps the
@@ -195,10 +424,14 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30) -> list[str
     if len(instants) <= max_instants:
         return []
     latest_write = timeline.latest_completed()
+    stops = savepoint_times(timeline) + ([keep_from] if keep_from else [])
+    stop_at = min(stops) if stops else None
     candidates = []
     live: set[tuple[str, str]] | None = None  # (partition, file id) of every file on storage
     for inst in instants[: len(instants) - min_instants]:
         if not inst.is_completed or (latest_write is not None and inst.time >= latest_write.time):
+            break
+        if stop_at is not None and inst.time >= stop_at:
             break
         if inst.action == REPLACECOMMIT:
             if live is None:

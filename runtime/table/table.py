@@ -28,6 +28,7 @@ from runtime.table import avro as _avro
 from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
+from runtime.table.errors import LockTimeout, TableError
 from runtime.table.config import COPY_ON_WRITE, PROPERTIES, TableConfig
 from runtime.table.layout import PARTITION_METADATA, FileSystemView
 from runtime.table.schema import META_COLUMNS
@@ -39,14 +40,6 @@ from runtime.table.timeline import (
 LOCK_FILE = f"{HOODIE}/pipe.lock"
 # Empty folders Java writers create and expect (hudi-rs does not need them).
 _HOODIE_DIRS = ("archived", ".temp", ".aux/.bootstrap/.partitions", ".aux/.bootstrap/.fileids", ".schema")
-
-
-class TableError(Exception):
-    """A table operation that cannot go ahead; what the user can do is in the message."""
-
-
-class LockTimeout(TableError):
-    pass
 
 
 @dataclass
@@ -180,7 +173,8 @@ class Table:
 
     def write(self, df, operation: str = "upsert", extra_metadata: dict[str, str] | None = None,
               clean_policy: str = _services.KEEP_LATEST_COMMITS, clean_retain: int = 10, clean_inline: bool = True,
-              archive_min: int = 20, archive_max: int = 30, expect_latest: Any = ..., **options: Any) -> WriteResult:
+              archive_min: int = 20, archive_max: int = 30, expect_latest: Any = ..., retain_from: str | None = None,
+              **options: Any) -> WriteResult:
         """Writes `df` with `operation` in one commit; then, by default, cleans file versions
         older than the latest `clean_retain` commits. `options` are WriteOptions fields.
 
@@ -202,7 +196,10 @@ class Table:
         `expect_latest`: the latest completed write instant (None: no write yet) the caller
         based this write on, e.g. when it read its source checkpoints. Under the lock, a table
         whose latest write differs is refused (TableError) before anything is written: another
-        writer got there first, and writing would consume the same input twice."""
+        writer got there first, and writing would consume the same input twice.
+
+        `retain_from`: the oldest instant an incremental consumer of this table has read up to;
+        inline cleaning keeps what reads after it need, and archiving does not pass it."""
         if "partitions_to_delete" in options:
             options["partitions_to_delete"] = tuple(options["partitions_to_delete"] or ())
         opts = _writer.WriteOptions(operation=operation, extra_metadata=dict(extra_metadata or {}), **options)
@@ -235,10 +232,10 @@ class Table:
             self._transition(instant, REQUESTED, _avro.to_bytes(_avro.REQUESTED_REPLACE_METADATA, _avro.EMPTY_REPLACE_REQUEST) if replacing else b"")
             op_type = _writer.OPERATION_TYPES[operation]
             self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes())
-            _fault("after_inflight")
+            _services.fault("after_inflight")
             try:
                 staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, self.schema(timeline))
-                _fault("after_files")
+                _services.fault("after_files")
                 self._remove_strays(instant.time, staged.stats)
                 self._check_conflicts(slices, staged.stats, staged.replaced)
             except BaseException:
@@ -250,12 +247,12 @@ class Table:
             self._check_lock()
             if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
                 raise TableError(f"instant {instant.time} was completed by someone else")
-            _fault("after_commit")
+            _services.fault("after_commit")
             service_error = None
             try:  # the commit stands whatever happens here; the next write cleans and archives again
                 if clean_inline:
-                    _services.clean(self.storage, clean_policy, clean_retain)
-                _services.archive(self.storage, archive_min, archive_max)
+                    _services.clean(self.storage, clean_policy, clean_retain, retain_from)
+                _services.archive(self.storage, archive_min, archive_max, retain_from)
             except Exception as exc:  # noqa: BLE001 - reported on the result
                 service_error = f"{type(exc).__name__}: {exc}"
         c = staged.counts
@@ -305,9 +302,42 @@ class Table:
         """Rolls back every requested or inflight write (see services.rollback_pending)."""
         return _services.rollback_pending(self.storage)
 
-    def clean(self, policy: str = _services.KEEP_LATEST_COMMITS, retain: int = 10) -> _services.CleanResult:
+    def clean(self, policy: str = _services.KEEP_LATEST_COMMITS, retain: int = 10, retain_from: str | None = None) -> _services.CleanResult:
+        """Deletes file versions no retained commit, savepoint or consumer (`retain_from`: the
+        oldest instant an incremental consumer has read up to) needs; see services.plan_clean."""
         with self.lock():
-            return _services.clean(self.storage, policy, retain)
+            self.rollback_pending()
+            return _services.clean(self.storage, policy, retain, retain_from)
+
+    def archive(self, min_instants: int = 20, max_instants: int = 30, keep_from: str | None = None) -> list[str]:
+        with self.lock():
+            self.rollback_pending()
+            return _services.archive(self.storage, min_instants, max_instants, keep_from)
+
+    def savepoint(self, instant: str | None = None, user: str = "", comment: str = "") -> str:
+        """Savepoints a completed write (default: the latest); returns its instant time."""
+        with self.lock():
+            self.rollback_pending()
+            return _services.savepoint(self.storage, instant, user or _user(), comment)
+
+    def delete_savepoint(self, instant: str) -> None:
+        with self.lock():
+            _services.delete_savepoint(self.storage, instant)
+
+    def savepoints(self) -> list[str]:
+        return _services.savepoint_times(self.timeline())
+
+    def restore(self, instant: str) -> tuple[str, list[str]]:
+        """Returns the table to the completed write `instant` (see services.restore); returns
+        the restore instant and the instants it undid, newest first."""
+        with self.lock():
+            return _services.restore(self.storage, instant)
+
+    def rollback(self, instant: str) -> str:
+        """Rolls back the latest completed write, which must be `instant`; returns the rollback
+        instant."""
+        with self.lock():
+            return _services.rollback(self.storage, instant)
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -377,6 +407,15 @@ class Table:
             raise TableError(f"lost the writer lock of table {self.config.name} (another writer took it over); nothing was committed")
 
 
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in some containers
+        return "pipe"
+
+
 def _holder_is_gone(owner: str) -> bool:
     """True when the lock's owner is a process of this host that no longer exists."""
     host, _, rest = owner.partition(":")
@@ -392,7 +431,3 @@ def _holder_is_gone(owner: str) -> bool:
     return False
 
 
-def _fault(point: str) -> None:
-    """Fault injection for tests: PIPE_FAULT=<point> makes the process exit hard there."""
-    if os.environ.get("PIPE_FAULT") == point:
-        os._exit(77)
