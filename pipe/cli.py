@@ -3,6 +3,7 @@ project or the command line. A mistake never prints a Python traceback; `--debug
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -399,7 +400,7 @@ def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) 
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
-    output.out.print(t)
+    output.table(t)
     what = f"as of {as_of}" if as_of and not since else (f"since {since}" if since else "latest")
     output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}[/]")
 
@@ -528,6 +529,10 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
             row.update(operation=meta.operation_type, inserts=sum(s.num_inserts for s in meta.write_stats),
                        updates=sum(s.num_update_writes for s in meta.write_stats), deletes=sum(s.num_deletes for s in meta.write_stats),
                        files=len(meta.write_stats), checkpoints=meta.checkpoints())
+        elif inst.is_completed and where == "active":
+            detail = _service_detail(table.storage, inst)
+            if detail:
+                row["detail"] = detail
         rows.append(row)
     if fmt == "json":
         for row in rows:
@@ -541,9 +546,166 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
         cp_text = ", ".join(f"{k}={_short_checkpoint(v)}" for k, v in sorted(cps.items()))
         iud = f"{row['inserts']}/{row['updates']}/{row['deletes']}" if "inserts" in row else ""
         state = row["state"] + (" (archived)" if row["timeline"] == "archived" else "")
-        t.add_row(row["instant"], row["action"], state, row.get("operation", ""), iud, str(row.get("files", "")), cp_text)
-    # never crop instants: outside a terminal print at the width the rows need
-    output.out.print(t, width=None if output.out.is_terminal else 400)
+        t.add_row(row["instant"], row["action"], state, row.get("operation", row.get("detail", "")), iud, str(row.get("files", "")), cp_text)
+    output.table(t)  # never crop instants
+
+
+def _service_detail(storage, inst) -> str | None:
+    """What a clean, rollback, restore or savepoint instant did, from its Avro metadata."""
+    from runtime.table import avro
+    from runtime.table.timeline import HOODIE
+
+    if inst.action not in ("clean", "rollback", "restore", "savepoint"):
+        return None
+    try:
+        meta = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
+    except Exception:  # noqa: BLE001 - written by another tool in a form we do not know
+        return None
+    if inst.action == "clean":
+        return f"deleted {meta.get('totalFilesDeleted', 0)} file(s)"
+    if inst.action == "rollback":
+        return "undid " + ", ".join(meta.get("commitsRollback") or [])
+    if inst.action == "restore":
+        undone = meta.get("instantsToRollback") or []
+        return f"undid {len(undone)} write(s): " + ", ".join(undone)
+    files = sum(len(pm.get("savepointDataFile") or []) for pm in (meta.get("partitionMetadata") or {}).values())
+    return f"keeps {files} file(s)" + (f": {meta['comments']}" if meta.get("comments") else "")
+
+
+# --- table services ---------------------------------------------------------------------------
+
+def _service_context(ctx: _Context, table_name: str, target: str | None):
+    """The table, its settings from the project, and the incremental consumers holding it back."""
+    from runtime.executor import Executor, RunOptions
+
+    table, plan = _table_for(ctx, table_name, target)
+    step = next((s for s in plan.steps if s.kind == "write" and s.name == table_name), None)
+    config = dict(step.config) if step is not None else {"clean": {}, "archive": {}}
+    consumers = Executor(plan, ctx.root(), [], RunOptions(dry_run=True)).consumer_checkpoints(table_name)
+    return table, config, consumers
+
+
+@contextlib.contextmanager
+def _naming(table_name: str):
+    """Hints of the table engine say `pipe ... TABLE ...`; the user typed the table's name."""
+    from runtime.table.errors import TableError
+
+    try:
+        yield
+    except TableError as exc:
+        if exc.hint:
+            exc.hint = exc.hint.replace(" TABLE ", f" {table_name} ")
+        raise
+
+
+def _consumer_lines(consumers: dict[str, str], after: str | None = None) -> list[str]:
+    return [f"{who} has read up to {cp}" for who, cp in sorted(consumers.items(), key=lambda kv: kv[1]) if after is None or cp > after]
+
+
+def _downstream_warning(table_name: str, consumers: dict[str, str], instant: str) -> None:
+    """Consumers that have read past the instant the table now ends at fail on their next run."""
+    past = {who: cp for who, cp in consumers.items() if cp > instant}
+    for who, cp in sorted(past.items()):
+        reader = who.split(" ", 1)[0]
+        output.line(f"[yellow]![/] {who} has read {table_name} up to {cp}, which is gone: its next run stops until it is rebuilt "
+                    f"(`pipe run --select {reader} --full-refresh`), or its source sets `on_checkpoint_lost: full_read`")
+
+
+@cli.command(name="clean")
+@click.argument("table_name", metavar="TABLE")
+@click.option("--policy", type=click.Choice(["keep_latest_commits", "keep_latest_file_versions"]), default=None,
+              help="Override the table's clean.policy for this run.")
+@click.option("--retain", type=click.IntRange(1), default=None, help="Override the table's clean.retain for this run.")
+@_target_option
+@_common
+@click.pass_obj
+def clean_cmd(ctx: _Context, table_name, policy, retain, target) -> None:
+    """Delete old file versions of a table, then archive its timeline.
+
+    Keeps what the retained commits, savepoints and incremental consumers still need."""
+    table, config, consumers = _service_context(ctx, table_name, target)
+    clean_cfg, archive_cfg = config.get("clean") or {}, config.get("archive") or {}
+    policy = policy or clean_cfg.get("policy", "keep_latest_commits")
+    retain = retain or clean_cfg.get("retain", 10)
+    oldest = min(consumers.values()) if consumers else None
+    with _naming(table_name):
+        result = table.clean(policy, retain, retain_from=oldest)
+        archived = table.archive(archive_cfg.get("min_instants", 20), archive_cfg.get("max_instants", 30), keep_from=oldest)
+    what = f"{policy}, retain {retain}"
+    if result.instant:
+        output.line(f"[green]✓[/] cleaned {table_name}: deleted {result.files_deleted} file(s) no retained commit needs "
+                    f"({what}; clean instant {result.instant})")
+    else:
+        output.line(f"[green]✓[/] nothing to clean in {table_name} ({what})")
+    if result.earliest_retained:
+        output.line(f"  earliest retained commit: {result.earliest_retained}")
+    for sp in table.savepoints():
+        output.line(f"  kept: the files of savepoint {sp}")
+    for text in _consumer_lines(consumers):
+        output.line(f"  kept: what {text} needs")
+    if archived:
+        output.line(f"  archived {len(archived)} instant(s), {archived[0]} to {archived[-1]} (`pipe timeline {table_name} --all` lists them)")
+
+
+@cli.command(name="savepoint")
+@click.argument("table_name", metavar="TABLE")
+@click.argument("instant", required=False)
+@click.option("--delete", "delete", is_flag=True, help="Delete the savepoint of INSTANT instead.")
+@click.option("--comment", default="", help="Stored with the savepoint.")
+@_target_option
+@_common
+@click.pass_obj
+def savepoint_cmd(ctx: _Context, table_name, instant, delete, comment, target) -> None:
+    """Savepoint a commit (default: the latest), so that cleaning keeps its files and the
+    table can be restored to it; or delete a savepoint (--delete)."""
+    _instant_arg(instant, "INSTANT")
+    table, _, _ = _service_context(ctx, table_name, target)
+    if delete:
+        if instant is None:
+            raise ProjectError([_cli("--delete needs the INSTANT of the savepoint", f"savepoints of {table_name}: {', '.join(table.savepoints()) or 'none'}")])
+        with _naming(table_name):
+            table.delete_savepoint(instant)
+        output.line(f"[green]✓[/] deleted the savepoint of {table_name} at {instant}; cleaning may now remove its files")
+        return
+    with _naming(table_name):
+        done = table.savepoint(instant, comment=comment)
+    output.line(f"[green]✓[/] savepointed {table_name} at {done}: cleaning keeps its files, and `pipe restore {table_name} {done}` returns the table to it")
+
+
+@cli.command(name="restore")
+@click.argument("table_name", metavar="TABLE")
+@click.argument("instant")
+@_target_option
+@_common
+@click.pass_obj
+def restore_cmd(ctx: _Context, table_name, instant, target) -> None:
+    """Return a table to a completed commit: every later write is undone under one restore
+    instant. Source checkpoints go back with the data, so the next run reads that input again."""
+    _instant_arg(instant, "INSTANT")
+    table, _, consumers = _service_context(ctx, table_name, target)
+    with _naming(table_name):
+        restored, undone = table.restore(instant)
+    output.line(f"[green]✓[/] restored {table_name} to {instant}: undid {len(undone)} write(s) ({', '.join(undone)}); restore instant {restored}")
+    _downstream_warning(table_name, consumers, instant)
+
+
+@cli.command(name="rollback")
+@click.argument("table_name", metavar="TABLE")
+@click.argument("instant")
+@_target_option
+@_common
+@click.pass_obj
+def rollback_cmd(ctx: _Context, table_name, instant, target) -> None:
+    """Undo the latest completed write of a table (INSTANT names it, as a check). Its source
+    checkpoints go with it, so the next run reads that input again."""
+    _instant_arg(instant, "INSTANT")
+    table, _, consumers = _service_context(ctx, table_name, target)
+    with _naming(table_name):
+        rolled = table.rollback(instant)
+    latest = table.timeline().latest_completed()
+    now = f"the table is as of {latest.time}" if latest else "the table has no commit now"
+    output.line(f"[green]✓[/] rolled back {table_name} {instant} (rollback instant {rolled}); {now}")
+    _downstream_warning(table_name, consumers, latest.time if latest else "")
 
 
 def _short_checkpoint(value: str) -> str:
@@ -602,6 +764,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug in pipe, not in the project
         if debug:
             traceback.print_exc()
+        from runtime.table.errors import TableError
+
+        if isinstance(exc, TableError):  # a table service or write refused; nothing was changed
+            output.fail(str(exc), exc.hint)
+            return EXIT_FAILED
         output.fail(f"internal error: {type(exc).__name__}: {exc}", "this is a bug in pipe; run again with --debug for the traceback and report it")
         return EXIT_FAILED
     return EXIT_OK

@@ -38,6 +38,18 @@ def line(text: str = "") -> None:
     out.print(text)
 
 
+def table(renderable) -> None:
+    """A rich table; outside a terminal at the width its rows need, never cropped or wrapped
+    (a Console caps `print(width=...)` at its own width, 80 columns in a pipe)."""
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    wide = Console(width=2000, highlight=False, color_system=None, soft_wrap=True)
+    with wide.capture() as captured:
+        wide.print(renderable)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
 def plain(text: str) -> None:
     """Unstyled output for machine consumption (`pipe ls`)."""
     sys.stdout.write(text + "\n")

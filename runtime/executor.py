@@ -302,6 +302,28 @@ class Executor:
                            f"build it first: `pipe run --select +{name}`")
         return Table.open(self._spark, uri)
 
+    def consumer_checkpoints(self, table: str) -> dict[str, str]:
+        """The instant each incremental consumer of `table` (a table reading it through a `table`
+        or `s3_incremental` source) has read up to, by "consumer (source)". Cleaning keeps what
+        the reads after the oldest of them need, and archiving does not pass it. A consumer
+        that has not run yet reads the whole table, so it holds nothing back."""
+        from runtime.table.table import Table
+
+        out: dict[str, str] = {}
+        for src in self.plan.steps:
+            if src.kind != "ingest" or src.config.get("kind") not in ("table", "s3_incremental"):
+                continue
+            if (src.config.get("table") or src.config.get("metadata_table")) != table:
+                continue
+            for reader in self.plan.steps:
+                if reader.kind != "write" or src.id not in reader.depends_on or not Table.exists(self.table_uri(reader.name)):
+                    continue
+                stored, _, _ = _stored_state(Table.open(None, self.table_uri(reader.name)))
+                checkpoint = stored.get(src.name)
+                if checkpoint:  # s3_incremental: "instant#bucket/key" within an instant
+                    out[f"{reader.name} ({src.name})"] = checkpoint.split("#", 1)[0]
+        return out
+
     def _built_later(self, table: str) -> bool:
         """In a dry run, a selected upstream table that does not exist yet would be built first."""
         return self.options.dry_run and f"table.{table}" in self.selected and not _table_exists(self.table_uri(table))
@@ -463,7 +485,9 @@ class Executor:
             raise Cancelled(f"{step.id}: cancelled before its write started")
         # refused if another run committed to this table since its checkpoints were read
         try:
-            w = table.write(df, operation=operation, extra_metadata=extra, expect_latest=None if recreated else based_on, **options)
+            consumers = self.consumer_checkpoints(step.name)
+            w = table.write(df, operation=operation, extra_metadata=extra, expect_latest=None if recreated else based_on,
+                            retain_from=min(consumers.values()) if consumers else None, **options)
         except BaseException:
             if recreated and _is_local(uri):
                 _delete_table(_staging_uri(uri))  # the old table was never touched

@@ -312,7 +312,7 @@ TABLE_SOURCE_FILES = {
 }
 
 
-def test_table_source_reads_only_new_versions_and_stops_when_its_checkpoint_is_archived(spark, tmp_path, capsys):
+def test_table_source_reads_only_new_versions_holds_back_cleaning_and_stops_when_its_checkpoint_is_rolled_back(spark, tmp_path, capsys):
     root = project(tmp_path, TABLE_SOURCE_FILES)
     cols = ["order_id", "status", "ts"]
     run1 = [(1, "placed", 1), (2, "placed", 1), (3, "placed", 1)]
@@ -334,23 +334,45 @@ def test_table_source_reads_only_new_versions_and_stops_when_its_checkpoint_is_a
     log_commits = commits(timeline(capsys, root, "order_log"))
     assert len(log_commits) == 2 and log_commits[-1]["checkpoints"]["orders_changes"] == orders_c2
 
-    # only orders runs for a while; with archive 2/3 its commit orders_c2 leaves the active timeline
+    # only orders runs for a while (clean retain 1, archive 2/3): what order_log has not read yet
+    # stays, so its checkpoint orders_c2 is not archived and the files written since are kept
     for n in (3, 4):
         write_jsonl(root / f"data/orders/o-{n}.json", [{"order_id": 10 + n, "status": "placed", "ts": n}])
         run_ok(capsys, root, "--select", "orders")
         assert set(steps(root)) == {"table.orders"}
-    active = [i["instant"] for i in timeline(capsys, root, "orders")]
-    assert orders_c2 not in active and len(commits(timeline(capsys, root, "orders"))) < 4
+    assert orders_c2 in [i["instant"] for i in timeline(capsys, root, "orders")]
+    code, out, err = pipe(capsys, root, "clean", "orders")
+    assert code == 0, err
+    assert f"kept: what order_log (orders_changes) has read up to {orders_c2} needs" in out
+    assert orders_c2 in [i["instant"] for i in timeline(capsys, root, "orders")]
+    run_ok(capsys, root, "--select", "order_log")
+    assert steps(root)["table.order_log"]["inputs"]["orders_changes"]["new"] == 2
+    caught_up = [(13, "placed", 3), (14, "placed", 4)]
+    assert_rows(spark, root, "order_log", cols, run1 + run2 + caught_up)
 
+    # caught up: the next commit of orders archives as configured
+    write_jsonl(root / "data/orders/o-5.json", [{"order_id": 15, "status": "placed", "ts": 5}])
+    run_ok(capsys, root, "--select", "orders")
+    assert orders_c2 not in [i["instant"] for i in timeline(capsys, root, "orders")]
+    orders_c5 = commits(timeline(capsys, root, "orders"))[-1]["instant"]
+    run_ok(capsys, root, "--select", "order_log")
+    log_commits = commits(timeline(capsys, root, "order_log"))
+    assert log_commits[-1]["checkpoints"]["orders_changes"] == orders_c5
+
+    # rolling orders back past what order_log has read loses order_log's checkpoint
+    code, out, err = pipe(capsys, root, "rollback", "orders", orders_c5)
+    assert code == 0, err
+    assert f"order_log (orders_changes) has read orders up to {orders_c5}, which is gone" in out
+    orders_c4 = commits(timeline(capsys, root, "orders"))[-1]["instant"]
     code, out, err = pipe(capsys, root, "run", "--select", "order_log")
     assert code == 1, out + err
     assert_clean(out, err)
     step = steps(root)["table.order_log"]
     assert step["state"] == "error"
-    assert "archived" in step["message"] and orders_c2 in step["message"]
+    assert f"no longer has instant {orders_c5} (rolled back or restored to {orders_c4})" in step["message"]
     assert "pipe run --select order_log --full-refresh" in step["hint"]
     assert "on_checkpoint_lost: full_read" in step["hint"]
-    assert "archived" in err and "pipe run --select order_log --full-refresh" in err
+    assert "pipe run --select order_log --full-refresh" in err
     assert commits(timeline(capsys, root, "order_log")) == log_commits  # nothing written
 
     # with on_checkpoint_lost: full_read the source reads the whole snapshot of orders instead
@@ -362,10 +384,9 @@ def test_table_source_reads_only_new_versions_and_stops_when_its_checkpoint_is_a
     assert step["state"] == "success" and "checkpoint lost" in step["inputs"]["orders_changes"]["detail"]
     snapshot = [(1, "placed", 1), (2, "shipped", 2), (3, "placed", 1), (4, "placed", 2), (13, "placed", 3), (14, "placed", 4)]
     assert_rows(spark, root, "orders", cols, snapshot)
-    assert_rows(spark, root, "order_log", cols, run1 + run2 + snapshot)
+    assert_rows(spark, root, "order_log", cols, run1 + run2 + caught_up + [(15, "placed", 5)] + snapshot)
     latest = commits(timeline(capsys, root, "order_log"))
-    assert len(latest) == 3
-    assert latest[-1]["checkpoints"]["orders_changes"] == commits(timeline(capsys, root, "orders"))[-1]["instant"]
+    assert latest[-1]["checkpoints"]["orders_changes"] == orders_c4
 
 
 # --- 4. a failed step skips its downstream only ------------------------------------------------
