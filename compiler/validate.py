@@ -67,6 +67,10 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
             errors.error(table.at("operation"), f"{what} uses operation bootstrap but has no bootstrap settings", "add `bootstrap: {path: <folder of the Parquet dataset>}`")
         if table.sql_text is not None:
             errors.error(table.at("operation"), f"{what} is bootstrapped from bootstrap.path, so {table.sql_file} is not used", f"remove {table.sql_file}, or choose another operation")
+        if c["bootstrap"] is not None and c["bootstrap"].get("mode") == "metadata_only":
+            errors.error(table.at("bootstrap", "mode"), f"{what}: metadata_only bootstrap is not supported: independent Hudi readers "
+                         "(hudi-rs) cannot read skeleton files that point at the original files",
+                         "use `mode: full_record` (the default), which rewrites the dataset once; see docs/tables.md, Bootstrap")
     elif c["bootstrap"] is not None:
         errors.error(table.at("bootstrap"), f"{what} has bootstrap settings but operation '{op}'", "set `operation: bootstrap`, or remove `bootstrap:`")
     if op not in _NO_SQL and table.sql_text is None:
@@ -82,12 +86,12 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
         errors.error(table.at("insert_duplicates"), f"insert_duplicates applies to insert and bulk_insert, not to {op} ({what})", "remove it: upsert never duplicates a key")
     if c["insert_duplicates"] in ("drop", "fail") and not c["key"]:
         errors.error(table.at("insert_duplicates"), f"insert_duplicates: {c['insert_duplicates']} needs a key to find duplicates ({what})", "add `key:`")
-    if c["combine_before_insert"] and op not in _INSERTS:
-        errors.error(table.at("combine_before_insert"), f"combine_before_insert applies to insert and bulk_insert, not to {op} ({what})", "remove it: upsert always combines a batch by key")
+    if c["combine_before_insert"] and op not in (*_INSERTS, "bootstrap"):
+        errors.error(table.at("combine_before_insert"), f"combine_before_insert applies to insert, bulk_insert and bootstrap, not to {op} ({what})", "remove it: upsert always combines a batch by key")
     if c["combine_before_insert"] and not c["key"]:
         errors.error(table.at("combine_before_insert"), f"combine_before_insert needs a key to combine by ({what})", "add `key:`")
-    if _written(table, "bulk_insert_sort_mode") and op != "bulk_insert":
-        errors.error(table.at("bulk_insert_sort_mode"), f"bulk_insert_sort_mode applies to bulk_insert, not to {op} ({what})", "remove it, or set operation: bulk_insert")
+    if _written(table, "bulk_insert_sort_mode") and op not in ("bulk_insert", "bootstrap"):
+        errors.error(table.at("bulk_insert_sort_mode"), f"bulk_insert_sort_mode applies to bulk_insert and bootstrap, not to {op} ({what})", "remove it, or set operation: bulk_insert")
     if c["partitions_to_delete"] and op != "delete_partition":
         errors.error(table.at("partitions_to_delete"), f"partitions_to_delete applies to delete_partition, not to {op} ({what})", "set operation: delete_partition, or remove partitions_to_delete")
     if c["delete_when"] is not None and op != "upsert":

@@ -429,6 +429,14 @@ class Executor:
         stored, fingerprint, based_on = ({}, None, None)
         if table is not None:
             stored, fingerprint, based_on = _stored_state(table)
+        dataset = None
+        if config["operation"] == "bootstrap":
+            if based_on is not None and not self.options.full_refresh:
+                changed = "; its definition changed since" if fingerprint != step.fingerprint else ""
+                return "no_input", (f"bootstrapped already (commit {based_on}){changed}; "
+                                    f"`pipe run --select {step.name} --full-refresh` bootstraps it again from {config['bootstrap']['path']}")
+            dataset = self._bootstrap_dataset(step, config)
+            full = True
         refs = self._pending_inputs(step, stored, full, sources)
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
@@ -442,6 +450,8 @@ class Executor:
                 return "no_input", ("no new input; the table's definition changed since its last commit and applies to new input "
                                     "only: `--full-refresh` rebuilds it from all input")
             return "no_input", kept + "no new input"
+        if self.options.dry_run and dataset is not None:
+            return "would_run", f"bootstrap of {dataset.describe()}"
         if self.options.dry_run:
             detail = "; ".join(f"{n}: {p.describe()}" for n, p in sources.items()) or "reads " + ", ".join(refs)
             return "would_run", kept + ("first build: " if not exists else "full refresh: " if full else "") + detail
@@ -467,11 +477,14 @@ class Executor:
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
         sql = step.sql_full_refresh if (full and step.sql_full_refresh) else step.sql
-        try:
-            df = session.sql(sql)
-        except Exception as exc:  # noqa: BLE001 - an analysis error is a mistake in the SQL
-            raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {_spark_message(exc)}",
-                           "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
+        if dataset is not None:
+            df = self._bootstrap_frame(session, step, config, dataset)
+        else:
+            try:
+                df = session.sql(sql)
+            except Exception as exc:  # noqa: BLE001 - an analysis error is a mistake in the SQL
+                raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {_spark_message(exc)}",
+                               "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
 
         table, recreated = self._create_table(session, step, config, uri, rebuild=full and exists)
         extra = {f"{CHECKPOINT_PREFIX}{n}": p.checkpoint for n, p in sources.items() if p.checkpoint is not None}
@@ -480,7 +493,10 @@ class Executor:
                 extra[f"{CHECKPOINT_PREFIX}{n}"] = stored[n]
         extra.update({f"{CHECKPOINT_PREFIX}{n}": t for n, t in refs.items()})
         extra[FINGERPRINT_KEY] = step.fingerprint
-        operation, options = _write_options(config, full and exists)
+        if dataset is not None:
+            extra.update({"pipe.bootstrap.path": dataset.uri, "pipe.bootstrap.files": str(dataset.files),
+                          "pipe.bootstrap.partitions": str(len(dataset.partitions)) if dataset.partitions != [""] else "0"})
+        operation, options = _write_options(config, full and exists and (dataset is None or based_on is not None))
         if self._cancel.is_set():
             raise Cancelled(f"{step.id}: cancelled before its write started")
         # refused if another run committed to this table since its checkpoints were read
@@ -500,6 +516,33 @@ class Executor:
         result.rows_written = w.inserts + w.updates
         note = f"; the commit stands, but cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
         return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
+
+    def _bootstrap_dataset(self, step: Step, config: Mapping[str, Any]):
+        from runtime.table import bootstrap
+
+        boot = config["bootstrap"]
+        path = boot["path"]
+        uri = path if path.startswith(("s3://", "s3a://", "file://")) or os.path.isabs(path) else str((self.root / path).resolve())
+        try:
+            return bootstrap.scan(uri, boot.get("partition_regex"))
+        except bootstrap.BootstrapError as exc:
+            raise RunError(f"{step.file}:{step.line}: table {step.name}: {exc}", exc.hint) from exc
+
+    def _bootstrap_frame(self, session, step: Step, config: Mapping[str, Any], dataset):
+        from runtime.table import bootstrap
+
+        try:
+            df = bootstrap.read(session, dataset)
+        except Exception as exc:  # noqa: BLE001 - files Spark cannot read as Parquet
+            raise RunError(f"{step.file}:{step.line}: table {step.name}: Spark cannot read the dataset at {dataset.uri}: {_spark_message(exc)}",
+                           "bootstrap.path must hold Parquet files with one schema") from exc
+        needed = [*config["key"], *config["partition_by"], *([config["precombine"]] if config.get("precombine") else [])]
+        missing = [c for c in needed if c not in df.columns]
+        if missing:
+            raise RunError(f"{step.file}:{step.line}: table {step.name} names column(s) {', '.join(missing)} (key, partition_by or precombine) "
+                           f"that the dataset at {dataset.uri} does not have; its columns: {', '.join(df.columns)}",
+                           "name columns of the dataset (partition folders named column=value count as columns)")
+        return df
 
     def _would_write(self, step_id: str) -> list[str]:
         """In a dry run: the tables in this run that would write and feed `step_id` (itself, or

@@ -908,7 +908,7 @@ key: [id]
 combine_before_insert: true
 """)})
     diags = compile_errors(root)
-    check(diags, "combine_before_insert applies to insert and bulk_insert, not to upsert (table 't')", "tables/t.yml:4:28")
+    check(diags, "combine_before_insert applies to insert, bulk_insert and bootstrap, not to upsert (table 't')", "tables/t.yml:4:28")
     assert len(diags) == 1, listing(diags)
 
 
@@ -918,7 +918,7 @@ operation: insert
 bulk_insert_sort_mode: PARTITION_SORT
 """)})
     diags = compile_errors(root)
-    check(diags, "bulk_insert_sort_mode applies to bulk_insert, not to insert (table 't')", "tables/t.yml:4:28", "operation: bulk_insert")
+    check(diags, "bulk_insert_sort_mode applies to bulk_insert and bootstrap, not to insert (table 't')", "tables/t.yml:4:28", "operation: bulk_insert")
     assert len(diags) == 1, listing(diags)
 
 

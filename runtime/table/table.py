@@ -186,6 +186,8 @@ class Table:
           table's. A full refresh is `combine_before_insert=True` with this operation: the
           batch is deduplicated by key (precombine decides; a key whose winning row is a delete
           is dropped), then it replaces the whole table, in one replacecommit;
+        - bootstrap: a bulk_insert (sorted by `bulk_insert_sort_mode`) that is the table's
+          first commit, with operationType BOOTSTRAP; refused on a table with commits;
         - delete_partition: `df` is ignored (may be None); replaces the groups of the
           partitions matching `partitions_to_delete` (partition paths as stored, e.g.
           `region=EU`, with fnmatch wildcards: `dt=2024-*`; `*` on a non-partitioned table).
@@ -200,6 +202,9 @@ class Table:
 
         `retain_from`: the oldest instant an incremental consumer of this table has read up to;
         inline cleaning keeps what reads after it need, and archiving does not pass it."""
+        bootstrap = operation == "bootstrap"  # a bulk_insert that makes the table's first commit
+        if bootstrap:
+            operation = "bulk_insert"
         if "partitions_to_delete" in options:
             options["partitions_to_delete"] = tuple(options["partitions_to_delete"] or ())
         opts = _writer.WriteOptions(operation=operation, extra_metadata=dict(extra_metadata or {}), **options)
@@ -224,13 +229,16 @@ class Table:
                 if latest != expect_latest:
                     raise TableError(f"table {self.config.name} has a new commit {latest} since this write read its input "
                                      f"(it expected {expect_latest or 'no commit yet'}): another run wrote it meanwhile; run again")
+            if bootstrap and timeline.completed(WRITE_ACTIONS):
+                raise TableError(f"bootstrap makes the first commit of a table; {self.config.name} has commits already",
+                                 "rebuild it from the dataset with `pipe run --select TABLE --full-refresh`")
             slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if operation == "delete_partition":
                 self._check_partitions_to_delete(opts.partitions_to_delete, slices)
             instant = Instant(new_instant_time(timeline.last_time()), action, REQUESTED)
             # Hudi's requested replacecommit is an empty HoodieRequestedReplaceMetadata (Avro)
             self._transition(instant, REQUESTED, _avro.to_bytes(_avro.REQUESTED_REPLACE_METADATA, _avro.EMPTY_REPLACE_REQUEST) if replacing else b"")
-            op_type = _writer.OPERATION_TYPES[operation]
+            op_type = "BOOTSTRAP" if bootstrap else _writer.OPERATION_TYPES[operation]
             self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes())
             _services.fault("after_inflight")
             try:
@@ -257,7 +265,7 @@ class Table:
                 service_error = f"{type(exc).__name__}: {exc}"
         c = staged.counts
         replaced = sum(len(ids) for ids in (staged.replaced or {}).values())
-        return WriteResult(instant.time, action, operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced, service_error)
+        return WriteResult(instant.time, action, "bootstrap" if bootstrap else operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced, service_error)
 
     def _check_partitions_to_delete(self, patterns, slices) -> None:
         """delete_partition refuses patterns that match no partition (a typo would otherwise
