@@ -479,6 +479,8 @@ class Executor:
         sql = step.sql_full_refresh if (full and step.sql_full_refresh) else step.sql
         if dataset is not None:
             df = self._bootstrap_frame(session, step, config, dataset)
+        elif sql is None:  # delete_partition with partitions_to_delete only
+            df = None
         else:
             try:
                 df = session.sql(sql)
@@ -497,6 +499,10 @@ class Executor:
             extra.update({"pipe.bootstrap.path": dataset.uri, "pipe.bootstrap.files": str(dataset.files),
                           "pipe.bootstrap.partitions": str(len(dataset.partitions)) if dataset.partitions != [""] else "0"})
         operation, options = _write_options(config, full and exists and (dataset is None or based_on is not None))
+        if operation == "delete_partition" and df is not None:
+            options["partitions_to_delete"] = sorted(set(options["partitions_to_delete"]) | self._named_partitions(step, config, df))
+            if not options["partitions_to_delete"]:
+                return "no_input", "no partition to delete (the SQL returned no rows)"
         if self._cancel.is_set():
             raise Cancelled(f"{step.id}: cancelled before its write started")
         # refused if another run committed to this table since its checkpoints were read
@@ -516,6 +522,18 @@ class Executor:
         result.rows_written = w.inserts + w.updates
         note = f"; the commit stands, but cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
         return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
+
+    def _named_partitions(self, step: Step, config: Mapping[str, Any], df) -> set[str]:
+        """delete_partition with SQL: each row names a partition by its partition_by columns.
+        Only the distinct partition values reach the driver."""
+        from runtime.table.layout import partition_path
+
+        fields = list(config["partition_by"])
+        missing = [c for c in fields if c not in df.columns]
+        if missing:
+            raise RunError(f"{step.sql_file}: the rows of table {step.name} name the partitions to delete, but its SELECT has no column(s) "
+                           f"{', '.join(missing)}", f"select the partition_by column(s) {', '.join(fields)} of the partitions to delete")
+        return {partition_path(r.asDict(), fields, config["hive_style_partitioning"]) for r in df.select(*fields).distinct().collect()}
 
     def _bootstrap_dataset(self, step: Step, config: Mapping[str, Any]):
         from runtime.table import bootstrap
