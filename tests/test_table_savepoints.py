@@ -12,20 +12,10 @@ import hudi
 import pyarrow as pa
 import pytest
 
-from runtime.table import Table, TableConfig, TableError
+from runtime.table import Table, TableError
 from runtime.table import avro
 from runtime.table.services import archived_instants
-
-CONFIG = TableConfig(name="t", record_key_fields=("id",), partition_fields=("p",))
-
-
-def hudi_rows(path, **opts):
-    t = hudi.HudiTableBuilder.from_base_uri(path).build()
-    options = hudi.HudiReadOptions()
-    if "as_of" in opts:
-        options = options.with_as_of_timestamp(opts["as_of"])
-    batches = t.read(options)
-    return sorted((r["id"], r["v"]) for r in pa.Table.from_batches(batches).to_pylist()) if batches else []
+from tests.test_table_services import CONFIG, hudi_rows
 
 
 def our_rows(table, **kw):

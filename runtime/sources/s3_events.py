@@ -303,9 +303,9 @@ class S3EventsPending(Pending):
                 return
             good = [m for m in self.messages if not m.malformed]
             if committed:
-                from runtime.table.table import _fault
+                from runtime.table.services import fault
 
-                _fault("before_sqs_delete")  # tests: the commit is complete, the queue still holds its messages
+                fault("before_sqs_delete")  # tests: the commit is complete, the queue still holds its messages
                 self._delete(good)
             elif succeeded and not self.records:
                 self._delete(good)  # only test events: nothing to keep
