@@ -70,7 +70,7 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
         if c["bootstrap"] is not None and c["bootstrap"].get("mode") == "metadata_only":
             errors.error(table.at("bootstrap", "mode"), f"{what}: metadata_only bootstrap is not supported: independent Hudi readers "
                          "(hudi-rs) cannot read skeleton files that point at the original files",
-                         "use `mode: full_record` (the default), which rewrites the dataset once; see docs/tables.md, Bootstrap")
+                         "use `mode: full_record` (the default), which rewrites the dataset once; see docs/services.md, Bootstrap")
     elif c["bootstrap"] is not None:
         errors.error(table.at("bootstrap"), f"{what} has bootstrap settings but operation '{op}'", "set `operation: bootstrap`, or remove `bootstrap:`")
     if op not in _NO_SQL and table.sql_text is None:

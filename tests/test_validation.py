@@ -1002,10 +1002,20 @@ bootstrap: {path: data/old}
 def test_bootstrap_compiles_without_sql(project):
     root = project(table("t", """
 operation: bootstrap
-bootstrap: {path: data/old, mode: metadata_only}
+bootstrap: {path: data/old, partition_regex: "day=.*"}
 """, sql=None))
     config = compile_project(root).plan.step("table.t").config
-    assert config["bootstrap"] == {"path": "data/old", "mode": "metadata_only", "partition_regex": None}
+    assert config["bootstrap"] == {"path": "data/old", "mode": "full_record", "partition_regex": "day=.*"}
+
+
+def test_metadata_only_bootstrap_is_refused(project):
+    root = project(table("t", """
+operation: bootstrap
+bootstrap: {path: data/old, mode: metadata_only}
+""", sql=None))
+    diags = compile_errors(root)
+    check(diags, "table 't': metadata_only bootstrap is not supported", "tables/t.yml:4:39", "mode: full_record")
+    assert len(diags) == 1, listing(diags)
 
 
 def test_bootstrap_partition_regex_must_compile(project):
