@@ -259,9 +259,9 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("operation,partitioned", [
-    ("insert_overwrite", True), ("insert_overwrite_table", False), ("delete_partition", True),
-])
+# (insert_overwrite_table is rolled back the same way as insert_overwrite: by its instant's
+# files; one crash test per shape, a write with files and one without, keeps the suite short)
+@pytest.mark.parametrize("operation,partitioned", [("insert_overwrite", True), ("delete_partition", True)])
 def test_a_crashed_replacecommit_is_rolled_back_by_the_next_write(spark, tmp_path, operation, partitioned):
     table, path = make(spark, tmp_path, partitioned)
     table.write(df(spark, OLD), "upsert")
