@@ -101,9 +101,11 @@ def rollback_pending(storage) -> list[str]:
     """Rolls back every requested or inflight write, each with its own rollback instant. An
     unfinished restore is finished first (it knows which instants it was undoing)."""
     timeline = Timeline.load(storage)
-    for r in [i for i in timeline.pending() if i.action == RESTORE]:
+    restores = [i for i in timeline.pending() if i.action == RESTORE]
+    for r in restores:
         _finish_restore(storage, r)
-    timeline = Timeline.load(storage)
+    if restores:
+        timeline = Timeline.load(storage)
     rolled = []
     by_instant = _data_files_by_instant(storage) if timeline.pending() else {}
     for failed in timeline.pending():
