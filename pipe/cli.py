@@ -598,10 +598,6 @@ def _naming(table_name: str):
         raise
 
 
-def _consumer_lines(consumers: dict[str, str], after: str | None = None) -> list[str]:
-    return [f"{who} has read up to {cp}" for who, cp in sorted(consumers.items(), key=lambda kv: kv[1]) if after is None or cp > after]
-
-
 def _downstream_warning(table_name: str, consumers: dict[str, str], instant: str) -> None:
     """Consumers that have read past the instant the table now ends at fail on their next run."""
     past = {who: cp for who, cp in consumers.items() if cp > instant}
@@ -641,8 +637,8 @@ def clean_cmd(ctx: _Context, table_name, policy, retain, target) -> None:
         output.line(f"  earliest retained commit: {result.earliest_retained}")
     for sp in table.savepoints():
         output.line(f"  kept: the files of savepoint {sp}")
-    for text in _consumer_lines(consumers):
-        output.line(f"  kept: what {text} needs")
+    for who, cp in sorted(consumers.items(), key=lambda kv: kv[1]):
+        output.line(f"  kept: what {who} has read up to {cp} needs")
     if archived:
         output.line(f"  archived {len(archived)} instant(s), {archived[0]} to {archived[-1]} (`pipe timeline {table_name} --all` lists them)")
 

@@ -136,9 +136,13 @@ class Executor:
         except KeyError as exc:
             raise RunError(f"environment variable {exc.args[0]} is not set; the lake of target {self.plan.target.name} needs it",
                            f"export {exc.args[0]}=... before `pipe run`") from exc
-        if lake.startswith(("s3://", "s3a://", "file://")) or os.path.isabs(lake):
-            return lake.rstrip("/")
-        return str((self.root / lake).resolve())
+        return self._project_uri(lake).rstrip("/")
+
+    def _project_uri(self, path: str) -> str:
+        """A URI or absolute path as written; a relative path from the project folder."""
+        if path.startswith(("s3://", "s3a://", "file://")) or os.path.isabs(path):
+            return path
+        return str((self.root / path).resolve())
 
     def table_uri(self, name: str) -> str:
         return f"{self.lake}/{name}"
@@ -539,10 +543,8 @@ class Executor:
         from runtime.table import bootstrap
 
         boot = config["bootstrap"]
-        path = boot["path"]
-        uri = path if path.startswith(("s3://", "s3a://", "file://")) or os.path.isabs(path) else str((self.root / path).resolve())
         try:
-            return bootstrap.scan(uri, boot.get("partition_regex"))
+            return bootstrap.scan(self._project_uri(boot["path"]), boot.get("partition_regex"))
         except bootstrap.BootstrapError as exc:
             raise RunError(f"{step.file}:{step.line}: table {step.name}: {exc}", exc.hint) from exc
 

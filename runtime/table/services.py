@@ -335,10 +335,9 @@ def plan_clean(view: FileSystemView, timeline: Timeline, policy: str, retain: in
         if len(commits) <= retain:
             return {}, None
         earliest = commits[-retain]
-    if retain_from is not None:
-        after = [c for c in commits if c > retain_from]
-        if after and (policy == KEEP_LATEST_COMMITS or earliest is None):
-            earliest = min(earliest or after[0], after[0])
+    after = [c for c in commits if retain_from is not None and c > retain_from]
+    if after:  # the first commit a consumer has not read: keep what reads as of it need
+        earliest = min(earliest, after[0]) if earliest else after[0]
     doomed: dict[str, list[str]] = {}
     for key, versions in groups.items():
         versions.sort(key=lambda b: b.instant, reverse=True)
