@@ -108,9 +108,31 @@ def changes(spark, rows: int, spread: bool):
                       F.lit("changed").alias("name"), F.lit(1.0).alias("amount"))
 
 
+def _median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+class Runs:
+    """The repeated measurements of one thing: median time, peak memory over the runs."""
+
+    def __init__(self):
+        self.seconds, self.py, self.jvm, self.bytes = [], 0.0, 0.0, 0
+
+    def add(self, peak: Peak, nbytes: int) -> None:
+        self.seconds.append(peak.seconds)
+        self.py, self.jvm, self.bytes = max(self.py, peak.py), max(self.jvm, peak.jvm), nbytes
+
+    @property
+    def median(self) -> float:
+        return _median(self.seconds)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
     from runtime.session import get_spark
@@ -118,62 +140,80 @@ def main() -> None:
 
     spark = get_spark("local[2]", {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"}, app_name="pipe-bench")
     work = Path(tempfile.mkdtemp(prefix="pipe-bench-"))
-    results = []
+    config = TableConfig(name="bench", record_key_fields=("id",), partition_fields=("part",), precombine_field="ts")
+    results: dict[tuple[str, str], Runs] = {}
+
+    def measure(case: str, what: str, fn) -> None:
+        with Peak(spark) as peak:
+            nbytes = fn()
+        results.setdefault((case, what), Runs()).add(peak, nbytes)
+
+    def bulk_insert(path: Path) -> int:
+        shutil.rmtree(path, ignore_errors=True)
+        return Table.create(spark, str(path), config).write(df, "bulk_insert").bytes
+
+    def plain_write() -> int:
+        df.write.mode("overwrite").partitionBy("part").parquet(str(work / "plain"))
+        return dir_bytes(work / "plain")
+
+    started = time.perf_counter()
     try:
         df = source(spark, args.rows).cache()
         df.count()
+        # warm-up, not reported: the first write of each kind pays JVM JIT and Python worker start
+        plain_write()
+        bulk_insert(work / "warm")
+        shutil.rmtree(work / "warm")
+        for _ in range(args.repeats):  # the two take turns, so drift hits both alike
+            measure("bulk_insert", "Spark df.write.parquet (baseline)", plain_write)
+            measure("bulk_insert", "pipe bulk_insert", lambda: bulk_insert(work / "hudi"))
+        table = Table.open(spark, str(work / "hudi"))
 
-        with Peak(spark) as plain:
-            df.write.mode("overwrite").partitionBy("part").parquet(str(work / "plain"))
-        results.append(("bulk_insert", "Spark df.write.parquet (baseline)", plain, dir_bytes(work / "plain")))
-
-        config = TableConfig(name="bench", record_key_fields=("id",), partition_fields=("part",), precombine_field="ts")
-        table = Table.create(spark, str(work / "hudi"), config)
-        with Peak(spark) as bulk:
-            r = table.write(df, "bulk_insert")
-        results.append(("bulk_insert", "pipe bulk_insert", bulk, r.bytes))
-
+        ts = iter(range(5000, 10**9))
         for spread in (False, True):
             label = "spread over 10 partitions" if spread else "in 1 of 10 partitions"
             ch = changes(spark, args.rows, spread).cache()
             ch.count()
-            with Peak(spark) as up:
-                r = table.write(ch, "upsert", clean_inline=False)
-            results.append((f"upsert 1% {label}", "pipe upsert (global index)", up, r.bytes))
-            with Peak(spark) as up_p:
-                r = table.write(ch.withColumn("ts", ch["ts"] + 1), "upsert", clean_inline=False, index="partition")
-            results.append((f"upsert 1% {label}", "pipe upsert (index: partition)", up_p, r.bytes))
+            for _ in range(args.repeats):
+                for index in ("global", "partition"):  # each run changes the same keys again, with a larger ts
+                    batch = ch.withColumn("ts", ch["ts"] * 0 + next(ts))
+                    measure(f"upsert 1% {label}", f"pipe upsert (index: {index})",
+                            lambda: table.write(batch, "upsert", clean_inline=False, index=index).bytes)
 
-            naive_out = work / f"naive-{int(spread)}"
-            with Peak(spark) as naive:
-                base = spark.read.parquet(str(work / "plain"))
-                merged = base.join(ch.select("id"), "id", "left_anti").unionByName(ch)
-                merged.write.mode("overwrite").partitionBy("part").parquet(str(naive_out))
-            results.append((f"upsert 1% {label}", "naive rewrite (baseline)", naive, dir_bytes(naive_out)))
+                def naive() -> int:
+                    out = work / f"naive-{int(spread)}"
+                    base = spark.read.parquet(str(work / "plain"))
+                    merged = base.join(ch.select("id"), "id", "left_anti").unionByName(ch)
+                    merged.write.mode("overwrite").partitionBy("part").parquet(str(out))
+                    return dir_bytes(out)
+
+                measure(f"upsert 1% {label}", "naive rewrite (baseline)", naive)
             ch.unpersist()
         rows_check = table.read().count()
         assert rows_check == args.rows, (rows_check, args.rows)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+    whole = time.perf_counter() - started
 
     lines = [
         "## Table engine: bulk_insert and upsert against plain Spark",
         "",
         "Generated by `python bench/table_bench.py` — do not edit by hand; run the script again.",
         "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; Python {platform.python_version()}; Spark local[2]",
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; Python {platform.python_version()}; Spark local[2]; whole run {whole:.0f} s",
         f"- {args.rows:,} rows (id, part = id % 10, ts, name, amount), partitioned by `part` (10 partitions); key `id`, precombine `ts`",
-        "- Peak memory is sampled every 50 ms: the Python driver's RSS and the JVM's used heap (in local mode the JVM also runs the executors).",
-        "- Upserts: the global index looks every incoming key up among all stored keys (broadcast semi-join at the scan); `index: partition` reads only the partitions in the batch (Hudi's default SIMPLE index behaves like this).",
+        f"- Every figure is the median of {args.repeats} runs, after one unreported warm-up write of each kind; pipe and its baseline take turns. Bytes written are those of the last run.",
+        "- Peak memory is sampled every 50 ms over all runs: the Python driver's RSS and the JVM's used heap (in local mode the JVM also runs the executors).",
+        "- Upserts: the global index looks every incoming key up among all stored keys (broadcast semi-join at the scan); `index: partition` reads only the partitions in the batch (Hudi's default SIMPLE index behaves like this). Each run upserts the same keys with a larger `ts`, so every row is an update.",
         "",
-        "| case | what | seconds | × baseline | bytes written | peak Python driver RSS MB | peak JVM heap MB |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| case | what | median s | runs s | × baseline | bytes written | peak Python driver RSS MB | peak JVM heap MB |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
     ]
-    baselines = {case: p.seconds for case, what, p, _ in results if "baseline" in what}
-    for case, what, p, nbytes in results:
-        ratio = p.seconds / baselines[case] if case in baselines else float("nan")
-        lines.append(f"| {case} | {what} | {p.seconds:.1f} | {ratio:.2f} | {nbytes:,} | {p.py:.0f} | {p.jvm:.0f} |")
+    baselines = {case: r.median for (case, what), r in results.items() if "baseline" in what}
+    for (case, what), r in results.items():
+        runs = ", ".join(f"{x:.1f}" for x in r.seconds)
+        lines.append(f"| {case} | {what} | {r.median:.1f} | {runs} | {r.median / baselines[case]:.2f} | {r.bytes:,} | {r.py:.0f} | {r.jvm:.0f} |")
     write_section("table", "\n".join(lines))
     print("\n".join(lines))
 

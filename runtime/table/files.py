@@ -3,8 +3,10 @@ Parquet base files under their exact Hudi names and yields one stats row per fil
 stats rows reach the driver.
 
 Two modes:
-- `groups`: rows arrive sorted by the target file id (`_pipe_file_id`); every run of one id
-  becomes that file group's new base file (updates and inserts into existing groups).
+- `groups`: incoming rows arrive sorted by their target file id (`_pipe_file_id`); every run
+  of one id becomes that file group's new base file. For an existing group the task reads
+  the current base file itself and carries its rows over, less those whose keys the
+  incoming rows replace or delete (Hudi's merge handle), so stored rows never cross a shuffle.
 - `bulk`: rows carry only their partition; the task opens a new file group per partition it
   sees and rolls to another once a file reaches the size limit (bulk_insert, new groups)."""
 
@@ -13,12 +15,11 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 FILE_ID = "_pipe_file_id"
-SOURCE = "_pipe_src"  # 1: an incoming row (gets this instant's commit time), 0: a stored row
-KIND = "_pipe_kind"  # I insert, U update, D delete, O a stored row carried over
+KIND = "_pipe_kind"  # I insert, U update, D delete
 STATS_SCHEMA = "file_id string, partition_path string, path string, rows long, size long"
 
 
@@ -31,11 +32,21 @@ class FileWriteSpec:
     instant: str
     data_columns: tuple[str, ...]  # in table order, without meta columns
     mode: str  # groups | bulk
-    # groups mode: rows come sorted by (file id, key, source desc); keep the first row of each
-    # key (the incoming one when there is one), then drop deletes
+    # groups mode: a stored row whose key comes in again is dropped (the incoming row replaces
+    # it, or deletes it); without merge (plain inserts into small files) every stored row stays
     merge: bool = False
+    # groups mode: "partition/file id" -> the base file (relative path) of each existing group
+    # the write rewrites; its rows are read in the task and carried over
+    base_files: dict[str, str] = field(default_factory=dict)
     max_file_size: int = 120 * 1024 * 1024
     compression: str = "snappy"
+
+
+# Rows of one file are gathered up to this many bytes of Arrow data before they are written
+# as one Parquet row group (bounded memory per open file, few row groups per file).
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+TASK_BUFFER_BYTES = 2 * ROW_GROUP_BYTES
+BATCH_BYTES = 8 * 1024 * 1024  # Arrow batches are joined up to this size before they are split
 
 
 def _token() -> tuple[str, int]:
@@ -49,72 +60,117 @@ def _token() -> tuple[str, int]:
 
 class _OpenFile:
     def __init__(self, spec: FileWriteSpec, partition: str, file_id: str, token: str):
-        import pyarrow.parquet as pq  # noqa: F401 - imported here, in the executor
+        from runtime.storage import StorageSpec, open_storage
+        from runtime.table.layout import ensure_partition_metadata
 
         self.spec = spec
         self.partition = partition
         self.file_id = file_id
         self.name = f"{file_id}_{token}_{spec.instant}.parquet"
         self.rel_path = f"{partition}/{self.name}" if partition else self.name
-        fd, self.local = tempfile.mkstemp(prefix="pipe-", suffix=".parquet")
-        os.close(fd)
+        self.storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
+        ensure_partition_metadata(self.storage, partition, spec.instant)
+        self.final = None
+        if hasattr(self.storage, "root"):
+            # local: written beside its final place under a hidden name, renamed when complete
+            self.final = self.storage.full_path(self.rel_path)
+            os.makedirs(os.path.dirname(self.final), exist_ok=True)
+            self.local = os.path.join(os.path.dirname(self.final), f".{self.name}.{uuid.uuid4().hex}.tmp")
+        else:
+            fd, self.local = tempfile.mkstemp(prefix="pipe-", suffix=".parquet")
+            os.close(fd)
         self.writer = None
         self.rows = 0
+        # Arrow batches are small (spark.sql.execution.arrow.maxRecordsPerBatch); they are
+        # gathered into row groups of ROW_GROUP_BYTES, so a file has few, large row groups
+        self.pending: list = []
+        self.pending_bytes = 0
+        self.flushed_arrow_bytes = 0
 
     def write(self, table) -> None:
+        self.pending.append(table)
+        self.pending_bytes += table.nbytes
+        self.rows += table.num_rows
+        if self.pending_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
+        if not self.pending:
+            return
+        table = pa.concat_tables(self.pending)
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.local, table.schema, compression=self.spec.compression)
-        self.writer.write_table(table)
-        self.rows += table.num_rows
+            self.writer = pq.ParquetWriter(self.local, table.schema, compression=self.spec.compression,
+                                           use_dictionary=_dictionary_columns(table.schema.names))
+        self.writer.write_table(table, row_group_size=table.num_rows)
+        self.flushed_arrow_bytes += self.pending_bytes
+        self.pending, self.pending_bytes = [], 0
 
     def bytes_so_far(self) -> int:
-        return os.path.getsize(self.local)
+        """Bytes on disk plus the pending rows, scaled by the compression seen so far."""
+        on_disk = os.path.getsize(self.local) if self.writer is not None else 0
+        ratio = on_disk / self.flushed_arrow_bytes if self.flushed_arrow_bytes else 1.0
+        return on_disk + int(self.pending_bytes * ratio)
 
     def close(self) -> tuple:
-        from runtime.storage import StorageSpec, open_storage
-
+        self._flush()
         self.writer.close()
         size = os.path.getsize(self.local)
-        storage = open_storage(StorageSpec(self.spec.storage_uri, self.spec.storage_options))
-        if hasattr(storage, "root"):  # local: move into place (same name once, complete)
-            final = storage.full_path(self.rel_path)
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            tmp = os.path.join(os.path.dirname(final), f".{self.name}.{uuid.uuid4().hex}.tmp")
-            with open(self.local, "rb") as src, open(tmp, "wb") as dst:
-                while chunk := src.read(1 << 22):
-                    dst.write(chunk)
-                dst.flush()
-                os.fsync(dst.fileno())  # durable before the commit that names it
-            os.replace(tmp, final)
+        if self.final is not None:  # local: durable before the commit that names it, then renamed
+            fd = os.open(self.local, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self.local, self.final)
         else:
             with open(self.local, "rb") as src:
-                storage.write_atomic(self.rel_path, src.read())
-        os.unlink(self.local)
+                self.storage.write_atomic(self.rel_path, src.read())
+            os.unlink(self.local)
         return (self.file_id, self.partition, self.rel_path, self.rows, size)
 
+    def discard(self) -> None:
+        """A task that fails leaves no hidden file behind (best effort)."""
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception:  # noqa: BLE001 - already failing; the original error matters
+                pass
+        try:
+            os.unlink(self.local)
+        except OSError:
+            pass
 
-def _with_meta(batch, open_file: _OpenFile, spec: FileWriteSpec, task_id: int, counter: list[int]):
-    """Arrow table with the five meta columns first, then the data columns."""
+
+# Unique per row: a dictionary never pays off, so those columns skip the attempt.
+_NO_DICTIONARY = ("_hoodie_commit_seqno", "_hoodie_record_key")
+
+
+def _dictionary_columns(names) -> list[str]:
+    return [n for n in names if n not in _NO_DICTIONARY]
+
+
+def _with_meta(batch, open_file: _OpenFile, spec: FileWriteSpec, task_id: int, counter: list[int], carried: bool = False):
+    """Arrow table with the five meta columns first, then the data columns. New rows get this
+    instant's commit time and a sequence number; `carried` rows (stored rows kept by a
+    rewrite) keep theirs."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = batch.num_rows
-    names = batch.schema.names
-    if SOURCE in names:
-        incoming = pc.equal(batch.column(SOURCE), 1)
+    if carried:
+        commit_times, seqnos = batch.column("_hoodie_commit_time"), batch.column("_hoodie_commit_seqno")
     else:
-        incoming = pa.repeat(pa.scalar(True), n)
-    numbers = pc.cast(pa.array(range(counter[0], counter[0] + n), pa.int64()), pa.string())
-    seqnos = pc.binary_join_element_wise(pa.scalar(f"{spec.instant}_{task_id}_"), numbers, "")
-    counter[0] += n
-    commit_time = pa.repeat(pa.scalar(spec.instant), n)
-    old_time = batch.column("_hoodie_commit_time") if "_hoodie_commit_time" in names else pa.nulls(n, pa.string())
-    old_seq = batch.column("_hoodie_commit_seqno") if "_hoodie_commit_seqno" in names else pa.nulls(n, pa.string())
+        numbers = pc.cast(pa.array(np.arange(counter[0], counter[0] + n, dtype=np.int64)), pa.string())
+        counter[0] += n
+        seqnos = pc.binary_join_element_wise(pa.scalar(f"{spec.instant}_{task_id}_"), numbers, "")
+        commit_times = pa.repeat(pa.scalar(spec.instant), n)
     columns = {
-        "_hoodie_commit_time": pc.if_else(incoming, commit_time, old_time),
-        "_hoodie_commit_seqno": pc.if_else(incoming, seqnos, old_seq),
+        "_hoodie_commit_time": commit_times,
+        "_hoodie_commit_seqno": seqnos,
         "_hoodie_record_key": batch.column("_hoodie_record_key"),
         "_hoodie_partition_path": pa.repeat(pa.scalar(open_file.partition), n),
         "_hoodie_file_name": pa.repeat(pa.scalar(open_file.name), n),
@@ -130,9 +186,7 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
     import pyarrow.compute as pc
 
     token, task_id = _token()
-    counter = [0]
-    last: tuple = (None, None)  # (file id, key) of the previous row, across batches
-    stats = []
+    stats: list[tuple] = []
     open_files: dict[str, _OpenFile] = {}
 
     def emit(rows):
@@ -141,51 +195,165 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
             schema=pa.schema([("file_id", pa.string()), ("partition_path", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("size", pa.int64())]),
         )
 
+    try:
+        _write_batches(spec, batches, token, task_id, open_files, stats)
+    except BaseException:
+        for f in open_files.values():
+            f.discard()
+        raise
+    if stats:
+        yield emit(stats)
+
+
+def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: int, open_files: dict, stats: list) -> None:
+    """Writes the task's rows into files; appends a stats row per file closed."""
+    counter = [0]
+    if spec.mode == "groups":
+        for partition, file_id, rows in _groups(_coalesced(batches, BATCH_BYTES)):
+            stat = _write_group(spec, partition, file_id, rows, token, task_id, counter, open_files)
+            if stat is not None:
+                stats.append(stat)
+        return
+    for batch in _coalesced(batches, BATCH_BYTES):  # bulk: a file group per partition path, rolled over by size
+        for value, piece in _split_by_partition(batch):
+            current = open_files.get(value)
+            if current is None:
+                current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", token)
+            current.write(_with_meta(piece, current, spec, task_id, counter))
+            if current.bytes_so_far() >= spec.max_file_size:
+                stats.append(current.close())
+                del open_files[value]
+        _keep_within_budget(open_files)
+    for key in list(open_files):
+        stats.append(open_files.pop(key).close())
+
+
+def _groups(batches: Iterator) -> Iterator:
+    """(partition, file id, incoming rows as one Arrow table) per file group, from batches
+    sorted by file id; a group's rows may span batches."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    current, partition, pieces = None, None, []
+    for batch in batches:
+        ids = batch.column(FILE_ID)
+        n = batch.num_rows
+        bounds = [0] + [i + 1 for i in pc.indices_nonzero(pc.not_equal(ids.slice(1), ids.slice(0, n - 1))).to_pylist()] + [n] if n > 1 else [0, n]
+        for a, b in zip(bounds, bounds[1:]):
+            fid = ids[a].as_py()
+            if fid != current and pieces:
+                yield partition, current, pa.Table.from_batches(pieces)
+                pieces = []
+            current, partition = fid, batch.column("_hoodie_partition_path")[a].as_py()
+            pieces.append(batch.slice(a, b - a))
+    if pieces:
+        yield partition, current, pa.Table.from_batches(pieces)
+
+
+def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token: str, task_id: int, counter: list[int], open_files: dict):
+    """A file group's new base file: its stored rows (those of the current base file whose
+    keys the incoming rows do not replace or delete, when merging) and then the incoming
+    rows. Returns the stats row, or None when nothing is left (the driver handles that)."""
+    import pyarrow.compute as pc
+
+    base = spec.base_files.get(f"{partition}/{file_id}")
+    if spec.merge:
+        replaced = pc.unique(rows.column("_hoodie_record_key"))
+    if KIND in rows.column_names:
+        rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
+    out = open_files[file_id] = _OpenFile(spec, partition, file_id, token)
+    if base is not None:
+        for stored in _stored_batches(out.storage, base, rows.schema):
+            if spec.merge:
+                stored = stored.filter(pc.invert(pc.is_in(stored.column("_hoodie_record_key"), value_set=replaced)))
+            if stored.num_rows:
+                out.write(_with_meta(stored, out, spec, task_id, counter, carried=True))
+    for batch in rows.to_batches(max_chunksize=1 << 16):
+        if batch.num_rows:
+            out.write(_with_meta(batch, out, spec, task_id, counter))
+    del open_files[file_id]
+    if not out.rows:
+        out.discard()
+        return None
+    return out.close()
+
+
+def _stored_batches(storage, rel_path: str, schema) -> Iterator:
+    """The rows of a stored base file in batches, with the data columns of `schema` (the
+    incoming rows' Arrow schema, which is the table's): a column the file lacks is null, a
+    widened column is cast."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if hasattr(storage, "root"):
+        source = storage.full_path(rel_path)
+    else:
+        source = pa.BufferReader(storage.read_bytes(rel_path))
+    stored = pq.ParquetFile(source)
+    present = set(stored.schema_arrow.names)
+    wanted = [f for f in schema if not f.name.startswith("_pipe_") and f.name not in ("_hoodie_partition_path",)]
+    meta = [c for c in ("_hoodie_commit_time", "_hoodie_commit_seqno") if c in present]
+    columns = meta + [f.name for f in wanted if f.name in present]
+    for batch in stored.iter_batches(batch_size=1 << 16, columns=columns):
+        arrays, names = [], []
+        for c in meta:
+            arrays.append(batch.column(c))
+            names.append(c)
+        for f in wanted:
+            if f.name in present:
+                col = batch.column(f.name)
+                arrays.append(col if col.type == f.type else col.cast(f.type))
+            else:
+                arrays.append(pa.nulls(batch.num_rows, f.type))
+            names.append(f.name)
+        yield pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _coalesced(batches: Iterator, target: int) -> Iterator:
+    """Spark's Arrow batches (spark.sql.execution.arrow.maxRecordsPerBatch rows each) joined
+    into batches of about `target` bytes: fewer, larger steps for the Arrow kernels."""
+    import pyarrow as pa
+
+    held: list = []
+    size = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        if spec.mode == "groups":
-            ids = batch.column(FILE_ID)
-            parts = batch.column("_hoodie_partition_path")
-            n = batch.num_rows
-            # boundaries where the (sorted) file id changes
-            changes = [0, n]
-            if n > 1:
-                moved = pc.indices_nonzero(pc.not_equal(ids.slice(1), ids.slice(0, n - 1))).to_pylist()
-                changes = [0] + [i + 1 for i in moved] + [n]
-            for a, b in zip(changes, changes[1:]):
-                if a == b:
-                    continue
-                fid = ids[a].as_py()
-                piece = batch.slice(a, b - a)
-                if spec.merge:
-                    keys = piece.column("_hoodie_record_key")
-                    before = pa.concat_arrays([pa.array([last[1] if last[0] == fid else None], pa.string()), keys.slice(0, len(keys) - 1)])
-                    last = (fid, keys[len(keys) - 1].as_py())
-                    piece = piece.filter(pc.fill_null(pc.not_equal(keys, before), True))
-                    piece = piece.filter(pc.not_equal(piece.column(KIND), "D"))
-                current = open_files.get(fid)
-                if current is None:
-                    for other in list(open_files.values()):  # sorted input: the previous group is done
-                        stats.append(other.close())
-                    open_files.clear()
-                    if piece.num_rows == 0:
-                        continue  # nothing left of this group (all deleted): the driver handles it
-                    current = open_files[fid] = _OpenFile(spec, parts[a].as_py(), fid, token)
-                if piece.num_rows:
-                    current.write(_with_meta(piece, current, spec, task_id, counter))
-        else:  # bulk: a file group per partition path, rolled over by size
-            parts = batch.column("_hoodie_partition_path")
-            for value in pc.unique(parts).to_pylist():
-                piece = batch.filter(pc.equal(parts, value))
-                current = open_files.get(value)
-                if current is None:
-                    current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", token)
-                current.write(_with_meta(piece, current, spec, task_id, counter))
-                if current.bytes_so_far() >= spec.max_file_size:
-                    stats.append(current.close())
-                    del open_files[value]
-    for current in open_files.values():
-        stats.append(current.close())
-    if stats:
-        yield emit(stats)
+        held.append(batch)
+        size += batch.nbytes
+        if size >= target:
+            yield _one_batch(pa, held)
+            held, size = [], 0
+    if held:
+        yield _one_batch(pa, held)
+
+
+def _one_batch(pa, batches: list):
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+def _split_by_partition(batch):
+    """(partition path, rows) for each partition path in the batch, in one pass."""
+    import pyarrow.compute as pc
+
+    codes = pc.dictionary_encode(batch.column("_hoodie_partition_path"))
+    if len(codes.dictionary) == 1:
+        yield codes.dictionary[0].as_py(), batch
+        return
+    order = pc.sort_indices(codes.indices)
+    grouped = batch.take(order)
+    counts = pc.value_counts(codes.indices)
+    by_code = dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
+    start = 0
+    for code in sorted(by_code):
+        yield codes.dictionary[code].as_py(), grouped.slice(start, by_code[code])
+        start += by_code[code]
+
+
+def _keep_within_budget(open_files: dict) -> None:
+    """A bulk task may hold a file per partition open: their pending rows together stay
+    under TASK_BUFFER_BYTES (the fullest is written out first)."""
+    while sum(f.pending_bytes for f in open_files.values()) > TASK_BUFFER_BYTES:
+        max(open_files.values(), key=lambda f: f.pending_bytes)._flush()

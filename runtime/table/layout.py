@@ -20,6 +20,19 @@ _BASE_FILE = re.compile(r"^(?P<file_id>[^_.][^_]*)_(?P<token>\d+-\d+-\d+)_(?P<in
 ESCAPED = '%"#\'*/:=?\\{[]^'
 
 
+def ensure_partition_metadata(storage: Storage, partition: str, instant: str) -> None:
+    """Writes `<partition>/.hoodie_partition_metadata` if the partition has none; a writer calls
+    it before the first data file it puts in a partition."""
+    import datetime as dt
+
+    path = f"{partition}/{PARTITION_METADATA}" if partition else PARTITION_METADATA
+    if storage.exists(path):
+        return
+    depth = 0 if not partition else partition.count("/") + 1
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
+    storage.write_atomic(path, f"#partition metadata\n#{stamp}\ncommitTime={instant}\npartitionDepth={depth}\n".encode("utf-8"))
+
+
 def new_file_id() -> str:
     return f"{uuid.uuid4()}-0"
 

@@ -30,7 +30,7 @@ from runtime.table import services as _services
 from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
 from runtime.table.config import COPY_ON_WRITE, PROPERTIES, TableConfig
-from runtime.table.layout import PARTITION_METADATA, FileSystemView
+from runtime.table.layout import FileSystemView
 from runtime.table.schema import META_COLUMNS
 from runtime.table.timeline import (
     COMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant, Timeline,
@@ -157,17 +157,6 @@ class Table:
         timeline = self.timeline()
         latest = timeline.latest_completed()
         return timeline.commit_metadata(latest).checkpoints() if latest else {}
-
-    def ensure_partitions(self, partitions, instant: str) -> None:
-        """Writes .hoodie_partition_metadata for partitions that have none, before any data file."""
-        for p in sorted(partitions):
-            if p is None:
-                continue
-            path = f"{p}/{PARTITION_METADATA}" if p else PARTITION_METADATA
-            if not self.storage.exists(path):
-                depth = 0 if not p else p.count("/") + 1
-                text = f"#partition metadata\n#{dt.datetime.now(dt.timezone.utc).strftime('%a %b %d %H:%M:%S UTC %Y')}\ncommitTime={instant}\npartitionDepth={depth}\n"
-                self.storage.write_atomic(path, text.encode("utf-8"))
 
     # --- writing -----------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from runtime.table.files import FILE_ID, KIND, SOURCE, STATS_SCHEMA, FileWriteSpec, write_task
+from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, FileWriteSpec, write_task
 from runtime.table.layout import DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
 
@@ -234,7 +234,8 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 # --- 4. write_file_groups ----------------------------------------------------------------------
 
 
-def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False):
+def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
+                      base_files: dict[str, str] | None = None):
     """Executors write every file group's new base file; returns the stats rows."""
     spec = FileWriteSpec(
         storage_uri=storage.spec.uri,
@@ -243,6 +244,7 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
         data_columns=tuple(data_columns),
         mode=mode,
         merge=merge,
+        base_files=dict(base_files or {}),
         max_file_size=opts.max_file_size,
     )
     def run(batches):
@@ -338,7 +340,6 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     changes = in_place.unionByName(moved_out, allowMissingColumns=True)
     if routed_rows is not None:
         changes = changes.unionByName(routed_rows, allowMissingColumns=True)
-    changes = changes.withColumn(SOURCE, F.lit(1))
 
     # file groups to rewrite: those with updates or deletes, and small files taking inserts
     per_group = {(r[0], r[1]): r for r in changes.groupBy(PART, FILE_ID).agg(
@@ -348,27 +349,19 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     if not per_group:
         return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
     existing = {(s.partition, s.file_id): s for s in slices}
-    touched = [existing[k] for k in per_group if k in existing]
-    combined = changes
-    if touched:
-        stored = spark.read.schema(_with_meta_struct(stored_struct)).parquet(*[storage.full_path(s.base_file.path) for s in touched])
-        stored = stored.select(
-            *[F.col(f"`{c}`") for c in stored.columns if c not in (PART, "_hoodie_file_name")],
-            F.col(PART), F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(FILE_ID),
-            F.lit("O").alias(_KIND), F.lit(0).alias(SOURCE))
-        combined = stored.unionByName(changes, allowMissingColumns=True)
+    # each task reads the base files of the groups it rewrites itself (Hudi's merge handle):
+    # only the incoming rows are shuffled
+    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in per_group if (p, fid) in existing}
     merge = keyed and opts.operation != "insert"
-    if not merge:
-        combined = combined.where(F.col(_KIND) != "D")
+    combined = changes
     for c in data_columns:
         if c not in combined.columns:
             combined = combined.withColumn(c, F.lit(None).cast(struct[c].dataType))
-    # one shuffle: every file group to one task, sorted so that a key's incoming row comes
-    # first; the task keeps it, drops the stored version and drops deletes (files.write_task)
+    combined = combined.select(*[F.col(f"`{c}`").cast(struct[c].dataType).alias(c) for c in data_columns], KEY, PART, FILE_ID, _KIND)
+    # one shuffle of the incoming rows: every file group to one task
     n = max(1, min(len(per_group), spark.sparkContext.defaultParallelism * 4))
-    combined = combined.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY, F.col(SOURCE).desc())
-    table.ensure_partitions({p for p, _ in per_group}, instant)
-    written = write_file_groups(spark, combined, storage, instant, data_columns, opts, "groups", merge=merge)
+    combined = combined.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
+    written = write_file_groups(spark, combined, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files)
 
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size in written:
@@ -428,10 +421,6 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
         rows = rows.orderBy(PART, KEY)
     elif mode == "PARTITION_SORT":
         rows = rows.sortWithinPartitions(PART, KEY)
-    parts = {r[0] for r in rows.select(PART).distinct().collect()}
-    if not parts:
-        return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
-    table.ensure_partitions(parts, instant)
     out = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART)
     stats, counts = _new_file_stats(write_file_groups(spark, out, table.storage, instant, data_columns, opts, "bulk"))
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
@@ -492,7 +481,6 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
         out = routed.select(*_data_select(F, routed, struct, data_columns), KEY, PART, FILE_ID)
         n = max(1, min(len(buckets), spark.sparkContext.defaultParallelism * 4))
         out = out.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)  # a group's rows in one run
-        table.ensure_partitions(set(counts), instant)
         stats, totals = _new_file_stats(write_file_groups(spark, out, table.storage, instant, data_columns, opts, "groups"))
     return StagedWrite(stats, totals, avro_schema_json(struct, config.name), struct, replaced)
 
