@@ -20,7 +20,9 @@ from typing import Iterator
 
 FILE_ID = "_pipe_file_id"
 KIND = "_pipe_kind"  # I insert, U update, D delete
-STATS_SCHEMA = "file_id string, partition_path string, path string, rows long, size long"
+# one row per file written; a group left with no row has path "" (the driver writes it empty)
+STATS_SCHEMA = "file_id string, partition_path string, path string, rows long, size long, inserts long, updates long, deletes long"
+_STATS_FIELDS = ("file_id", "partition_path", "path", "rows", "size", "inserts", "updates", "deletes")
 
 
 @dataclass(frozen=True)
@@ -190,10 +192,10 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
     open_files: dict[str, _OpenFile] = {}
 
     def emit(rows):
-        return pa.RecordBatch.from_pylist(
-            [dict(zip(("file_id", "partition_path", "path", "rows", "size"), r)) for r in rows],
-            schema=pa.schema([("file_id", pa.string()), ("partition_path", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("size", pa.int64())]),
-        )
+        import pyarrow as pa
+
+        types = [pa.string()] * 3 + [pa.int64()] * 5
+        return pa.RecordBatch.from_pylist([dict(zip(_STATS_FIELDS, r)) for r in rows], schema=pa.schema(list(zip(_STATS_FIELDS, types))))
 
     try:
         _write_batches(spec, batches, token, task_id, open_files, stats)
@@ -210,9 +212,7 @@ def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: 
     counter = [0]
     if spec.mode == "groups":
         for partition, file_id, rows in _groups(_coalesced(batches, BATCH_BYTES)):
-            stat = _write_group(spec, partition, file_id, rows, token, task_id, counter, open_files)
-            if stat is not None:
-                stats.append(stat)
+            stats.append(_write_group(spec, partition, file_id, rows, token, task_id, counter, open_files))
         return
     for batch in _coalesced(batches, BATCH_BYTES):  # bulk: a file group per partition path, rolled over by size
         for value, piece in _split_by_partition(batch):
@@ -221,11 +221,15 @@ def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: 
                 current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", token)
             current.write(_with_meta(piece, current, spec, task_id, counter))
             if current.bytes_so_far() >= spec.max_file_size:
-                stats.append(current.close())
+                stats.append(_all_inserts(current.close()))
                 del open_files[value]
         _keep_within_budget(open_files)
     for key in list(open_files):
-        stats.append(open_files.pop(key).close())
+        stats.append(_all_inserts(open_files.pop(key).close()))
+
+
+def _all_inserts(stat: tuple) -> tuple:
+    return (*stat, stat[3], 0, 0)
 
 
 def _groups(batches: Iterator) -> Iterator:
@@ -250,13 +254,19 @@ def _groups(batches: Iterator) -> Iterator:
         yield partition, current, pa.Table.from_batches(pieces)
 
 
-def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token: str, task_id: int, counter: list[int], open_files: dict):
+def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token: str, task_id: int, counter: list[int], open_files: dict) -> tuple:
     """A file group's new base file: its stored rows (those of the current base file whose
     keys the incoming rows do not replace or delete, when merging) and then the incoming
-    rows. Returns the stats row, or None when nothing is left (the driver handles that)."""
+    rows. Returns the stats row, with counts of inserts, updates and deletes; its path is ""
+    when no row is left (the driver writes the empty base file)."""
     import pyarrow.compute as pc
 
     base = spec.base_files.get(f"{partition}/{file_id}")
+    if KIND in rows.column_names:
+        kinds = rows.column(KIND)
+        counts = tuple(pc.sum(pc.equal(kinds, k)).as_py() or 0 for k in ("I", "U", "D"))
+    else:
+        counts = (rows.num_rows, 0, 0)
     if spec.merge:
         replaced = pc.unique(rows.column("_hoodie_record_key"))
     if KIND in rows.column_names:
@@ -274,8 +284,8 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token:
     del open_files[file_id]
     if not out.rows:
         out.discard()
-        return None
-    return out.close()
+        return (file_id, partition, "", 0, 0, *counts)
+    return (*out.close(), *counts)
 
 
 def _stored_batches(storage, rel_path: str, schema) -> Iterator:

@@ -139,15 +139,17 @@ def dedupe(df, config, opts: WriteOptions):
 BROADCAST_KEYS = 200_000
 
 
-def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None):
+def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None,
+                  partitions: set[str] | None = None):
     """Joins incoming keys to the keys stored in the latest file slices; adds the stored
-    partition, file id and precombine value (null for new keys)."""
+    partition, file id and precombine value (null for new keys). With `index: partition`,
+    only the slices of `partitions` (the batch's, found when not given) are read."""
     from pyspark.sql import functions as F
 
     if not slices:
         return df.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
     if opts.index == "partition":
-        wanted = {r[0] for r in df.select(PART).distinct().collect()}  # partitions only: metadata
+        wanted = partitions if partitions is not None else {r[0] for r in df.select(PART).distinct().collect()}  # metadata
         slices = [s for s in slices if s.partition in wanted]
         if not slices:
             return tag_locations(spark, df, config, opts, [], storage)
@@ -293,9 +295,13 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     data_columns = [f.name for f in struct.fields]
 
     rows = prepare(df, config, opts)
-    batch_rows = None
+    batch_rows, partitions = None, None
     if config.record_key_fields and opts.operation != "bulk_insert":
-        batch_rows, null_keys = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull())).first()  # metadata
+        # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its partitions
+        scoped = opts.index == "partition" and opts.operation not in REPLACE_OPERATIONS
+        first = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), *([F.collect_set(PART)] if scoped else [])).first()
+        batch_rows, null_keys = first[0], first[1]
+        partitions = set(first[2]) if scoped else None
         if null_keys:
             raise WriteError(f"the input has {null_keys} row(s) whose key column {config.record_key_fields[0]} is null; every row needs a key")
 
@@ -309,7 +315,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
         rows = dedupe(rows, config, opts)
     lookup = keyed and (opts.operation in ("upsert", "delete") or opts.insert_duplicates != "none")
     if lookup:
-        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows)
+        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, partitions)
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
     if opts.operation == "insert" and opts.insert_duplicates == "fail":
@@ -320,53 +326,58 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
         rows = rows.where(F.col(_OLD_FILE).isNull())
     if opts.operation in ("upsert", "delete"):
         rows = drop_stale(rows, config)
-    rows = rows.localCheckpoint()  # one materialised batch: later steps must see the same rows
+    # one materialised batch, computed by the summary below: later steps must see the same rows
+    rows = rows.localCheckpoint(eager=False)
 
     same_place = F.col(_OLD_FILE).isNotNull() & ((F.col(_OLD_PART) == F.col(PART)) | F.col(PART).isNull())
     moved = F.col(_OLD_FILE).isNotNull() & F.col(PART).isNotNull() & (F.col(_OLD_PART) != F.col(PART))
+    is_insert = (F.col(_OLD_FILE).isNull() | moved) & ~F.col(_DELETE)
+    # metadata only: inserts per partition, and the stored file groups the batch touches
+    insert_counts: dict[str, int] = {}
+    touched: set[tuple[str, str]] = set()
+    for ip, op, of, i in rows.groupBy(F.when(is_insert, F.col(PART)).alias("ip"), F.col(_OLD_PART), F.col(_OLD_FILE)).agg(F.count_if(is_insert)).collect():
+        if ip is not None:
+            insert_counts[ip] = insert_counts.get(ip, 0) + i
+        if of is not None:
+            touched.add((op, of))
+
     in_place = rows.where(same_place).select(
         *[F.col(f"`{c}`") for c in data_columns if c in rows.columns], KEY,
         F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID),
         F.when(F.col(_DELETE), "D").otherwise("U").alias(_KIND))
     # a key whose partition changed leaves its old file group and is inserted in the new one
     moved_out = rows.where(moved).select(KEY, F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID), F.lit("D").alias(_KIND))
-    inserts = rows.where((F.col(_OLD_FILE).isNull() | moved) & ~F.col(_DELETE))
-
-    insert_counts = {r[0]: r[1] for r in inserts.groupBy(PART).count().collect()}  # one row per partition
-    buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline))
-    routed = assign_file_groups(spark, inserts, buckets) if buckets else None
-    routed_rows = routed.select(*[F.col(f"`{c}`") for c in data_columns if c in rows.columns], KEY, PART, FILE_ID, F.lit("I").alias(_KIND)) if routed is not None else None
-
     changes = in_place.unionByName(moved_out, allowMissingColumns=True)
-    if routed_rows is not None:
-        changes = changes.unionByName(routed_rows, allowMissingColumns=True)
+    buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline))
+    if buckets:
+        routed = assign_file_groups(spark, rows.where(is_insert), buckets)
+        changes = changes.unionByName(routed.select(*[F.col(f"`{c}`") for c in data_columns if c in rows.columns], KEY, PART, FILE_ID, F.lit("I").alias(_KIND)),
+                                      allowMissingColumns=True)
 
     # file groups to rewrite: those with updates or deletes, and small files taking inserts
-    per_group = {(r[0], r[1]): r for r in changes.groupBy(PART, FILE_ID).agg(
-        F.sum(F.when(F.col(_KIND) == "I", 1).otherwise(0)).alias("i"),
-        F.sum(F.when(F.col(_KIND) == "U", 1).otherwise(0)).alias("u"),
-        F.sum(F.when(F.col(_KIND) == "D", 1).otherwise(0)).alias("d")).collect()}
-    if not per_group:
+    groups = touched | {(b.partition, b.file_id) for b in buckets}
+    if not groups:
         return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
     existing = {(s.partition, s.file_id): s for s in slices}
     # each task reads the base files of the groups it rewrites itself (Hudi's merge handle):
     # only the incoming rows are shuffled
-    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in per_group if (p, fid) in existing}
+    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups if (p, fid) in existing}
     merge = keyed and opts.operation != "insert"
-    combined = changes
     for c in data_columns:
-        if c not in combined.columns:
-            combined = combined.withColumn(c, F.lit(None).cast(struct[c].dataType))
-    combined = combined.select(*[F.col(f"`{c}`").cast(struct[c].dataType).alias(c) for c in data_columns], KEY, PART, FILE_ID, _KIND)
+        if c not in changes.columns:
+            changes = changes.withColumn(c, F.lit(None).cast(struct[c].dataType))
+    changes = changes.select(*[F.col(f"`{c}`").cast(struct[c].dataType).alias(c) for c in data_columns], KEY, PART, FILE_ID, _KIND)
     # one shuffle of the incoming rows: every file group to one task
-    n = max(1, min(len(per_group), spark.sparkContext.defaultParallelism * 4))
-    combined = combined.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
-    written = write_file_groups(spark, combined, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files)
+    n = max(1, min(len(groups), spark.sparkContext.defaultParallelism * 4))
+    changes = changes.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
+    written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files)
 
     stats, counts = [], WriteCounts()
-    for fid, part, path, nrows, size in written:
-        r = per_group.get((part, fid))
-        i, u, d = (r[2], r[3], r[4]) if r else (0, 0, 0)
+    for fid, part, path, nrows, size, i, u, d in written:
+        if (part, fid) not in existing and not path:
+            continue  # a new group left with no row (cannot happen: inserts are never deletes)
+        if not path:  # every row of the group was deleted: an empty base file hides its old rows
+            path, size = _write_empty_base_file(storage, part, fid, instant, struct)
         prev = existing[(part, fid)].base_instant if (part, fid) in existing else "null"
         stats.append(WriteStat(fid, path, part, prev, nrows, i, u, d, size))
         counts.inserts += i
@@ -374,15 +385,6 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
         counts.deletes += d
         counts.files += 1
         counts.bytes += size
-    # a group whose every row was deleted gets an empty base file, so its old rows disappear
-    written_ids = {(p, f) for f, p, *_ in written}
-    for (part, fid), r in per_group.items():
-        if (part, fid) not in written_ids and (part, fid) in existing:
-            path, size = _write_empty_base_file(storage, part, fid, instant, struct)
-            stats.append(WriteStat(fid, path, part, existing[(part, fid)].base_instant, 0, 0, 0, r[4], size))
-            counts.deletes += r[4]
-            counts.files += 1
-            counts.bytes += size
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
 
 
@@ -436,7 +438,7 @@ def _new_file_stats(written) -> tuple[list, WriteCounts]:
     from runtime.table.timeline import WriteStat
 
     stats, counts = [], WriteCounts()
-    for fid, part, path, nrows, size in written:
+    for fid, part, path, nrows, size, *_ in written:
         stats.append(WriteStat(fid, path, part, "null", nrows, nrows, 0, 0, size))
         counts.inserts += nrows
         counts.files += 1
