@@ -214,6 +214,22 @@ def main() -> None:
     for (case, what), r in results.items():
         runs = ", ".join(f"{x:.1f}" for x in r.seconds)
         lines.append(f"| {case} | {what} | {r.median:.1f} | {runs} | {r.median / baselines[case]:.2f} | {r.bytes:,} | {r.py:.0f} | {r.jvm:.0f} |")
+    bulk = results[("bulk_insert", "pipe bulk_insert")].median / baselines["bulk_insert"]
+    one = {index: results[("upsert 1% in 1 of 10 partitions", f"pipe upsert (index: {index})")].median / baselines["upsert 1% in 1 of 10 partitions"]
+           for index in ("global", "partition")}
+    touched = results[("upsert 1% in 1 of 10 partitions", "pipe upsert (index: partition)")].bytes
+    naive_bytes = results[("upsert 1% in 1 of 10 partitions", "naive rewrite (baseline)")].bytes
+    lines += [
+        "",
+        "Against the targets:",
+        f"- bulk_insert at most 1.3× `df.write.parquet`: **{bulk:.2f}×, {'met' if bulk <= 1.3 else 'missed'}**. pipe writes the five Hudi meta columns on top "
+        "of the data (two of them unique strings per row) and its rows cross from the JVM to Python (`mapInArrow`) to be written by pyarrow.",
+        f"- upsert of 1% in one partition at most 0.3× the naive rewrite: **{one['partition']:.2f}× with `index: partition`, {one['global']:.2f}× with the "
+        f"global index, {'met' if min(one.values()) <= 0.3 else 'missed'}**. At this size the naive rewrite takes a few seconds, and pipe's upsert runs three "
+        "Spark jobs (batch size, the deduplicated and looked-up batch, the write) whose fixed costs dominate.",
+        f"- Bytes written follow the file groups touched: {touched:,} bytes for the one-partition upsert against {naive_bytes:,} for the naive rewrite.",
+        "- The driver's memory stays flat across bulk_insert and the upserts: only counts and one stats row per file reach it.",
+    ]
     write_section("table", "\n".join(lines))
     print("\n".join(lines))
 
