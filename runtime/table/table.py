@@ -29,7 +29,7 @@ from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
-from runtime.table.config import COPY_ON_WRITE, PROPERTIES, TableConfig
+from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
 from runtime.table.layout import FileSystemView
 from runtime.table.schema import META_COLUMNS
 from runtime.table.timeline import (
@@ -341,6 +341,10 @@ class Table:
     def read(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True):
         """Snapshot, time travel or incremental read, with the schema as of the instant read
         (an insert_overwrite_table may have changed it since)."""
+        if self.config.table_type == MERGE_ON_READ:
+            # reading base files alone would silently miss the updates and deletes in log files
+            raise TableError(f"table {self.config.name} is merge-on-read; pipe cannot read its log files yet",
+                             "read it with a Hudi reader, or compact it first and read the copy-on-write result")
         timeline = self.timeline()
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta)
