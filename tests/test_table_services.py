@@ -78,12 +78,15 @@ def test_rollback_leaves_an_avro_rollback_instant(spark, tmp_path):
     (hoodie / f"{dead}.inflight").write_bytes(b"{}")
     stray = tmp_path / "t/p=a" / f"0a0a0a0a-0000-0000-0000-000000000000-0_0-1-0_{dead}.parquet"
     stray.write_bytes(b"not really parquet")
+    # and the file a task of it was still writing when it died, under its hidden temporary name
+    partial = tmp_path / "t/p=a" / f".0b0b0b0b-0000-0000-0000-000000000000-0_1-1-0_{dead}.parquet.0f3e2a.tmp"
+    partial.write_bytes(b"PAR1 half")
     assert hudi_rows(path) == [(1, 1), (2, 1)]  # pending: ignored by readers
     write(spark, table, 2)
-    assert not stray.exists() and not (hoodie / f"{dead}.inflight").exists()
+    assert not stray.exists() and not partial.exists() and not (hoodie / f"{dead}.inflight").exists()
     [rb] = list(hoodie.glob("*.rollback"))
     meta = avro.from_bytes(rb.read_bytes())
-    assert meta["commitsRollback"] == [dead] and meta["totalFilesDeleted"] == 1
+    assert meta["commitsRollback"] == [dead] and meta["totalFilesDeleted"] == 2
     assert meta["instantsRollback"] == [{"commitTime": dead, "action": "commit"}]
     assert avro.from_bytes((hoodie / (rb.name + ".requested")).read_bytes())["instantToRollback"]["commitTime"] == dead
     assert hudi_rows(path) == [(1, 2), (2, 2)]

@@ -5,6 +5,7 @@ plan and metadata Hudi's Java tools read (hudi-rs ignores these actions)."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -20,14 +21,29 @@ from runtime.table.timeline import (
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
 
 
+# a base file a task was still writing when it died: `.<base file name>.<hex>.tmp` (files.py)
+_PARTIAL = re.compile(r"^\..+_(\d{17})\.parquet\.[0-9a-f]+\.tmp$")
+
+
+def partial_file_instant(name: str) -> str | None:
+    """The instant of a partial base file's hidden temporary name, or None."""
+    m = _PARTIAL.match(name)
+    return m.group(1) if m else None
+
+
 def _data_files_by_instant(storage) -> dict[str, list[str]]:
-    """Base files of the table by the instant in their name (one listing)."""
+    """Base files of the table by the instant in their name (one listing), with the partial
+    files a dead task left under a hidden temporary name."""
     out: dict[str, list[str]] = {}
     for f in storage.list_files(""):
         name = f.path.rsplit("/", 1)[-1]
-        if f.path.startswith(HOODIE + "/") or name.startswith(".") or not name.endswith(".parquet"):
+        if f.path.startswith(HOODIE + "/"):
             continue
-        out.setdefault(name[-len("20240101000000000.parquet"):-len(".parquet")], []).append(f.path)
+        partial = partial_file_instant(name)
+        if partial:
+            out.setdefault(partial, []).append(f.path)
+        elif not name.startswith(".") and name.endswith(".parquet"):
+            out.setdefault(name[-len("20240101000000000.parquet"):-len(".parquet")], []).append(f.path)
     return out
 
 

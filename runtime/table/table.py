@@ -278,7 +278,9 @@ class Table:
         partitions = {s.partition_path for s in stats}
         for part in partitions:
             for info in self.storage.list_files(part, recursive=False):
-                if info.path.endswith(f"_{instant}.parquet") and info.path not in keep:
+                name = info.path.rsplit("/", 1)[-1]
+                partial = _services.partial_file_instant(name) == instant  # a dead task's unfinished file
+                if (info.path.endswith(f"_{instant}.parquet") and info.path not in keep) or partial:
                     self.storage.delete(info.path)
 
     def _check_conflicts(self, slices, stats, replaced: dict[str, list[str]] | None = None) -> None:
