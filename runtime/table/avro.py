@@ -187,7 +187,7 @@ EMPTY_REPLACE_REQUEST = {"operationType": None, "clusteringPlan": None, "extraMe
 _PARSED: dict[str, Any] = {}
 
 
-def _parsed(schema: dict) -> Any:
+def parsed_schema(schema: dict) -> Any:
     # each schema defines every record it names, so the file header is self-contained
     name = schema["name"]
     if name not in _PARSED:
@@ -197,7 +197,7 @@ def _parsed(schema: dict) -> Any:
 
 def to_bytes(schema: dict, record: dict) -> bytes:
     out = io.BytesIO()
-    fastavro.writer(out, _parsed(schema), [record], codec="null")
+    fastavro.writer(out, parsed_schema(schema), [record], codec="null")
     return out.getvalue()
 
 

@@ -61,7 +61,7 @@ def _token() -> tuple[str, int]:
 
 
 class _OpenFile:
-    def __init__(self, spec: FileWriteSpec, partition: str, file_id: str, token: str):
+    def __init__(self, spec: FileWriteSpec, partition: str, file_id: str, token: str, known_partitions: set[str]):
         from runtime.storage import StorageSpec, open_storage
         from runtime.table.layout import ensure_partition_metadata
 
@@ -71,7 +71,9 @@ class _OpenFile:
         self.name = f"{file_id}_{token}_{spec.instant}.parquet"
         self.rel_path = f"{partition}/{self.name}" if partition else self.name
         self.storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
-        ensure_partition_metadata(self.storage, partition, spec.instant)
+        if partition not in known_partitions:  # checked once per partition by a task
+            ensure_partition_metadata(self.storage, partition, spec.instant)
+            known_partitions.add(partition)
         self.final = None
         if hasattr(self.storage, "root"):
             # local: written beside its final place under a hidden name, renamed when complete
@@ -185,18 +187,10 @@ def _with_meta(batch, open_file: _OpenFile, spec: FileWriteSpec, task_id: int, c
 def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
     """The function given to mapInArrow."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     token, task_id = _token()
     stats: list[tuple] = []
     open_files: dict[str, _OpenFile] = {}
-
-    def emit(rows):
-        import pyarrow as pa
-
-        types = [pa.string()] * 3 + [pa.int64()] * 5
-        return pa.RecordBatch.from_pylist([dict(zip(_STATS_FIELDS, r)) for r in rows], schema=pa.schema(list(zip(_STATS_FIELDS, types))))
-
     try:
         _write_batches(spec, batches, token, task_id, open_files, stats)
     except BaseException:
@@ -204,21 +198,23 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
             f.discard()
         raise
     if stats:
-        yield emit(stats)
+        types = [pa.string()] * 3 + [pa.int64()] * 5
+        yield pa.RecordBatch.from_pylist([dict(zip(_STATS_FIELDS, r)) for r in stats], schema=pa.schema(list(zip(_STATS_FIELDS, types))))
 
 
 def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: int, open_files: dict, stats: list) -> None:
     """Writes the task's rows into files; appends a stats row per file closed."""
     counter = [0]
+    known: set[str] = set()  # partitions whose metadata file this task has made sure of
     if spec.mode == "groups":
         for partition, file_id, rows in _groups(_coalesced(batches, BATCH_BYTES)):
-            stats.append(_write_group(spec, partition, file_id, rows, token, task_id, counter, open_files))
+            stats.append(_write_group(spec, partition, file_id, rows, token, task_id, counter, open_files, known))
         return
     for batch in _coalesced(batches, BATCH_BYTES):  # bulk: a file group per partition path, rolled over by size
         for value, piece in _split_by_partition(batch):
             current = open_files.get(value)
             if current is None:
-                current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", token)
+                current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", token, known)
             current.write(_with_meta(piece, current, spec, task_id, counter))
             if current.bytes_so_far() >= spec.max_file_size:
                 stats.append(_all_inserts(current.close()))
@@ -254,7 +250,8 @@ def _groups(batches: Iterator) -> Iterator:
         yield partition, current, pa.Table.from_batches(pieces)
 
 
-def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token: str, task_id: int, counter: list[int], open_files: dict) -> tuple:
+def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token: str, task_id: int, counter: list[int], open_files: dict,
+                 known: set[str]) -> tuple:
     """A file group's new base file: its stored rows (those of the current base file whose
     keys the incoming rows do not replace or delete, when merging) and then the incoming
     rows. Returns the stats row, with counts of inserts, updates and deletes; its path is ""
@@ -271,7 +268,7 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token:
         replaced = pc.unique(rows.column("_hoodie_record_key"))
     if KIND in rows.column_names:
         rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
-    out = open_files[file_id] = _OpenFile(spec, partition, file_id, token)
+    out = open_files[file_id] = _OpenFile(spec, partition, file_id, token, known)
     if base is not None:
         for stored in _stored_batches(out.storage, base, rows.schema):
             if spec.merge:
@@ -322,8 +319,6 @@ def _stored_batches(storage, rel_path: str, schema) -> Iterator:
 def _coalesced(batches: Iterator, target: int) -> Iterator:
     """Spark's Arrow batches (spark.sql.execution.arrow.maxRecordsPerBatch rows each) joined
     into batches of about `target` bytes: fewer, larger steps for the Arrow kernels."""
-    import pyarrow as pa
-
     held: list = []
     size = 0
     for batch in batches:
@@ -332,13 +327,15 @@ def _coalesced(batches: Iterator, target: int) -> Iterator:
         held.append(batch)
         size += batch.nbytes
         if size >= target:
-            yield _one_batch(pa, held)
+            yield _one_batch(held)
             held, size = [], 0
     if held:
-        yield _one_batch(pa, held)
+        yield _one_batch(held)
 
 
-def _one_batch(pa, batches: list):
+def _one_batch(batches: list):
+    import pyarrow as pa
+
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]

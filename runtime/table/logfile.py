@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.table.avro import parsed_schema
+
 MAGIC = b"#HUDI#"
 COMMAND, DELETE, CORRUPT, AVRO_DATA, HFILE, PARQUET_DATA, CDC = 0, 1, 2, 3, 4, 5, 6
 # header keys
@@ -167,7 +169,7 @@ def delete_block(instant: str, deletes: list[tuple[str, str, Any]]) -> Block:
 
     records = [{"recordKey": k, "partitionPath": p, "orderingVal": v} for k, p, v in deletes]
     out = io.BytesIO()
-    fastavro.schemaless_writer(out, _parsed_delete_schema(), {"deleteRecordList": records})
+    fastavro.schemaless_writer(out, parsed_schema(DELETE_RECORD_LIST), {"deleteRecordList": records})
     payload = out.getvalue()
     return Block(DELETE, {INSTANT_TIME: instant}, struct.pack(">ii", 3, len(payload)) + payload)
 
@@ -209,16 +211,5 @@ def deleted_keys(block: Block) -> list[tuple[str, str, Any]]:
     version, size = struct.unpack_from(">ii", block.content, 0)
     if version != 3:
         raise LogFormatError(f"delete block of version {version}; only 3 is known")
-    record = fastavro.schemaless_reader(io.BytesIO(block.content[8:8 + size]), _parsed_delete_schema(), None)
+    record = fastavro.schemaless_reader(io.BytesIO(block.content[8:8 + size]), parsed_schema(DELETE_RECORD_LIST), None)
     return [(r["recordKey"], r["partitionPath"], r["orderingVal"]) for r in record["deleteRecordList"]]
-
-
-_DELETE_PARSED: list = []
-
-
-def _parsed_delete_schema():
-    import fastavro
-
-    if not _DELETE_PARSED:
-        _DELETE_PARSED.append(fastavro.parse_schema(DELETE_RECORD_LIST, named_schemas={}))
-    return _DELETE_PARSED[0]

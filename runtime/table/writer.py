@@ -363,10 +363,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     # only the incoming rows are shuffled
     base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups if (p, fid) in existing}
     merge = keyed and opts.operation != "insert"
-    for c in data_columns:
-        if c not in changes.columns:
-            changes = changes.withColumn(c, F.lit(None).cast(struct[c].dataType))
-    changes = changes.select(*[F.col(f"`{c}`").cast(struct[c].dataType).alias(c) for c in data_columns], KEY, PART, FILE_ID, _KIND)
+    changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
     # one shuffle of the incoming rows: every file group to one task
     n = max(1, min(len(groups), spark.sparkContext.defaultParallelism * 4))
     changes = changes.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
@@ -374,8 +371,6 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
 
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size, i, u, d in written:
-        if (part, fid) not in existing and not path:
-            continue  # a new group left with no row (cannot happen: inserts are never deletes)
         if not path:  # every row of the group was deleted: an empty base file hides its old rows
             path, size = _write_empty_base_file(storage, part, fid, instant, struct)
         prev = existing[(part, fid)].base_instant if (part, fid) in existing else "null"
@@ -429,8 +424,9 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
 
 
 def _data_select(F, rows, struct, data_columns: list[str]) -> list:
-    """The table's data columns in order; a column the input lacks is null."""
-    return [F.col(f"`{c}`") if c in rows.columns else F.lit(None).cast(struct[c].dataType).alias(c) for c in data_columns]
+    """The table's data columns in order, as the table types them; a column the input lacks
+    is null. (A delete's key column may come typed otherwise; stored rows are read to match.)"""
+    return [(F.col(f"`{c}`") if c in rows.columns else F.lit(None)).cast(struct[c].dataType).alias(c) for c in data_columns]
 
 
 def _new_file_stats(written) -> tuple[list, WriteCounts]:
