@@ -643,6 +643,26 @@ def clean_cmd(ctx: _Context, table_name, policy, retain, target) -> None:
         output.line(f"  archived {len(archived)} instant(s), {archived[0]} to {archived[-1]} (`pipe timeline {table_name} --all` lists them)")
 
 
+@cli.command(name="compact")
+@click.argument("table_name", metavar="TABLE")
+@_target_option
+@_common
+@click.pass_obj
+def compact_cmd(ctx: _Context, table_name, target) -> None:
+    """Compact a merge-on-read table: fold the log files of every file group into a new base
+    file (one commit), so that reads no longer merge them."""
+    table, _, _ = _service_context(ctx, table_name, target)
+    with _naming(table_name):
+        before = [s for s in table.view().latest_slices() if s.has_logs]
+        done = table.compact()
+    if done is None:
+        output.line(f"[green]✓[/] nothing to compact in {table_name}: no file group has log files")
+        return
+    logs = sum(len(s.log_files) for s in before)
+    output.line(f"[green]✓[/] compacted {table_name}: {len(before)} file group(s), {logs} log file(s) folded into new base files "
+                f"(commit {done}); `pipe clean {table_name}` deletes the old versions once no retained commit needs them")
+
+
 @cli.command(name="savepoint")
 @click.argument("table_name", metavar="TABLE")
 @click.argument("instant", required=False)

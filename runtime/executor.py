@@ -591,8 +591,6 @@ class Executor:
             precombine_field=config.get("precombine"),
             hive_style=config["hive_style_partitioning"],
         )
-        if wanted.table_type != COPY_ON_WRITE:  # refuse before anything is deleted
-            raise RunError(f"table {step.name}: type {config['type']} is not supported yet", "use type: copy_on_write")
         try:
             return Table.create(spark, uri, wanted), False
         except TableError as exc:
@@ -676,6 +674,9 @@ def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, 
         "archive_min": config["archive"]["min_instants"],
         "archive_max": config["archive"]["max_instants"],
     }
+    compaction = config.get("compaction") or {}
+    if config["type"] == "merge_on_read" and compaction.get("inline", True):
+        options["compact_after"] = compaction.get("max_delta_commits", 5)
     if operation == "delete_partition":
         options["partitions_to_delete"] = list(config.get("partitions_to_delete") or [])
     if full_refresh and operation not in ("delete", "delete_partition"):

@@ -48,6 +48,7 @@ class Storage(Protocol):
     spec: StorageSpec
 
     def read_bytes(self, path: str) -> bytes: ...
+    def read_range(self, path: str, start: int, end: int) -> bytes: ...
     def write_atomic(self, path: str, data: bytes) -> None: ...
     def create_exclusive(self, path: str, data: bytes) -> bool: ...
     def exists(self, path: str) -> bool: ...
@@ -74,6 +75,12 @@ class LocalStorage:
     def read_bytes(self, path: str) -> bytes:
         with open(self.full_path(path), "rb") as f:
             return f.read()
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of a file."""
+        with open(self.full_path(path), "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
 
     def _temp_beside(self, full: str, data: bytes) -> str:
         """A hidden temp file holding `data`, synced, in the same folder as `full` so that
@@ -162,6 +169,14 @@ class S3Storage:
             return self.client.get_object(Bucket=self.bucket, Key=self._key(path))["Body"].read()
         except self.client.exceptions.NoSuchKey as exc:
             raise FileNotFoundError(errno.ENOENT, "no such object", self.full_path(path)) from exc
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of an object (one ranged GET)."""
+        try:
+            obj = self.client.get_object(Bucket=self.bucket, Key=self._key(path), Range=f"bytes={start}-{end - 1}")
+        except self.client.exceptions.NoSuchKey as exc:
+            raise FileNotFoundError(errno.ENOENT, "no such object", self.full_path(path)) from exc
+        return obj["Body"].read()
 
     def write_atomic(self, path: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)

@@ -184,6 +184,27 @@ REQUESTED_REPLACE_METADATA = {
 }
 EMPTY_REPLACE_REQUEST = {"operationType": None, "clusteringPlan": None, "extraMetadata": None, "version": None}
 
+# `T.compaction.requested`: one operation per file slice to compact. Version 2 plans name the
+# base and log files by file name only (Hudi's CompactionUtils), relative to the partition.
+COMPACTION_PLAN = {
+    "type": "record", "name": "HoodieCompactionPlan", "namespace": _NS,
+    "fields": [
+        {"name": "operations", "default": None, "type": ["null", {"type": "array", "items": {
+            "type": "record", "name": "HoodieCompactionOperation", "namespace": _NS,
+            "fields": [
+                {"name": "baseInstantTime", "type": _OPT_STR},
+                {"name": "deltaFilePaths", "type": ["null", _STRS], "default": None},
+                {"name": "dataFilePath", "type": _OPT_STR, "default": None},
+                {"name": "fileId", "type": _OPT_STR},
+                {"name": "partitionPath", "type": _OPT_STR, "default": None},
+                {"name": "metrics", "type": ["null", {"type": "map", "values": "double"}], "default": None},
+                {"name": "bootstrapFilePath", "type": _OPT_STR, "default": None},
+            ]}}]},
+        {"name": "extraMetadata", "type": _OPT_STR_MAP, "default": None},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
 _PARSED: dict[str, Any] = {}
 
 

@@ -111,8 +111,8 @@ class TableConfig:
             return f"its key generator {keygen} derives partition paths pipe does not compute"
         if not self.populate_meta_fields:
             return "it was written without meta fields (hoodie.populate.meta.fields=false), so stored keys cannot be looked up"
-        if self.table_type != COPY_ON_WRITE:
-            return f"table type {self.table_type} is not supported yet"
+        if self.table_type not in (COPY_ON_WRITE, MERGE_ON_READ):
+            return f"table type {self.table_type} is not one pipe knows"
         if self.metadata_partitions:
             return ("it has a metadata table (hoodie.table.metadata.partitions), which Java readers trust and pipe "
                     "does not maintain; disable it in Hudi first (hoodie.metadata.enable=false)")

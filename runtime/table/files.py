@@ -42,6 +42,21 @@ class FileWriteSpec:
     base_files: dict[str, str] = field(default_factory=dict)
     max_file_size: int = 120 * 1024 * 1024
     compression: str = "snappy"
+    # merge-on-read, groups mode: "partition/file id" -> LogTarget of each group whose updates
+    # and deletes go to a new log file of its slice instead of a new base file
+    log_groups: dict[str, "LogTarget"] = field(default_factory=dict)
+    log_schema: str = ""  # the Avro writer schema with the meta columns (log block header)
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """Where a merge-on-read group's new log file goes: its slice's base file (to match its
+    Arrow schema), the base instant the log is named with, and the log version to write."""
+
+    base_path: str | None
+    base_size: int
+    base_instant: str
+    version: int
 
 
 # Rows of one file are gathered up to this many bytes of Arrow data before they are written
@@ -156,10 +171,11 @@ def _dictionary_columns(names) -> list[str]:
     return [n for n in names if n not in _NO_DICTIONARY]
 
 
-def _with_meta(batch, open_file: _OpenFile, spec: FileWriteSpec, task_id: int, counter: list[int], carried: bool = False):
+def _with_meta(batch, open_file, spec: FileWriteSpec, task_id: int, counter: list[int], carried: bool = False):
     """Arrow table with the five meta columns first, then the data columns. New rows get this
     instant's commit time and a sequence number; `carried` rows (stored rows kept by a
-    rewrite) keep theirs."""
+    rewrite) keep theirs. `open_file` gives the partition and the file name the rows name
+    (an _OpenFile, or a _LogRows for log rows, which name the file id only)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -264,6 +280,14 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token:
         counts = tuple(pc.sum(pc.equal(kinds, k)).as_py() or 0 for k in ("I", "U", "D"))
     else:
         counts = (rows.num_rows, 0, 0)
+    log = spec.log_groups.get(f"{partition}/{file_id}")
+    if log is not None:
+        try:
+            return _write_log(spec, partition, file_id, rows, log, token, task_id, counter, known)
+        except LogSchemaMismatch:
+            if log.version > 1:
+                raise  # a slice with logs cannot be rewritten from its base file alone
+            # a base file from before a schema change, with no logs yet: rewritten whole below
     if spec.merge:
         replaced = pc.unique(rows.column("_hoodie_record_key"))
     if KIND in rows.column_names:
@@ -283,6 +307,95 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token:
         out.discard()
         return (file_id, partition, "", 0, 0, *counts)
     return (*out.close(), *counts)
+
+
+@dataclass(frozen=True)
+class _LogRows:
+    partition: str
+    name: str  # log rows carry the file id as _hoodie_file_name (HUDI_FORMAT 4.1)
+
+
+def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: LogTarget, token: str, task_id: int, counter: list[int],
+               known: set[str]) -> tuple:
+    """A merge-on-read group's updates and deletes as one new log file of its slice: a
+    Parquet data block in the base file's exact Arrow schema, then a delete block. The file
+    is written once, complete, and never appended to. Returns its stats row."""
+    import pyarrow.compute as pc
+
+    from runtime.storage import StorageSpec, open_storage
+    from runtime.table import logfile
+
+    storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
+    kinds = rows.column(KIND)
+    deletes = rows.filter(pc.equal(kinds, "D"))
+    updates = rows.filter(pc.not_equal(kinds, "D"))
+    blocks = []
+    if updates.num_rows:
+        table = _with_meta(updates, _LogRows(partition, file_id), spec, task_id, counter)
+        if log.base_path is not None:
+            table = _conform(table, parquet_schema(storage, log.base_path, log.base_size), log.base_path)
+        blocks.append(logfile.parquet_block(spec.instant, spec.log_schema, table))
+    if deletes.num_rows:
+        # no ordering value: the writer has already dropped deletes older than the stored row
+        blocks.append(logfile.delete_block(spec.instant, [(k, partition, None) for k in deletes.column("_hoodie_record_key").to_pylist()]))
+    name = logfile.LogFileName(file_id, log.base_instant, log.version, token).name
+    rel = f"{partition}/{name}" if partition else name
+    data = b"".join(logfile.encode_block(b) for b in blocks)
+    _put_once(storage, rel, data, spec.instant)
+    return (file_id, partition, rel, updates.num_rows, len(data), 0, updates.num_rows, deletes.num_rows)
+
+
+class LogSchemaMismatch(RuntimeError):
+    """Rows whose columns differ from the base file they would be merged with."""
+
+
+def _conform(table, schema, where: str):
+    """`table` in the base file's Arrow schema: readers concatenate base and log batches."""
+    import pyarrow as pa
+
+    schema = schema.remove_metadata()
+    if table.schema.names != schema.names:
+        raise LogSchemaMismatch(f"the columns of base file {where} ({', '.join(schema.names)}) differ from the table's "
+                                f"({', '.join(table.schema.names)})")
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)  # safe: a value the base file's type cannot hold raises
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise LogSchemaMismatch(f"the rows do not fit the types of base file {where}: {exc}") from exc
+
+
+def _put_once(storage, rel_path: str, data: bytes, instant: str) -> None:
+    """Writes a complete file under its final name in one step: locally a synced hidden file
+    (named with the instant, so rollback finds it if the task dies) renamed into place; on
+    object stores a single PUT."""
+    if not hasattr(storage, "root"):
+        storage.write_atomic(rel_path, data)
+        return
+    final = storage.full_path(rel_path)
+    folder, name = os.path.split(final)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{instant}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+
+
+def parquet_schema(storage, rel_path: str, size: int):
+    """The Arrow schema of a stored Parquet file, read from its footer alone."""
+    import struct
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if hasattr(storage, "root"):
+        return pq.read_schema(storage.full_path(rel_path))
+    tail = storage.read_range(rel_path, size - 8, size)
+    (footer_length,) = struct.unpack("<i", tail[:4])
+    footer = storage.read_range(rel_path, size - 8 - footer_length, size)
+    return pq.read_schema(pa.BufferReader(b"PAR1" + footer))
 
 
 def _stored_batches(storage, rel_path: str, schema) -> Iterator:

@@ -84,14 +84,52 @@ def partition_path(values: dict[str, object], fields: Iterable[str], hive_style:
 
 
 @dataclass(frozen=True)
-class FileSlice:
+class LogFile:
     partition: str
-    file_id: str
-    base_file: BaseFile
+    name: str
+    size: int
+
+    @property
+    def _parsed(self):
+        from runtime.table.logfile import parse_name
+
+        return parse_name(self.name)
+
+    @property
+    def file_id(self) -> str:
+        return self._parsed.file_id
 
     @property
     def base_instant(self) -> str:
-        return self.base_file.instant
+        return self._parsed.base_instant
+
+    @property
+    def version(self) -> int:
+        return self._parsed.version
+
+    @property
+    def token(self) -> str:
+        return self._parsed.token
+
+    @property
+    def path(self) -> str:
+        return f"{self.partition}/{self.name}" if self.partition else self.name
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    partition: str
+    file_id: str
+    base_file: BaseFile | None
+    log_files: tuple[LogFile, ...] = ()
+
+    @property
+    def base_instant(self) -> str:
+        return self.base_file.instant if self.base_file is not None else self.log_files[0].base_instant
+
+    @property
+    def has_logs(self) -> bool:
+        return bool(self.log_files)
 
 
 @dataclass
@@ -101,6 +139,7 @@ class FileSystemView:
     timeline: Timeline
     files: list[BaseFile]
     replaced: dict[tuple[str, str], str] = field(default_factory=dict)  # (partition, file id) -> replacing instant
+    logs: list[LogFile] = field(default_factory=list)
 
     @classmethod
     def load(cls, storage: Storage, timeline: Timeline, partitions: Iterable[str] | None = None) -> "FileSystemView":
@@ -110,12 +149,17 @@ class FileSystemView:
         pending = {i.time for i in timeline.pending()}
         first = timeline.instants[0].time if timeline.instants else None
         files: list[BaseFile] = []
+        logs: list[LogFile] = []
         prefixes = [""] if partitions is None else sorted(set(partitions))
         for prefix in prefixes:
             for info in storage.list_files(prefix, recursive=partitions is None or prefix != ""):
                 folder, _, name = info.path.rpartition("/")
-                if info.path.startswith(HOODIE + "/") or name.startswith("."):
-                    continue  # .hoodie, .hoodie_partition_metadata and hidden temp files
+                if info.path.startswith(HOODIE + "/"):
+                    continue
+                if name.startswith("."):  # log files; not .hoodie_partition_metadata or hidden temp files
+                    if _is_log_name(name):
+                        logs.append(LogFile(folder, name, info.size))
+                    continue
                 bf = parse_base_file(folder, name, info.size)
                 if bf is None:
                     continue
@@ -128,7 +172,7 @@ class FileSystemView:
             for part, ids in (meta.get("partitionToReplaceFileIds") or {}).items():
                 for fid in ids:
                     replaced[(part, fid)] = inst.time
-        return cls(timeline, files, replaced)
+        return cls(timeline, files, replaced, logs)
 
     def latest_slices(self, as_of: str | None = None) -> list[FileSlice]:
         """The latest slice of every file group as of `as_of` (inclusive), minus replaced groups."""
@@ -142,10 +186,20 @@ class FileSystemView:
                 continue
             if key not in best or bf.instant > best[key].instant:
                 best[key] = bf
-        return [FileSlice(p, fid, bf) for (p, fid), bf in sorted(best.items())]
+        logs: dict[tuple[str, str, str], list[LogFile]] = {}
+        for lf in self.logs:
+            logs.setdefault((lf.partition, lf.file_id, lf.base_instant), []).append(lf)
+        return [FileSlice(p, fid, bf, tuple(sorted(logs.get((p, fid, bf.instant), ()), key=lambda lf: (lf.version, lf.token))))
+                for (p, fid), bf in sorted(best.items())]
 
     def slices_of(self, as_of: str | None = None) -> dict[tuple[str, str], FileSlice]:
         return {(s.partition, s.file_id): s for s in self.latest_slices(as_of)}
+
+
+def _is_log_name(name: str) -> bool:
+    from runtime.table.logfile import parse_name
+
+    return parse_name(name) is not None
 
 
 def completed_write_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Instant]:

@@ -150,6 +150,26 @@ def _read_map(data: bytes, pos: int) -> tuple[dict[int, str], int]:
     return out, pos
 
 
+def first_block_instant(storage, rel_path: str, size: int) -> str:
+    """The INSTANT_TIME of a log file's first block: the instant that wrote the file (pipe
+    writes each log file in one go; a Java writer's first block is its first writer's). Reads
+    the file's first few KiB."""
+    head = storage.read_range(rel_path, 0, min(size, 4096))
+    for data in (head, None):
+        if data is None:
+            data = storage.read_bytes(rel_path)
+        if data[:6] != MAGIC:
+            raise LogFormatError(f"{rel_path}: no block magic at byte 0")
+        try:
+            header, _ = _read_map(data, 6 + 8 + 8)
+        except (struct.error, UnicodeDecodeError):
+            continue  # the header runs past the first read: read the whole file
+        if INSTANT_TIME not in header:
+            raise LogFormatError(f"{rel_path}: the first block has no instant time")
+        return header[INSTANT_TIME]
+    raise LogFormatError(f"{rel_path}: the first block's header is truncated")
+
+
 # --- contents ---------------------------------------------------------------------------------
 
 

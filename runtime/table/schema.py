@@ -55,15 +55,17 @@ def _field(f: Any, namespace: str) -> dict[str, Any]:
     return {"name": f.name, "type": ["null", avro_type(f.dataType, f.name, namespace)], "default": None}
 
 
-def avro_schema_json(struct: Any, table_name: str) -> str:
+def avro_schema_json(struct: Any, table_name: str, meta: bool = False) -> str:
     """The writer schema Hudi stores in commit metadata: record `<table>_record`, namespace
-    `hoodie.<table>`, every field nullable with default null, no meta columns."""
+    `hoodie.<table>`, every field nullable with default null, no meta columns. With `meta`,
+    the five meta columns come first, as in a log block's header."""
     namespace = f"hoodie.{table_name}"
+    meta_fields = [{"name": c, "type": ["null", "string"], "doc": "", "default": None} for c in META_COLUMNS] if meta else []
     record = {
         "type": "record",
         "name": f"{table_name}_record",
         "namespace": namespace,
-        "fields": [_field(f, f"{namespace}.{table_name}_record") for f in struct.fields if f.name not in META_COLUMNS],
+        "fields": meta_fields + [_field(f, f"{namespace}.{table_name}_record") for f in struct.fields if f.name not in META_COLUMNS],
     }
     return json.dumps(record, separators=(",", ":"))
 

@@ -14,26 +14,32 @@ from runtime.table.errors import TableError
 from runtime.table.layout import FileSystemView
 from runtime.table.timeline import WRITE_ACTIONS
 from runtime.table.timeline import (
-    CLEAN, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT, Instant, Timeline,
+    CLEAN, COMMIT, COMPACTION, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT, Instant, Timeline,
     new_instant_time,
 )
 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
 
 
-# a base file a task was still writing when it died: `.<base file name>.<hex>.tmp` (files.py)
+# a base file a task was still writing when it died: `.<base file name>.<hex>.tmp`, or a log
+# file: `.<log file name>.<writing instant>.<hex>.tmp` (files.py)
 _PARTIAL = re.compile(r"^\..+_(\d{17})\.parquet\.[0-9a-f]+\.tmp$")
+_PARTIAL_LOG = re.compile(r"^\.\..+\.log\.\d+_\d+-\d+-\d+\.(\d{17})\.[0-9a-f]+\.tmp$")
 
 
 def partial_file_instant(name: str) -> str | None:
-    """The instant of a partial base file's hidden temporary name, or None."""
-    m = _PARTIAL.match(name)
+    """The instant of a partial data file's hidden temporary name, or None."""
+    m = _PARTIAL.match(name) or _PARTIAL_LOG.match(name)
     return m.group(1) if m else None
 
 
 def _data_files_by_instant(storage) -> dict[str, list[str]]:
-    """Base files of the table by the instant in their name (one listing), with the partial
-    files a dead task left under a hidden temporary name."""
+    """Data files of the table by the instant that wrote them (one listing): base files by the
+    instant in their name, log files by the instant in their first block's header (their
+    name has the slice's base instant), and the partial files a dead task left under a
+    hidden temporary name."""
+    from runtime.table.logfile import LogFormatError, first_block_instant, parse_name
+
     out: dict[str, list[str]] = {}
     for f in storage.list_files(""):
         name = f.path.rsplit("/", 1)[-1]
@@ -44,6 +50,11 @@ def _data_files_by_instant(storage) -> dict[str, list[str]]:
             out.setdefault(partial, []).append(f.path)
         elif not name.startswith(".") and name.endswith(".parquet"):
             out.setdefault(name[-len("20240101000000000.parquet"):-len(".parquet")], []).append(f.path)
+        elif parse_name(name) is not None and f.size > 0:
+            try:
+                out.setdefault(first_block_instant(storage, f.path, f.size), []).append(f.path)
+            except LogFormatError:
+                continue  # not ours to judge here; readers report a damaged log
     return out
 
 
@@ -354,6 +365,9 @@ def plan_clean(view: FileSystemView, timeline: Timeline, policy: str, retain: in
     after = [c for c in commits if retain_from is not None and c > retain_from]
     if after:  # the first commit a consumer has not read: keep what reads as of it need
         earliest = min(earliest, after[0]) if earliest else after[0]
+    logs_of: dict[tuple[str, str, str], list[str]] = {}
+    for lf in view.logs:
+        logs_of.setdefault((lf.partition, lf.file_id, lf.base_instant), []).append(lf.path)
     doomed: dict[str, list[str]] = {}
     for key, versions in groups.items():
         versions.sort(key=lambda b: b.instant, reverse=True)
@@ -368,6 +382,8 @@ def plan_clean(view: FileSystemView, timeline: Timeline, policy: str, retain: in
         for b in versions:
             if b.name not in keep and b.path not in protected:
                 doomed.setdefault(b.partition, []).append(b.path)
+                # a merge-on-read slice goes whole: its log files with its base file
+                doomed[b.partition] += logs_of.get((b.partition, b.file_id, b.instant), [])
     return {p: sorted(v) for p, v in doomed.items()}, earliest
 
 
@@ -472,6 +488,8 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
     moved = []
     for inst in candidates:
         names = [inst.with_state(s).file_name() for s in (REQUESTED, INFLIGHT, COMPLETED)]
+        if inst.action == COMMIT:  # a compaction's plan and inflight files go with its commit
+            names = [f"{inst.time}.{COMPACTION}.{s}" for s in (REQUESTED, INFLIGHT)] + names
         present = [n for n in names if storage.exists(f"{HOODIE}/{n}")]
         for n in present:
             storage.write_atomic(f"{ARCHIVED}/{n}", storage.read_bytes(f"{HOODIE}/{n}"))

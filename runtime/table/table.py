@@ -31,9 +31,9 @@ from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
 from runtime.table.layout import FileSystemView
-from runtime.table.schema import META_COLUMNS
+from runtime.table.schema import META_COLUMNS, avro_schema_json
 from runtime.table.timeline import (
-    COMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant, Timeline,
+    COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant, Timeline, WriteStat,
     new_instant_time,
 )
 
@@ -54,6 +54,7 @@ class WriteResult:
     bytes: int
     replaced_file_groups: int = 0  # replacecommits: file groups hidden (their rows are not counted as deletes)
     service_error: str | None = None  # inline clean or archive failed after the commit (the commit stands)
+    compaction: str | None = None  # merge-on-read: the instant of the inline compaction that followed
 
 
 class Table:
@@ -85,8 +86,8 @@ class Table:
             table = cls.open(spark, uri, storage_options)
             table._check_same_definition(config)
             return table
-        if config.table_type != COPY_ON_WRITE:
-            raise TableError(f"table type {config.table_type} is not supported yet; use copy_on_write")
+        if config.table_type not in (COPY_ON_WRITE, MERGE_ON_READ):
+            raise TableError(f"table type {config.table_type} is not one pipe knows; use copy_on_write or merge_on_read")
         for d in _HOODIE_DIRS:
             storage.write_atomic(f"{HOODIE}/{d}/.keep", b"") if not hasattr(storage, "root") else os.makedirs(storage.full_path(f"{HOODIE}/{d}"), exist_ok=True)
         if not storage.create_exclusive(PROPERTIES, config.to_properties().encode("utf-8")):
@@ -145,7 +146,7 @@ class Table:
     def record_size_estimate(self, default: int, timeline: Timeline | None = None) -> int:
         timeline = timeline or self.timeline()
         for inst in reversed(timeline.completed()):
-            stats = timeline.commit_metadata(inst).write_stats
+            stats = [s for s in timeline.commit_metadata(inst).write_stats if not s.is_log]
             rows = sum(s.num_writes for s in stats)
             size = sum(s.file_size for s in stats)
             if rows > 0 and size > 0:
@@ -163,7 +164,7 @@ class Table:
     def write(self, df, operation: str = "upsert", extra_metadata: dict[str, str] | None = None,
               clean_policy: str = _services.KEEP_LATEST_COMMITS, clean_retain: int = 10, clean_inline: bool = True,
               archive_min: int = 20, archive_max: int = 30, expect_latest: Any = ..., retain_from: str | None = None,
-              **options: Any) -> WriteResult:
+              compact_after: int | None = None, **options: Any) -> WriteResult:
         """Writes `df` with `operation` in one commit; then, by default, cleans file versions
         older than the latest `clean_retain` commits. `options` are WriteOptions fields.
 
@@ -190,7 +191,11 @@ class Table:
         writer got there first, and writing would consume the same input twice.
 
         `retain_from`: the oldest instant an incremental consumer of this table has read up to;
-        inline cleaning keeps what reads after it need, and archiving does not pass it."""
+        inline cleaning keeps what reads after it need, and archiving does not pass it.
+
+        Merge-on-read tables complete a `deltacommit`: updates and deletes of a file group go
+        to a new log file of its slice, new keys to base files. `compact_after`: compact
+        inline, under the same lock, once this many deltacommits followed the last compaction."""
         bootstrap = operation == "bootstrap"  # a bulk_insert that makes the table's first commit
         if bootstrap:
             operation = "bulk_insert"
@@ -208,7 +213,7 @@ class Table:
         if reserved:
             raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
         replacing = operation in _writer.REPLACE_OPERATIONS
-        action = REPLACECOMMIT if replacing else COMMIT
+        action = REPLACECOMMIT if replacing else DELTACOMMIT if self.config.table_type == MERGE_ON_READ else COMMIT
         with self.lock():
             self.rollback_pending()
             timeline = self.timeline()
@@ -222,6 +227,10 @@ class Table:
                 raise TableError(f"bootstrap makes the first commit of a table; {self.config.name} has commits already",
                                  "rebuild it from the dataset with `pipe run --select TABLE --full-refresh`")
             slices = FileSystemView.load(self.storage, timeline).latest_slices()
+            if operation == "upsert" and self._schema_change_needs_compaction(df, slices, timeline):
+                self._compact()  # logs must keep their base file's columns: fold them in first
+                timeline = self.timeline()
+                slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if operation == "delete_partition":
                 self._check_partitions_to_delete(opts.partitions_to_delete, slices)
             instant = Instant(new_instant_time(timeline.last_time()), action, REQUESTED)
@@ -233,7 +242,7 @@ class Table:
             try:
                 staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, self.schema(timeline))
                 _services.fault("after_files")
-                self._remove_strays(instant.time, staged.stats)
+                self._remove_strays(instant.time, staged.stats, staged.log_prefixes)
                 self._check_conflicts(slices, staged.stats, staged.replaced)
             except BaseException:
                 # nothing half-written: the failed instant is rolled back before we report
@@ -245,8 +254,10 @@ class Table:
             if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
                 raise TableError(f"instant {instant.time} was completed by someone else")
             _services.fault("after_commit")
-            service_error = None
+            service_error, compacted = None, None
             try:  # the commit stands whatever happens here; the next write cleans and archives again
+                if compact_after and self.config.table_type == MERGE_ON_READ and self._deltacommits_since_compaction() >= compact_after:
+                    compacted = self._compact()
                 if clean_inline:
                     _services.clean(self.storage, clean_policy, clean_retain, retain_from)
                 _services.archive(self.storage, archive_min, archive_max, retain_from)
@@ -254,7 +265,8 @@ class Table:
                 service_error = f"{type(exc).__name__}: {exc}"
         c = staged.counts
         replaced = sum(len(ids) for ids in (staged.replaced or {}).values())
-        return WriteResult(instant.time, action, "bootstrap" if bootstrap else operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced, service_error)
+        return WriteResult(instant.time, action, "bootstrap" if bootstrap else operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced, service_error,
+                           compacted)
 
     def _check_partitions_to_delete(self, patterns, slices) -> None:
         """delete_partition refuses patterns that match no partition (a typo would otherwise
@@ -271,24 +283,34 @@ class Table:
         if not self.storage.create_exclusive(name, data):
             raise TableError(f"instant file {name} exists already; another writer is active")
 
-    def _remove_strays(self, instant: str, stats) -> None:
+    def _remove_strays(self, instant: str, stats, log_prefixes: set[tuple[str, str]] = frozenset()) -> None:
         """Files of this instant that no write stat names (a retried or speculative task's
-        output) would break readers: delete them before the commit."""
+        output) would break readers: delete them before the commit. A log file's name has its
+        slice's base instant, not this one: a stray log is one with a version this write
+        assigned but another write token."""
         keep = {s.path for s in stats}
-        partitions = {s.partition_path for s in stats}
+        partitions = {s.partition_path for s in stats} | {p for p, _ in log_prefixes}
         for part in partitions:
+            prefixes = tuple(prefix for p, prefix in log_prefixes if p == part)
             for info in self.storage.list_files(part, recursive=False):
                 name = info.path.rsplit("/", 1)[-1]
+                if info.path in keep:
+                    continue
                 partial = _services.partial_file_instant(name) == instant  # a dead task's unfinished file
-                if (info.path.endswith(f"_{instant}.parquet") and info.path not in keep) or partial:
+                if info.path.endswith(f"_{instant}.parquet") or partial or (prefixes and name.startswith(prefixes)):
                     self.storage.delete(info.path)
 
     def _check_conflicts(self, slices, stats, replaced: dict[str, list[str]] | None = None) -> None:
         """Refuses to commit when a file group we rewrote has changed since we read it, or,
         for a replacecommit, when the groups of a partition it replaces have (a write there
         would be hidden unseen)."""
-        before = {(s.partition, s.file_id): s.base_instant for s in slices}
-        now = {(s.partition, s.file_id): s.base_instant for s in self.view().latest_slices()}
+        ours = {s.path for s in stats}  # the view lists our own uncommitted log files too
+
+        def state(s):
+            return s.base_instant, tuple(lf.name for lf in s.log_files if lf.path not in ours)
+
+        before = {(s.partition, s.file_id): state(s) for s in slices}
+        now = {(s.partition, s.file_id): state(s) for s in self.view().latest_slices()}
         for s in stats:
             key = (s.partition_path, s.file_id)
             if key in before and now.get(key) != before[key]:
@@ -296,6 +318,67 @@ class Table:
         for part in replaced or {}:
             if {k: v for k, v in before.items() if k[0] == part} != {k: v for k, v in now.items() if k[0] == part}:
                 raise TableError(f"partition '{part}' changed during the write; run again")
+
+    # --- compaction (merge-on-read) --------------------------------------------------------------
+
+    def compact(self) -> str | None:
+        """Compacts every file slice with log files into a new base file (compaction.py);
+        returns the compaction's instant, or None when no slice has logs."""
+        if self.config.table_type != MERGE_ON_READ:
+            raise TableError(f"table {self.config.name} is copy-on-write; only merge-on-read tables are compacted")
+        with self.lock():
+            self.rollback_pending()
+            return self._compact()
+
+    def _schema_change_needs_compaction(self, df, slices, timeline) -> bool:
+        """A merge-on-read upsert that adds or widens columns while file groups have logs: new
+        logs would not match their base files' columns, so those slices are compacted first."""
+        if self.config.table_type != MERGE_ON_READ or df is None or not any(s.has_logs for s in slices):
+            return False
+        stored = self.schema(timeline)
+        if stored is None:
+            return False
+        have = {f.name: f.dataType for f in stored.fields}
+        return any(f.name not in have or f.dataType != have[f.name] for f in df.schema.fields if f.name != "_hoodie_is_deleted")
+
+    def _deltacommits_since_compaction(self) -> int:
+        n = 0
+        for inst in reversed(self.timeline().completed()):
+            if inst.action == COMMIT:
+                break
+            n += inst.action == DELTACOMMIT
+        return n
+
+    def _compact(self) -> str | None:
+        from runtime.table import compaction as _compaction
+
+        timeline = self.timeline()
+        slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.has_logs]
+        if not slices:
+            return None
+        struct = self.schema(timeline)
+        instant = Instant(new_instant_time(timeline.last_time()), COMPACTION, REQUESTED)
+        self._transition(instant, REQUESTED, _avro.to_bytes(_avro.COMPACTION_PLAN, _compaction.plan(slices)))
+        self._transition(instant, INFLIGHT, b"")
+        try:
+            spec = _reader.merge_spec(self.storage, _writer.with_meta_struct(struct), timeline, self.config)
+            written = _compaction.run(self.spark, self.storage, instant.time, slices, spec)
+            _services.fault("compaction_after_files")
+            stats = []
+            by_group = {(s.partition, s.file_id): s for s in slices}
+            for fid, part, path, nrows, size, *_ in written:
+                if not path:  # every row of the slice was deleted: an empty base file hides them
+                    path, size = _writer.write_empty_base_file(self.storage, part, fid, instant.time, struct)
+                stats.append(WriteStat(fid, path, part, by_group[(part, fid)].base_instant, nrows, 0, nrows, 0, size))
+            self._remove_strays(instant.time, stats)
+        except BaseException:
+            self.rollback_pending()
+            raise
+        meta = CommitMetadata("COMPACT", stats, {"schema": avro_schema_json(struct, self.config.name)}, compacted=True)
+        self._check_lock()
+        if not self.storage.create_exclusive(f"{HOODIE}/{instant.time}.{COMMIT}", meta.to_bytes()):
+            raise TableError(f"compaction {instant.time} was completed by someone else")
+        return instant.time
 
     def rollback_pending(self) -> list[str]:
         """Rolls back every requested or inflight write (see services.rollback_pending)."""

@@ -76,7 +76,10 @@ class Timeline:
             key = (i.time, i.action)
             if key not in latest or _STATE_ORDER[i.state] > _STATE_ORDER[latest[key].state]:
                 latest[key] = i
-        self.instants: list[Instant] = sorted(latest.values())
+        # a completed compaction is `T.commit`; its `T.compaction.requested/inflight` stay
+        # beside it and are not pending
+        done = {t for (t, a), i in latest.items() if a == COMMIT and i.is_completed}
+        self.instants: list[Instant] = sorted(i for (t, a), i in latest.items() if not (a == COMPACTION and t in done))
 
     @classmethod
     def load(cls, storage: Storage) -> "Timeline":
@@ -161,9 +164,18 @@ class WriteStat:
     num_update_writes: int
     num_deletes: int
     file_size: int
+    # merge-on-read log files (Hudi's HoodieDeltaWriteStat): the slice's base file name and
+    # every log file of the slice, this one included (bare names)
+    base_file: str | None = None
+    log_files: tuple[str, ...] = ()
+    log_version: int = 0
+
+    @property
+    def is_log(self) -> bool:
+        return not self.path.endswith(".parquet")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "fileId": self.file_id,
             "path": self.path,
             "cdcStats": None,
@@ -188,6 +200,10 @@ class WriteStat:
             "maxEventTime": None,
             "runtimeStats": None,
         }
+        if self.is_log:
+            out.update({"logVersion": self.log_version, "logOffset": 0, "baseFile": self.base_file or "",
+                        "logFiles": list(self.log_files), "recordsStats": {"val": None}})
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "WriteStat":
@@ -201,6 +217,9 @@ class WriteStat:
             num_update_writes=int(d.get("numUpdateWrites") or 0),
             num_deletes=int(d.get("numDeletes") or 0),
             file_size=int(d.get("fileSizeInBytes") or d.get("totalWriteBytes") or 0),
+            base_file=d.get("baseFile") or None,
+            log_files=tuple(d.get("logFiles") or ()),
+            log_version=int(d.get("logVersion") or 0),
         )
 
 
@@ -210,6 +229,7 @@ class CommitMetadata:
     write_stats: list[WriteStat]
     extra: dict[str, str]
     replaced: dict[str, list[str]] | None = None  # partition -> file ids (replacecommit)
+    compacted: bool = False  # a compaction's commit
 
     def to_json(self) -> dict[str, Any]:
         by_partition: dict[str, list[dict[str, Any]]] = {}
@@ -217,7 +237,7 @@ class CommitMetadata:
             by_partition.setdefault(s.partition_path, []).append(s.to_json())
         out = {
             "partitionToWriteStats": by_partition,
-            "compacted": False,
+            "compacted": self.compacted,
             "extraMetadata": dict(sorted(self.extra.items())),
             "operationType": self.operation_type,
         }
@@ -236,6 +256,7 @@ class CommitMetadata:
             write_stats=stats,
             extra=dict(d.get("extraMetadata") or {}),
             replaced=d.get("partitionToReplaceFileIds"),
+            compacted=bool(d.get("compacted")),
         )
 
     @property

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, FileWriteSpec, write_task
+from runtime.table.config import MERGE_ON_READ
+from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
 
@@ -201,7 +202,9 @@ def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: W
     for partition, count in sorted(insert_counts.items()):
         shares: list[tuple[str, int, FileSlice | None]] = []
         left = count
-        small = sorted((s for s in slices if s.partition == partition and s.base_file.size < opts.small_file_limit), key=lambda s: s.base_file.size)
+        # a merge-on-read slice with log files is not a small file: its base alone is stale
+        small = sorted((s for s in slices if s.partition == partition and s.base_file is not None and not s.log_files
+                        and s.base_file.size < opts.small_file_limit), key=lambda s: s.base_file.size)
         for s in small:
             if left <= 0:
                 break
@@ -237,8 +240,9 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 
 
 def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
-                      base_files: dict[str, str] | None = None):
-    """Executors write every file group's new base file; returns the stats rows."""
+                      base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = ""):
+    """Executors write every file group's new base file (or, for `log_groups`, a new log file
+    of its slice); returns the stats rows."""
     spec = FileWriteSpec(
         storage_uri=storage.spec.uri,
         storage_options=storage.spec.options,
@@ -248,7 +252,10 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
         merge=merge,
         base_files=dict(base_files or {}),
         max_file_size=opts.max_file_size,
+        log_groups=dict(log_groups or {}),
+        log_schema=log_schema,
     )
+
     def run(batches):
         return write_task(spec, batches)
 
@@ -268,6 +275,9 @@ class StagedWrite:
     schema_json: str
     struct: Any  # the table's Spark schema after this write (data columns only)
     replaced: dict[str, list[str]] | None = None  # replacecommits: partition -> replaced file ids
+    # merge-on-read: (partition, log file name prefix up to the version) of every log file
+    # this write adds; another file with that prefix is a retried task's leftover
+    log_prefixes: set[tuple[str, str]] = field(default_factory=set)
 
 
 def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
@@ -361,35 +371,73 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     existing = {(s.partition, s.file_id): s for s in slices}
     # each task reads the base files of the groups it rewrites itself (Hudi's merge handle):
     # only the incoming rows are shuffled
-    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups if (p, fid) in existing}
+    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups
+                  if (p, fid) in existing and existing[(p, fid)].base_file is not None}
     merge = keyed and opts.operation != "insert"
+    # merge-on-read: updates and deletes of a group go to a new log file of its slice, except
+    # in small files taking inserts, which are rewritten like copy-on-write (as Hudi does)
+    log_groups = _log_targets(touched - {(b.partition, b.file_id) for b in buckets}, existing) if config.table_type == MERGE_ON_READ and merge else {}
     changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
     # one shuffle of the incoming rows: every file group to one task
     n = max(1, min(len(groups), spark.sparkContext.defaultParallelism * 4))
     changes = changes.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
-    written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files)
+    written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
+                                log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True))
 
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size, i, u, d in written:
         if not path:  # every row of the group was deleted: an empty base file hides its old rows
-            path, size = _write_empty_base_file(storage, part, fid, instant, struct)
+            path, size = write_empty_base_file(storage, part, fid, instant, struct)
         prev = existing[(part, fid)].base_instant if (part, fid) in existing else "null"
-        stats.append(WriteStat(fid, path, part, prev, nrows, i, u, d, size))
+        target = log_groups.get(f"{part}/{fid}")
+        if target is not None and not path.endswith(".parquet"):
+            stats.append(_log_stat(existing[(part, fid)], target, path, i, u, d, size))
+        else:
+            stats.append(WriteStat(fid, path, part, prev, nrows, i, u, d, size))
         counts.inserts += i
         counts.updates += u
         counts.deletes += d
         counts.files += 1
         counts.bytes += size
-    return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
+    prefixes = {(key.rsplit("/", 1)[0], _log_prefix(key.rsplit("/", 1)[1], t)) for key, t in log_groups.items()}
+    return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct, log_prefixes=prefixes)
 
 
-def _write_empty_base_file(storage, partition: str, file_id: str, instant: str, struct) -> tuple[str, int]:
+def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:
+    """The next log file of each group's latest slice (versions continue the slice's logs)."""
+    out = {}
+    for p, fid in groups:
+        s = existing.get((p, fid))
+        if s is None:
+            continue
+        version = max((lf.version for lf in s.log_files), default=0) + 1
+        base = s.base_file
+        out[f"{p}/{fid}"] = LogTarget(base.path if base else None, base.size if base else 0, s.base_instant, version)
+    return out
+
+
+def _log_prefix(file_id: str, target: LogTarget) -> str:
+    return f".{file_id}_{target.base_instant}.log.{target.version}_"
+
+
+def _log_stat(slice_: FileSlice, target: LogTarget, path: str, inserts: int, updates: int, deletes: int, size: int):
+    """The write stat of a new log file (Hudi's delta write stat: base file and every log file
+    of the slice, this one last)."""
+    from runtime.table.timeline import WriteStat
+
+    name = path.rsplit("/", 1)[-1]
+    logs = tuple(lf.name for lf in slice_.log_files) + (name,)
+    return WriteStat(slice_.file_id, path, slice_.partition, slice_.base_instant, updates, inserts, updates, deletes, size,
+                     base_file=slice_.base_file.name if slice_.base_file else "", log_files=logs, log_version=target.version)
+
+
+def write_empty_base_file(storage, partition: str, file_id: str, instant: str, struct) -> tuple[str, int]:
     import io
 
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(_with_meta_struct(struct))
+    schema = to_arrow_schema(with_meta_struct(struct))
     buf = io.BytesIO()
     pq.write_table(schema.empty_table(), buf)
     name = f"{file_id}_0-0-0_{instant}.parquet"
@@ -398,7 +446,7 @@ def _write_empty_base_file(storage, partition: str, file_id: str, instant: str, 
     return path, len(buf.getvalue())
 
 
-def _with_meta_struct(struct):
+def with_meta_struct(struct):
     from pyspark.sql import types as T
 
     return T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + list(struct.fields))

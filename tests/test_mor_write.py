@@ -1,0 +1,162 @@
+"""Merge-on-read writes: updates and deletes go to new log files of their file groups (a
+deltacommit), new keys to base files; every table written here is read back with hudi-rs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import hudi
+import pyarrow as pa
+import pytest
+
+from runtime.table import Table, TableConfig
+from runtime.table.config import MERGE_ON_READ
+from runtime.table.logfile import DELETE, PARQUET_DATA, deleted_keys, parse_name, read_blocks
+
+CONFIG = TableConfig(name="orders", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
+SCHEMA = "id long, region string, ts long, v string"
+
+
+def hudi_rows(path, **incremental):
+    t = hudi.HudiTableBuilder.from_base_uri(path).build()
+    if incremental:
+        batches = t.read(hudi.HudiReadOptions().with_query_type(hudi.HudiQueryType.Incremental).with_start_timestamp(incremental["since"]))
+    else:
+        batches = t.read()
+    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
+    return sorted((r["id"], r["region"], r["ts"], r["v"]) for r in rows)
+
+
+def logs(root):
+    return sorted(p for p in root.rglob(".*.log.*"))
+
+
+def deltacommit(root, instant):
+    return json.loads((root / ".hoodie" / f"{instant}.deltacommit").read_text())
+
+
+@pytest.fixture()
+def orders(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), CONFIG)
+    first = table.write(spark.createDataFrame([(i, "EU" if i % 2 else "US", 1, f"v{i}") for i in range(1, 9)], SCHEMA), "upsert")
+    return table, path, first
+
+
+def test_updates_and_deletes_go_to_log_files_named_with_the_base_instant(spark, orders):
+    table, path, first = orders
+    assert first.action == "deltacommit" and first.inserts == 8
+    assert logs(path) == [] and len(list(path.rglob("*.parquet"))) == 2  # new keys: base files
+
+    second = table.write(spark.createDataFrame([(1, "EU", 2, "one"), (2, "US", 2, "two")], SCHEMA), "upsert")
+    assert (second.action, second.updates, second.inserts) == ("deltacommit", 2, 0)
+    written = logs(path)
+    assert len(written) == 2
+    for log in written:
+        name = parse_name(log.name)
+        assert name.base_instant == first.instant and name.version == 1
+        blocks = read_blocks(log.read_bytes())
+        assert [b.type for b in blocks] == [PARQUET_DATA]
+        assert blocks[0].instant == second.instant
+    assert len(list(path.rglob("*.parquet"))) == 2  # no base file was rewritten
+
+    third = table.write(spark.createDataFrame([(3, "EU"), (2, "US")], "id long, region string"), "delete")
+    assert (third.deletes, third.updates) == (2, 0)
+    new = sorted(set(logs(path)) - set(written))
+    assert [parse_name(p.name).version for p in new] == [2, 2]  # the next version of each slice
+    for log in new:
+        (block,) = read_blocks(log.read_bytes())
+        assert block.type == DELETE and block.instant == third.instant
+        assert [k for k, _, _ in deleted_keys(block)] in (["3"], ["2"])
+
+    expected = [(1, "EU", 2, "one"), (4, "US", 1, "v4"), (5, "EU", 1, "v5"), (6, "US", 1, "v6"), (7, "EU", 1, "v7"), (8, "US", 1, "v8")]
+    assert hudi_rows(str(path)) == expected
+    # what hudi-rs reads incrementally after the first commit: the update of 1 (2 was deleted)
+    assert hudi_rows(str(path), since=first.instant) == [(1, "EU", 2, "one")]
+
+
+def test_the_deltacommit_lists_each_log_with_its_slice(spark, orders):
+    table, path, first = orders
+    second = table.write(spark.createDataFrame([(1, "EU", 2, "one")], SCHEMA), "upsert")
+    meta = deltacommit(path, second.instant)
+    assert meta["operationType"] == "UPSERT" and meta["compacted"] is False
+    (stat,) = meta["partitionToWriteStats"]["region=EU"]
+    log = logs(path)[0]
+    base = next((path / "region=EU").glob("*.parquet")).name
+    assert stat["path"] == f"region=EU/{log.name}"
+    assert stat["baseFile"] == base and stat["logFiles"] == [log.name] and stat["logVersion"] == 1
+    assert stat["prevCommit"] == first.instant and stat["numUpdateWrites"] == 1
+    assert stat["fileSizeInBytes"] == os.path.getsize(log)
+    assert "schema" in meta["extraMetadata"]
+
+    third = table.write(spark.createDataFrame([(1, "EU", 3, "again")], SCHEMA), "upsert")
+    (stat,) = deltacommit(path, third.instant)["partitionToWriteStats"]["region=EU"]
+    assert len(stat["logFiles"]) == 2 and stat["logFiles"][0] == log.name and stat["logVersion"] == 2
+
+
+def test_a_stale_update_never_hides_the_newer_row(spark, orders):
+    table, path, _ = orders
+    table.write(spark.createDataFrame([(1, "EU", 5, "newer")], SCHEMA), "upsert")
+    table.write(spark.createDataFrame([(1, "EU", 3, "older")], SCHEMA), "upsert")
+    assert (1, "EU", 5, "newer") in hudi_rows(str(path))
+
+
+def test_inserts_fill_small_files_without_logs_and_rewrite_them(spark, orders):
+    table, path, first = orders
+    # US gets an update (a log), EU an insert into its small file (rewritten: a new base version)
+    second = table.write(spark.createDataFrame([(2, "US", 2, "two"), (11, "EU", 1, "new")], SCHEMA), "upsert")
+    eu = sorted(p.name for p in (path / "region=EU").glob("*.parquet"))
+    assert len(eu) == 2 and eu[0].split("_")[0] == eu[1].split("_")[0]  # the same file group, twice
+    assert [parse_name(p.name).base_instant for p in logs(path)] == [first.instant]
+    # the US group has a log now, so it is no small file: an insert there opens a new group
+    table.write(spark.createDataFrame([(12, "US", 1, "new")], SCHEMA), "upsert")
+    assert len(list((path / "region=US").glob("*.parquet"))) == 2
+    assert len({p.name.split("_")[0] for p in (path / "region=US").glob("*.parquet")}) == 2
+    rows = hudi_rows(str(path))
+    assert (2, "US", 2, "two") in rows and (11, "EU", 1, "new") in rows and (12, "US", 1, "new") in rows
+    assert len(rows) == 10
+
+
+def test_a_key_moving_partition_leaves_a_delete_in_its_old_group(spark, orders):
+    table, path, _ = orders
+    table.write(spark.createDataFrame([(1, "US", 2, "moved")], SCHEMA), "upsert")
+    eu_logs = [p for p in logs(path) if p.parent.name == "region=EU"]
+    assert len(eu_logs) == 1 and read_blocks(eu_logs[0].read_bytes())[0].type == DELETE
+    rows = hudi_rows(str(path))
+    assert (1, "US", 2, "moved") in rows and not any(r[0] == 1 and r[1] == "EU" for r in rows)
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    from runtime.session import get_spark
+    from runtime.table import Table
+    spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
+    table = Table.open(spark, sys.argv[1])
+    df = spark.createDataFrame([(1, "EU", 5, "crashed"), (3, "EU", 5, "crashed")], "id long, region string, ts long, v string")
+    table.write(df, "upsert")
+    print("WROTE")
+""")
+
+
+def test_a_writer_killed_after_writing_logs_is_rolled_back(spark, orders):
+    table, path, first = orders
+    env = {**os.environ, "PIPE_FAULT": "after_files"}
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 77, proc.stderr[-2000:]
+    (dead,) = [i.time for i in table.timeline().pending()]
+    (crashed_log,) = logs(path)
+    assert read_blocks(crashed_log.read_bytes())[0].instant == dead  # the dead writer's log is there
+    before = [(i, "EU" if i % 2 else "US", 1, f"v{i}") for i in range(1, 9)]
+    assert hudi_rows(str(path)) == sorted(before)  # readers ignore it
+
+    result = table.write(spark.createDataFrame([(5, "EU", 2, "five")], SCHEMA), "upsert")
+    assert table.timeline().pending() == []
+    assert not crashed_log.exists()
+    (log,) = logs(path)
+    assert parse_name(log.name).version == 1 and read_blocks(log.read_bytes())[0].instant == result.instant
+    assert not list(path.rglob(f"*{dead}*"))
+    assert hudi_rows(str(path)) == sorted([r for r in before if r[0] != 5] + [(5, "EU", 2, "five")])
