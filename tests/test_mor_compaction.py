@@ -1,0 +1,214 @@
+"""Compaction of merge-on-read tables: plan, run, commit; inline after N deltacommits; cleaning
+the compacted slices; a compaction killed half way; schema changes; Hudi-written tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import hudi
+import pyarrow as pa
+import pytest
+
+from runtime.table import Table, TableConfig
+from runtime.table import avro
+from runtime.table.config import MERGE_ON_READ
+from tests.test_fixtures import rows_of, unpack
+
+CONFIG = TableConfig(name="orders", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
+SCHEMA = "id long, region string, ts long, v string"
+
+
+def hudi_read(path, options=None):
+    t = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
+    batches = t.read(options) if options is not None else t.read()
+    return pa.Table.from_batches(batches).to_pylist() if batches else []
+
+
+def hudi_rows(path, options=None):
+    return sorted((r["id"], r["region"], r["ts"], r["v"]) for r in hudi_read(path, options))
+
+
+def pipe_rows(table, **read):
+    return sorted((r["id"], r["region"], r["ts"], r["v"]) for r in table.read(**read).collect())
+
+
+def logs(root):
+    return sorted(root.rglob(".*.log.*"))
+
+
+@pytest.fixture()
+def orders(spark, tmp_path):
+    """A merge-on-read table with an insert, an update and a delete (two slices have logs)."""
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), CONFIG)
+    table.write(spark.createDataFrame([(i, "EU" if i % 2 else "US", 1, f"v{i}") for i in range(1, 9)], SCHEMA), "upsert")
+    table.write(spark.createDataFrame([(1, "EU", 2, "one"), (2, "US", 2, "two")], SCHEMA), "upsert")
+    last = table.write(spark.createDataFrame([(3, "EU")], "id long, region string"), "delete")
+    return table, path, last.instant
+
+
+EXPECTED = [(1, "EU", 2, "one"), (2, "US", 2, "two"), (4, "US", 1, "v4"), (5, "EU", 1, "v5"), (6, "US", 1, "v6"), (7, "EU", 1, "v7"), (8, "US", 1, "v8")]
+
+
+def test_compaction_folds_logs_into_new_base_files_in_one_commit(spark, orders):
+    table, path, before = orders
+    assert hudi_rows(path) == EXPECTED
+    commit_times = {r["id"]: r["_hoodie_commit_time"] for r in hudi_read(path)}
+
+    instant = table.compact()
+    hoodie = path / ".hoodie"
+    plan = avro.from_bytes((hoodie / f"{instant}.compaction.requested").read_bytes())
+    ops = sorted(plan["operations"], key=lambda o: o["partitionPath"])
+    assert [o["partitionPath"] for o in ops] == ["region=EU", "region=US"]
+    assert [len(o["deltaFilePaths"]) for o in ops] == [2, 1]  # EU: an update and a delete
+    assert all(o["dataFilePath"].endswith(".parquet") and o["baseInstantTime"] < instant for o in ops)
+    assert (hoodie / f"{instant}.compaction.inflight").read_bytes() == b""
+    meta = json.loads((hoodie / f"{instant}.commit").read_text())
+    assert meta["compacted"] is True and meta["operationType"] == "COMPACT"
+    new_files = sorted(s["path"] for stats in meta["partitionToWriteStats"].values() for s in stats)
+    assert [p.split("/")[0] for p in new_files] == ["region=EU", "region=US"]
+    assert all(p.endswith(f"_{instant}.parquet") and (path / p).exists() for p in new_files)
+    assert table.timeline().pending() == []
+
+    # both readers: the same rows, which keep the commit time that wrote them
+    assert hudi_rows(path) == EXPECTED
+    assert pipe_rows(table) == EXPECTED
+    rows = hudi_read(path)
+    assert {r["id"]: r["_hoodie_commit_time"] for r in rows} == commit_times
+    assert all(r["_hoodie_file_name"].endswith(f"_{instant}.parquet") for r in rows)
+    # nothing was written by the compaction: an incremental read after the last deltacommit is empty
+    incremental = hudi.HudiReadOptions().with_query_type(hudi.HudiQueryType.Incremental).with_start_timestamp(before)
+    assert hudi_read(path, incremental) == []
+    assert table.read(since=before).count() == 0
+    # the old slices stay until cleaned: time travel to before the compaction still works
+    assert pipe_rows(table, as_of=before) == EXPECTED
+    assert table.compact() is None  # nothing left to compact
+
+
+def test_cleaning_after_compaction_removes_the_old_slices_with_their_logs(spark, orders):
+    table, path, _ = orders
+    table.compact()
+    result = table.clean(retain=1)
+    assert result.files_deleted == 2 + 3  # two old base files and their three logs
+    assert logs(path) == []
+    assert len(list(path.rglob("*.parquet"))) == 2
+    assert hudi_rows(path) == EXPECTED
+
+
+def test_inline_compaction_after_n_deltacommits(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), CONFIG)
+    first = table.write(spark.createDataFrame([(1, "EU", 1, "a"), (2, "EU", 1, "b")], SCHEMA), "upsert", compact_after=2)
+    assert first.compaction is None  # a deltacommit with no logs
+    second = table.write(spark.createDataFrame([(1, "EU", 2, "a2")], SCHEMA), "upsert", compact_after=2)
+    assert second.compaction is not None and second.compaction > second.instant
+    assert logs(path) and table.timeline().completed()[-1].action == "commit"
+    third = table.write(spark.createDataFrame([(2, "EU", 2, "b2")], SCHEMA), "upsert", compact_after=2)
+    assert third.compaction is None  # one deltacommit since the compaction
+    assert hudi_rows(path) == [(1, "EU", 2, "a2"), (2, "EU", 2, "b2")]
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    from runtime.session import get_spark
+    from runtime.table import Table
+    spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
+    Table.open(spark, sys.argv[1]).compact()
+    print("COMPACTED")
+""")
+
+
+def test_a_compaction_killed_after_its_files_is_rolled_back_by_the_next_writer(spark, orders):
+    table, path, _ = orders
+    env = {**os.environ, "PIPE_FAULT": "compaction_after_files"}
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 77, proc.stderr[-2000:]
+    (pending,) = table.timeline().pending()
+    assert (pending.action, pending.state) == ("compaction", "inflight")
+    assert list(path.rglob(f"*_{pending.time}.parquet")), "the killed compaction had written its base files"
+    assert hudi_rows(path) == EXPECTED  # readers ignore the unfinished compaction
+    assert pipe_rows(table) == EXPECTED
+
+    table.write(spark.createDataFrame([(9, "US", 1, "v9")], SCHEMA), "upsert")
+    assert table.timeline().pending() == []
+    assert not list(path.rglob(f"*{pending.time}*"))
+    assert hudi_rows(path) == sorted(EXPECTED + [(9, "US", 1, "v9")])
+
+
+def test_an_upsert_adding_a_column_compacts_the_slices_with_logs_first(spark, orders):
+    table, path, _ = orders
+    wide = spark.createDataFrame([(4, "US", 3, "four", "note")], SCHEMA + ", note string")
+    table.write(wide, "upsert")
+    assert any(i.action == "commit" for i in table.timeline().completed())  # the compaction
+    rows = {r["id"]: r for r in hudi_read(path)}
+    assert rows[4]["note"] == "note" and rows[4]["v"] == "four"
+    assert rows[1]["note"] is None and rows[1]["v"] == "one"
+    assert len(rows) == len(EXPECTED)
+
+
+def test_compacting_a_table_hudi_wrote(spark, tmp_path):
+    path, expected = unpack("mor_parquet_v6_simplekeygen_nonhivestyle", tmp_path)
+    table = Table.open(spark, path)
+    instant = table.compact()
+    assert instant is not None
+    assert rows_of(pa.Table.from_pylist(hudi_read(path)), drop_meta=True) == rows_of(expected["snapshot"], drop_meta=True)
+    assert not [r for r in hudi_read(path) if not r["_hoodie_file_name"].endswith(f"_{instant}.parquet") and r["_hoodie_partition_path"] == "10"]
+
+
+# --- in a project: pipe run, pipe compact, pipe timeline ------------------------------------------
+
+PROJECT = {
+    "sources/s.yml": """
+        sources:
+          raw:
+            kind: files
+            path: data/orders
+            format: json
+            schema: "order_id BIGINT, status STRING, ts BIGINT"
+        """,
+    "tables/orders.yml": """
+        tables:
+          orders:
+            type: merge_on_read
+            key: [order_id]
+            precombine: ts
+            compaction: {inline: false}
+          totals:
+            key: [status]
+        """,
+    "tables/orders.sql": "select order_id, status, ts from {{ source('raw') }}\n",
+    "tables/totals.sql": "select status, count(*) as n from {{ ref('orders') }} group by status\n",
+}
+
+
+def test_a_merge_on_read_table_in_a_project(spark, tmp_path, capsys):
+    from tests.test_run import assert_clean, assert_rows, pipe, project, run_ok, timeline, write_jsonl
+
+    root = project(tmp_path, PROJECT)
+    write_jsonl(root / "data/orders/1.json", [{"order_id": i, "status": "new", "ts": 1} for i in range(1, 5)])
+    run_ok(capsys, root)
+    write_jsonl(root / "data/orders/2.json", [{"order_id": 1, "status": "paid", "ts": 2}, {"order_id": 2, "status": "paid", "ts": 2}])
+    run_ok(capsys, root)
+    expected = [(1, "paid", 2), (2, "paid", 2), (3, "new", 1), (4, "new", 1)]
+    assert_rows(spark, root, "orders", ["order_id", "status", "ts"], expected)
+    assert_rows(spark, root, "totals", ["status", "n"], [("new", 2), ("paid", 2)])  # read through the merge
+    assert [i["action"] for i in timeline(capsys, root, "orders") if i["state"] == "completed"] == ["deltacommit", "deltacommit"]
+    assert list((root / "lake/orders").rglob(".*.log.*"))
+
+    code, out, err = pipe(capsys, root, "compact", "orders")
+    assert code == 0, err
+    assert_clean(out, err)
+    assert "compacted orders: 1 file group(s), 1 log file(s) folded into new base files" in out
+    instants = [i for i in timeline(capsys, root, "orders") if i["state"] == "completed"]
+    assert [(i["action"], i.get("operation")) for i in instants][-1] == ("commit", "COMPACT")
+    assert_rows(spark, root, "orders", ["order_id", "status", "ts"], expected)
+    code, out, err = pipe(capsys, root, "compact", "orders")
+    assert code == 0 and "nothing to compact in orders" in out
+
+    code, out, err = pipe(capsys, root, "compact", "totals")
+    assert code == 1 and "copy-on-write" in err
+    assert_clean(out, err)
