@@ -120,9 +120,9 @@ def test_delete_with_an_ordering_value_of_the_fields_type_is_compared(tmp_path):
 
 def test_delete_with_an_ordering_value_of_another_type_is_ignored(tmp_path):
     base = write_base(tmp_path, rows(BASE, ("a", "base", 5)))
-    spark_sql_delete = write_log(tmp_path, 1, deletes(C1, ("a", L.OrderingValue("int", 0))))  # ts is a long
-    assert merged(tmp_path, base, [spark_sql_delete]) == {"a": ("base", BASE)}
-    assert merged(tmp_path, base, [spark_sql_delete], mode=COMMIT_TIME) == {}
+    int_zero = write_log(tmp_path, 1, deletes(C1, ("a", L.OrderingValue("int", 0))))  # ts is a long
+    assert merged(tmp_path, base, [int_zero]) == {"a": ("base", BASE)}
+    assert merged(tmp_path, base, [int_zero], mode=COMMIT_TIME) == {}
 
 
 def test_delete_with_the_zero_of_the_fields_type_deletes_by_commit_time(tmp_path):
@@ -186,7 +186,7 @@ def test_a_damaged_log_file_is_refused_with_its_path(tmp_path):
     base = write_base(tmp_path, rows(BASE, ("a", "base", 1)))
     log = write_log(tmp_path, 1, update(C1, ("a", "x", 2)))
     (tmp_path / log).write_bytes((tmp_path / log).read_bytes()[:-5])
-    with pytest.raises(TableError, match=rf"log file {log} .* is damaged: .*at byte 0") as err:
+    with pytest.raises(TableError, match=rf"damaged log file {log}: block at byte 0 .*; restore the file") as err:
         merged(tmp_path, base, [log])
     assert "roll back" in err.value.hint
 
@@ -221,3 +221,21 @@ def test_view_keeps_log_only_groups_and_drops_logs_of_an_invalid_base_instant(tm
     (sl,) = view.latest_slices()
     assert (sl.file_id, sl.base_file, sl.base_instant, len(sl.log_files)) == (FID, None, BASE, 1)
     assert view.latest_slices(as_of="20251231000000000") == []
+
+
+def test_a_damaged_log_file_found_in_a_spark_task_is_reported_without_the_traceback(spark, tmp_path):
+    import zipfile
+
+    from runtime.executor import _spark_message
+    from runtime.table import Table
+    from tests.conftest import REPO
+
+    with zipfile.ZipFile(REPO.parent / "shared" / "fixtures" / "hudi" / "mor_parquet_v6_nonpartitioned.zip") as z:
+        z.extractall(tmp_path)
+    (log,) = (tmp_path / "v6_nonpartitioned").glob(".*.log.*")
+    log.write_bytes(log.read_bytes()[:-4])
+    with pytest.raises(Exception) as err:
+        Table.open(spark, str(tmp_path / "v6_nonpartitioned")).read().collect()
+    message = _spark_message(err.value)
+    assert message.startswith(f"table at {tmp_path / 'v6_nonpartitioned'}: damaged log file {log.name}: block at byte 0")
+    assert "Traceback" not in message and "roll back" in message

@@ -92,13 +92,14 @@ def read_log_blocks(storage, paths: list[str]) -> list[L.Block]:
         try:
             data = storage.read_bytes(path)
         except FileNotFoundError as exc:
-            raise TableError(f"log file {path} of the table at {storage.spec.uri} is gone (cleaned while it was read?)",
-                             "read the table again") from exc
+            raise TableError(f"table at {storage.spec.uri}: log file {path} is gone (cleaned while it was read?); "
+                             "read the table again", "read the table again") from exc
         try:
             blocks.extend(L.read_blocks(data, path))
         except L.LogFormatError as exc:
-            raise TableError(f"log file {path} of the table at {storage.spec.uri} is damaged: {exc}",
-                             "restore the file from a backup, or roll back the instant that wrote it") from exc
+            # raised in a Spark task, where the hint does not travel: the message says what to do
+            raise TableError(f"table at {storage.spec.uri}: damaged log file {exc}; restore the file from a backup, "
+                             "or roll back the instant that wrote it", "restore the file, or roll back the instant that wrote it") from exc
     return blocks
 
 
@@ -255,7 +256,7 @@ def _apply_delete(state: dict, d: L.DeleteRecord, event_time: bool, field_type: 
 def _delete_kind(ordering: L.OrderingValue | None, field_type: str | None) -> str:
     """Under event time: a delete without an ordering value, or with the zero of the ordering
     field's Avro type, deletes by commit time; one of the field's type is compared with the
-    stored value; one of another type is ignored (Spark SQL's `int 0` on a `long` field)."""
+    stored value; one of another type (an `int` on a `long` field) is ignored."""
     if ordering is None or ordering.value is None:
         return "by_commit_time"
     if ordering.type != field_type:
