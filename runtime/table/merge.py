@@ -70,7 +70,7 @@ def merge_slice(spec: MergeSpec, storage, base_path: str | None, log_paths: list
                 yield from block_rows(block, spec.schema).to_batches()
         return
     steps = log_steps(blocks, spec.schema)
-    touched = {k for step in steps for k in _keys(step)}
+    touched = _touched_keys(steps)
     stored = []
     if base_path:
         for batch in base_batches(storage, base_path, spec):
@@ -137,8 +137,14 @@ def log_steps(blocks: list[L.Block], schema) -> list:
     return [L.delete_records(b) if b.type == L.DELETE else block_rows(b, schema) for b in blocks]
 
 
-def _keys(step) -> list:
-    return [d.record_key for d in step] if isinstance(step, list) else step.column(KEY).to_pylist()
+def _touched_keys(steps: list):
+    """The record keys the log blocks name, as an Arrow array (for pyarrow.compute.is_in)."""
+    import pyarrow as pa
+
+    keys = set()
+    for step in steps:
+        keys.update([d.record_key for d in step] if isinstance(step, list) else step.column(KEY).to_pylist())
+    return pa.array(sorted(k for k in keys if k is not None), pa.string())
 
 
 # --- base rows --------------------------------------------------------------------------------
@@ -181,14 +187,13 @@ def conform(table, schema):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _split_touched(batch, touched: set):
+def _split_touched(batch, touched):
     """(rows whose key no log block names, rows whose key one does)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not touched:
+    if not len(touched):
         return batch, batch.slice(0, 0)
-    hit = pc.fill_null(pc.is_in(batch.column(KEY), value_set=pa.array(list(touched), pa.string())), False)
+    hit = pc.fill_null(pc.is_in(batch.column(KEY), value_set=touched), False)
     return batch.filter(pc.invert(hit)), batch.filter(hit)
 
 
