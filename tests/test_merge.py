@@ -12,7 +12,7 @@ from runtime.storage import StorageSpec, open_storage
 from runtime.table import logfile as L
 from runtime.table.config import APPEND_ONLY, COMMIT_TIME, EVENT_TIME
 from runtime.table.errors import TableError
-from runtime.table.layout import FileSystemView
+from runtime.table.layout import FileSystemView, InstantValidity
 from runtime.table.merge import MergeSpec, merge_slice
 from runtime.table.timeline import Timeline
 
@@ -55,7 +55,7 @@ def update(instant: str, *versions) -> L.Block:
 def merged(root, base: str | None, logs: list[str], mode: str = EVENT_TIME, committed=(BASE, C1, C2, C3, C4),
            since: str | None = None, until: str | None = None) -> dict[str, tuple[str, str]]:
     """key -> (value, commit time) of the merged slice."""
-    spec = MergeSpec(str(root), (), SCHEMA, mode, "ts", frozenset(committed), BASE, frozenset(), since, until)
+    spec = MergeSpec(str(root), (), SCHEMA, mode, "ts", InstantValidity(frozenset(committed), first_active=BASE), since, until)
     out = {}
     for batch in merge_slice(spec, open_storage(StorageSpec(str(root))), base, logs):
         assert batch.schema == SCHEMA
@@ -175,11 +175,14 @@ def test_incremental_returns_the_latest_state_of_keys_changed_in_the_range_and_n
 
 
 def test_without_meta_fields_rows_are_appended_not_merged(tmp_path):
-    base = write_base(tmp_path, rows(BASE, ("a", "base", 1)))
-    log = write_log(tmp_path, 1, update(C1, ("a", "log", 2)))
-    spec = MergeSpec(str(tmp_path), (), SCHEMA, APPEND_ONLY, None, frozenset((BASE, C1)), BASE)
-    values = [r["v"] for b in merge_slice(spec, open_storage(StorageSpec(str(tmp_path))), base, [log]) for r in b.to_pylist()]
-    assert sorted(values) == ["base", "log"]
+    no_meta = rows(BASE, ("a", "base", 1)).drop_columns([f.name for f in SCHEMA if f.name.startswith("_hoodie")])
+    base = write_base(tmp_path, no_meta)  # as Spark writes them: no meta column to filter or merge on
+    log = write_log(tmp_path, 1, update(C1, ("a", "log", 2)), update(C2, ("a", "later", 3)))
+    valid = InstantValidity(frozenset((BASE, C1, C2)), first_active=BASE)
+    storage = open_storage(StorageSpec(str(tmp_path)))
+    for until, expected in ((None, ["base", "later", "log"]), (C1, ["base", "log"])):
+        spec = MergeSpec(str(tmp_path), (), SCHEMA, APPEND_ONLY, None, valid, until=until)
+        assert sorted(r["v"] for b in merge_slice(spec, storage, base, [log]) for r in b.to_pylist()) == expected
 
 
 def test_a_damaged_log_file_is_refused_with_its_path(tmp_path):

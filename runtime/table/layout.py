@@ -138,14 +138,20 @@ class FileSlice:
         return bool(self.log_files)
 
 
+@dataclass(frozen=True)
 class InstantValidity:
     """Which instants' files and log blocks count (HUDI_FORMAT 3): completed write instants,
-    and instants older than every instant on the active timeline (archived), unless pending."""
+    and instants older than every instant on the active timeline (archived), unless pending.
+    Small and picklable: it travels to the tasks that merge log files."""
 
-    def __init__(self, timeline: Timeline):
-        self.committed = frozenset(i.time for i in timeline.completed(WRITE_ACTIONS))
-        self.pending = frozenset(i.time for i in timeline.pending())
-        self.first_active = timeline.instants[0].time if timeline.instants else None
+    committed: frozenset[str]
+    pending: frozenset[str] = frozenset()
+    first_active: str | None = None
+
+    @classmethod
+    def of(cls, timeline: Timeline) -> "InstantValidity":
+        return cls(frozenset(i.time for i in timeline.completed(WRITE_ACTIONS)), frozenset(i.time for i in timeline.pending()),
+                   timeline.instants[0].time if timeline.instants else None)
 
     def __call__(self, instant: str) -> bool:
         if instant in self.committed:
@@ -169,7 +175,7 @@ class FileSystemView:
         written by a valid instant (InstantValidity), and every log file whose base instant is
         valid: which of its blocks count is decided by the reader from their headers. (Logs
         named with a pending compaction's instant are left out, as hudi-rs does.)"""
-        valid = InstantValidity(timeline)
+        valid = InstantValidity.of(timeline)
         files: list[BaseFile] = []
         logs: list[LogFile] = []
         prefixes = [""] if partitions is None else sorted(set(partitions))

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from runtime.table import logfile as L
 from runtime.table.config import APPEND_ONLY, EVENT_TIME
 from runtime.table.errors import TableError
+from runtime.table.layout import InstantValidity
 
 KEY = "_hoodie_record_key"
 COMMIT_TIME = "_hoodie_commit_time"
@@ -32,9 +33,7 @@ class MergeSpec:
     schema: Any  # the output Arrow schema: meta columns, then data columns
     mode: str  # TableConfig.read_merge_mode()
     ordering_field: str | None
-    committed: frozenset[str]  # completed write instants
-    first_active: str | None  # instants older than this (and not pending) count as committed: archived
-    pending: frozenset[str] = field(default_factory=frozenset)
+    valid: InstantValidity  # which instants count at all
     since: str | None = None  # incremental: base rows and blocks in (since, until]
     until: str | None = None  # the latest instant read (snapshot: None, time travel: as_of)
 
@@ -44,9 +43,7 @@ class MergeSpec:
             return False
         if self.since is not None and instant <= self.since:
             return False
-        if instant in self.committed:
-            return True
-        return instant not in self.pending and self.first_active is not None and instant < self.first_active
+        return self.valid(instant)
 
 
 def merge_task(spec: MergeSpec, batches: Iterator) -> Iterator:
@@ -152,7 +149,7 @@ def _touched_keys(steps: list):
 
 def base_batches(storage, rel_path: str, spec: MergeSpec) -> Iterator:
     """The base file's rows with `spec.schema`, in batches; for an incremental read only the
-    rows written in its range."""
+    rows written in its range. (A slice read as of an instant holds no later row.)"""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -162,12 +159,11 @@ def base_batches(storage, rel_path: str, spec: MergeSpec) -> Iterator:
     columns = [f.name for f in spec.schema if f.name in stored.schema_arrow.names]
     for batch in stored.iter_batches(batch_size=1 << 16, columns=columns):
         table = conform(pa.Table.from_batches([batch]), spec.schema)
-        if spec.since is not None or spec.until is not None:
+        if spec.since is not None:
             times = table.column(COMMIT_TIME)
-            keep = pc.greater(times, spec.since) if spec.since is not None else None
+            keep = pc.greater(times, spec.since)
             if spec.until is not None:
-                upper = pc.less_equal(times, spec.until)
-                keep = upper if keep is None else pc.and_(keep, upper)
+                keep = pc.and_(keep, pc.less_equal(times, spec.until))
             table = table.filter(pc.fill_null(keep, False))
         yield from table.to_batches()
 

@@ -85,11 +85,9 @@ def read_merged_slices(spark, storage, full, timeline: Timeline, config: TableCo
     if mode == EVENT_TIME and config.precombine_field not in full.fieldNames():
         raise TableError(f"table {config.name} orders records by {config.precombine_field}, which its schema lacks",
                          "check hoodie.table.precombine.field in .hoodie/hoodie.properties")
-    valid = InstantValidity(timeline)
     spec = MergeSpec(
         storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=to_arrow_schema(full, timezone="UTC"),
-        mode=mode, ordering_field=config.precombine_field, committed=valid.committed, first_active=valid.first_active,
-        pending=valid.pending, since=since, until=until,
+        mode=mode, ordering_field=config.precombine_field, valid=InstantValidity.of(timeline), since=since, until=until,
     )
     rows = [(s.partition, s.file_id, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files]) for s in slices]
     tasks = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
