@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import datetime as dt
 import os
+import re
 import threading
 import time
 import traceback
@@ -721,8 +722,14 @@ def _delete_table(uri: str) -> None:
         shutil.rmtree(storage.full_path(""), ignore_errors=True)
 
 
+_TASK_ERROR = re.compile(r"^(?:[\w.]+\.)?(?:TableError|WriteError|SourceError): (.+)$", re.M)
+
+
 def _spark_message(exc: BaseException) -> str:
     text = str(getattr(exc, "getMessage", lambda: None)() or exc).strip()
+    raised = _TASK_ERROR.findall(text) if "Traceback (most recent call last)" in text else []
+    if raised:  # pipe's own error raised in a Spark task (e.g. a damaged log file): its message, not the traceback
+        return raised[-1][:600]
     lines = [l for l in text.splitlines() if l.strip() and not l.lstrip().startswith(("at ", "JVM stacktrace"))]
     return " ".join(lines[:3])[:600] if lines else type(exc).__name__
 

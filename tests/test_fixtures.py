@@ -20,11 +20,13 @@ from tests.conftest import REPO
 
 FIXTURES = REPO.parent / "shared" / "fixtures" / "hudi"
 COW = sorted(p.stem for p in FIXTURES.glob("cow_*.zip"))
+MOR = sorted(p.stem for p in FIXTURES.glob("mor_*.zip"))
 META = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name")
 
 
 def test_fixtures_are_present():
     assert len(COW) == 7, f"expected the 7 copy-on-write fixtures in {FIXTURES}"
+    assert len(MOR) == 9, f"expected the 9 merge-on-read fixtures in {FIXTURES}"
 
 
 def unpack(name: str, dest) -> tuple[str, dict]:
@@ -77,7 +79,7 @@ def theirs(path, options=None) -> pa.Table:
     return pa.Table.from_batches(batches) if batches else pa.table({})
 
 
-@pytest.mark.parametrize("name", COW)
+@pytest.mark.parametrize("name", COW + MOR)
 def test_pipe_reads_hudi_written_tables_like_hudi_rs(spark, tmp_path, name):
     path, expected = unpack(name, tmp_path)
     table = Table.open(spark, path)
@@ -93,6 +95,36 @@ def test_pipe_reads_hudi_written_tables_like_hudi_rs(spark, tmp_path, name):
         assert as_of == rows_of(expected["time_travel_as_of_first_instant"], drop_meta=no_meta)
         incremental = rows_of(ours(table.read(since=first)), drop_meta=no_meta)
         assert incremental == rows_of(expected["incremental_after_first_instant"], drop_meta=no_meta)
+
+
+def test_merge_on_read_snapshot_merges_log_files(spark, tmp_path):
+    """The rows each log file changes: an Avro update replaces its key's base row, a delete
+    block removes its keys, a rolled-back update stays hidden."""
+    path, _ = unpack("mor_avro_v6_trips_8i1u", tmp_path / "u")
+    (updated,) = [r for r in rows_of(ours(Table.open(spark, path).read())) if r["_hoodie_commit_time"] == "20250331030645735"]
+    assert updated["_hoodie_file_name"] == "d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0"  # a log row names its file id
+
+    path, expected = unpack("mor_avro_v6_trips_8i3d", tmp_path / "d")
+    table = Table.open(spark, path)
+    keys = {r["_hoodie_record_key"] for r in rows_of(ours(table.read()))}
+    before = {r["_hoodie_record_key"] for r in rows_of(expected["time_travel_as_of_first_instant"])}
+    assert len(before - keys) == 3 and keys < before
+
+    path, _ = unpack("mor_parquet_v6_nonpartitioned_rollback", tmp_path / "r")
+    commit_times = {r["id"]: r["_hoodie_commit_time"] for r in rows_of(ours(Table.open(spark, path).read()))}
+    assert "20250126040826878" not in commit_times.values()  # the rolled-back deltacommit
+    assert commit_times == {1: "20250126040823628", 2: "20250126060846931", 3: "20250126040823628"}
+
+
+def test_read_optimized_reads_base_files_only(spark, tmp_path):
+    path, expected = unpack("mor_parquet_v6_simplekeygen_nonhivestyle", tmp_path)
+    table = Table.open(spark, path)
+    base_rows = rows_of(ours(table.read(read_optimized=True)))
+    # the base files as the first deltacommit wrote them, plus the second one's new base file
+    first = expected["completed_instants"][0][0]
+    assert base_rows == rows_of(expected["time_travel_as_of_first_instant"] + [r for r in expected["snapshot"] if r["id"] == 4])
+    assert [r["_hoodie_commit_time"] for r in base_rows if r["id"] == 1] == [first]
+    assert base_rows != rows_of(expected["snapshot"])
 
 
 WRITABLE = ["cow_v6_complexkeygen_hivestyle", "cow_v6_nonpartitioned", "cow_v6_simplekeygen_nonhivestyle", "cow_v6_simplekeygen_nonhivestyle_overwritetable"]

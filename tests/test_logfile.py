@@ -66,10 +66,20 @@ def test_delete_block_names_the_keys_hudi_rs_no_longer_shows():
     (block,) = L.read_blocks(data)
     assert block.type == L.DELETE
     deleted = L.deleted_keys(block)
-    assert [(p, v) for _, p, v in deleted] == [("city=san_francisco", 0)] * 3  # Spark SQL DELETE: int 0
+    assert [(p, v) for _, p, v in deleted] == [("city=san_francisco", 0)] * 3  # Spark SQL DELETE: ordering value 0
     before = {r["_hoodie_record_key"] for r in expected("mor_avro_v6_trips_8i3d")["time_travel_as_of_first_instant"]}
     after = {r["_hoodie_record_key"] for r in expected("mor_avro_v6_trips_8i3d")["snapshot"]}
     assert {k for k, _, _ in deleted} == before - after
+
+
+def test_delete_records_keep_the_avro_type_of_their_ordering_value():
+    (data,) = fixture_logs("mor_avro_v6_trips_8i3d").values()
+    (block,) = L.read_blocks(data)
+    # the union branch says `long`, the type of the table's ordering field ts (deleted_keys only gives 0)
+    assert {d.ordering for d in L.delete_records(block)} == {L.OrderingValue("long", 0)}
+    typed = L.typed_delete_block("20260101000000001", [("a", "p", L.OrderingValue("long", 0)), ("b", "p", None)])
+    assert [d.ordering for d in L.delete_records(L.read_blocks(L.encode_block(typed))[0])] == [L.OrderingValue("long", 0), None]
+    assert L.deleted_keys(typed) == [("a", "p", 0), ("b", "p", None)]
 
 
 def test_rollback_block_targets_the_failed_delta_commit():
@@ -115,12 +125,15 @@ def test_log_file_names():
     assert L.parse_name("d0304c53-0_0-13-60_20250618054711154.parquet") is None
 
 
-def test_reading_a_merge_on_read_table_is_refused_rather_than_missing_its_logs(spark, tmp_path):
-    from runtime.table import Table, TableError
+def test_reading_a_merge_on_read_table_applies_its_log_files(spark, tmp_path):
+    from runtime.table import Table
 
     with zipfile.ZipFile(FIXTURES / "mor_avro_v6_trips_8i3d.zip") as z:
         z.extractall(tmp_path)
     table = Table.open(spark, str(tmp_path / expected("mor_avro_v6_trips_8i3d")["table_dir_in_zip"]))
-    with pytest.raises(TableError, match="merge-on-read; pipe cannot read its log files yet") as err:
-        table.read()
-    assert "compact" in err.value.hint
+    (data,) = fixture_logs("mor_avro_v6_trips_8i3d").values()
+    (block,) = L.read_blocks(data)
+    deleted = {k for k, _, _ in L.deleted_keys(block)}
+    keys = [r["_hoodie_record_key"] for r in table.read().select("_hoodie_record_key").collect()]
+    assert len(keys) == 5 and not deleted & set(keys)
+    assert deleted <= {r["_hoodie_record_key"] for r in table.read(read_optimized=True).select("_hoodie_record_key").collect()}

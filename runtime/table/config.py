@@ -7,6 +7,8 @@ import datetime as dt
 import zlib
 from dataclasses import dataclass
 
+from runtime.table.errors import TableError
+
 PROPERTIES = ".hoodie/hoodie.properties"
 DATABASE = "default"
 
@@ -15,6 +17,9 @@ _KEYGEN = "org.apache.hudi.keygen."
 # Event-time ordering: the largest precombine value wins, also against the stored row.
 _EVENT_TIME_PAYLOAD = "org.apache.hudi.common.model.DefaultHoodieRecordPayload"
 _COMMIT_TIME_PAYLOAD = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"
+# Merge modes of a merge-on-read read (read_merge_mode).
+COMMIT_TIME, EVENT_TIME, APPEND_ONLY = "COMMIT_TIME_ORDERING", "EVENT_TIME_ORDERING", "APPEND_ONLY"
+_PAYLOAD_MODES = {_COMMIT_TIME_PAYLOAD: COMMIT_TIME, _EVENT_TIME_PAYLOAD: EVENT_TIME}
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,8 @@ class TableConfig:
     key_generator_class: str | None = None
     populate_meta_fields: bool = True
     metadata_partitions: str = ""  # a Java writer's metadata table, which pipe does not maintain
+    payload_class: str | None = None  # hoodie.compaction.payload.class, as read
+    record_merge_mode: str | None = None  # hoodie.record.merge.mode, as read
 
     @property
     def is_partitioned(self) -> bool:
@@ -50,6 +57,29 @@ class TableConfig:
     @property
     def event_time_ordering(self) -> bool:
         return self.precombine_field is not None
+
+    def read_merge_mode(self) -> str:
+        """How a merge-on-read reader orders the versions of a key (HUDI_FORMAT 6.5): COMMIT_TIME
+        (the later write wins), EVENT_TIME (the larger precombine value wins; a tie goes to the
+        later write) or APPEND_ONLY (no meta fields, so no key to merge on: rows are
+        concatenated). An explicit hoodie.record.merge.mode decides; else the payload class;
+        else event time when there is a precombine field."""
+        if not self.populate_meta_fields:
+            return APPEND_ONLY
+        mode = (self.record_merge_mode or "").upper()
+        if not mode and self.payload_class:
+            mode = _PAYLOAD_MODES.get(self.payload_class, "")
+            if not mode:
+                raise TableError(f"table {self.name} merges its log files with payload class {self.payload_class}, "
+                                 "which pipe (like hudi-rs) cannot apply",
+                                 "compact the table with Hudi first, or read it with a Java Hudi reader")
+        if not mode:
+            mode = EVENT_TIME if self.precombine_field else COMMIT_TIME
+        if mode not in (COMMIT_TIME, EVENT_TIME):
+            raise TableError(f"table {self.name} declares hoodie.record.merge.mode={self.record_merge_mode}, "
+                             "which pipe cannot apply (it knows COMMIT_TIME_ORDERING and EVENT_TIME_ORDERING)",
+                             "compact the table with Hudi first, or read it with a Java Hudi reader")
+        return EVENT_TIME if mode == EVENT_TIME and self.precombine_field else COMMIT_TIME
 
     @property
     def checksum(self) -> int:
@@ -101,6 +131,8 @@ class TableConfig:
             key_generator_class=keygen or None,
             populate_meta_fields=props.get("hoodie.populate.meta.fields", "true") == "true",
             metadata_partitions=props.get("hoodie.table.metadata.partitions", ""),
+            payload_class=props.get("hoodie.compaction.payload.class") or None,
+            record_merge_mode=props.get("hoodie.record.merge.mode") or None,
         )
 
     def unwritable_reason(self) -> str | None:

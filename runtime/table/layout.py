@@ -1,5 +1,6 @@
-"""Where data lives: base file names, partition paths, file groups and file slices, and the
-file-system view that picks the latest valid slice of every group as of an instant."""
+"""Where data lives: base file names, partition paths, file groups and file slices (a base
+file and the log files named with its instant), and the file-system view that picks the latest
+valid slice of every group as of an instant."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from runtime.storage import Storage
+from runtime.table.logfile import parse_name as parse_log_name
 from runtime.table.timeline import HOODIE, REPLACECOMMIT, WRITE_ACTIONS, Instant, Timeline
 
 PARTITION_METADATA = ".hoodie_partition_metadata"
@@ -85,39 +87,43 @@ def partition_path(values: dict[str, object], fields: Iterable[str], hive_style:
 
 @dataclass(frozen=True)
 class LogFile:
+    """A log file of a merge-on-read slice: `.<fileId>_<baseInstant>.log.<version>_<token>`.
+    Its name carries the BASE instant; the deltacommit that wrote it is only in its blocks."""
+
     partition: str
     name: str
     size: int
 
     @property
-    def _parsed(self):
-        from runtime.table.logfile import parse_name
-
-        return parse_name(self.name)
-
-    @property
     def file_id(self) -> str:
-        return self._parsed.file_id
+        return parse_log_name(self.name).file_id
 
     @property
     def base_instant(self) -> str:
-        return self._parsed.base_instant
+        return parse_log_name(self.name).base_instant
 
     @property
     def version(self) -> int:
-        return self._parsed.version
+        return parse_log_name(self.name).version
 
     @property
     def token(self) -> str:
-        return self._parsed.token
+        return parse_log_name(self.name).token
 
     @property
     def path(self) -> str:
         return f"{self.partition}/{self.name}" if self.partition else self.name
 
 
+def parse_log_file(partition: str, name: str, size: int) -> LogFile | None:
+    return LogFile(partition, name, size) if parse_log_name(name) is not None else None
+
+
 @dataclass(frozen=True)
 class FileSlice:
+    """A base file (None in a log-only group, which Java writers can make) and the log files
+    named with its instant, in (version, token) order."""
+
     partition: str
     file_id: str
     base_file: BaseFile | None
@@ -132,9 +138,31 @@ class FileSlice:
         return bool(self.log_files)
 
 
+@dataclass(frozen=True)
+class InstantValidity:
+    """Which instants' files and log blocks count (HUDI_FORMAT 3): completed write instants,
+    and instants older than every instant on the active timeline (archived), unless pending.
+    Small and picklable: it travels to the tasks that merge log files."""
+
+    committed: frozenset[str]
+    pending: frozenset[str] = frozenset()
+    first_active: str | None = None
+
+    @classmethod
+    def of(cls, timeline: Timeline) -> "InstantValidity":
+        return cls(frozenset(i.time for i in timeline.completed(WRITE_ACTIONS)), frozenset(i.time for i in timeline.pending()),
+                   timeline.instants[0].time if timeline.instants else None)
+
+    def __call__(self, instant: str) -> bool:
+        if instant in self.committed:
+            return True
+        return instant not in self.pending and self.first_active is not None and instant < self.first_active
+
+
 @dataclass
 class FileSystemView:
-    """Committed base files of a table, grouped into file groups, as of a timeline."""
+    """Committed base files and the log files of valid slices of a table, grouped into file
+    groups, as of a timeline."""
 
     timeline: Timeline
     files: list[BaseFile]
@@ -143,11 +171,11 @@ class FileSystemView:
 
     @classmethod
     def load(cls, storage: Storage, timeline: Timeline, partitions: Iterable[str] | None = None) -> "FileSystemView":
-        """Lists base files (all partitions, or only `partitions`) and keeps those written by a
-        completed write instant, or older than every instant on the active timeline (archived)."""
-        committed = {i.time for i in timeline.completed(WRITE_ACTIONS)}
-        pending = {i.time for i in timeline.pending()}
-        first = timeline.instants[0].time if timeline.instants else None
+        """Lists base and log files (all partitions, or only `partitions`). Keeps base files
+        written by a valid instant (InstantValidity), and every log file whose base instant is
+        valid: which of its blocks count is decided by the reader from their headers. (Logs
+        named with a pending compaction's instant are left out, as hudi-rs does.)"""
+        valid = InstantValidity.of(timeline)
         files: list[BaseFile] = []
         logs: list[LogFile] = []
         prefixes = [""] if partitions is None else sorted(set(partitions))
@@ -156,15 +184,13 @@ class FileSystemView:
                 folder, _, name = info.path.rpartition("/")
                 if info.path.startswith(HOODIE + "/"):
                     continue
-                if name.startswith("."):  # log files; not .hoodie_partition_metadata or hidden temp files
-                    if _is_log_name(name):
-                        logs.append(LogFile(folder, name, info.size))
+                if name.startswith("."):  # log files; .hoodie_partition_metadata and hidden temp files are skipped
+                    log = parse_log_file(folder, name, info.size)
+                    if log is not None and valid(log.base_instant):
+                        logs.append(log)
                     continue
                 bf = parse_base_file(folder, name, info.size)
-                if bf is None:
-                    continue
-                t = bf.instant
-                if t in committed or (t not in pending and first is not None and t < first):
+                if bf is not None and valid(bf.instant):
                     files.append(bf)
         replaced: dict[tuple[str, str], str] = {}
         for inst in timeline.completed((REPLACECOMMIT,)):
@@ -175,31 +201,29 @@ class FileSystemView:
         return cls(timeline, files, replaced, logs)
 
     def latest_slices(self, as_of: str | None = None) -> list[FileSlice]:
-        """The latest slice of every file group as of `as_of` (inclusive), minus replaced groups."""
-        best: dict[tuple[str, str], BaseFile] = {}
-        for bf in self.files:
-            if as_of is not None and bf.instant > as_of:
-                continue
-            key = (bf.partition, bf.file_id)
-            r = self.replaced.get(key)
-            if r is not None and (as_of is None or r <= as_of):
-                continue
-            if key not in best or bf.instant > best[key].instant:
-                best[key] = bf
+        """The latest slice of every file group as of `as_of` (inclusive), minus replaced
+        groups. A slice's base instant is that of a base file, or, for a group whose logs
+        name an instant no base file has (a log-only group), that of the logs."""
+        bases: dict[tuple[str, str, str], BaseFile] = {(bf.partition, bf.file_id, bf.instant): bf for bf in self.files}
         logs: dict[tuple[str, str, str], list[LogFile]] = {}
         for lf in self.logs:
             logs.setdefault((lf.partition, lf.file_id, lf.base_instant), []).append(lf)
-        return [FileSlice(p, fid, bf, tuple(sorted(logs.get((p, fid, bf.instant), ()), key=lambda lf: (lf.version, lf.token))))
-                for (p, fid), bf in sorted(best.items())]
+        best: dict[tuple[str, str], str] = {}
+        for part, fid, instant in set(bases) | set(logs):
+            if as_of is not None and instant > as_of:
+                continue
+            r = self.replaced.get((part, fid))
+            if r is not None and (as_of is None or r <= as_of):
+                continue
+            if instant > best.get((part, fid), ""):
+                best[(part, fid)] = instant
+        return [
+            FileSlice(p, fid, bases.get((p, fid, b)), tuple(sorted(logs.get((p, fid, b), ()), key=lambda lf: (lf.version, lf.token))))
+            for (p, fid), b in sorted(best.items())
+        ]
 
     def slices_of(self, as_of: str | None = None) -> dict[tuple[str, str], FileSlice]:
         return {(s.partition, s.file_id): s for s in self.latest_slices(as_of)}
-
-
-def _is_log_name(name: str) -> bool:
-    from runtime.table.logfile import parse_name
-
-    return parse_name(name) is not None
 
 
 def completed_write_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Instant]:

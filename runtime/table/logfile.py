@@ -233,3 +233,82 @@ def deleted_keys(block: Block) -> list[tuple[str, str, Any]]:
         raise LogFormatError(f"delete block of version {version}; only 3 is known")
     record = fastavro.schemaless_reader(io.BytesIO(block.content[8:8 + size]), parsed_schema(DELETE_RECORD_LIST), None)
     return [(r["recordKey"], r["partitionPath"], r["orderingVal"]) for r in record["deleteRecordList"]]
+
+
+# --- typed ordering values of deletes -------------------------------------------------------
+# Under event-time ordering a delete's orderingVal counts only when it has the ordering field's
+# exact Avro type (HUDI_FORMAT 6.5), so readers need the union branch, not just the value.
+# Each branch wrapped in a one-field record encodes to the same bytes, and fastavro names the
+# record it decoded.
+
+ORDERING_TYPES = ("int", "long", "float", "double", "bytes", "string", "decimal", "date", "time-millis",
+                  "time-micros", "timestamp-millis", "timestamp-micros")
+_BRANCH_PREFIX = "ordering_"
+
+
+@dataclass(frozen=True)
+class OrderingValue:
+    """A delete's ordering value with its Avro type, one of ORDERING_TYPES."""
+
+    type: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class DeleteRecord:
+    record_key: str | None
+    partition_path: str | None
+    ordering: OrderingValue | None  # None: no ordering value (delete by commit time)
+
+
+def _typed_delete_schema() -> dict:
+    import copy
+
+    schema = copy.deepcopy(DELETE_RECORD_LIST)
+    schema["name"] = "HoodieDeleteRecordListByBranch"  # parsed_schema caches by name; the bytes are the same
+    field_ = schema["fields"][0]["type"]["items"]["fields"][2]
+    branches = field_["type"][1:]
+    field_["type"] = ["null"] + [
+        {"type": "record", "name": _BRANCH_PREFIX + name.replace("-", "_"), "fields": [{"name": "v", "type": t}]}
+        for name, t in zip(ORDERING_TYPES, branches)
+    ]
+    return schema
+
+
+def delete_records(block: Block) -> list[DeleteRecord]:
+    """The keys a delete block deletes, each with its ordering value and that value's type."""
+    import fastavro
+
+    version, size = struct.unpack_from(">ii", block.content, 0)
+    if version != 3:
+        raise LogFormatError(f"delete block of version {version}; only 3 is known")
+    schema = parsed_schema(_typed_delete_schema())
+    record = fastavro.schemaless_reader(io.BytesIO(block.content[8:8 + size]), schema, None, return_record_name=True)
+    out = []
+    for r in record["deleteRecordList"]:
+        ordering = None
+        if r["orderingVal"] is not None:
+            name, wrapped = r["orderingVal"]
+            kind = name.rsplit(".", 1)[-1][len(_BRANCH_PREFIX):].replace("_", "-")
+            ordering = OrderingValue(kind, wrapped["v"])
+        out.append(DeleteRecord(r["recordKey"], r["partitionPath"], ordering))
+    return out
+
+
+def typed_delete_block(instant: str, deletes: list[tuple[str, str, OrderingValue | None]]) -> Block:
+    """A delete block whose ordering values have the Avro type given (e.g. a `long` 0, which
+    `delete_block` would write as an `int`)."""
+    import fastavro
+
+    def branch(v: OrderingValue | None):
+        if v is None:
+            return None
+        if v.type not in ORDERING_TYPES:
+            raise ValueError(f"ordering value type {v.type} is not one of {', '.join(ORDERING_TYPES)}")
+        return (f"{DELETE_RECORD_LIST['namespace']}.{_BRANCH_PREFIX}{v.type.replace('-', '_')}", {"v": v.value})
+
+    records = [{"recordKey": k, "partitionPath": p, "orderingVal": branch(v)} for k, p, v in deletes]
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, parsed_schema(_typed_delete_schema()), {"deleteRecordList": records})
+    payload = out.getvalue()
+    return Block(DELETE, {INSTANT_TIME: instant}, struct.pack(">ii", 3, len(payload)) + payload)

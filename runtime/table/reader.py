@@ -1,48 +1,105 @@
 """Readers returning Spark DataFrames: snapshot, time travel (as of an instant) and incremental
-(the rows written by commits in (since, until]), with or without the meta columns."""
+(the rows written by commits in (since, until]), with or without the meta columns.
+
+Base files of slices without log files are read by Spark's Parquet reader. The slices of a
+merge-on-read table that have log files are merged in Spark tasks (merge.py): only one small
+descriptor row per slice goes through the driver. A read-optimized read takes base files only."""
 
 from __future__ import annotations
 
-from runtime.table.layout import FileSystemView, completed_write_instants
+from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
+from runtime.table.errors import TableError
+from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants
 from runtime.table.schema import META_COLUMNS
 from runtime.table.timeline import Timeline
 
 
 def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
-         until: str | None = None, meta: bool = True):
-    from pyspark.sql import functions as F
+         until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False):
     from pyspark.sql import types as T
 
     full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + (list(struct.fields) if struct else []))
-    view = FileSystemView.load(storage, timeline)
-    if since is None and until is None:
-        slices = view.latest_slices(as_of)
-        wanted = None
-    else:
+    incremental = since is not None or until is not None
+    if incremental:
         until = until or as_of
-        first_active = timeline.completed()[0].time if timeline.completed() else None
-        if since is not None and first_active is not None and since < first_active and timeline.instants[0].time > since:
-            # commits after `since` were archived: their write stats are gone, so every live
-            # slice is scanned; copy-on-write rows keep the commit time that last wrote them
-            slices = view.latest_slices(until)
-        else:
-            groups = set()
-            for inst in completed_write_instants(timeline, since, until):
-                for stat in timeline.commit_metadata(inst).write_stats:
-                    groups.add((stat.partition_path, stat.file_id))
-            slices = [s for s in view.latest_slices(until) if (s.partition, s.file_id) in groups]
-        wanted = (since, until)
-    paths = [storage.full_path(s.base_file.path) for s in slices]
-    if not paths:
-        df = spark.createDataFrame([], full)
-    else:
-        df = spark.read.schema(full).parquet(*paths)
-    if wanted is not None:
-        since_, until_ = wanted
-        if since_ is not None:
-            df = df.where(F.col("_hoodie_commit_time") > F.lit(since_))
-        if until_ is not None:
-            df = df.where(F.col("_hoodie_commit_time") <= F.lit(until_))
+    slices = slices_to_read(FileSystemView.load(storage, timeline), timeline, as_of, since, until, incremental)
+    merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
+    merged = [s for s in slices if s.has_logs] if merging else []
+    plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]
+    df = read_base_files(spark, storage, full, plain)
+    if incremental:
+        df = _written_in(df, since, until)
+    if merged:
+        df = df.unionByName(read_merged_slices(spark, storage, full, timeline, config, merged,
+                                               since if incremental else None, until if incremental else as_of))
     if not meta:
         df = df.drop(*META_COLUMNS)
     return df
+
+
+def slices_to_read(view: FileSystemView, timeline: Timeline, as_of: str | None, since: str | None, until: str | None,
+                   incremental: bool) -> list[FileSlice]:
+    """Snapshot and time travel: the latest slice of every group as of the instant. Incremental:
+    the latest slices (as of `until`) of the groups the write stats of commits in the range name
+    (a merge-on-read log stat names its group too)."""
+    if not incremental:
+        return view.latest_slices(as_of)
+    first_active = timeline.completed()[0].time if timeline.completed() else None
+    if since is not None and first_active is not None and since < first_active and timeline.instants[0].time > since:
+        # commits after `since` were archived: their write stats are gone, so every live
+        # slice is scanned; rows keep the commit time that last wrote them
+        return view.latest_slices(until)
+    groups = set()
+    for inst in completed_write_instants(timeline, since, until):
+        for stat in timeline.commit_metadata(inst).write_stats:
+            groups.add((stat.partition_path, stat.file_id))
+    return [s for s in view.latest_slices(until) if (s.partition, s.file_id) in groups]
+
+
+def read_base_files(spark, storage, full, slices: list[FileSlice]):
+    paths = [storage.full_path(s.base_file.path) for s in slices]
+    if not paths:
+        return spark.createDataFrame([], full)
+    return spark.read.schema(full).parquet(*paths)
+
+
+def _written_in(df, since: str | None, until: str | None):
+    from pyspark.sql import functions as F
+
+    if since is not None:
+        df = df.where(F.col("_hoodie_commit_time") > F.lit(since))
+    if until is not None:
+        df = df.where(F.col("_hoodie_commit_time") <= F.lit(until))
+    return df
+
+
+def read_merged_slices(spark, storage, full, timeline: Timeline, config: TableConfig, slices: list[FileSlice],
+                       since: str | None, until: str | None):
+    """The merged rows of slices with log files: a DataFrame of one descriptor per slice,
+    spread over tasks, each merging its slices (merge.merge_task)."""
+    from runtime.table.merge import SLICE_COLUMNS, merge_task
+
+    spec = merge_spec(storage, full, timeline, config, since, until)
+    rows = [(s.partition, s.file_id, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files]) for s in slices]
+    tasks = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
+    descriptors = spark.createDataFrame(rows, SLICE_COLUMNS).repartition(tasks)
+    return descriptors.mapInArrow(lambda batches: merge_task(spec, batches), full)
+
+
+def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):
+    """How tasks merge slices into rows of `full` (meta and data columns, a Spark StructType):
+    the table's merge mode and the instants whose blocks count."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from runtime.table.merge import MergeSpec
+
+    mode = config.read_merge_mode()
+    if mode == EVENT_TIME and config.precombine_field not in full.fieldNames():
+        raise TableError(f"table {config.name} orders records by {config.precombine_field}, which its schema lacks",
+                         "check hoodie.table.precombine.field in .hoodie/hoodie.properties")
+    valid = InstantValidity.of(timeline)
+    return MergeSpec(
+        storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=to_arrow_schema(full, timezone="UTC"),
+        mode=mode, ordering_field=config.precombine_field, committed=valid.committed, first_active=valid.first_active,
+        pending=valid.pending, since=since, until=until,
+    )

@@ -227,7 +227,8 @@ def savepoint(storage, instant: str | None, user: str, comment: str = "") -> str
     view = FileSystemView.load(storage, timeline)
     by_partition: dict[str, list[str]] = {}
     for sl in view.latest_slices(target.time):
-        by_partition.setdefault(sl.partition, []).append(sl.base_file.name)
+        names = ([sl.base_file.name] if sl.base_file is not None else []) + [lf.name for lf in sl.log_files]
+        by_partition.setdefault(sl.partition, []).extend(names)
     meta = {
         "savepointedBy": user,
         "savepointedAt": int(time.time()),

@@ -33,8 +33,8 @@ from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, Table
 from runtime.table.layout import FileSystemView
 from runtime.table.schema import META_COLUMNS, avro_schema_json
 from runtime.table.timeline import (
-    COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant, Timeline, WriteStat,
-    new_instant_time,
+    COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
+    Timeline, WriteStat, new_instant_time,
 )
 
 LOCK_FILE = f"{HOODIE}/pipe.lock"
@@ -133,15 +133,28 @@ class Table:
                 continue
             meta = timeline.commit_metadata(inst)
             path = next((s.path for s in meta.write_stats if s.path.endswith(".parquet") and self.storage.exists(s.path)), None)
+            if path is None and inst.action == DELTACOMMIT:
+                path = self._base_file_of_logs(timeline, inst)
             if path:
                 break
         if path is None:  # every commit with files was archived: the newest live base file
-            slices = FileSystemView.load(self.storage, timeline).latest_slices()
+            slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.base_file is not None]
             if not slices:
                 return None
             path = max(slices, key=lambda s: s.base_instant).base_file.path
         struct = self.spark.read.parquet(self.storage.full_path(path)).schema
         return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
+
+    def _base_file_of_logs(self, timeline: Timeline, inst: Instant) -> str | None:
+        """For a deltacommit that wrote only log files: the base file of a slice it appended
+        to (a log stat names it in `baseFile`), if still on storage."""
+        for part, stats in (timeline.read_json(inst).get("partitionToWriteStats") or {}).items():
+            for st in stats or ():
+                if st.get("baseFile"):
+                    path = f"{part}/{st['baseFile']}" if part else st["baseFile"]
+                    if self.storage.exists(path):
+                        return path
+        return None
 
     def record_size_estimate(self, default: int, timeline: Timeline | None = None) -> int:
         timeline = timeline or self.timeline()
@@ -423,16 +436,16 @@ class Table:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def read(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True):
+    def read(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True,
+             read_optimized: bool = False):
         """Snapshot, time travel or incremental read, with the schema as of the instant read
-        (an insert_overwrite_table may have changed it since)."""
-        if self.config.table_type == MERGE_ON_READ:
-            # reading base files alone would silently miss the updates and deletes in log files
-            raise TableError(f"table {self.config.name} is merge-on-read; pipe cannot read its log files yet",
-                             "read it with a Hudi reader, or compact it first and read the copy-on-write result")
+        (an insert_overwrite_table may have changed it since). A merge-on-read table's log
+        files are merged into its base files' rows, unless `read_optimized` (base files only:
+        faster, but without the updates and deletes still in log files)."""
         timeline = self.timeline()
         struct = self.schema(timeline, as_of=until or as_of)
-        return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta)
+        return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
+                            config=self.config, read_optimized=read_optimized)
 
     # --- the writer lock -----------------------------------------------------------------------
 

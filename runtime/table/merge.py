@@ -1,0 +1,318 @@
+"""Merging one merge-on-read file slice, inside a Spark task, with pyarrow: the base file's rows,
+then the log blocks that count, in log order, folded per record key (HUDI_FORMAT 6.4, 6.5).
+
+    read log blocks -> drop rollback blocks, their targets and invalid instants
+        -> stream base rows no log block touches -> fold each touched key -> the winners
+
+Only the keys the log blocks name are held in memory; the base file is streamed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from runtime.table import logfile as L
+from runtime.table.config import APPEND_ONLY, EVENT_TIME
+from runtime.table.errors import TableError
+from runtime.table.layout import InstantValidity
+
+KEY = "_hoodie_record_key"
+COMMIT_TIME = "_hoodie_commit_time"
+# Columns of the slice descriptors the driver sends to the tasks, one row per slice.
+SLICE_COLUMNS = "partition string, file_id string, base_path string, log_paths array<string>"
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """Everything a task needs to merge slices, picklable."""
+
+    storage_uri: str
+    storage_options: tuple
+    schema: Any  # the output Arrow schema: meta columns, then data columns
+    mode: str  # TableConfig.read_merge_mode()
+    ordering_field: str | None
+    valid: InstantValidity  # which instants count at all
+    since: str | None = None  # incremental: base rows and blocks in (since, until]
+    until: str | None = None  # the latest instant read (snapshot: None, time travel: as_of)
+
+    def counts(self, instant: str) -> bool:
+        """A block (or base row) written at `instant` is part of the read."""
+        if self.until is not None and instant > self.until:
+            return False
+        if self.since is not None and instant <= self.since:
+            return False
+        return self.valid(instant)
+
+
+def merge_task(spec: MergeSpec, batches: Iterator) -> Iterator:
+    """The function given to mapInArrow: slice descriptors (SLICE_COLUMNS) in, merged rows out."""
+    from runtime.storage import StorageSpec, open_storage
+
+    storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
+    for batch in batches:
+        for base_path, log_paths in zip(batch.column("base_path").to_pylist(), batch.column("log_paths").to_pylist()):
+            yield from merge_slice(spec, storage, base_path, log_paths or [])
+
+
+def merge_slice(spec: MergeSpec, storage, base_path: str | None, log_paths: list[str]) -> Iterator:
+    """The merged rows of one slice, as Arrow record batches with `spec.schema`."""
+    blocks = visible_blocks(read_log_blocks(storage, log_paths), spec)
+    if spec.mode == APPEND_ONLY:  # no record keys: every row stays
+        if base_path:
+            yield from base_batches(storage, base_path, spec)
+        for block in blocks:
+            if block.type != L.DELETE:
+                yield from block_rows(block, spec.schema).to_batches()
+        return
+    steps = log_steps(blocks, spec.schema)
+    touched = _touched_keys(steps)
+    stored = []
+    if base_path:
+        for batch in base_batches(storage, base_path, spec):
+            untouched, kept = _split_touched(batch, touched)
+            if untouched.num_rows:
+                yield untouched
+            if kept.num_rows:
+                stored.append(kept)
+    yield from _winners(spec, stored, steps)
+
+
+# --- log blocks ---------------------------------------------------------------------------------
+
+
+def read_log_blocks(storage, paths: list[str]) -> list[L.Block]:
+    """Every block of the slice's log files, in file order."""
+    blocks = []
+    for path in paths:
+        try:
+            data = storage.read_bytes(path)
+        except FileNotFoundError as exc:
+            raise TableError(f"table at {storage.spec.uri}: log file {path} is gone (cleaned while it was read?); "
+                             "read the table again", "read the table again") from exc
+        try:
+            blocks.extend(L.read_blocks(data, path))
+        except L.LogFormatError as exc:
+            # raised in a Spark task, where the hint does not travel: the message says what to do
+            raise TableError(f"table at {storage.spec.uri}: damaged log file {exc}; restore the file from a backup, "
+                             "or roll back the instant that wrote it", "restore the file, or roll back the instant that wrote it") from exc
+    return blocks
+
+
+def visible_blocks(blocks: list[L.Block], spec: MergeSpec) -> list[L.Block]:
+    """The data and delete blocks the read sees, in log order: rollback blocks (applied up to
+    the read's instant) hide the blocks of the instants they target; blocks of instants that
+    never completed, or outside the read's range, do not count."""
+    rolled_back = {b.header.get(L.TARGET_INSTANT_TIME) for b in blocks
+                   if b.is_rollback and (spec.until is None or b.instant <= spec.until)}
+    out = []
+    for b in blocks:
+        if b.type in (L.COMMAND, L.CORRUPT):
+            continue  # a rollback (applied above), or a block Hudi marked as corrupt
+        if b.type not in (L.AVRO_DATA, L.PARQUET_DATA, L.DELETE):
+            raise TableError(f"log block of type {b.type} (instant {b.instant}) is not supported by pipe's reader",
+                             "compact the table with Hudi first")
+        if b.instant not in rolled_back and spec.counts(b.instant):
+            out.append(b)
+    return out
+
+
+def block_rows(block: L.Block, schema):
+    """A data block's rows as an Arrow table with `schema`."""
+    import pyarrow as pa
+
+    rows = L.data_rows(block)
+    if isinstance(rows, list):  # Avro: dicts of Python values
+        return conform(pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema), schema)
+    return conform(rows, schema)
+
+
+def log_steps(blocks: list[L.Block], schema) -> list:
+    """What each block does, in log order: a data block's rows (an Arrow table with `schema`),
+    or a delete block's records (a list of logfile.DeleteRecord)."""
+    return [L.delete_records(b) if b.type == L.DELETE else block_rows(b, schema) for b in blocks]
+
+
+def _touched_keys(steps: list):
+    """The record keys the log blocks name, as an Arrow array (for pyarrow.compute.is_in)."""
+    import pyarrow as pa
+
+    keys = set()
+    for step in steps:
+        keys.update([d.record_key for d in step] if isinstance(step, list) else step.column(KEY).to_pylist())
+    return pa.array(sorted(k for k in keys if k is not None), pa.string())
+
+
+# --- base rows --------------------------------------------------------------------------------
+
+
+def base_batches(storage, rel_path: str, spec: MergeSpec) -> Iterator:
+    """The base file's rows with `spec.schema`, in batches; for an incremental read only the
+    rows written in its range. (A slice read as of an instant holds no later row.)"""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    source = storage.full_path(rel_path) if hasattr(storage, "root") else pa.BufferReader(storage.read_bytes(rel_path))
+    stored = pq.ParquetFile(source)
+    columns = [f.name for f in spec.schema if f.name in stored.schema_arrow.names]
+    for batch in stored.iter_batches(batch_size=1 << 16, columns=columns):
+        table = conform(pa.Table.from_batches([batch]), spec.schema)
+        if spec.since is not None:
+            times = table.column(COMMIT_TIME)
+            keep = pc.greater(times, spec.since)
+            if spec.until is not None:
+                keep = pc.and_(keep, pc.less_equal(times, spec.until))
+            table = table.filter(pc.fill_null(keep, False))
+        yield from table.to_batches()
+
+
+def conform(table, schema):
+    """`table` with exactly `schema`'s columns, in order and of its types; a column the table
+    lacks is null."""
+    import pyarrow as pa
+
+    arrays = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            arrays.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _split_touched(batch, touched):
+    """(rows whose key no log block names, rows whose key one does)."""
+    import pyarrow.compute as pc
+
+    if not len(touched):
+        return batch, batch.slice(0, 0)
+    hit = pc.fill_null(pc.is_in(batch.column(KEY), value_set=touched), False)
+    return batch.filter(pc.invert(hit)), batch.filter(hit)
+
+
+# --- folding versions of a key ------------------------------------------------------------------
+
+
+@dataclass
+class _Version:
+    """The current version of a key: a row (source table, row index) or a delete."""
+
+    source: int | None  # None: deleted
+    row: int
+    ordering: Any
+    ordered: bool = True  # False: a delete by commit time, which any later write undoes
+
+
+def _winners(spec: MergeSpec, stored: list, steps: list) -> Iterator:
+    """The final version of every key the log blocks touch: the stored rows of those keys
+    first, then each block in log order."""
+    import pyarrow as pa
+
+    event_time = spec.mode == EVENT_TIME
+    field_type = _avro_type(spec.schema.field(spec.ordering_field).type) if event_time else None
+    sources = [pa.Table.from_batches(stored, schema=spec.schema)]
+    state: dict[str, _Version] = {}
+    _fold_rows(state, 0, sources[0], spec, event_time)
+    for step in steps:
+        if isinstance(step, list):
+            for d in step:
+                _apply_delete(state, d, event_time, field_type)
+        else:
+            sources.append(step)
+            _fold_rows(state, len(sources) - 1, step, spec, event_time)
+    picks: dict[int, list[int]] = {}
+    for v in state.values():
+        if v.source is not None:
+            picks.setdefault(v.source, []).append(v.row)
+    for source, rows in sorted(picks.items()):
+        yield from sources[source].take(pa.array(sorted(rows), pa.int64())).to_batches()
+
+
+def _fold_rows(state: dict, source: int, table, spec: MergeSpec, event_time: bool) -> None:
+    keys = table.column(KEY).to_pylist()
+    orderings = table.column(spec.ordering_field).to_pylist() if event_time else [None] * len(keys)
+    for i, (key, ordering) in enumerate(zip(keys, orderings)):
+        current = state.get(key)
+        if not event_time or current is None or not current.ordered or _at_least(ordering, current.ordering):
+            state[key] = _Version(source, i, ordering)
+
+
+def _apply_delete(state: dict, d: L.DeleteRecord, event_time: bool, field_type: str | None) -> None:
+    if not event_time:
+        state[d.record_key] = _Version(None, -1, None, ordered=False)
+        return
+    current = state.get(d.record_key)
+    kind = _delete_kind(d.ordering, field_type)
+    if kind == "ignored":
+        return
+    if kind == "by_commit_time":
+        state[d.record_key] = _Version(None, -1, None, ordered=False)
+    elif current is None or not current.ordered or _at_least(d.ordering.value, current.ordering):
+        state[d.record_key] = _Version(None, -1, d.ordering.value)
+
+
+def _delete_kind(ordering: L.OrderingValue | None, field_type: str | None) -> str:
+    """Under event time: a delete without an ordering value, or with the zero of the ordering
+    field's Avro type, deletes by commit time; one of the field's type is compared with the
+    stored value; one of another type (an `int` on a `long` field) is ignored."""
+    if ordering is None or ordering.value is None:
+        return "by_commit_time"
+    if ordering.type != field_type:
+        return "ignored"
+    return "by_commit_time" if _is_zero(ordering.value) else "ordered"
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _is_zero(value: Any) -> bool:
+    if isinstance(value, dt.datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)) == _EPOCH
+    if isinstance(value, dt.date):
+        return value == dt.date(1970, 1, 1)
+    if isinstance(value, dt.time):
+        return value == dt.time(0)
+    if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool):
+        return value == 0
+    return False
+
+
+def _at_least(a: Any, b: Any) -> bool:
+    """a >= b, with null below every value (a tie goes to a, the later write)."""
+    if b is None:
+        return True
+    if a is None:
+        return False
+    return a >= b
+
+
+def _avro_type(arrow_type) -> str | None:
+    """The Avro type Hudi gives a column of this Arrow type (the delete orderingVal branch)."""
+    import pyarrow.types as t
+
+    if t.is_int8(arrow_type) or t.is_int16(arrow_type) or t.is_int32(arrow_type):
+        return "int"
+    if t.is_int64(arrow_type):
+        return "long"
+    if t.is_float32(arrow_type):
+        return "float"
+    if t.is_float64(arrow_type):
+        return "double"
+    if t.is_string(arrow_type) or t.is_large_string(arrow_type):
+        return "string"
+    if t.is_binary(arrow_type) or t.is_large_binary(arrow_type):
+        return "bytes"
+    if t.is_decimal(arrow_type):
+        return "decimal"
+    if t.is_date32(arrow_type):
+        return "date"
+    if t.is_timestamp(arrow_type):
+        return "timestamp-millis" if arrow_type.unit == "ms" else "timestamp-micros"
+    if t.is_time32(arrow_type):
+        return "time-millis"
+    if t.is_time64(arrow_type):
+        return "time-micros"
+    return None
