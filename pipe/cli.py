@@ -651,10 +651,18 @@ def clean_cmd(ctx: _Context, table_name, policy, retain, target) -> None:
 def compact_cmd(ctx: _Context, table_name, target) -> None:
     """Compact a merge-on-read table: fold the log files of every file group into a new base
     file (one commit), so that reads no longer merge them."""
-    table, _, _ = _service_context(ctx, table_name, target)
+    from runtime.table.config import MERGE_ON_READ
+    from runtime.table.errors import TableError
+
+    table, plan = _table_for(ctx, table_name, target)
+    if table.config.table_type != MERGE_ON_READ:
+        raise TableError(f"table {table_name} is copy-on-write: its writes leave no log files to compact",
+                         "only tables with `type: merge_on_read` are compacted")
     with _naming(table_name):
         before = [s for s in table.view().latest_slices() if s.has_logs]
-        done = table.compact()
+        if before:
+            table.spark = _spark_factory(plan, ctx.debug)()
+        done = table.compact() if before else None
     if done is None:
         output.line(f"[green]✓[/] nothing to compact in {table_name}: no file group has log files")
         return

@@ -97,9 +97,7 @@ def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: st
     if mode == EVENT_TIME and config.precombine_field not in full.fieldNames():
         raise TableError(f"table {config.name} orders records by {config.precombine_field}, which its schema lacks",
                          "check hoodie.table.precombine.field in .hoodie/hoodie.properties")
-    valid = InstantValidity.of(timeline)
     return MergeSpec(
         storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=to_arrow_schema(full, timezone="UTC"),
-        mode=mode, ordering_field=config.precombine_field, committed=valid.committed, first_active=valid.first_active,
-        pending=valid.pending, since=since, until=until,
+        mode=mode, ordering_field=config.precombine_field, valid=InstantValidity.of(timeline), since=since, until=until,
     )
