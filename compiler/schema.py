@@ -199,7 +199,7 @@ COMPACTION = Section(
     "compaction",
     (
         Key("inline", "boolean", "Compact right after a deltacommit when due.", default=True),
-        Key("max_delta_commits", "integer", "Compact a file group after this many deltacommits.", default=5, minimum=1),
+        Key("max_delta_commits", "integer", "Compact once this many deltacommits followed the last compaction.", default=5, minimum=1),
     ),
     "Folding log files into base files (merge_on_read only).",
 )

@@ -112,6 +112,22 @@ def test_inline_compaction_after_n_deltacommits(spark, tmp_path):
     assert hudi_rows(path) == [(1, "EU", 2, "a2"), (2, "EU", 2, "b2")]
 
 
+def test_archived_deltacommits_keep_their_log_blocks_visible(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), CONFIG)
+    table.write(spark.createDataFrame([(1, "EU", 0, "v0"), (2, "EU", 0, "w0")], SCHEMA), "upsert")
+    for n in range(1, 7):  # six more deltacommits, each a log in the same slice
+        table.write(spark.createDataFrame([(1, "EU", n, f"v{n}")], SCHEMA), "upsert", archive_min=2, archive_max=4)
+    active = table.timeline().completed()
+    assert len(active) <= 4 and len(logs(path)) == 6  # most deltacommits were archived; their logs stay
+    assert (path / ".hoodie/archived").is_dir() and list((path / ".hoodie/archived").glob("*.deltacommit"))
+    expected = [(1, "EU", 6, "v6"), (2, "EU", 0, "w0")]
+    assert hudi_rows(path) == expected
+    assert pipe_rows(table) == expected
+    table.compact()
+    assert hudi_rows(path) == expected and pipe_rows(table) == expected
+
+
 CHILD = textwrap.dedent("""
     import sys
     from runtime.session import get_spark

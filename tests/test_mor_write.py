@@ -15,7 +15,7 @@ import pytest
 
 from runtime.table import Table, TableConfig
 from runtime.table.config import MERGE_ON_READ
-from runtime.table.logfile import DELETE, PARQUET_DATA, deleted_keys, parse_name, read_blocks
+from runtime.table.logfile import DELETE, PARQUET_DATA, delete_records, deleted_keys, parse_name, read_blocks
 
 CONFIG = TableConfig(name="orders", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
 SCHEMA = "id long, region string, ts long, v string"
@@ -29,6 +29,10 @@ def hudi_rows(path, **incremental):
         batches = t.read()
     rows = pa.Table.from_batches(batches).to_pylist() if batches else []
     return sorted((r["id"], r["region"], r["ts"], r["v"]) for r in rows)
+
+
+def pipe_rows(table, **read):
+    return sorted((r["id"], r["region"], r["ts"], r["v"]) for r in table.read(**read).collect())
 
 
 def logs(root):
@@ -75,8 +79,26 @@ def test_updates_and_deletes_go_to_log_files_named_with_the_base_instant(spark, 
 
     expected = [(1, "EU", 2, "one"), (4, "US", 1, "v4"), (5, "EU", 1, "v5"), (6, "US", 1, "v6"), (7, "EU", 1, "v7"), (8, "US", 1, "v8")]
     assert hudi_rows(str(path)) == expected
-    # what hudi-rs reads incrementally after the first commit: the update of 1 (2 was deleted)
+    assert pipe_rows(table) == expected
+    # incrementally after the first commit: the update of 1 (2 was deleted)
     assert hudi_rows(str(path), since=first.instant) == [(1, "EU", 2, "one")]
+    assert pipe_rows(table, since=first.instant) == [(1, "EU", 2, "one")]
+    # as of the second deltacommit: 2 and 3 are still there
+    assert pipe_rows(table, as_of=second.instant) == sorted(expected + [(2, "US", 2, "two"), (3, "EU", 1, "v3")])
+
+
+def test_rolling_back_a_deltacommit_deletes_its_logs(spark, orders):
+    table, path, first = orders
+    second = table.write(spark.createDataFrame([(1, "EU", 2, "one")], SCHEMA), "upsert")
+    assert len(logs(path)) == 1
+    table.rollback(second.instant)
+    assert logs(path) == []
+    before = sorted((i, "EU" if i % 2 else "US", 1, f"v{i}") for i in range(1, 9))
+    assert hudi_rows(str(path)) == before and pipe_rows(table) == before
+    # the next write takes log version 1 again
+    table.write(spark.createDataFrame([(1, "EU", 3, "again")], SCHEMA), "upsert")
+    assert [parse_name(p.name).version for p in logs(path)] == [1]
+    assert (1, "EU", 3, "again") in hudi_rows(str(path))
 
 
 def test_the_deltacommit_lists_each_log_with_its_slice(spark, orders):
@@ -103,6 +125,19 @@ def test_a_stale_update_never_hides_the_newer_row(spark, orders):
     table.write(spark.createDataFrame([(1, "EU", 5, "newer")], SCHEMA), "upsert")
     table.write(spark.createDataFrame([(1, "EU", 3, "older")], SCHEMA), "upsert")
     assert (1, "EU", 5, "newer") in hudi_rows(str(path))
+
+
+def test_a_stale_delete_row_never_deletes_the_newer_version_in_a_log(spark, orders):
+    table, path, _ = orders
+    table.write(spark.createDataFrame([(1, "EU", 5, "newer")], SCHEMA), "upsert")
+    stale = spark.createDataFrame([(1, "EU", 3, "x", True)], SCHEMA + ", _hoodie_is_deleted boolean")
+    table.write(stale, "upsert")
+    (block,) = [b for p in logs(path) for b in read_blocks(p.read_bytes()) if b.type == DELETE]
+    (record,) = delete_records(block)
+    assert (record.record_key, record.ordering.type, record.ordering.value) == ("1", "long", 3)  # typed as the ts column
+    assert (1, "EU", 5, "newer") in hudi_rows(str(path)) and (1, "EU", 5, "newer") in pipe_rows(table)
+    table.write(spark.createDataFrame([(1, "EU", 6, "x", True)], SCHEMA + ", _hoodie_is_deleted boolean"), "upsert")
+    assert not [r for r in hudi_rows(str(path)) if r[0] == 1] and not [r for r in pipe_rows(table) if r[0] == 1]
 
 
 def test_inserts_fill_small_files_without_logs_and_rewrite_them(spark, orders):

@@ -25,4 +25,7 @@ def test_tables_pipe_will_not_write_say_why():
     assert "TimestampBasedKeyGenerator" in TableConfig.from_properties(BASE + keygen + "TimestampBasedKeyGenerator\n").unwritable_reason()
     assert "without meta fields" in TableConfig.from_properties(BASE + keygen + "SimpleKeyGenerator\nhoodie.populate.meta.fields=false\n").unwritable_reason()
     assert "metadata table" in TableConfig.from_properties(BASE + keygen + "SimpleKeyGenerator\nhoodie.table.metadata.partitions=files\n").unwritable_reason()
-    assert "MERGE_ON_READ" in TableConfig.from_properties(BASE.replace("COPY_ON_WRITE", "MERGE_ON_READ") + keygen + "SimpleKeyGenerator\n").unwritable_reason()
+    mor = BASE.replace("COPY_ON_WRITE", "MERGE_ON_READ") + keygen + "SimpleKeyGenerator\n"
+    assert TableConfig.from_properties(mor).unwritable_reason() is None
+    payload = "hoodie.compaction.payload.class=org.apache.hudi.common.model.OverwriteNonDefaultsWithLatestAvroPayload\n"
+    assert "OverwriteNonDefaultsWithLatestAvroPayload" in TableConfig.from_properties(mor + payload).unwritable_reason()

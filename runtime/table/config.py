@@ -145,6 +145,11 @@ class TableConfig:
             return "it was written without meta fields (hoodie.populate.meta.fields=false), so stored keys cannot be looked up"
         if self.table_type not in (COPY_ON_WRITE, MERGE_ON_READ):
             return f"table type {self.table_type} is not one pipe knows"
+        if self.table_type == MERGE_ON_READ:
+            try:
+                self.read_merge_mode()
+            except TableError as exc:  # its log files would be merged in a way pipe cannot apply
+                return str(exc)
         if self.metadata_partitions:
             return ("it has a metadata table (hoodie.table.metadata.partitions), which Java readers trust and pipe "
                     "does not maintain; disable it in Hudi first (hoodie.metadata.enable=false)")

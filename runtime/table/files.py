@@ -46,6 +46,7 @@ class FileWriteSpec:
     # and deletes go to a new log file of its slice instead of a new base file
     log_groups: dict[str, "LogTarget"] = field(default_factory=dict)
     log_schema: str = ""  # the Avro writer schema with the meta columns (log block header)
+    ordering_field: str | None = None  # event-time tables: deletes carry its value, typed
 
 
 @dataclass(frozen=True)
@@ -336,13 +337,31 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
             table = _conform(table, parquet_schema(storage, log.base_path, log.base_size), log.base_path)
         blocks.append(logfile.parquet_block(spec.instant, spec.log_schema, table))
     if deletes.num_rows:
-        # no ordering value: the writer has already dropped deletes older than the stored row
-        blocks.append(logfile.delete_block(spec.instant, [(k, partition, None) for k in deletes.column("_hoodie_record_key").to_pylist()]))
+        blocks.append(logfile.typed_delete_block(spec.instant, _delete_records(deletes, partition, spec.ordering_field)))
     name = logfile.LogFileName(file_id, log.base_instant, log.version, token).name
     rel = f"{partition}/{name}" if partition else name
     data = b"".join(logfile.encode_block(b) for b in blocks)
     _put_once(storage, rel, data, spec.instant)
     return (file_id, partition, rel, updates.num_rows, len(data), 0, updates.num_rows, deletes.num_rows)
+
+
+def _delete_records(deletes, partition: str, ordering_field: str | None) -> list[tuple]:
+    """(key, partition, ordering value) of each delete. Under event time a delete row's
+    precombine value goes with it, typed as the field (a reader applies it only over older
+    versions, as the writer does with stored rows); a delete by key has none, and deletes
+    whatever came before."""
+    from runtime.table import logfile
+    from runtime.table.merge import ordering_type
+
+    keys = deletes.column("_hoodie_record_key").to_pylist()
+    if not ordering_field or ordering_field not in deletes.column_names:
+        return [(k, partition, None) for k in keys]
+    column = deletes.column(ordering_field)
+    kind = ordering_type(column.type)
+    if kind == "decimal":
+        kind = None  # the union's decimal has one scale (15); such deletes go by commit time
+    values = column.to_pylist()
+    return [(k, partition, logfile.OrderingValue(kind, v) if v is not None and kind else None) for k, v in zip(keys, values)]
 
 
 class LogSchemaMismatch(RuntimeError):

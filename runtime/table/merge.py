@@ -212,7 +212,7 @@ def _winners(spec: MergeSpec, stored: list, steps: list) -> Iterator:
     import pyarrow as pa
 
     event_time = spec.mode == EVENT_TIME
-    field_type = _avro_type(spec.schema.field(spec.ordering_field).type) if event_time else None
+    field_type = ordering_type(spec.schema.field(spec.ordering_field).type) if event_time else None
     sources = [pa.Table.from_batches(stored, schema=spec.schema)]
     state: dict[str, _Version] = {}
     _fold_rows(state, 0, sources[0], spec, event_time)
@@ -289,7 +289,7 @@ def _at_least(a: Any, b: Any) -> bool:
     return a >= b
 
 
-def _avro_type(arrow_type) -> str | None:
+def ordering_type(arrow_type) -> str | None:
     """The Avro type Hudi gives a column of this Arrow type (the delete orderingVal branch)."""
     import pyarrow.types as t
 

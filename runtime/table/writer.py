@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from runtime.table.config import MERGE_ON_READ
+from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
@@ -240,7 +240,8 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 
 
 def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
-                      base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = ""):
+                      base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = "",
+                      ordering_field: str | None = None):
     """Executors write every file group's new base file (or, for `log_groups`, a new log file
     of its slice); returns the stats rows."""
     spec = FileWriteSpec(
@@ -254,6 +255,7 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
         max_file_size=opts.max_file_size,
         log_groups=dict(log_groups or {}),
         log_schema=log_schema,
+        ordering_field=ordering_field,
     )
 
     def run(batches):
@@ -382,7 +384,8 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     n = max(1, min(len(groups), spark.sparkContext.defaultParallelism * 4))
     changes = changes.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
     written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
-                                log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True))
+                                log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
+                                ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None)
 
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size, i, u, d in written:
