@@ -525,7 +525,9 @@ class Executor:
         result.instant, result.action = w.instant, w.action
         result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes
         result.rows_written = w.inserts + w.updates
-        note = f"; the commit stands, but cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
+        note = f"; the commit stands, but compacting, cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
+        if w.compaction:
+            note = f", compacted (commit {w.compaction})" + note
         return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
 
     def _named_partitions(self, step: Step, config: Mapping[str, Any], df) -> set[str]:

@@ -16,6 +16,7 @@ import pytest
 from runtime.table import Table, TableConfig
 from runtime.table import avro
 from runtime.table.config import MERGE_ON_READ
+from runtime.table.logfile import parse_name
 from tests.test_fixtures import rows_of, unpack
 
 CONFIG = TableConfig(name="orders", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
@@ -155,15 +156,42 @@ def test_a_compaction_killed_after_its_files_is_rolled_back_by_the_next_writer(s
     assert hudi_rows(path) == sorted(EXPECTED + [(9, "US", 1, "v9")])
 
 
-def test_an_upsert_adding_a_column_compacts_the_slices_with_logs_first(spark, orders):
+def test_a_write_adding_a_column_rewrites_the_groups_whose_logs_it_touches(spark, orders):
     table, path, _ = orders
-    wide = spark.createDataFrame([(4, "US", 3, "four", "note")], SCHEMA + ", note string")
-    table.write(wide, "upsert")
-    assert any(i.action == "commit" for i in table.timeline().completed())  # the compaction
+    # bulk_insert adds the column (new groups only); the upsert after it reaches a slice with logs
+    table.write(spark.createDataFrame([(20, "EU", 1, "twenty", "n20")], SCHEMA + ", note string"), "bulk_insert")
+    table.write(spark.createDataFrame([(5, "EU", 3, "five", "note")], SCHEMA + ", note string"), "upsert")
     rows = {r["id"]: r for r in hudi_read(path)}
-    assert rows[4]["note"] == "note" and rows[4]["v"] == "four"
-    assert rows[1]["note"] is None and rows[1]["v"] == "one"
-    assert len(rows) == len(EXPECTED)
+    assert rows[5]["note"] == "note" and rows[5]["v"] == "five"
+    assert rows[1]["note"] is None and rows[1]["v"] == "one"  # an update from a log, now in the rewritten base
+    assert 3 not in rows and rows[20]["note"] == "n20"  # the delete in the log still holds
+    assert len(rows) == len(EXPECTED) + 1
+    assert not [i for i in table.timeline().completed() if i.action == "commit"]  # no compaction was needed
+    eu = [p for p in logs(path) if p.parent.name == "region=EU"]
+    assert eu and all(parse_name(p.name).base_instant < table.timeline().completed()[-1].time for p in eu)  # the old slice's
+    assert sorted((r["id"], r["region"], r["ts"], r["v"]) for r in hudi_read(path)) == pipe_rows(table)
+
+
+def test_a_widened_column_is_not_narrowed_in_logs(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), CONFIG)
+    narrow = "id long, region string, ts long, v string, qty int"
+    table.write(spark.createDataFrame([(1, "EU", 1, "a", 1), (2, "EU", 1, "b", 2)], narrow), "upsert")
+    table.write(spark.createDataFrame([(1, "EU", 2, "a2", 3)], narrow), "upsert")  # a log
+    big = 2**40
+    table.write(spark.createDataFrame([(2, "EU", 2, "b2", big)], "id long, region string, ts long, v string, qty long"), "upsert")
+    rows = {r["id"]: r for r in hudi_read(path)}
+    assert rows[2]["qty"] == big and rows[1]["qty"] == 3 and rows[1]["v"] == "a2"
+    assert {r["id"]: r["qty"] for r in table.read().collect()} == {1: 3, 2: big}
+
+
+def test_rolling_back_a_compaction_leaves_no_pending_instant(spark, orders):
+    table, path, _ = orders
+    instant = table.compact()
+    table.rollback(instant)
+    assert table.timeline().pending() == []
+    assert not list((path / ".hoodie").glob(f"{instant}.*"))
+    assert hudi_rows(path) == EXPECTED and pipe_rows(table) == EXPECTED
 
 
 def test_compacting_a_table_hudi_wrote(spark, tmp_path):
@@ -228,3 +256,28 @@ def test_a_merge_on_read_table_in_a_project(spark, tmp_path, capsys):
     code, out, err = pipe(capsys, root, "compact", "totals")
     assert code == 1 and "copy-on-write" in err
     assert_clean(out, err)
+
+
+def test_pipe_run_compacts_inline_when_due(spark, tmp_path, capsys):
+    from tests.test_run import assert_rows, project, run_ok, timeline, write_jsonl
+
+    files = dict(PROJECT)
+    files["tables/orders.yml"] = """
+        tables:
+          orders:
+            type: merge_on_read
+            key: [order_id]
+            precombine: ts
+            compaction: {max_delta_commits: 2}
+        """
+    del files["tables/totals.sql"]
+    root = project(tmp_path, files)
+    write_jsonl(root / "data/orders/1.json", [{"order_id": 1, "status": "new", "ts": 1}, {"order_id": 2, "status": "new", "ts": 1}])
+    out, _ = run_ok(capsys, root)
+    assert "compacted" not in out
+    write_jsonl(root / "data/orders/2.json", [{"order_id": 1, "status": "paid", "ts": 2}])
+    out, _ = run_ok(capsys, root)
+    assert "compacted (commit " in out
+    actions = [(i["action"], i.get("operation")) for i in timeline(capsys, root, "orders") if i["state"] == "completed"]
+    assert actions == [("deltacommit", "UPSERT"), ("deltacommit", "UPSERT"), ("commit", "COMPACT")]
+    assert_rows(spark, root, "orders", ["order_id", "status", "ts"], [(1, "paid", 2), (2, "new", 1)])

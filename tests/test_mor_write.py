@@ -131,12 +131,12 @@ def test_a_stale_delete_row_never_deletes_the_newer_version_in_a_log(spark, orde
     table, path, _ = orders
     table.write(spark.createDataFrame([(1, "EU", 5, "newer")], SCHEMA), "upsert")
     stale = spark.createDataFrame([(1, "EU", 3, "x", True)], SCHEMA + ", _hoodie_is_deleted boolean")
-    table.write(stale, "upsert")
-    (block,) = [b for p in logs(path) for b in read_blocks(p.read_bytes()) if b.type == DELETE]
-    (record,) = delete_records(block)
-    assert (record.record_key, record.ordering.type, record.ordering.value) == ("1", "long", 3)  # typed as the ts column
+    assert table.write(stale, "upsert").deletes == 0  # older than the version in the log: dropped
     assert (1, "EU", 5, "newer") in hudi_rows(str(path)) and (1, "EU", 5, "newer") in pipe_rows(table)
     table.write(spark.createDataFrame([(1, "EU", 6, "x", True)], SCHEMA + ", _hoodie_is_deleted boolean"), "upsert")
+    (block,) = [b for p in logs(path) for b in read_blocks(p.read_bytes()) if b.type == DELETE]
+    (record,) = delete_records(block)
+    assert (record.record_key, record.ordering.type, record.ordering.value) == ("1", "long", 6)  # typed as the ts column
     assert not [r for r in hudi_rows(str(path)) if r[0] == 1] and not [r for r in pipe_rows(table) if r[0] == 1]
 
 
@@ -163,6 +163,24 @@ def test_a_key_moving_partition_leaves_a_delete_in_its_old_group(spark, orders):
     assert len(eu_logs) == 1 and read_blocks(eu_logs[0].read_bytes())[0].type == DELETE
     rows = hudi_rows(str(path))
     assert (1, "US", 2, "moved") in rows and not any(r[0] == 1 and r[1] == "EU" for r in rows)
+
+
+def test_a_key_moved_twice_stays_one_row(spark, orders):
+    table, path, _ = orders
+    table.write(spark.createDataFrame([(1, "US", 2, "moved")], SCHEMA), "upsert")  # EU -> US: a delete in EU's log
+    table.write(spark.createDataFrame([(1, "US", 3, "again")], SCHEMA), "upsert")  # the index must not find 1 in EU
+    table.write(spark.createDataFrame([(1, "EU", 4, "back")], SCHEMA), "upsert")
+    for rows in (hudi_rows(str(path)), pipe_rows(table)):
+        assert [r for r in rows if r[0] == 1] == [(1, "EU", 4, "back")]
+        assert len(rows) == 8
+
+
+def test_a_key_deleted_in_a_log_comes_back_with_any_precombine_value(spark, orders):
+    table, path, _ = orders
+    table.write(spark.createDataFrame([(2, "US", 10, "late")], SCHEMA), "upsert")
+    table.write(spark.createDataFrame([(2, "US")], "id long, region string"), "delete")
+    table.write(spark.createDataFrame([(2, "US", 5, "back")], SCHEMA), "upsert")  # as copy-on-write: the key was gone
+    assert (2, "US", 5, "back") in hudi_rows(str(path)) and (2, "US", 5, "back") in pipe_rows(table)
 
 
 CHILD = textwrap.dedent("""

@@ -47,6 +47,9 @@ class FileWriteSpec:
     log_groups: dict[str, "LogTarget"] = field(default_factory=dict)
     log_schema: str = ""  # the Avro writer schema with the meta columns (log block header)
     ordering_field: str | None = None  # event-time tables: deletes carry its value, typed
+    # merge-on-read: how a slice with logs is merged when its group must be rewritten whole
+    # (its base file's columns no longer fit the table's); a merge.MergeSpec
+    merge_spec: object = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class LogTarget:
     base_size: int
     base_instant: str
     version: int
+    log_paths: tuple[str, ...] = ()  # the slice's log files so far (relative paths)
 
 
 # Rows of one file are gathered up to this many bytes of Arrow data before they are written
@@ -286,20 +290,21 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token:
         try:
             return _write_log(spec, partition, file_id, rows, log, token, task_id, counter, known)
         except LogSchemaMismatch:
-            if log.version > 1:
-                raise  # a slice with logs cannot be rewritten from its base file alone
-            # a base file from before a schema change, with no logs yet: rewritten whole below
+            pass  # the base file's columns no longer fit the table's: the group is rewritten whole below
     if spec.merge:
         replaced = pc.unique(rows.column("_hoodie_record_key"))
     if KIND in rows.column_names:
         rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
     out = open_files[file_id] = _OpenFile(spec, partition, file_id, token, known)
-    if base is not None:
-        for stored in _stored_batches(out.storage, base, rows.schema):
-            if spec.merge:
-                stored = stored.filter(pc.invert(pc.is_in(stored.column("_hoodie_record_key"), value_set=replaced)))
-            if stored.num_rows:
-                out.write(_with_meta(stored, out, spec, task_id, counter, carried=True))
+    if log is not None and log.log_paths:  # merge-on-read: the slice as readers see it, base and logs merged
+        stored_rows = _merged_batches(out.storage, spec.merge_spec, base, log.log_paths, rows.schema)
+    else:
+        stored_rows = _stored_batches(out.storage, base, rows.schema) if base is not None else ()
+    for stored in stored_rows:
+        if spec.merge:
+            stored = stored.filter(pc.invert(pc.is_in(stored.column("_hoodie_record_key"), value_set=replaced)))
+        if stored.num_rows:
+            out.write(_with_meta(stored, out, spec, task_id, counter, carried=True))
     for batch in rows.to_batches(max_chunksize=1 << 16):
         if batch.num_rows:
             out.write(_with_meta(batch, out, spec, task_id, counter))
@@ -331,10 +336,11 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
     deletes = rows.filter(pc.equal(kinds, "D"))
     updates = rows.filter(pc.not_equal(kinds, "D"))
     blocks = []
+    if log.base_path is None:  # a log-only slice (Java makes them): its logs get a base file
+        raise LogSchemaMismatch(f"file group {file_id} has no base file")
     if updates.num_rows:
         table = _with_meta(updates, _LogRows(partition, file_id), spec, task_id, counter)
-        if log.base_path is not None:
-            table = _conform(table, parquet_schema(storage, log.base_path, log.base_size), log.base_path)
+        table = _conform(table, parquet_schema(storage, log.base_path, log.base_size), log.base_path)
         blocks.append(logfile.parquet_block(spec.instant, spec.log_schema, table))
     if deletes.num_rows:
         blocks.append(logfile.typed_delete_block(spec.instant, _delete_records(deletes, partition, spec.ordering_field)))
@@ -378,10 +384,21 @@ def _conform(table, schema, where: str):
                                 f"({', '.join(table.schema.names)})")
     if table.schema.equals(schema):
         return table
+    for ours, theirs in zip(table.schema, schema):
+        if ours.type != theirs.type and not _wider_int(theirs.type, ours.type):
+            raise LogSchemaMismatch(f"column {ours.name} is {theirs.type} in base file {where} but {ours.type} in the table")
     try:
-        return table.cast(schema)  # safe: a value the base file's type cannot hold raises
+        return table.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise LogSchemaMismatch(f"the rows do not fit the types of base file {where}: {exc}") from exc
+
+
+def _wider_int(stored, ours) -> bool:
+    """A base file's integer column at least as wide as the table's (Hudi stores byte and
+    short as int): log rows take the base file's type without loss."""
+    import pyarrow.types as t
+
+    return t.is_integer(stored) and t.is_integer(ours) and stored.bit_width >= ours.bit_width
 
 
 def _put_once(storage, rel_path: str, data: bytes, instant: str) -> None:
@@ -417,6 +434,16 @@ def parquet_schema(storage, rel_path: str, size: int):
     return pq.read_schema(pa.BufferReader(b"PAR1" + footer))
 
 
+def _merged_batches(storage, merge_spec, base: str | None, log_paths, schema) -> Iterator:
+    """The rows of a merge-on-read slice (base file and logs merged, as readers see them) in
+    batches, shaped like _stored_batches."""
+    from runtime.table.merge import merge_slice
+
+    for batch in merge_slice(merge_spec, storage, base, list(log_paths)):
+        if batch.num_rows:
+            yield _carried(batch, set(batch.schema.names), schema)
+
+
 def _stored_batches(storage, rel_path: str, schema) -> Iterator:
     """The rows of a stored base file in batches, with the data columns of `schema` (the
     incoming rows' Arrow schema, which is the table's): a column the file lacks is null, a
@@ -434,18 +461,28 @@ def _stored_batches(storage, rel_path: str, schema) -> Iterator:
     meta = [c for c in ("_hoodie_commit_time", "_hoodie_commit_seqno") if c in present]
     columns = meta + [f.name for f in wanted if f.name in present]
     for batch in stored.iter_batches(batch_size=1 << 16, columns=columns):
-        arrays, names = [], []
-        for c in meta:
+        yield _carried(batch, present, schema)
+
+
+def _carried(batch, present: set, schema):
+    """A stored batch with the commit time and sequence number it had, then the data columns
+    of `schema` (a column the batch lacks is null, a widened one is cast)."""
+    import pyarrow as pa
+
+    wanted = [f for f in schema if not f.name.startswith("_pipe_") and f.name not in ("_hoodie_partition_path",)]
+    arrays, names = [], []
+    for c in ("_hoodie_commit_time", "_hoodie_commit_seqno"):
+        if c in present:
             arrays.append(batch.column(c))
             names.append(c)
-        for f in wanted:
-            if f.name in present:
-                col = batch.column(f.name)
-                arrays.append(col if col.type == f.type else col.cast(f.type))
-            else:
-                arrays.append(pa.nulls(batch.num_rows, f.type))
-            names.append(f.name)
-        yield pa.RecordBatch.from_arrays(arrays, names=names)
+    for f in wanted:
+        if f.name in present:
+            col = batch.column(f.name)
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            arrays.append(pa.nulls(batch.num_rows, f.type))
+        names.append(f.name)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 def _coalesced(batches: Iterator, target: int) -> Iterator:

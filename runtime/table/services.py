@@ -33,11 +33,12 @@ def partial_file_instant(name: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _data_files_by_instant(storage) -> dict[str, list[str]]:
+def _data_files_by_instant(storage, known_logs: set[str] = frozenset()) -> dict[str, list[str]]:
     """Data files of the table by the instant that wrote them (one listing): base files by the
     instant in their name, log files by the instant in their first block's header (their
     name has the slice's base instant), and the partial files a dead task left under a
-    hidden temporary name."""
+    hidden temporary name. Logs in `known_logs` (named by completed commits) are skipped:
+    their headers need not be read."""
     from runtime.table.logfile import LogFormatError, first_block_instant, parse_name
 
     out: dict[str, list[str]] = {}
@@ -50,7 +51,7 @@ def _data_files_by_instant(storage) -> dict[str, list[str]]:
             out.setdefault(partial, []).append(f.path)
         elif not name.startswith(".") and name.endswith(".parquet"):
             out.setdefault(name[-len("20240101000000000.parquet"):-len(".parquet")], []).append(f.path)
-        elif parse_name(name) is not None and f.size > 0:
+        elif parse_name(name) is not None and f.size > 0 and f.path not in known_logs:
             try:
                 out.setdefault(first_block_instant(storage, f.path, f.size), []).append(f.path)
             except LogFormatError:
@@ -107,6 +108,9 @@ def _by_partition(files: list[str]) -> dict[str, list[str]]:
 def _forget(storage, target: Instant) -> None:
     for state in (INFLIGHT, REQUESTED):
         storage.delete(f"{HOODIE}/{target.with_state(state).file_name()}")
+    if target.action == COMMIT:  # a compaction's plan and inflight file go with its commit
+        for state in (INFLIGHT, REQUESTED):
+            storage.delete(f"{HOODIE}/{target.time}.{COMPACTION}.{state}")
 
 
 def _rollback(storage, target: Instant, by_instant: dict[str, list[str]]) -> str:
@@ -482,7 +486,8 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
     new_first = instants[len(candidates)].time
     written = {i.time for i in timeline.completed(WRITE_ACTIONS)}
     first = instants[0].time
-    for t, paths in _data_files_by_instant(storage).items():
+    committed_logs = {st.path for i in timeline.completed(WRITE_ACTIONS) for st in timeline.commit_metadata(i).write_stats if st.is_log}
+    for t, paths in _data_files_by_instant(storage, committed_logs).items():
         if t.isdigit() and first <= t < new_first and t not in written:
             for path in paths:
                 storage.delete(path)

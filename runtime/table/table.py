@@ -240,10 +240,6 @@ class Table:
                 raise TableError(f"bootstrap makes the first commit of a table; {self.config.name} has commits already",
                                  "rebuild it from the dataset with `pipe run --select TABLE --full-refresh`")
             slices = FileSystemView.load(self.storage, timeline).latest_slices()
-            if operation == "upsert" and self._schema_change_needs_compaction(df, slices, timeline):
-                self._compact()  # logs must keep their base file's columns: fold them in first
-                timeline = self.timeline()
-                slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if operation == "delete_partition":
                 self._check_partitions_to_delete(opts.partitions_to_delete, slices)
             instant = Instant(new_instant_time(timeline.last_time()), action, REQUESTED)
@@ -342,17 +338,6 @@ class Table:
         with self.lock():
             self.rollback_pending()
             return self._compact()
-
-    def _schema_change_needs_compaction(self, df, slices, timeline) -> bool:
-        """A merge-on-read upsert that adds or widens columns while file groups have logs: new
-        logs would not match their base files' columns, so those slices are compacted first."""
-        if self.config.table_type != MERGE_ON_READ or df is None or not any(s.has_logs for s in slices):
-            return False
-        stored = self.schema(timeline)
-        if stored is None:
-            return False
-        have = {f.name: f.dataType for f in stored.fields}
-        return any(f.name not in have or f.dataType != have[f.name] for f in df.schema.fields if f.name != "_hoodie_is_deleted")
 
     def _deltacommits_since_compaction(self) -> int:
         n = 0

@@ -141,10 +141,12 @@ BROADCAST_KEYS = 200_000
 
 
 def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None,
-                  partitions: set[str] | None = None):
+                  partitions: set[str] | None = None, merged=None):
     """Joins incoming keys to the keys stored in the latest file slices; adds the stored
     partition, file id and precombine value (null for new keys). With `index: partition`,
-    only the slices of `partitions` (the batch's, found when not given) are read."""
+    only the slices of `partitions` (the batch's, found when not given) are read.
+    `merged` (merge-on-read): slices -> their merged rows; a slice with log files is indexed
+    as readers see it (a key its logs deleted is gone, an update's precombine value counts)."""
     from pyspark.sql import functions as F
 
     if not slices:
@@ -154,11 +156,15 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
         slices = [s for s in slices if s.partition in wanted]
         if not slices:
             return tag_locations(spark, df, config, opts, [], storage)
-    paths = [storage.full_path(s.base_file.path) for s in slices]
-    stored = spark.read.parquet(*paths)
-    cols = [F.col(KEY).alias("_k"), F.col(PART).alias(_OLD_PART), F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE)]
-    cols.append(F.col(f"`{config.precombine_field}`").alias(_OLD_ORDER) if config.precombine_field and config.precombine_field in stored.columns else F.lit(None).alias(_OLD_ORDER))
-    index = stored.select(*cols)
+    with_logs = [s for s in slices if s.has_logs] if merged is not None else []
+    plain = [s for s in slices if not s.has_logs] if merged is not None else slices
+    parts = ([spark.read.parquet(*[storage.full_path(s.base_file.path) for s in plain])] if plain else []) + ([merged(with_logs)] if with_logs else [])
+    index = None
+    for stored in parts:
+        # a base row names its file, a log row its file id: the file id is the name's first part
+        cols = [F.col(KEY).alias("_k"), F.col(PART).alias(_OLD_PART), F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE)]
+        cols.append(F.col(f"`{config.precombine_field}`").alias(_OLD_ORDER) if config.precombine_field and config.precombine_field in stored.columns else F.lit(None).alias(_OLD_ORDER))
+        index = stored.select(*cols) if index is None else index.unionByName(stored.select(*cols))
     if batch_rows is not None and batch_rows <= BROADCAST_KEYS:
         # keep only the stored keys the batch has: a broadcast semi-join at the scan
         probe = df.select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
@@ -241,7 +247,7 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 
 def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
                       base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = "",
-                      ordering_field: str | None = None):
+                      ordering_field: str | None = None, merge_spec=None):
     """Executors write every file group's new base file (or, for `log_groups`, a new log file
     of its slice); returns the stats rows."""
     spec = FileWriteSpec(
@@ -256,6 +262,7 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
         log_groups=dict(log_groups or {}),
         log_schema=log_schema,
         ordering_field=ordering_field,
+        merge_spec=merge_spec,
     )
 
     def run(batches):
@@ -327,7 +334,11 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
         rows = dedupe(rows, config, opts)
     lookup = keyed and (opts.operation in ("upsert", "delete") or opts.insert_duplicates != "none")
     if lookup:
-        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, partitions)
+        merged = None
+        if config.table_type == MERGE_ON_READ and stored_struct is not None:
+            def merged(with_logs):
+                return _reader().read_merged_slices(spark, storage, with_meta_struct(stored_struct), timeline, config, with_logs, None, None)
+        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, partitions, merged)
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
     if opts.operation == "insert" and opts.insert_duplicates == "fail":
@@ -385,7 +396,8 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     changes = changes.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
     written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
                                 log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
-                                ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None)
+                                ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None,
+                                merge_spec=_reader().merge_spec(storage, with_meta_struct(struct), timeline, config) if log_groups else None)
 
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size, i, u, d in written:
@@ -406,6 +418,12 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct, log_prefixes=prefixes)
 
 
+def _reader():
+    from runtime.table import reader  # the reader imports nothing of the writer; imported late all the same
+
+    return reader
+
+
 def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:
     """The next log file of each group's latest slice (versions continue the slice's logs)."""
     out = {}
@@ -415,7 +433,8 @@ def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str
             continue
         version = max((lf.version for lf in s.log_files), default=0) + 1
         base = s.base_file
-        out[f"{p}/{fid}"] = LogTarget(base.path if base else None, base.size if base else 0, s.base_instant, version)
+        out[f"{p}/{fid}"] = LogTarget(base.path if base else None, base.size if base else 0, s.base_instant, version,
+                                      tuple(lf.path for lf in s.log_files))
     return out
 
 
