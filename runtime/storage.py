@@ -49,7 +49,7 @@ class Storage(Protocol):
 
     def read_bytes(self, path: str) -> bytes: ...
     def read_range(self, path: str, start: int, end: int) -> bytes: ...
-    def write_atomic(self, path: str, data: bytes) -> None: ...
+    def write_atomic(self, path: str, data: bytes, temp_tag: str = "") -> None: ...
     def create_exclusive(self, path: str, data: bytes) -> bool: ...
     def exists(self, path: str) -> bool: ...
     def delete(self, path: str) -> None: ...
@@ -82,21 +82,23 @@ class LocalStorage:
             f.seek(start)
             return f.read(end - start)
 
-    def _temp_beside(self, full: str, data: bytes) -> str:
+    def _temp_beside(self, full: str, data: bytes, tag: str = "") -> str:
         """A hidden temp file holding `data`, synced, in the same folder as `full` so that
-        rename and link stay on one file system."""
+        rename and link stay on one file system: `.<name>[.<tag>].<hex>.tmp`."""
         folder, name = os.path.split(full)
         os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+        tmp = os.path.join(folder, f".{name}{'.' + tag if tag else ''}.{uuid.uuid4().hex}.tmp")
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         return tmp
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def write_atomic(self, path: str, data: bytes, temp_tag: str = "") -> None:
+        """Writes the whole file under a hidden temporary name (with `temp_tag` in it), synced,
+        then renamed into place."""
         full = self.full_path(path)
-        os.replace(self._temp_beside(full, data), full)
+        os.replace(self._temp_beside(full, data, temp_tag), full)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
         full = self.full_path(path)
@@ -178,7 +180,7 @@ class S3Storage:
             raise FileNotFoundError(errno.ENOENT, "no such object", self.full_path(path)) from exc
         return obj["Body"].read()
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def write_atomic(self, path: str, data: bytes, temp_tag: str = "") -> None:
         self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:

@@ -403,20 +403,9 @@ def _wider_int(stored, ours) -> bool:
 
 def _put_once(storage, rel_path: str, data: bytes, instant: str) -> None:
     """Writes a complete file under its final name in one step: locally a synced hidden file
-    (named with the instant, so rollback finds it if the task dies) renamed into place; on
+    named with the instant (so rollback finds it if the task dies), renamed into place; on
     object stores a single PUT."""
-    if not hasattr(storage, "root"):
-        storage.write_atomic(rel_path, data)
-        return
-    final = storage.full_path(rel_path)
-    folder, name = os.path.split(final)
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{name}.{instant}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    storage.write_atomic(rel_path, data, temp_tag=instant)
 
 
 def parquet_schema(storage, rel_path: str, size: int):

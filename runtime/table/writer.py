@@ -336,8 +336,11 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     if lookup:
         merged = None
         if config.table_type == MERGE_ON_READ and stored_struct is not None:
+            # only the meta columns and the precombine field are read and merged
+            narrow = with_meta_struct(T.StructType([f for f in stored_struct.fields if f.name == config.precombine_field]))
+
             def merged(with_logs):
-                return _reader().read_merged_slices(spark, storage, with_meta_struct(stored_struct), timeline, config, with_logs, None, None)
+                return _reader().read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, partitions, merged)
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
