@@ -18,6 +18,7 @@ from runtime.table import avro
 from runtime.table.config import MERGE_ON_READ
 from runtime.table.logfile import parse_name
 from tests.test_fixtures import rows_of, unpack
+from tests.test_mor_write import readers_agree
 
 CONFIG = TableConfig(name="orders", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
 SCHEMA = "id long, region string, ts long, v string"
@@ -49,7 +50,8 @@ def orders(spark, tmp_path):
     table.write(spark.createDataFrame([(i, "EU" if i % 2 else "US", 1, f"v{i}") for i in range(1, 9)], SCHEMA), "upsert")
     table.write(spark.createDataFrame([(1, "EU", 2, "one"), (2, "US", 2, "two")], SCHEMA), "upsert")
     last = table.write(spark.createDataFrame([(3, "EU")], "id long, region string"), "delete")
-    return table, path, last.instant
+    yield table, path, last.instant
+    readers_agree(table, path)  # whatever the test did, both readers agree on the table it left
 
 
 EXPECTED = [(1, "EU", 2, "one"), (2, "US", 2, "two"), (4, "US", 1, "v4"), (5, "EU", 1, "v5"), (6, "US", 1, "v6"), (7, "EU", 1, "v7"), (8, "US", 1, "v8")]
@@ -111,6 +113,7 @@ def test_inline_compaction_after_n_deltacommits(spark, tmp_path):
     third = table.write(spark.createDataFrame([(2, "EU", 2, "b2")], SCHEMA), "upsert", compact_after=2)
     assert third.compaction is None  # one deltacommit since the compaction
     assert hudi_rows(path) == [(1, "EU", 2, "a2"), (2, "EU", 2, "b2")]
+    readers_agree(table, path)
 
 
 def test_archived_deltacommits_keep_their_log_blocks_visible(spark, tmp_path):
@@ -127,6 +130,7 @@ def test_archived_deltacommits_keep_their_log_blocks_visible(spark, tmp_path):
     assert pipe_rows(table) == expected
     table.compact()
     assert hudi_rows(path) == expected and pipe_rows(table) == expected
+    readers_agree(table, path)
 
 
 CHILD = textwrap.dedent("""
@@ -183,6 +187,7 @@ def test_a_widened_column_is_not_narrowed_in_logs(spark, tmp_path):
     rows = {r["id"]: r for r in hudi_read(path)}
     assert rows[2]["qty"] == big and rows[1]["qty"] == 3 and rows[1]["v"] == "a2"
     assert {r["id"]: r["qty"] for r in table.read().collect()} == {1: 3, 2: big}
+    readers_agree(table, path)
 
 
 def test_rolling_back_a_compaction_leaves_no_pending_instant(spark, orders):

@@ -43,12 +43,22 @@ def deltacommit(root, instant):
     return json.loads((root / ".hoodie" / f"{instant}.deltacommit").read_text())
 
 
+def readers_agree(table, path) -> None:
+    """pipe's reader and hudi-rs see the same rows: the snapshot, and the incremental read
+    after every completed write instant."""
+    assert pipe_rows(table) == hudi_rows(str(path)), "snapshot"
+    instants = [i.time for i in table.timeline().completed()]
+    for since in instants[:-1]:
+        assert pipe_rows(table, since=since) == hudi_rows(str(path), since=since), f"incremental after {since}"
+
+
 @pytest.fixture()
 def orders(spark, tmp_path):
     path = tmp_path / "orders"
     table = Table.create(spark, str(path), CONFIG)
     first = table.write(spark.createDataFrame([(i, "EU" if i % 2 else "US", 1, f"v{i}") for i in range(1, 9)], SCHEMA), "upsert")
-    return table, path, first
+    yield table, path, first
+    readers_agree(table, path)  # whatever the test did, both readers agree on the table it left
 
 
 def test_updates_and_deletes_go_to_log_files_named_with_the_base_instant(spark, orders):
