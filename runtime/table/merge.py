@@ -137,11 +137,13 @@ def log_steps(blocks: list[L.Block], schema) -> list:
 def _touched_keys(steps: list):
     """The record keys the log blocks name, as an Arrow array (for pyarrow.compute.is_in)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    keys = set()
-    for step in steps:
-        keys.update([d.record_key for d in step] if isinstance(step, list) else step.column(KEY).to_pylist())
-    return pa.array(sorted(k for k in keys if k is not None), pa.string())
+    arrays = [pa.array([d.record_key for d in step], pa.string()) if isinstance(step, list) else step.column(KEY).combine_chunks().cast(pa.string())
+              for step in steps]
+    if not arrays:
+        return pa.array([], pa.string())
+    return pc.unique(pc.drop_null(pa.concat_arrays(arrays)))
 
 
 # --- base rows --------------------------------------------------------------------------------
@@ -196,62 +198,70 @@ def _split_touched(batch, touched):
 # --- folding versions of a key ------------------------------------------------------------------
 
 
-@dataclass
-class _Version:
-    """The current version of a key: a row (source table, row index) or a delete."""
-
-    source: int | None  # None: deleted
-    row: int
-    ordering: Any
-    ordered: bool = True  # False: a delete by commit time, which any later write undoes
-
-
 def _winners(spec: MergeSpec, stored: list, steps: list) -> Iterator:
     """The final version of every key the log blocks touch: the stored rows of those keys
-    first, then each block in log order."""
+    first, then each block in log order, folded with pyarrow (no per-row Python).
+
+    Every row and delete becomes an event with its position in that order. Commit time: a
+    key's last event wins. Event time: a delete by commit time (no ordering value, or the
+    zero of the field's type) wipes what came before it, so only a key's events after its
+    last such delete count; of those, the largest ordering value wins (null below every
+    value) and a tie goes to the later event. A winning delete leaves no row."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     event_time = spec.mode == EVENT_TIME
-    field_type = ordering_type(spec.schema.field(spec.ordering_field).type) if event_time else None
-    sources = [pa.Table.from_batches(stored, schema=spec.schema)]
-    state: dict[str, _Version] = {}
-    _fold_rows(state, 0, sources[0], spec, event_time)
-    for step in steps:
-        if isinstance(step, list):
-            for d in step:
-                _apply_delete(state, d, event_time, field_type)
-        else:
-            sources.append(step)
-            _fold_rows(state, len(sources) - 1, step, spec, event_time)
-    picks: dict[int, list[int]] = {}
-    for v in state.values():
-        if v.source is not None:
-            picks.setdefault(v.source, []).append(v.row)
-    for source, rows in sorted(picks.items()):
-        yield from sources[source].take(pa.array(sorted(rows), pa.int64())).to_batches()
-
-
-def _fold_rows(state: dict, source: int, table, spec: MergeSpec, event_time: bool) -> None:
-    keys = table.column(KEY).to_pylist()
-    orderings = table.column(spec.ordering_field).to_pylist() if event_time else [None] * len(keys)
-    for i, (key, ordering) in enumerate(zip(keys, orderings)):
-        current = state.get(key)
-        if not event_time or current is None or not current.ordered or _at_least(ordering, current.ordering):
-            state[key] = _Version(source, i, ordering)
-
-
-def _apply_delete(state: dict, d: L.DeleteRecord, event_time: bool, field_type: str | None) -> None:
-    if not event_time:
-        state[d.record_key] = _Version(None, -1, None, ordered=False)
+    order_type = spec.schema.field(spec.ordering_field).type if event_time else pa.null()
+    field_type = ordering_type(order_type) if event_time else None
+    sources = [pa.Table.from_batches(stored, schema=spec.schema)] + [s for s in steps if not isinstance(s, list)]
+    events, seq, n_source = [], 0, 0
+    for step in [sources[0]] + steps:
+        if isinstance(step, list):  # a delete block
+            kept = [(d, _delete_kind(d.ordering, field_type) if event_time else "by_commit_time") for d in step]
+            kept = [(d, kind) for d, kind in kept if kind != "ignored"]
+            events.append(pa.table({
+                "key": pa.array([d.record_key for d, _ in kept], pa.string()),
+                "ord": pa.array([d.ordering.value if kind == "ordered" else None for d, kind in kept], order_type),
+                "seq": pa.array(np.arange(seq, seq + len(kept), dtype=np.int64)),
+                "src": pa.array([-1] * len(kept), pa.int32()),
+                "row": pa.array([-1] * len(kept), pa.int64()),
+                "wipes": pa.array([kind == "by_commit_time" for _, kind in kept], pa.bool_()),
+            }))
+            seq += len(kept)
+            continue
+        n = step.num_rows
+        events.append(pa.table({
+            "key": step.column(KEY).cast(pa.string()),
+            "ord": step.column(spec.ordering_field) if event_time else pa.nulls(n, order_type),
+            "seq": pa.array(np.arange(seq, seq + n, dtype=np.int64)),
+            "src": pa.repeat(pa.scalar(n_source, pa.int32()), n),
+            "row": pa.array(np.arange(n, dtype=np.int64)),
+            "wipes": pa.repeat(pa.scalar(False), n),
+        }))
+        seq += n
+        n_source += 1
+    table = pa.concat_tables(events).filter(pc.field("key").is_valid())
+    if event_time:
+        # only what follows a key's last wiping delete counts
+        wiped = table.filter(pc.field("wipes")).group_by("key").aggregate([("seq", "max")]).rename_columns(["key", "wiped_at"])
+        table = table.join(wiped, "key", join_type="left outer")
+        table = table.filter(pc.is_null(pc.field("wiped_at")) | (pc.field("seq") >= pc.field("wiped_at")))
+        # a null ordering value is below every value: sorted by "has one" first
+        table = table.append_column("has_ord", pc.is_valid(table.column("ord")))
+        order = [("key", "ascending"), ("has_ord", "ascending"), ("ord", "ascending"), ("seq", "ascending")]
+    else:
+        order = [("key", "ascending"), ("seq", "ascending")]
+    table = table.take(pc.sort_indices(table, sort_keys=order))
+    keys = table.column("key")
+    if not len(keys):
         return
-    current = state.get(d.record_key)
-    kind = _delete_kind(d.ordering, field_type)
-    if kind == "ignored":
-        return
-    if kind == "by_commit_time":
-        state[d.record_key] = _Version(None, -1, None, ordered=False)
-    elif current is None or not current.ordered or _at_least(d.ordering.value, current.ordering):
-        state[d.record_key] = _Version(None, -1, d.ordering.value)
+    last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1)).combine_chunks() if len(keys) > 1 else pa.array([], pa.bool_())
+    winners = table.filter(pa.concat_arrays([last, pa.array([True])]))  # the last event of every key
+    winners = winners.filter(pc.field("src") >= 0)  # a winning delete leaves no row
+    for source in sorted(set(winners.column("src").to_pylist())):
+        rows = winners.filter(pc.field("src") == source).column("row")
+        yield from sources[source].take(rows.take(pc.sort_indices(rows))).to_batches()
 
 
 def _delete_kind(ordering: L.OrderingValue | None, field_type: str | None) -> str:
@@ -278,15 +288,6 @@ def _is_zero(value: Any) -> bool:
     if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool):
         return value == 0
     return False
-
-
-def _at_least(a: Any, b: Any) -> bool:
-    """a >= b, with null below every value (a tie goes to a, the later write)."""
-    if b is None:
-        return True
-    if a is None:
-        return False
-    return a >= b
 
 
 def ordering_type(arrow_type) -> str | None:
