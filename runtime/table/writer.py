@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from runtime.table import reader as _reader
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
@@ -340,7 +341,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
             narrow = with_meta_struct(T.StructType([f for f in stored_struct.fields if f.name == config.precombine_field]))
 
             def merged(with_logs):
-                return _reader().read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
+                return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, partitions, merged)
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
@@ -400,7 +401,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
                                 log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
                                 ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None,
-                                merge_spec=_reader().merge_spec(storage, with_meta_struct(struct), timeline, config) if log_groups else None)
+                                merge_spec=_reader.merge_spec(storage, with_meta_struct(struct), timeline, config) if log_groups else None)
 
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size, i, u, d in written:
@@ -419,12 +420,6 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
         counts.bytes += size
     prefixes = {(key.rsplit("/", 1)[0], _log_prefix(key.rsplit("/", 1)[1], t)) for key, t in log_groups.items()}
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct, log_prefixes=prefixes)
-
-
-def _reader():
-    from runtime.table import reader  # the reader imports nothing of the writer; imported late all the same
-
-    return reader
 
 
 def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:
