@@ -137,3 +137,27 @@ def test_reading_a_merge_on_read_table_applies_its_log_files(spark, tmp_path):
     keys = [r["_hoodie_record_key"] for r in table.read().select("_hoodie_record_key").collect()]
     assert len(keys) == 5 and not deleted & set(keys)
     assert deleted <= {r["_hoodie_record_key"] for r in table.read(read_optimized=True).select("_hoodie_record_key").collect()}
+
+
+def test_a_log_file_is_attributed_to_one_instant_only_when_all_its_blocks_are_that_instants_data(tmp_path):
+    from runtime.storage import StorageSpec, open_storage
+    from runtime.table.logfile import (
+        DELETE, PARQUET_DATA, SCHEMA, block_headers, delete_block, encode_block, parquet_block, rollback_block, written_by,
+    )
+
+    storage = open_storage(StorageSpec(str(tmp_path)))
+    table = pa.table({"_hoodie_record_key": ["1"], "v": ["x" * 10]})
+    long_schema = "{" + "x" * 20_000 + "}"  # a header longer than the first ranged read
+    files = {
+        "ours": [parquet_block("20250101000000001", long_schema, table), delete_block("20250101000000001", [("2", "", None)])],
+        "appended": [parquet_block("20250101000000001", "{}", table), parquet_block("20250101000000002", "{}", table)],
+        "rollback": [rollback_block("20250101000000003", "20250101000000002")],
+    }
+    for name, blocks in files.items():
+        (tmp_path / name).write_bytes(b"".join(encode_block(b) for b in blocks))
+    size = lambda name: (tmp_path / name).stat().st_size  # noqa: E731
+    assert [kind for kind, _ in block_headers(storage, "ours", size("ours"))] == [PARQUET_DATA, DELETE]
+    assert block_headers(storage, "ours", size("ours"))[0][1][SCHEMA] == long_schema
+    assert written_by(storage, "ours", size("ours")) == "20250101000000001"
+    assert written_by(storage, "appended", size("appended")) is None
+    assert written_by(storage, "rollback", size("rollback")) is None

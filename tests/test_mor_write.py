@@ -223,3 +223,26 @@ def test_a_writer_killed_after_writing_logs_is_rolled_back(spark, orders):
     assert parse_name(log.name).version == 1 and read_blocks(log.read_bytes())[0].instant == result.instant
     assert not list(path.rglob(f"*{dead}*"))
     assert hudi_rows(str(path)) == sorted([r for r in before if r[0] != 5] + [(5, "EU", 2, "five")])
+
+
+def test_archiving_past_a_java_rollback_keeps_the_failed_update_hidden(spark, tmp_path):
+    """The rollback fixture: a failed deltacommit's log block is hidden by a rollback block in
+    its own log file. Writes that archive the timeline past both must not delete the rollback
+    block's log (the failed block would then count as archived, i.e. committed)."""
+    from tests.test_fixtures import rows_of, unpack
+
+    path, expected = unpack("mor_parquet_v6_nonpartitioned_rollback", tmp_path)
+    table = Table.open(spark, path)
+    before = rows_of(expected["snapshot"], drop_meta=True)
+    first = table.read(meta=False).limit(1)
+    row = spark.createDataFrame(first.collect(), first.schema)  # not read again after later writes
+    for n in range(3):
+        table.write(row.withColumn("id", row["id"] * 0 + 1000 + n), "upsert", archive_min=1, archive_max=2)
+    assert list((tmp_path / "v6_nonpartitioned_rollback" / ".hoodie" / "archived").glob("*.rollback"))  # archived past the rollback
+    # the rollback block's log file is Java's record that the failed blocks do not count: it stays
+    assert "2_1-0-1" in [p.name.split(".log.")[1] for p in (tmp_path / "v6_nonpartitioned_rollback").glob(".*.log.*")]
+    t = hudi.HudiTableBuilder.from_base_uri(path).build()
+    ids = sorted(r["id"] for b in t.read() for r in b.to_pylist())
+    assert ids == sorted([r["id"] for r in before] + [1000, 1001, 1002])
+    ours = rows_of(table.read(meta=False).where("id < 1000").toArrow())
+    assert ours == before

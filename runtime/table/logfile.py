@@ -150,24 +150,39 @@ def _read_map(data: bytes, pos: int) -> tuple[dict[int, str], int]:
     return out, pos
 
 
-def first_block_instant(storage, rel_path: str, size: int) -> str:
-    """The INSTANT_TIME of a log file's first block: the instant that wrote the file (pipe
-    writes each log file in one go; a Java writer's first block is its first writer's). Reads
-    the file's first few KiB."""
-    head = storage.read_range(rel_path, 0, min(size, 4096))
-    for data in (head, None):
-        if data is None:
-            data = storage.read_bytes(rel_path)
-        if data[:6] != MAGIC:
-            raise LogFormatError(f"{rel_path}: no block magic at byte 0")
+def block_headers(storage, rel_path: str, size: int) -> list[tuple[int, dict[int, str]]]:
+    """(type, header) of every block of a log file, read without the blocks' contents: two
+    small ranged reads per block."""
+    out, pos = [], 0
+    while pos < size:
+        head = storage.read_range(rel_path, pos, min(size, pos + 4096))
+        if head[:6] != MAGIC:
+            raise LogFormatError(f"{rel_path}: no block magic at byte {pos}")
         try:
-            header, _ = _read_map(data, 6 + 8 + 8)
-        except (struct.error, UnicodeDecodeError):
-            continue  # the header runs past the first read: read the whole file
-        if INSTANT_TIME not in header:
-            raise LogFormatError(f"{rel_path}: the first block has no instant time")
-        return header[INSTANT_TIME]
-    raise LogFormatError(f"{rel_path}: the first block's header is truncated")
+            (length,) = struct.unpack_from(">q", head, 6)
+            (kind,) = struct.unpack_from(">i", head, 18)
+            try:
+                header, end = _read_map(head, 22)
+            except (struct.error, UnicodeDecodeError):
+                end = len(head) + 1
+            if end > len(head):  # a header longer than the first read: read the whole block
+                header, _ = _read_map(storage.read_range(rel_path, pos, min(size, pos + 14 + length)), 22)
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise LogFormatError(f"{rel_path}: block at byte {pos} is truncated") from exc
+        out.append((kind, header))
+        pos += 14 + length
+    return out
+
+
+def written_by(storage, rel_path: str, size: int) -> str | None:
+    """The one instant whose data or delete blocks fill the log file (every pipe log), or None
+    when its blocks come from several instants or include a command block (Java appends to
+    logs and writes rollback blocks): such a file is never deleted for one instant."""
+    headers = block_headers(storage, rel_path, size)
+    instants = {h.get(INSTANT_TIME) for _, h in headers}
+    if len(instants) != 1 or any(kind == COMMAND for kind, _ in headers):
+        return None
+    return instants.pop()
 
 
 # --- contents ---------------------------------------------------------------------------------

@@ -35,11 +35,12 @@ def partial_file_instant(name: str) -> str | None:
 
 def _data_files_by_instant(storage, known_logs: set[str] = frozenset()) -> dict[str, list[str]]:
     """Data files of the table by the instant that wrote them (one listing): base files by the
-    instant in their name, log files by the instant in their first block's header (their
-    name has the slice's base instant), and the partial files a dead task left under a
+    instant in their name, log files by the instant in their blocks' headers (their name has
+    the slice's base instant; a log with blocks of several instants, or a rollback block, is
+    never attributed to one), and the partial files a dead task left under a
     hidden temporary name. Logs in `known_logs` (named by completed commits) are skipped:
     their headers need not be read."""
-    from runtime.table.logfile import LogFormatError, first_block_instant, parse_name
+    from runtime.table.logfile import LogFormatError, parse_name, written_by
 
     out: dict[str, list[str]] = {}
     for f in storage.list_files(""):
@@ -53,9 +54,11 @@ def _data_files_by_instant(storage, known_logs: set[str] = frozenset()) -> dict[
             out.setdefault(name[-len("20240101000000000.parquet"):-len(".parquet")], []).append(f.path)
         elif parse_name(name) is not None and f.size > 0 and f.path not in known_logs:
             try:
-                out.setdefault(first_block_instant(storage, f.path, f.size), []).append(f.path)
+                instant = written_by(storage, f.path, f.size)
             except LogFormatError:
                 continue  # not ours to judge here; readers report a damaged log
+            if instant is not None:
+                out.setdefault(instant, []).append(f.path)
     return out
 
 
