@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from runtime.table.files import STATS_SCHEMA, FileWriteSpec, _OpenFile, _token
+from runtime.table.files import STATS_SCHEMA, FileWriteSpec, _OpenFile, _token, stats_batch
 from runtime.table.layout import FileSlice
-from runtime.table.merge import SLICE_COLUMNS, MergeSpec, merge_slice
-
-_FIELDS = ("file_id", "partition_path", "path", "rows", "size", "inserts", "updates", "deletes")
+from runtime.table.merge import MergeSpec, merge_slice
+from runtime.table.reader import slice_descriptors
 
 
 def plan(slices: list[FileSlice]) -> dict:
@@ -57,9 +56,7 @@ def run(spark, storage, instant: str, slices: list[FileSlice], merge_spec: Merge
     files = FileWriteSpec(storage_uri=storage.spec.uri, storage_options=storage.spec.options, instant=instant,
                           data_columns=(), mode="compact")
     spec = CompactSpec(files, merge_spec)
-    rows = [(s.partition, s.file_id, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files]) for s in slices]
-    n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4))
-    descriptors = spark.createDataFrame(rows, SLICE_COLUMNS).repartition(n)
+    descriptors = slice_descriptors(spark, slices, per_core=4)
 
     def task(batches):
         return compact_task(spec, batches)
@@ -93,8 +90,7 @@ def compact_task(spec: CompactSpec, batches: Iterator) -> Iterator:
                 out.discard()
                 stats.append((file_id, partition, "", 0, 0, 0, 0, 0))
     if stats:
-        types = [pa.string()] * 3 + [pa.int64()] * 5
-        yield pa.RecordBatch.from_pylist([dict(zip(_FIELDS, r)) for r in stats], schema=pa.schema(list(zip(_FIELDS, types))))
+        yield stats_batch(stats)
 
 
 def _named(table, file_name: str):

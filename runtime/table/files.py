@@ -207,8 +207,6 @@ def _with_meta(batch, open_file, spec: FileWriteSpec, task_id: int, counter: lis
 
 def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
     """The function given to mapInArrow."""
-    import pyarrow as pa
-
     token, task_id = _token()
     stats: list[tuple] = []
     open_files: dict[str, _OpenFile] = {}
@@ -219,8 +217,15 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
             f.discard()
         raise
     if stats:
-        types = [pa.string()] * 3 + [pa.int64()] * 5
-        yield pa.RecordBatch.from_pylist([dict(zip(_STATS_FIELDS, r)) for r in stats], schema=pa.schema(list(zip(_STATS_FIELDS, types))))
+        yield stats_batch(stats)
+
+
+def stats_batch(stats: list[tuple]):
+    """The stats rows of a task (STATS_SCHEMA) as one Arrow batch."""
+    import pyarrow as pa
+
+    types = [pa.string()] * 3 + [pa.int64()] * 5
+    return pa.RecordBatch.from_pylist([dict(zip(_STATS_FIELDS, r)) for r in stats], schema=pa.schema(list(zip(_STATS_FIELDS, types))))
 
 
 def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: int, open_files: dict, stats: list) -> None:

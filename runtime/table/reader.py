@@ -77,13 +77,20 @@ def read_merged_slices(spark, storage, full, timeline: Timeline, config: TableCo
                        since: str | None, until: str | None):
     """The merged rows of slices with log files: a DataFrame of one descriptor per slice,
     spread over tasks, each merging its slices (merge.merge_task)."""
-    from runtime.table.merge import SLICE_COLUMNS, merge_task
+    from runtime.table.merge import merge_task
 
     spec = merge_spec(storage, full, timeline, config, since, until)
+    return slice_descriptors(spark, slices).mapInArrow(lambda batches: merge_task(spec, batches), full)
+
+
+def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 2):
+    """One small row per slice (partition, file id, base file and log paths), spread over up
+    to `per_core` tasks per core: what tasks that merge slices start from."""
+    from runtime.table.merge import SLICE_COLUMNS
+
     rows = [(s.partition, s.file_id, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files]) for s in slices]
-    tasks = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))
-    descriptors = spark.createDataFrame(rows, SLICE_COLUMNS).repartition(tasks)
-    return descriptors.mapInArrow(lambda batches: merge_task(spec, batches), full)
+    tasks = max(1, min(len(rows), spark.sparkContext.defaultParallelism * per_core))
+    return spark.createDataFrame(rows, SLICE_COLUMNS).repartition(tasks)
 
 
 def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):
