@@ -105,3 +105,25 @@ def test_a_table_source_checkpoint_removed_by_a_restore_is_lost_not_skipped(spar
         table_source.pending("s", {}, Table.open(None, path), "down", c2)
     full = table_source.pending("s", {"on_checkpoint_lost": "full_read"}, Table.open(None, path), "down", c2)
     assert full.since is None and "checkpoint lost" in full.describe()
+
+
+def test_partition_paths_of_every_plain_type_match_hudis_encoding(spark):
+    """Integer, decimal, date and boolean partition values skip the URL-encoding expressions
+    (their text has nothing to escape); strings are still encoded. Every path matches the
+    encoding Hudi's key generator applies (layout.partition_path)."""
+    import datetime as dt
+    import decimal
+
+    from runtime.table.layout import partition_path
+    from runtime.table.writer import PART, WriteOptions, prepare
+
+    schema = "id long, i int, b bigint, d decimal(10,2), day date, flag boolean, s string"
+    rows = [(1, -3, 2**40, decimal.Decimal("-1.50"), dt.date(2024, 2, 29), True, "a/b:c=d"),
+            (2, None, 0, None, None, False, ""), (3, 7, -1, decimal.Decimal("0.00"), dt.date(1, 1, 1), None, "plain")]
+    fields = ("i", "b", "d", "day", "flag", "s")
+    config = TableConfig(name="t", record_key_fields=("id",), partition_fields=fields)
+    got = {r["id"]: r[PART] for r in prepare(spark.createDataFrame(rows, schema), config, WriteOptions()).collect()}
+    spark_text = {r["id"]: r for r in spark.createDataFrame(rows, schema).selectExpr("id", *[f"cast({f} as string) as {f}" for f in fields]).collect()}
+    assert got == {i: partition_path({f: spark_text[i][f] for f in fields}, fields, hive_style=True) for i in got}
+    assert got[1] == "i=-3/b=1099511627776/d=-1.50/day=2024-02-29/flag=true/s=a%2Fb%3Ac%3Dd"
+    assert got[2] == "i=__HIVE_DEFAULT_PARTITION__/b=0/d=__HIVE_DEFAULT_PARTITION__/day=__HIVE_DEFAULT_PARTITION__/flag=false/s=__HIVE_DEFAULT_PARTITION__"

@@ -233,7 +233,8 @@ def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: 
     counter = [0]
     known: set[str] = set()  # partitions whose metadata file this task has made sure of
     if spec.mode == "groups":
-        for partition, file_id, rows in _groups(_coalesced(batches, BATCH_BYTES)):
+        for file_id, rows in runs(_coalesced(batches, BATCH_BYTES), FILE_ID):
+            partition = rows.column("_hoodie_partition_path")[0].as_py()
             stats.append(_write_group(spec, partition, file_id, rows, token, task_id, counter, open_files, known))
         return
     for batch in _coalesced(batches, BATCH_BYTES):  # bulk: a file group per partition path, rolled over by size
@@ -254,26 +255,26 @@ def _all_inserts(stat: tuple) -> tuple:
     return (*stat, stat[3], 0, 0)
 
 
-def _groups(batches: Iterator) -> Iterator:
-    """(partition, file id, incoming rows as one Arrow table) per file group, from batches
-    sorted by file id; a group's rows may span batches."""
+def runs(batches: Iterator, column: str) -> Iterator:
+    """(value, rows as one Arrow table) per run of equal `column` values, from batches sorted
+    by that column; a run may span batches."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    current, partition, pieces = None, None, []
+    current, pieces = None, []
     for batch in batches:
-        ids = batch.column(FILE_ID)
+        values = batch.column(column)
         n = batch.num_rows
-        bounds = [0] + [i + 1 for i in pc.indices_nonzero(pc.not_equal(ids.slice(1), ids.slice(0, n - 1))).to_pylist()] + [n] if n > 1 else [0, n]
+        bounds = [0] + [i + 1 for i in pc.indices_nonzero(pc.not_equal(values.slice(1), values.slice(0, n - 1))).to_pylist()] + [n] if n > 1 else [0, n]
         for a, b in zip(bounds, bounds[1:]):
-            fid = ids[a].as_py()
-            if fid != current and pieces:
-                yield partition, current, pa.Table.from_batches(pieces)
+            value = values[a].as_py()
+            if value != current and pieces:
+                yield current, pa.Table.from_batches(pieces)
                 pieces = []
-            current, partition = fid, batch.column("_hoodie_partition_path")[a].as_py()
+            current = value
             pieces.append(batch.slice(a, b - a))
     if pieces:
-        yield partition, current, pa.Table.from_batches(pieces)
+        yield current, pa.Table.from_batches(pieces)
 
 
 def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token: str, task_id: int, counter: list[int], open_files: dict,
@@ -290,7 +291,9 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token:
         counts = tuple(pc.sum(pc.equal(kinds, k)).as_py() or 0 for k in ("I", "U", "D"))
     else:
         counts = (rows.num_rows, 0, 0)
-    log = spec.log_groups.get(f"{partition}/{file_id}")
+    # merge-on-read: a group taking inserts (a small file) is rewritten whole, as Hudi does;
+    # otherwise its updates and deletes go to a new log file
+    log = spec.log_groups.get(f"{partition}/{file_id}") if not counts[0] else None
     if log is not None:
         try:
             return _write_log(spec, partition, file_id, rows, log, token, task_id, counter, known)

@@ -247,21 +247,39 @@ def _winners(spec: MergeSpec, stored: list, steps: list) -> Iterator:
         wiped = table.filter(pc.field("wipes")).group_by("key").aggregate([("seq", "max")]).rename_columns(["key", "wiped_at"])
         table = table.join(wiped, "key", join_type="left outer")
         table = table.filter(pc.is_null(pc.field("wiped_at")) | (pc.field("seq") >= pc.field("wiped_at")))
-        # a null ordering value is below every value: sorted by "has one" first
-        table = table.append_column("has_ord", pc.is_valid(table.column("ord")))
-        order = [("key", "ascending"), ("has_ord", "ascending"), ("ord", "ascending"), ("seq", "ascending")]
+        order = ["ord", "seq"]
     else:
-        order = [("key", "ascending"), ("seq", "ascending")]
-    table = table.take(pc.sort_indices(table, sort_keys=order))
-    keys = table.column("key")
-    if not len(keys):
+        order = ["seq"]
+    winners = last_per_key(table, "key", order)  # the last event of every key
+    if not winners.num_rows:
         return
-    last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1)).combine_chunks() if len(keys) > 1 else pa.array([], pa.bool_())
-    winners = table.filter(pa.concat_arrays([last, pa.array([True])]))  # the last event of every key
     winners = winners.filter(pc.field("src") >= 0)  # a winning delete leaves no row
     for source in sorted(set(winners.column("src").to_pylist())):
         rows = winners.filter(pc.field("src") == source).column("row")
         yield from sources[source].take(rows.take(pc.sort_indices(rows))).to_batches()
+
+
+def last_per_key(table, key: str, order: list[str]):
+    """The last row of each `key` value, `table` sorted by key and then by the `order`
+    columns ascending (a null sorts below every value, NaN above): one row per key, in key
+    order. Vectorised: one sort, one comparison of neighbouring keys."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    sort_keys = [(key, "ascending")]
+    for i, name in enumerate(order):
+        column = table.column(name)
+        if column.null_count:  # nulls first: sorted by "has a value", then by the value
+            table = table.append_column(f"_pipe_has_{i}", pc.is_valid(column))
+            sort_keys.append((f"_pipe_has_{i}", "ascending"))
+        sort_keys.append((name, "ascending"))
+    table = table.take(pc.sort_indices(table, sort_keys=sort_keys))
+    keys = table.column(key)
+    if len(keys) < 2:
+        return table.select([c for c in table.column_names if not c.startswith("_pipe_has_")])
+    last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1)).combine_chunks()
+    table = table.filter(pa.concat_arrays([last, pa.array([True])]))
+    return table.select([c for c in table.column_names if not c.startswith("_pipe_has_")])
 
 
 def _delete_kind(ordering: L.OrderingValue | None, field_type: str | None) -> str:

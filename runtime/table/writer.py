@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, FileWriteSpec, LogTarget, write_task
@@ -66,13 +67,19 @@ class WriteCounts:
 # --- 0. prepare: key, partition path and delete flag on every row ----------------------------
 
 
-def _partition_expr(F, config):
+# Types whose string form never holds a character that URL encoding escapes (digits, signs,
+# '.', 'E', '-'): their partition values skip the 15 replacements per row.
+_PLAIN_TYPES = ("tinyint", "smallint", "int", "bigint", "date", "boolean", "decimal")
+
+
+def _partition_expr(F, config, types: dict[str, str] | None = None):
     if not config.partition_fields:
         return F.lit("")
     parts = []
     for name in config.partition_fields:
         value = F.col(f"`{name}`").cast("string")
-        value = F.when(value.isNull() | (value == ""), F.lit(DEFAULT_PARTITION)).otherwise(_url_encode(F, value) if config.url_encode else value)
+        plain = (types or {}).get(name, "").split("(")[0] in _PLAIN_TYPES
+        value = F.when(value.isNull() | (value == ""), F.lit(DEFAULT_PARTITION)).otherwise(_url_encode(F, value) if config.url_encode and not plain else value)
         parts.append(F.concat(F.lit(f"{name}="), value) if config.hive_style else value)
     return F.concat_ws("/", *parts)
 
@@ -113,7 +120,7 @@ def prepare(df, config, opts: WriteOptions):
     if opts.delete_when:
         flag = flag | F.coalesce(F.expr(opts.delete_when), F.lit(False))
     key = _key_expr(F, config) if config.record_key_fields else F.expr("uuid()")
-    partition = _partition_expr(F, config) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
+    partition = _partition_expr(F, config, dict(df.dtypes)) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
     data_cols = [c for c in columns if c != IS_DELETED]
     return df.select(*[F.col(f"`{c}`") for c in data_cols], key.alias(KEY), partition.alias(PART), flag.alias(_DELETE), F.monotonically_increasing_id().alias(_SEQ))
 
@@ -200,9 +207,10 @@ class Bucket:
     existing: FileSlice | None
 
 
-def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: WriteOptions, record_size: int) -> list[Bucket]:
+def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: WriteOptions, record_size: int, new_id=new_file_id) -> list[Bucket]:
     """Inserts of each partition fill its small files (under small_file_limit) up to
-    max_file_size first, then go to new file groups of max_file_size each."""
+    max_file_size first, then go to new file groups of max_file_size each (ids from
+    `new_id`). `opts`: anything with max_file_size and small_file_limit."""
     record_size = max(1, record_size)
     per_file = max(1, opts.max_file_size // record_size)
     buckets: list[Bucket] = []
@@ -222,7 +230,7 @@ def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: W
                 left -= take
         while left > 0:
             take = min(per_file, left)
-            shares.append((new_file_id(), take, None))
+            shares.append((new_id(), take, None))
             left -= take
         lo = 0.0
         for i, (fid, take, existing) in enumerate(shares):
@@ -296,7 +304,6 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     from pyspark.sql import types as T
 
     from runtime.table.schema import avro_schema_json, merge_schemas
-    from runtime.table.timeline import WriteStat
 
     config, storage = table.config, table.storage
     if opts.operation == "delete_partition":
@@ -317,11 +324,14 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     rows = prepare(df, config, opts)
     batch_rows, partitions = None, None
     if config.record_key_fields and opts.operation != "bulk_insert":
-        # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its partitions
+        # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         scoped = opts.index == "partition" and opts.operation not in REPLACE_OPERATIONS
-        first = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), *([F.collect_set(PART)] if scoped else [])).first()
-        batch_rows, null_keys = first[0], first[1]
-        partitions = set(first[2]) if scoped else None
+        if scoped:
+            per_partition = {p: (n, nulls) for p, n, nulls in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull())).collect()}
+            partitions = {p: n for p, (n, _) in per_partition.items()}
+            batch_rows, null_keys = sum(partitions.values()), sum(nulls for _, nulls in per_partition.values())
+        else:
+            batch_rows, null_keys = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull())).first()
         if null_keys:
             raise WriteError(f"the input has {null_keys} row(s) whose key column {config.record_key_fields[0]} is null; every row needs a key")
 
@@ -331,6 +341,8 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
         return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns)
 
     keyed = bool(config.record_key_fields)
+    if keyed and opts.operation in ("upsert", "delete") and partitions is not None and _partition_upsert.fits(partitions, slices):
+        return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, partitions)
     if keyed and (opts.operation in ("upsert", "delete") or opts.combine_before_insert):
         rows = dedupe(rows, config, opts)
     lookup = keyed and (opts.operation in ("upsert", "delete") or opts.insert_duplicates != "none")
@@ -342,7 +354,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
 
             def merged(with_logs):
                 return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
-        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, partitions, merged)
+        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged)
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
     if opts.operation == "insert" and opts.insert_duplicates == "fail":
@@ -386,18 +398,32 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     if not groups:
         return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
     existing = {(s.partition, s.file_id): s for s in slices}
-    # each task reads the base files of the groups it rewrites itself (Hudi's merge handle):
-    # only the incoming rows are shuffled
-    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups
-                  if (p, fid) in existing and existing[(p, fid)].base_file is not None}
     merge = keyed and opts.operation != "insert"
     # merge-on-read: updates and deletes of a group go to a new log file of its slice, except
     # in small files taking inserts, which are rewritten like copy-on-write (as Hudi does)
     log_groups = _log_targets(touched - {(b.partition, b.file_id) for b in buckets}, existing) if config.table_type == MERGE_ON_READ and merge else {}
-    changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
-    # one shuffle of the incoming rows: every file group to one task
     n = max(1, min(len(groups), spark.sparkContext.defaultParallelism * 4))
-    changes = changes.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
+    return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n)
+
+
+def _write_changes(spark, table, timeline, changes, instant: str, struct, data_columns: list[str], opts: WriteOptions,
+                   existing: dict[tuple[str, str], FileSlice], groups, log_groups: dict[str, LogTarget], merge: bool, tasks: int) -> StagedWrite:
+    """Step 4 of an upsert, insert or delete: `changes` (rows with their file id and kind) are
+    shuffled, every file group to one task, and written; `groups` are the stored groups
+    (partition, file id) the tasks may rewrite, `log_groups` the merge-on-read groups whose
+    updates and deletes go to a log file instead. Returns what to commit."""
+    from pyspark.sql import functions as F
+
+    from runtime.table.schema import avro_schema_json
+    from runtime.table.timeline import WriteStat
+
+    config, storage = table.config, table.storage
+    # each task reads the base files of the groups it rewrites itself (Hudi's merge handle):
+    # only the incoming rows are shuffled
+    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups
+                  if (p, fid) in existing and existing[(p, fid)].base_file is not None}
+    changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
+    changes = changes.repartition(tasks, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
     written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
                                 log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
                                 ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None,
@@ -420,6 +446,39 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
         counts.bytes += size
     prefixes = {(key.rsplit("/", 1)[0], _log_prefix(key.rsplit("/", 1)[1], t)) for key, t in log_groups.items()}
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct, log_prefixes=prefixes)
+
+
+def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], struct, stored_struct,
+                         data_columns: list[str], partitions: dict[str, int]) -> StagedWrite:
+    """An upsert or delete with `index: partition` whose partitions each fit a task
+    (partition_upsert.py): deduplication, lookup, stale rows and insert routing happen in one
+    task per partition, and the write follows in the same Spark job."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    config = table.config
+    mine = [s for s in slices if s.partition in partitions]
+    ordering = config.precombine_field if config.precombine_field and config.precombine_field in rows.columns else None
+    # stored keys are read with the meta columns and the precombine field only
+    narrow = with_meta_struct(T.StructType([f for f in (stored_struct or struct).fields if f.name == config.precombine_field]))
+    spec = _partition_upsert.TagSpec(
+        instant=instant,
+        slices={p: tuple(s for s in mine if s.partition == p) for p in partitions},
+        stored=_reader.merge_spec(table.storage, narrow, timeline, config),
+        ordering_field=ordering,
+        max_file_size=opts.max_file_size,
+        small_file_limit=opts.small_file_limit,
+        record_size=table.record_size_estimate(opts.record_size_estimate, timeline),
+    )
+    out = T.StructType(list(struct.fields) + [T.StructField(c, T.StringType(), True) for c in (KEY, PART, FILE_ID, _KIND)])
+    parallelism = spark.sparkContext.defaultParallelism
+    incoming = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART, _DELETE, _SEQ)
+    incoming = incoming.repartition(max(1, min(len(partitions), parallelism * 4)), PART).sortWithinPartitions(PART)
+    changes = incoming.mapInArrow(lambda batches: _partition_upsert.tag_task(spec, batches), out)
+    existing = {(s.partition, s.file_id): s for s in mine}
+    log_groups = _log_targets(set(existing), existing) if config.table_type == MERGE_ON_READ else {}
+    return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
+                          max(1, min(len(mine) + len(partitions), parallelism * 4)))
 
 
 def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:

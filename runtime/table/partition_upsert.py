@@ -1,0 +1,161 @@
+"""Upserts and deletes with `index: partition`, decided partition by partition inside tasks.
+
+With the partition index a key is unique within its partition only, so everything about a
+partition's incoming rows can be settled by one task that sees all of them:
+
+    incoming rows --shuffle by partition path--> tag_task: deduplicate (the largest
+    precombine value wins, then the later row), look the keys up among the keys of the
+    partition's latest file slices, drop rows older than the stored ones, route inserts to
+    small files and new file groups --shuffle by file id--> files.write_task (groups mode)
+
+That is one Spark job with no join and no summary job: the general path (writer.write)
+deduplicates and joins in Spark, then counts inserts per partition on the driver before it
+can plan file groups. writer.write takes this path when every partition of the batch fits a
+task: at most PARTITION_TASK_ROWS incoming rows and PARTITION_TASK_BYTES of stored files.
+
+The decisions are the general path's, row for row: the same winner within the batch, the same
+stale rule (a null precombine value loses to a stored one), the same file sizing."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+from runtime.table.files import FILE_ID, KIND, runs
+from runtime.table.layout import FileSlice
+
+KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
+DELETE, SEQ = "_pipe_delete", "_pipe_seq"  # writer.prepare's delete flag and arrival order
+
+# A partition larger than this (incoming rows, or stored bytes) goes the general way: one task
+# would hold too many rows, or read too many stored keys alone.
+PARTITION_TASK_ROWS = 1_000_000
+PARTITION_TASK_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class TagSpec:
+    """What tag_task needs, picklable."""
+
+    instant: str
+    slices: dict[str, tuple[FileSlice, ...]]  # partition path -> its latest file slices
+    stored: object  # merge.MergeSpec over the meta columns and the precombine field
+    ordering_field: str | None  # the precombine field, when the incoming rows have it
+    max_file_size: int
+    small_file_limit: int
+    record_size: int
+
+
+def fits(rows_per_partition: dict[str, int], slices: list[FileSlice]) -> bool:
+    """Every partition of the batch is small enough for one task."""
+    if not rows_per_partition or max(rows_per_partition.values()) > PARTITION_TASK_ROWS:
+        return False
+    stored: dict[str, int] = {}
+    for s in slices:
+        if s.partition in rows_per_partition:
+            stored[s.partition] = stored.get(s.partition, 0) + slice_bytes(s)
+    return max(stored.values(), default=0) <= PARTITION_TASK_BYTES
+
+
+def slice_bytes(s: FileSlice) -> int:
+    return (s.base_file.size if s.base_file is not None else 0) + sum(lf.size or 0 for lf in s.log_files)
+
+
+def new_file_id(instant: str, partition: str, n: int) -> str:
+    """A new file group's id, the same on a retried task: (instant, partition, n) decide it."""
+    return f"{uuid.uuid5(uuid.NAMESPACE_URL, f'pipe:{instant}/{partition}/{n}')}-0"
+
+
+def tag_task(spec: TagSpec, batches: Iterator) -> Iterator:
+    """The function given to mapInArrow: incoming rows sorted by partition path in; out, the
+    rows to write, each with its file id and kind (I, U, D), without the delete flag and the
+    arrival order."""
+    from runtime.storage import StorageSpec, open_storage
+
+    storage = open_storage(StorageSpec(spec.stored.storage_uri, spec.stored.storage_options))
+    for partition, rows in runs(batches, PART):
+        yield from tag_partition(spec, storage, partition, rows)
+
+
+def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
+    """One partition's incoming rows (an Arrow table) as record batches to write."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from runtime.table.merge import last_per_key
+
+    order = [spec.ordering_field] if spec.ordering_field else []
+    rows = last_per_key(rows.combine_chunks(), KEY, order + [SEQ])  # one row per key, in key order
+    keys = rows.column(KEY)
+    found = np.zeros(rows.num_rows, dtype=bool)
+    out = []
+    slices = spec.slices.get(partition, ())
+    for s in slices:
+        stored = _stored_keys(spec, storage, s)
+        hit = stored.filter(pc.fill_null(pc.is_in(stored.column(KEY), value_set=keys), False))
+        if not hit.num_rows:
+            continue
+        where = pc.index_in(keys, value_set=hit.column(KEY))  # each incoming key's stored row, or null
+        mine = pc.is_valid(where)
+        found |= mine.to_numpy(zero_copy_only=False)
+        updates = rows.filter(mine)
+        if spec.ordering_field:  # an incoming row older than the stored one is ignored
+            new = updates.column(spec.ordering_field)
+            old = hit.column(spec.ordering_field).take(pc.drop_null(where)).cast(new.type)
+            updates = updates.filter(pc.fill_null(pc.or_kleene(pc.is_null(old), pc.greater_equal(new, old)), False))
+        if updates.num_rows:
+            kinds = pc.if_else(updates.column(DELETE), pa.scalar("D"), pa.scalar("U"))
+            out.append(_to_write(updates, s.file_id, kinds))
+    inserts = rows.filter(pa.array(~found) if found.any() else pa.repeat(pa.scalar(True), rows.num_rows))
+    inserts = inserts.filter(pc.invert(inserts.column(DELETE)))  # a delete of an unknown key does nothing
+    if inserts.num_rows:
+        out.extend(_route_inserts(spec, partition, slices, inserts))
+    for table in out:
+        yield from table.to_batches()
+
+
+def _stored_keys(spec: TagSpec, storage, s: FileSlice):
+    """The keys of a slice as readers see them (merge-on-read logs applied), with the
+    precombine value of each: an Arrow table."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from runtime.table.merge import base_batches, merge_slice
+
+    columns = [KEY] + ([spec.ordering_field] if spec.ordering_field else [])
+    schema = pa.schema([spec.stored.schema.field(c) for c in columns])
+    if s.log_files:
+        batches = merge_slice(spec.stored, storage, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files])
+    elif s.base_file is not None:  # only the key and precombine columns are read
+        batches = base_batches(storage, s.base_file.path, dataclasses.replace(spec.stored, schema=schema))
+    else:
+        batches = ()
+    return pa.Table.from_batches([b.select(columns) for b in batches], schema=schema).combine_chunks()
+
+
+def _to_write(rows, file_id: str, kinds):
+    import pyarrow as pa
+
+    rows = rows.drop_columns([DELETE, SEQ])
+    return rows.append_column(FILE_ID, pa.repeat(pa.scalar(file_id), rows.num_rows)).append_column(KIND, kinds)
+
+
+def _route_inserts(spec: TagSpec, partition: str, slices, inserts) -> list:
+    """Inserts fill the partition's small files, then new file groups (writer.plan_buckets),
+    in key order: the same rows go to the same groups if the task runs again."""
+    import pyarrow as pa
+
+    from runtime.table.writer import plan_buckets
+
+    n = inserts.num_rows
+    ids = iter(range(1 << 30))
+    buckets = plan_buckets({partition: n}, list(slices), spec, spec.record_size, new_id=lambda: new_file_id(spec.instant, partition, next(ids)))
+    out = []
+    for b in buckets:
+        start, end = round(b.lo * n), round(b.hi * n)
+        if end > start:
+            out.append(_to_write(inserts.slice(start, end - start), b.file_id, pa.repeat(pa.scalar("I"), end - start)))
+    return out

@@ -1,0 +1,128 @@
+"""Upserts and deletes with `index: partition` settled in one task per partition
+(runtime/table/partition_upsert.py) write exactly what the general path (dedupe and lookup
+joins in Spark) writes: the same rows, as hudi-rs reads them, the same counts and the same
+file groups per partition, on copy-on-write and merge-on-read tables."""
+
+from __future__ import annotations
+
+import hudi
+import pyarrow as pa
+import pytest
+
+from runtime.table import Table, TableConfig
+from runtime.table import partition_upsert, writer
+from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ
+
+SCHEMA = "id long, region string, ts long, v string"
+DELETES = "id long, region string, ts long, v string, _hoodie_is_deleted boolean"
+
+
+def hudi_rows(path) -> list[tuple]:
+    batches = hudi.HudiTableBuilder.from_base_uri(str(path)).build().read()
+    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
+    return sorted((r["id"], r["region"], r["ts"], r["v"], r["_hoodie_partition_path"]) for r in rows)
+
+
+def groups_per_partition(table) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in table.view().latest_slices():
+        out[s.partition] = out.get(s.partition, 0) + 1
+    return out
+
+
+@pytest.fixture()
+def spy(monkeypatch):
+    """Counts the writes that took the partition-task path."""
+    calls = []
+    real = writer._upsert_by_partition
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].config.name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "_upsert_by_partition", counted)
+    return calls
+
+
+class Pair:
+    """Two identical tables: one written by the general path, one by partition tasks."""
+
+    def __init__(self, spark, tmp_path, monkeypatch, table_type, **options):
+        self.spark, self.monkeypatch, self.options = spark, monkeypatch, options
+        config = dict(record_key_fields=("id",), partition_fields=("region",), precombine_field="ts", table_type=table_type)
+        self.general = Table.create(spark, str(tmp_path / "general"), TableConfig(name="general", **config))
+        self.tasks = Table.create(spark, str(tmp_path / "tasks"), TableConfig(name="tasks", **config))
+
+    def write(self, rows, schema=SCHEMA, operation="upsert"):
+        df = self.spark.createDataFrame(rows, schema)
+        with self.monkeypatch.context() as m:
+            m.setattr(partition_upsert, "PARTITION_TASK_ROWS", 0)  # no partition fits: the general path
+            a = self.general.write(df, operation, index="partition", **self.options)
+        b = self.tasks.write(df, operation, index="partition", **self.options)
+        assert (b.inserts, b.updates, b.deletes) == (a.inserts, a.updates, a.deletes)
+        assert hudi_rows(self.tasks.storage.full_path("")) == hudi_rows(self.general.storage.full_path(""))
+        assert groups_per_partition(self.tasks) == groups_per_partition(self.general)
+        return b
+
+    def rows(self):
+        return hudi_rows(self.tasks.storage.full_path(""))
+
+
+@pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_partition_tasks_write_what_the_general_path_writes(spark, tmp_path, monkeypatch, spy, table_type):
+    pair = Pair(spark, tmp_path, monkeypatch, table_type)
+    # a batch with duplicates: the largest ts wins, a tie goes to the later row, null ts loses
+    first = pair.write([(1, "EU", 5, "a"), (1, "EU", 7, "a-later"), (1, "EU", 7, "a-tie-later"), (2, "EU", None, "b-null"),
+                        (2, "EU", 1, "b"), (3, "US", 4, "c"), (4, None, 1, "d"), (5, "US", None, "e-null-only")])
+    assert (first.inserts, first.updates, first.deletes) == (5, 0, 0)
+    assert pair.rows() == [(1, "EU", 7, "a-tie-later", "region=EU"), (2, "EU", 1, "b", "region=EU"), (3, "US", 4, "c", "region=US"),
+                           (4, None, 1, "d", "region=__HIVE_DEFAULT_PARTITION__"), (5, "US", None, "e-null-only", "region=US")]
+    # stale (smaller ts) and null-ts rows lose to stored ones; equal ts wins; a new key inserts;
+    # the same key in another partition is another row under the partition index
+    second = pair.write([(1, "EU", 6, "a-stale"), (2, "EU", 1, "b-equal"), (3, "US", None, "c-null"), (5, "US", 3, "e-over-null"),
+                         (6, "EU", 1, "f"), (1, "US", 1, "a-in-us")])
+    assert (second.inserts, second.updates, second.deletes) == (2, 2, 0)
+    assert pair.rows() == [(1, "EU", 7, "a-tie-later", "region=EU"), (1, "US", 1, "a-in-us", "region=US"), (2, "EU", 1, "b-equal", "region=EU"),
+                           (3, "US", 4, "c", "region=US"), (4, None, 1, "d", "region=__HIVE_DEFAULT_PARTITION__"),
+                           (5, "US", 3, "e-over-null", "region=US"), (6, "EU", 1, "f", "region=EU")]
+    # deletes as rows: a stale delete is ignored, a delete of an unknown key does nothing
+    third = pair.write([(2, "EU", 9, None, True), (3, "US", 0, None, True), (99, "EU", 1, None, True), (6, "EU", 2, "f2", False)], DELETES)
+    assert (third.inserts, third.updates, third.deletes) == (0, 1, 1)
+    # the delete operation, by key and partition; deleting a group's last row
+    pair.write([(4, None), (1, "US"), (6, "US")], "id long, region string", operation="delete")
+    assert pair.rows() == [(1, "EU", 7, "a-tie-later", "region=EU"), (3, "US", 4, "c", "region=US"), (5, "US", 3, "e-over-null", "region=US"),
+                           (6, "EU", 2, "f2", "region=EU")]
+    assert len(spy) == 4
+
+
+@pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_partition_tasks_fill_small_files_then_open_groups_like_the_general_path(spark, tmp_path, monkeypatch, spy, table_type):
+    # about 40 rows a file: inserts fill the small file first, then new groups open
+    pair = Pair(spark, tmp_path, monkeypatch, table_type, max_file_size=40 * 64, small_file_limit=30 * 64, record_size_estimate=64)
+    pair.write([(i, "EU", 1, f"v{i}") for i in range(10)])
+    pair.write([(i, "EU", 1, f"v{i}") for i in range(10, 130)] + [(i, "US", 1, "u") for i in range(5)])
+    pair.write([(i, "EU", 2, f"w{i}") for i in range(0, 130, 7)] + [(i, "EU", 2, "new") for i in range(500, 560)])
+    assert len(pair.rows()) == 130 + 5 + 60
+    assert groups_per_partition(pair.tasks)["region=EU"] > 2
+    assert len(spy) == 3
+
+
+def test_a_partition_too_large_for_one_task_goes_the_general_way(spark, tmp_path, monkeypatch, spy):
+    table = Table.create(spark, str(tmp_path / "t"), TableConfig(name="t", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts"))
+    monkeypatch.setattr(partition_upsert, "PARTITION_TASK_ROWS", 3)
+    table.write(spark.createDataFrame([(1, "EU", 1, "a"), (2, "US", 1, "b"), (3, "US", 1, "c")], SCHEMA), "upsert", index="partition")
+    assert spy == ["t"]
+    table.write(spark.createDataFrame([(i, "EU", 2, "x") for i in range(4)], SCHEMA), "upsert", index="partition")
+    assert spy == ["t"]  # 4 rows in region=EU: more than a task takes
+    table.write(spark.createDataFrame([(1, "EU", 3, "y")], SCHEMA), "upsert")  # the global index never takes it
+    assert spy == ["t"]
+    assert hudi_rows(str(tmp_path / "t")) == [(0, "EU", 2, "x", "region=EU"), (1, "EU", 3, "y", "region=EU"), (2, "EU", 2, "x", "region=EU"),
+                                              (2, "US", 1, "b", "region=US"), (3, "EU", 2, "x", "region=EU"), (3, "US", 1, "c", "region=US")]
+
+
+def test_new_file_ids_are_the_same_when_a_task_runs_again():
+    a = partition_upsert.new_file_id("20260101000000000", "region=EU", 0)
+    assert a == partition_upsert.new_file_id("20260101000000000", "region=EU", 0)
+    assert a.endswith("-0") and len(a) == 38
+    assert a != partition_upsert.new_file_id("20260101000000000", "region=EU", 1)
+    assert a != partition_upsert.new_file_id("20260101000000000", "region=US", 0)
