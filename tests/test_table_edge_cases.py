@@ -127,3 +127,39 @@ def test_partition_paths_of_every_plain_type_match_hudis_encoding(spark):
     assert got == {i: partition_path({f: spark_text[i][f] for f in fields}, fields, hive_style=True) for i in got}
     assert got[1] == "i=-3/b=1099511627776/d=-1.50/day=2024-02-29/flag=true/s=a%2Fb%3Ac%3Dd"
     assert got[2] == "i=__HIVE_DEFAULT_PARTITION__/b=0/d=__HIVE_DEFAULT_PARTITION__/day=__HIVE_DEFAULT_PARTITION__/flag=false/s=__HIVE_DEFAULT_PARTITION__"
+
+
+@pytest.mark.parametrize("hive_style", [True, False])
+def test_bulk_tasks_compute_keys_and_partition_paths_as_spark_does(spark, hive_style):
+    """bulk_insert tasks compute the record key and partition path from the data columns
+    (files.Derived) when their types allow: the text must be what prepare's Spark expressions
+    give, for every value (negative, null, empty, characters to escape, year 1)."""
+    import datetime as dt
+
+    from runtime.table.writer import KEY, PART, WriteOptions, _derived, prepare
+
+    schema = "id long, i int, day date, flag boolean, s string, t tinyint"
+    rows = [(-1, -3, dt.date(2024, 2, 29), True, 'a/b:c=d%"#\'*?\\{[]^', -128), (2, None, None, None, "", None),
+            (2**62, 7, dt.date(1, 1, 1), False, "plain text", 127), (None, 0, dt.date(9999, 12, 31), None, None, 0)]
+    df = spark.createDataFrame(rows, schema)
+    config = TableConfig(name="t", record_key_fields=("id",), partition_fields=("i", "day", "flag", "s", "t"), hive_style=hive_style)
+    derived = _derived(config, df.schema)
+    assert derived.key_field == "id" and derived.partition_fields == config.partition_fields and derived.encoded_fields == {"s"}
+    expected = [(r[KEY], r[PART]) for r in prepare(df, config, WriteOptions()).collect()]
+    computed = derived.add_columns(df.toArrow().combine_chunks().to_batches()[0]).to_pydict()
+    assert list(zip(computed[KEY], computed[PART])) == expected
+    assert expected[0][1].endswith("a%2Fb%3Ac%3Dd%25%22%23%27%2A%3F%5C%7B%5B%5D%5E" + ("/t=-128" if hive_style else "/-128"))
+
+
+def test_the_schema_follows_a_widened_column_in_one_table_object(spark, tmp_path):
+    """Table.schema keeps the Spark schemas it read, by Parquet schema: a widened column
+    (tinyint, then int, then bigint: one Avro type "int" for the first two) is read again."""
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="t", record_key_fields=("id",)))
+    table.write(spark.createDataFrame([(1, 5)], "id long, n tinyint"), "upsert")
+    assert table.schema()["n"].dataType.simpleString() == "tinyint"
+    table.write(spark.createDataFrame([(2, 300)], "id long, n int"), "upsert")
+    assert table.schema()["n"].dataType.simpleString() == "int"
+    table.write(spark.createDataFrame([(3, 2**40)], "id long, n bigint"), "upsert")
+    assert table.schema()["n"].dataType.simpleString() == "bigint"
+    assert ours(table, ("id", "n")) == hudi_rows(path, ("id", "n")) == [(1, 5), (2, 300), (3, 2**40)]

@@ -50,6 +50,45 @@ class FileWriteSpec:
     # merge-on-read: how a slice with logs is merged when its group must be rewritten whole
     # (its base file's columns no longer fit the table's); a merge.MergeSpec
     merge_spec: object = None
+    # bulk mode: the record key and partition path computed in the task (Derived), when the
+    # rows come without them
+    derived: "Derived | None" = None
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Meta columns a bulk task computes from the data columns instead of receiving them from
+    Spark: every string column that does not cross from the JVM to Python saves a copy per
+    row. Only for types whose text pyarrow writes exactly as Spark's cast to string does."""
+
+    key_field: str | None = None  # the record key is this integer or string column as text
+    partition_fields: tuple[str, ...] | None = None  # None: the partition path comes from Spark
+    encoded_fields: frozenset[str] = frozenset()  # partition fields whose values are URL-encoded
+    hive_style: bool = True
+
+    def add_columns(self, batch):
+        """`batch` with _hoodie_record_key and/or _hoodie_partition_path appended."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from runtime.table.layout import DEFAULT_PARTITION, ESCAPED
+
+        names, arrays = list(batch.schema.names), list(batch.columns)
+        if self.key_field is not None:
+            names.append("_hoodie_record_key")
+            arrays.append(pc.cast(batch.column(self.key_field), pa.string()))
+        if self.partition_fields is not None:
+            parts = []
+            for name in self.partition_fields:
+                text = pc.cast(batch.column(name), pa.string())
+                if name in self.encoded_fields:
+                    for ch in ESCAPED:  # '%' first, as writer._url_encode does
+                        text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
+                text = pc.if_else(pc.equal(pc.fill_null(text, ""), ""), pa.scalar(DEFAULT_PARTITION), text)
+                parts.append(pc.binary_join_element_wise(f"{name}=", text, "") if self.hive_style else text)
+            names.append("_hoodie_partition_path")
+            arrays.append(pc.binary_join_element_wise(*parts, "/") if parts else pa.repeat(pa.scalar(""), batch.num_rows))
+        return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 @dataclass(frozen=True)
@@ -238,6 +277,8 @@ def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: 
             stats.append(_write_group(spec, partition, file_id, rows, token, task_id, counter, open_files, known))
         return
     for batch in _coalesced(batches, BATCH_BYTES):  # bulk: a file group per partition path, rolled over by size
+        if spec.derived is not None:
+            batch = spec.derived.add_columns(batch)
         for value, piece in _split_by_partition(batch):
             current = open_files.get(value)
             if current is None:
@@ -418,17 +459,23 @@ def _put_once(storage, rel_path: str, data: bytes, instant: str) -> None:
 
 def parquet_schema(storage, rel_path: str, size: int):
     """The Arrow schema of a stored Parquet file, read from its footer alone."""
+    return parquet_footer(storage, rel_path, size).schema.to_arrow_schema()
+
+
+def parquet_footer(storage, rel_path: str, size: int):
+    """The footer (pyarrow FileMetaData) of a stored Parquet file: locally the file's tail, on
+    object stores two ranged reads."""
     import struct
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if hasattr(storage, "root"):
-        return pq.read_schema(storage.full_path(rel_path))
+        return pq.read_metadata(storage.full_path(rel_path))
     tail = storage.read_range(rel_path, size - 8, size)
     (footer_length,) = struct.unpack("<i", tail[:4])
     footer = storage.read_range(rel_path, size - 8 - footer_length, size)
-    return pq.read_schema(pa.BufferReader(b"PAR1" + footer))
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
 
 
 def _merged_batches(storage, merge_spec, base: str | None, log_paths, schema) -> Iterator:

@@ -29,6 +29,7 @@ from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
+from runtime.table.files import parquet_footer
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
 from runtime.table.layout import FileSystemView
 from runtime.table.schema import META_COLUMNS, avro_schema_json
@@ -62,6 +63,7 @@ class Table:
         self.spark = spark
         self.storage = storage
         self.config = config
+        self._file_schemas: dict[str, Any] = {}  # Spark schemas of base files, by Parquet schema (or path)
 
     # --- creating and opening --------------------------------------------------------------
 
@@ -127,12 +129,13 @@ class Table:
         from pyspark.sql import types as T
 
         timeline = timeline or self.timeline()
-        path = None
+        path, size = None, None
         for inst in reversed(timeline.completed()):
             if as_of is not None and inst.time > as_of:
                 continue
             meta = timeline.commit_metadata(inst)
-            path = next((s.path for s in meta.write_stats if s.path.endswith(".parquet") and self.storage.exists(s.path)), None)
+            stat = next((s for s in meta.write_stats if s.path.endswith(".parquet") and self.storage.exists(s.path)), None)
+            path, size = (stat.path, stat.file_size) if stat else (None, None)
             if path is None and inst.action == DELTACOMMIT:
                 path = self._base_file_of_logs(timeline, inst)
             if path:
@@ -142,7 +145,12 @@ class Table:
             if not slices:
                 return None
             path = max(slices, key=lambda s: s.base_instant).base_file.path
-        struct = self.spark.read.parquet(self.storage.full_path(path)).schema
+        # files with one Parquet schema have one Spark schema: the footer, read here, says
+        # whether Spark must read the file's schema again
+        key = path if size is None else _schema_key(parquet_footer(self.storage, path, size))
+        struct = self._file_schemas.get(key)
+        if struct is None:
+            struct = self._file_schemas[key] = self.spark.read.parquet(self.storage.full_path(path)).schema
         return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
 
     def _base_file_of_logs(self, timeline: Timeline, inst: Instant) -> str | None:
@@ -489,6 +497,14 @@ class Table:
     def _check_lock(self) -> None:
         if getattr(self, "_owner", None) is None or self._lock_owner() != self._owner:
             raise TableError(f"lost the writer lock of table {self.config.name} (another writer took it over); nothing was committed")
+
+
+def _schema_key(footer) -> str:
+    """What Spark's schema of a Parquet file depends on: the Parquet schema, and the Spark
+    schema a Spark writer may have stored beside it."""
+    spark_schema = (footer.metadata or {}).get(b"org.apache.spark.sql.parquet.row.metadata", b"")
+    parquet = [line for line in str(footer.schema).splitlines() if not line.startswith("<")]  # not the object's address
+    return "\n".join(parquet + [spark_schema.decode("utf-8", "replace")])
 
 
 def _user() -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
-from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, FileWriteSpec, LogTarget, write_task
+from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
 
@@ -256,7 +256,7 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 
 def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
                       base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = "",
-                      ordering_field: str | None = None, merge_spec=None):
+                      ordering_field: str | None = None, merge_spec=None, derived: Derived | None = None):
     """Executors write every file group's new base file (or, for `log_groups`, a new log file
     of its slice); returns the stats rows."""
     spec = FileWriteSpec(
@@ -272,6 +272,7 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
         log_schema=log_schema,
         ordering_field=ordering_field,
         merge_spec=merge_spec,
+        derived=derived,
     )
 
     def run(batches):
@@ -407,11 +408,13 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
 
 
 def _write_changes(spark, table, timeline, changes, instant: str, struct, data_columns: list[str], opts: WriteOptions,
-                   existing: dict[tuple[str, str], FileSlice], groups, log_groups: dict[str, LogTarget], merge: bool, tasks: int) -> StagedWrite:
+                   existing: dict[tuple[str, str], FileSlice], groups, log_groups: dict[str, LogTarget], merge: bool, tasks: int,
+                   typed: bool = False) -> StagedWrite:
     """Step 4 of an upsert, insert or delete: `changes` (rows with their file id and kind) are
     shuffled, every file group to one task, and written; `groups` are the stored groups
     (partition, file id) the tasks may rewrite, `log_groups` the merge-on-read groups whose
-    updates and deletes go to a log file instead. Returns what to commit."""
+    updates and deletes go to a log file instead; `typed`: `changes` has the table's data
+    columns in order and types already. Returns what to commit."""
     from pyspark.sql import functions as F
 
     from runtime.table.schema import avro_schema_json
@@ -422,7 +425,8 @@ def _write_changes(spark, table, timeline, changes, instant: str, struct, data_c
     # only the incoming rows are shuffled
     base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups
                   if (p, fid) in existing and existing[(p, fid)].base_file is not None}
-    changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
+    if not typed:
+        changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
     changes = changes.repartition(tasks, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
     written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
                                 log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
@@ -478,7 +482,7 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
     existing = {(s.partition, s.file_id): s for s in mine}
     log_groups = _log_targets(set(existing), existing) if config.table_type == MERGE_ON_READ else {}
     return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
-                          max(1, min(len(mine) + len(partitions), parallelism * 4)))
+                          max(1, min(len(mine) + len(partitions), parallelism * 4)), typed=True)
 
 
 def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:
@@ -545,9 +549,30 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
         rows = rows.orderBy(PART, KEY)
     elif mode == "PARTITION_SORT":
         rows = rows.sortWithinPartitions(PART, KEY)
-    out = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART)
-    stats, counts = _new_file_stats(write_file_groups(spark, out, table.storage, instant, data_columns, opts, "bulk"))
+    derived = _derived(config, struct) if mode == "NONE" else None
+    shipped = [c for c, computed in ((KEY, derived and derived.key_field), (PART, derived and derived.partition_fields is not None)) if not computed]
+    out = rows.select(*_data_select(F, rows, struct, data_columns), *shipped)
+    stats, counts = _new_file_stats(write_file_groups(spark, out, table.storage, instant, data_columns, opts, "bulk", derived=derived))
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
+
+
+def _derived(config, struct) -> Derived | None:
+    """Which of the record key and the partition path bulk tasks can compute themselves
+    (files.Derived): a single key column of an integer or string type; partition columns of
+    integer, string, date or boolean types (pyarrow's text of those is Spark's)."""
+    from pyspark.sql import types as T
+
+    def plain(name, string_ok=True):
+        t = struct[name].dataType if name in struct.fieldNames() else None
+        return isinstance(t, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DateType, T.BooleanType)) or (string_ok and isinstance(t, T.StringType))
+
+    keys = config.record_key_fields
+    key_field = keys[0] if len(keys) == 1 and plain(keys[0]) and not isinstance(struct[keys[0]].dataType, (T.DateType, T.BooleanType)) else None
+    partitions = tuple(config.partition_fields) if all(plain(f) for f in config.partition_fields) else None
+    if key_field is None and partitions is None:
+        return None
+    encoded = frozenset(f for f in config.partition_fields if config.url_encode and isinstance(struct[f].dataType, T.StringType)) if partitions is not None else frozenset()
+    return Derived(key_field, partitions, encoded, config.hive_style)
 
 
 def _data_select(F, rows, struct, data_columns: list[str]) -> list:
