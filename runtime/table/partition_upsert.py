@@ -104,7 +104,7 @@ def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
         if spec.ordering_field:  # an incoming row older than the stored one is ignored
             new = updates.column(spec.ordering_field)
             old = hit.column(spec.ordering_field).take(pc.drop_null(where)).cast(new.type)
-            updates = updates.filter(pc.fill_null(pc.or_kleene(pc.is_null(old), pc.greater_equal(new, old)), False))
+            updates = updates.filter(pc.fill_null(pc.or_kleene(pc.is_null(old), newer_or_equal(new, old)), False))
         if updates.num_rows:
             kinds = pc.if_else(updates.column(DELETE), pa.scalar("D"), pa.scalar("U"))
             out.append(_to_write(updates, s.file_id, kinds))
@@ -114,6 +114,18 @@ def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
         out.extend(_route_inserts(spec, partition, slices, inserts))
     for table in out:
         yield from table.to_batches()
+
+
+def newer_or_equal(new, old):
+    """`new >= old` as Spark compares (writer.drop_stale): NaN is equal to NaN and above
+    every other value, where Arrow's comparison of a NaN is false; null where either is null."""
+    import pyarrow.compute as pc
+    import pyarrow.types as t
+
+    ge = pc.greater_equal(new, old)
+    if t.is_floating(new.type):
+        ge = pc.or_kleene(ge, pc.is_nan(new))
+    return ge
 
 
 def _stored_keys(spec: TagSpec, storage, s: FileSlice):
