@@ -163,3 +163,19 @@ def test_the_schema_follows_a_widened_column_in_one_table_object(spark, tmp_path
     table.write(spark.createDataFrame([(3, 2**40)], "id long, n bigint"), "upsert")
     assert table.schema()["n"].dataType.simpleString() == "bigint"
     assert ours(table, ("id", "n")) == hudi_rows(path, ("id", "n")) == [(1, 5), (2, 300), (3, 2**40)]
+
+
+def test_bulk_tasks_write_a_date_past_year_9999_as_spark_does(spark):
+    """Spark writes a date after 9999-12-31 with a sign (+10000-01-01), pyarrow without: a
+    bulk_insert task's partition path must be the one prepare gives, or an upsert of the same
+    key later lands in another partition."""
+    from runtime.table.writer import KEY, PART, WriteOptions, _derived, prepare
+
+    df = spark.sql("SELECT id, date_add(DATE'9999-12-31', CAST(id AS INT)) AS day FROM range(-1, 3)")
+    config = TableConfig(name="t", record_key_fields=("id",), partition_fields=("day",))
+    derived = _derived(config, df.schema)
+    assert derived.partition_fields == ("day",)
+    expected = [(r[KEY], r[PART]) for r in prepare(df, config, WriteOptions()).select(KEY, PART).collect()]
+    computed = derived.add_columns(df.toArrow().combine_chunks().to_batches()[0]).select([KEY, PART]).to_pydict()
+    assert list(zip(computed[KEY], computed[PART])) == expected
+    assert expected[-1] == ("2", "day=+10000-01-02")

@@ -55,6 +55,9 @@ class FileWriteSpec:
     derived: "Derived | None" = None
 
 
+_LAST_4_DIGIT_DAY = 2932896  # 9999-12-31, in days since 1970-01-01
+
+
 @dataclass(frozen=True)
 class Derived:
     """Meta columns a bulk task computes from the data columns instead of receiving them from
@@ -80,7 +83,11 @@ class Derived:
         if self.partition_fields is not None:
             parts = []
             for name in self.partition_fields:
-                text = pc.cast(batch.column(name), pa.string())
+                column = batch.column(name)
+                text = pc.cast(column, pa.string())
+                if pa.types.is_date(column.type):  # Spark writes a year past 9999 with a sign: +10000-01-01
+                    late = pc.greater(column, pa.scalar(_LAST_4_DIGIT_DAY, pa.date32()).cast(column.type))
+                    text = pc.if_else(late, pc.binary_join_element_wise("+", text, ""), text)
                 if name in self.encoded_fields:
                     for ch in ESCAPED:  # '%' first, as writer._url_encode does
                         text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
