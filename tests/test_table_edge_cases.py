@@ -179,3 +179,32 @@ def test_bulk_tasks_write_a_date_past_year_9999_as_spark_does(spark):
     computed = derived.add_columns(df.toArrow().combine_chunks().to_batches()[0]).select([KEY, PART]).to_pydict()
     assert list(zip(computed[KEY], computed[PART])) == expected
     assert expected[-1] == ("2", "day=+10000-01-02")
+
+
+def test_timestamps_written_under_another_session_time_zone_read_back_with_hudi_rs(spark, tmp_path):
+    """Spark hands timestamps to the write tasks tagged with its session time zone; every
+    file tags them UTC (as Hudi's writers do) whatever the session's zone was, and both
+    readers see the same instants."""
+    import datetime as dt
+
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="t", record_key_fields=("id",), partition_fields=("p",), precombine_field="ts"))
+    before = spark.conf.get("spark.sql.session.timeZone")
+    at = dt.datetime(2024, 7, 1, 12, 30, tzinfo=dt.timezone.utc)
+    table.write(spark.createDataFrame([(2, "b", at, "y")], "id long, p string, ts timestamp, v string"), "upsert")  # in UTC
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        table.write(spark.createDataFrame([(1, "a", at, "x")], "id long, p string, ts timestamp, v string"), "upsert")
+        table.write(spark.createDataFrame([(1, "a", at + dt.timedelta(hours=1), "x2")], "id long, p string, ts timestamp, v string"), "upsert")
+        batches = hudi.HudiTableBuilder.from_base_uri(path).build().read()
+        got = sorted((r["id"], r["ts"], r["v"]) for r in pa.Table.from_batches(batches).to_pylist())
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    assert got == [(1, at + dt.timedelta(hours=1), "x2"), (2, at, "y")]
+    assert sorted((r["id"], r["ts"].replace(tzinfo=dt.timezone.utc)) for r in table.read().collect()) == [(1, at + dt.timedelta(hours=1)), (2, at)]
+    import pathlib
+
+    import pyarrow.parquet as pq
+
+    files = list(pathlib.Path(path).rglob("*.parquet"))
+    assert len(files) == 3 and {str(pq.read_schema(f).field("ts").type) for f in files} == {"timestamp[us, tz=UTC]"}

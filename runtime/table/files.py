@@ -247,7 +247,12 @@ def _with_meta(batch, open_file, spec: FileWriteSpec, task_id: int, counter: lis
         "_hoodie_file_name": pa.repeat(pa.scalar(open_file.name), n),
     }
     for c in spec.data_columns:
-        columns[c] = batch.column(c)
+        column = batch.column(c)
+        if pa.types.is_timestamp(column.type) and column.type.tz not in (None, "UTC"):
+            # Spark hands timestamps over in its session time zone; stored as UTC instants,
+            # tagged UTC (hudi-rs refuses files that tag them otherwise)
+            column = column.cast(pa.timestamp(column.type.unit, "UTC"))
+        columns[c] = column
     return pa.table(columns)
 
 

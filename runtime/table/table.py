@@ -135,7 +135,7 @@ class Table:
                 continue
             meta = timeline.commit_metadata(inst)
             stat = next((s for s in meta.write_stats if s.path.endswith(".parquet") and self.storage.exists(s.path)), None)
-            path, size = (stat.path, stat.file_size) if stat else (None, None)
+            path, size = (stat.path, stat.file_size or None) if stat else (None, None)
             if path is None and inst.action == DELTACOMMIT:
                 path = self._base_file_of_logs(timeline, inst)
             if path:

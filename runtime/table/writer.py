@@ -448,7 +448,9 @@ def _write_changes(spark, table, timeline, changes, instant: str, struct, data_c
         counts.deletes += d
         counts.files += 1
         counts.bytes += size
-    prefixes = {(key.rsplit("/", 1)[0], _log_prefix(key.rsplit("/", 1)[1], t)) for key, t in log_groups.items()}
+    # a retried task's leftover logs: only in the groups this write wrote a log for
+    written_groups = {f"{s.partition_path}/{s.file_id}" for s in stats}
+    prefixes = {(key.rsplit("/", 1)[0], _log_prefix(key.rsplit("/", 1)[1], t)) for key, t in log_groups.items() if key in written_groups}
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct, log_prefixes=prefixes)
 
 
