@@ -564,13 +564,13 @@ def _derived(config, struct) -> Derived | None:
     integer, string, date or boolean types (pyarrow's text of those is Spark's)."""
     from pyspark.sql import types as T
 
-    def plain(name, string_ok=True):
-        t = struct[name].dataType if name in struct.fieldNames() else None
-        return isinstance(t, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DateType, T.BooleanType)) or (string_ok and isinstance(t, T.StringType))
+    def typed(name, *types):
+        return name in struct.fieldNames() and isinstance(struct[name].dataType, types)
 
+    integer_or_string = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType)
     keys = config.record_key_fields
-    key_field = keys[0] if len(keys) == 1 and plain(keys[0]) and not isinstance(struct[keys[0]].dataType, (T.DateType, T.BooleanType)) else None
-    partitions = tuple(config.partition_fields) if all(plain(f) for f in config.partition_fields) else None
+    key_field = keys[0] if len(keys) == 1 and typed(keys[0], *integer_or_string) else None
+    partitions = tuple(config.partition_fields) if all(typed(f, *integer_or_string, T.DateType, T.BooleanType) for f in config.partition_fields) else None
     if key_field is None and partitions is None:
         return None
     encoded = frozenset(f for f in config.partition_fields if config.url_encode and isinstance(struct[f].dataType, T.StringType)) if partitions is not None else frozenset()
