@@ -119,7 +119,8 @@ def test_partition_paths_of_every_plain_type_match_hudis_encoding(spark):
 
     schema = "id long, i int, b bigint, d decimal(10,2), day date, flag boolean, s string"
     rows = [(1, -3, 2**40, decimal.Decimal("-1.50"), dt.date(2024, 2, 29), True, "a/b:c=d"),
-            (2, None, 0, None, None, False, ""), (3, 7, -1, decimal.Decimal("0.00"), dt.date(1, 1, 1), None, "plain")]
+            (2, None, 0, None, None, False, ""), (3, 7, -1, decimal.Decimal("0.00"), dt.date(1, 1, 1), None, "plain"),
+            (4, 1, 1, decimal.Decimal("1.00"), dt.date(2000, 1, 1), True, "tab\there\x7f%")]
     fields = ("i", "b", "d", "day", "flag", "s")
     config = TableConfig(name="t", record_key_fields=("id",), partition_fields=fields)
     got = {r["id"]: r[PART] for r in prepare(spark.createDataFrame(rows, schema), config, WriteOptions()).collect()}
@@ -127,6 +128,7 @@ def test_partition_paths_of_every_plain_type_match_hudis_encoding(spark):
     assert got == {i: partition_path({f: spark_text[i][f] for f in fields}, fields, hive_style=True) for i in got}
     assert got[1] == "i=-3/b=1099511627776/d=-1.50/day=2024-02-29/flag=true/s=a%2Fb%3Ac%3Dd"
     assert got[2] == "i=__HIVE_DEFAULT_PARTITION__/b=0/d=__HIVE_DEFAULT_PARTITION__/day=__HIVE_DEFAULT_PARTITION__/flag=false/s=__HIVE_DEFAULT_PARTITION__"
+    assert got[4].endswith("/s=tab%09here%7F%25")  # control characters too, as Hudi escapes them
 
 
 @pytest.mark.parametrize("hive_style", [True, False])
@@ -140,7 +142,8 @@ def test_bulk_tasks_compute_keys_and_partition_paths_as_spark_does(spark, hive_s
 
     schema = "id long, i int, day date, flag boolean, s string, t tinyint"
     rows = [(-1, -3, dt.date(2024, 2, 29), True, 'a/b:c=d%"#\'*?\\{[]^', -128), (2, None, None, None, "", None),
-            (2**62, 7, dt.date(1, 1, 1), False, "plain text", 127), (None, 0, dt.date(9999, 12, 31), None, None, 0)]
+            (2**62, 7, dt.date(1, 1, 1), False, "plain text", 127), (None, 0, dt.date(9999, 12, 31), None, None, 0),
+            (5, 1, dt.date(2000, 1, 1), True, "tab\there\x00nul\x1f\x7f%", 1)]
     df = spark.createDataFrame(rows, schema)
     config = TableConfig(name="t", record_key_fields=("id",), partition_fields=("i", "day", "flag", "s", "t"), hive_style=hive_style)
     derived = _derived(config, df.schema)

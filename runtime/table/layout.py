@@ -20,6 +20,8 @@ _BASE_FILE = re.compile(r"^(?P<file_id>[^_.][^_]*)_(?P<token>\d+-\d+-\d+)_(?P<in
 # Characters Hudi's PartitionPathEncodeUtils escapes (besides control characters); '%' first,
 # so that a chain of replacements never escapes an escape.
 ESCAPED = '%"#\'*/:=?\\{[]^'
+# Hudi also escapes the control characters; few values have any, so writers look for them first
+CONTROL = "".join(chr(c) for c in range(0x20)) + "\x7f"
 
 
 def ensure_partition_metadata(storage: Storage, partition: str, instant: str) -> None:
@@ -74,7 +76,7 @@ def encode_partition_value(value: object, url_encode: bool = True) -> str:
     text = str(value)
     if not url_encode:
         return text
-    return "".join(f"%{ord(c):02X}" if (c in ESCAPED or ord(c) < 0x20 or ord(c) == 0x7F) else c for c in text)
+    return "".join(f"%{ord(c):02X}" if (c in ESCAPED or c in CONTROL) else c for c in text)
 
 
 def partition_path(values: dict[str, object], fields: Iterable[str], hive_style: bool, url_encode: bool = True) -> str:
