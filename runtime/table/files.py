@@ -74,7 +74,7 @@ class Derived:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from runtime.table.layout import CONTROL, DEFAULT_PARTITION, ESCAPED
+        from runtime.table.layout import CONTROL, CONTROL_PATTERN, DEFAULT_PARTITION, ESCAPED
 
         names, arrays = list(batch.schema.names), list(batch.columns)
         if self.key_field is not None:
@@ -91,7 +91,7 @@ class Derived:
                 if name in self.encoded_fields:
                     for ch in ESCAPED:  # '%' first, as writer._url_encode does
                         text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
-                    if pc.any(pc.match_substring_regex(text, "[\\x00-\\x1f\\x7f]")).as_py():
+                    if pc.any(pc.match_substring_regex(text, CONTROL_PATTERN)).as_py():
                         for ch in CONTROL:
                             text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
                 text = pc.if_else(pc.equal(pc.fill_null(text, ""), ""), pa.scalar(DEFAULT_PARTITION), text)

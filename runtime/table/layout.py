@@ -22,6 +22,7 @@ _BASE_FILE = re.compile(r"^(?P<file_id>[^_.][^_]*)_(?P<token>\d+-\d+-\d+)_(?P<in
 ESCAPED = '%"#\'*/:=?\\{[]^'
 # Hudi also escapes the control characters; few values have any, so writers look for them first
 CONTROL = "".join(chr(c) for c in range(0x20)) + "\x7f"
+CONTROL_PATTERN = "[\\x00-\\x1f\\x7f]"  # a regular expression (Java's and RE2's) matching one
 
 
 def ensure_partition_metadata(storage: Storage, partition: str, instant: str) -> None:

@@ -275,10 +275,9 @@ def last_per_key(table, key: str, order: list[str]):
         sort_keys.append((name, "ascending"))
     table = table.take(pc.sort_indices(table, sort_keys=sort_keys))
     keys = table.column(key)
-    if len(keys) < 2:
-        return table.select([c for c in table.column_names if not c.startswith("_pipe_has_")])
-    last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1)).combine_chunks()
-    table = table.filter(pa.concat_arrays([last, pa.array([True])]))
+    if len(keys) > 1:  # a row is its key's last when the next row's key differs
+        last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1)).combine_chunks()
+        table = table.filter(pa.concat_arrays([last, pa.array([True])]))
     return table.select([c for c in table.column_names if not c.startswith("_pipe_has_")])
 
 

@@ -108,7 +108,7 @@ def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
         if updates.num_rows:
             kinds = pc.if_else(updates.column(DELETE), pa.scalar("D"), pa.scalar("U"))
             out.append(_to_write(updates, s.file_id, kinds))
-    inserts = rows.filter(pa.array(~found) if found.any() else pa.repeat(pa.scalar(True), rows.num_rows))
+    inserts = rows.filter(pa.array(~found))
     inserts = inserts.filter(pc.invert(inserts.column(DELETE)))  # a delete of an unknown key does nothing
     if inserts.num_rows:
         out.extend(_route_inserts(spec, partition, slices, inserts))

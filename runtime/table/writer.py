@@ -19,7 +19,7 @@ from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
-from runtime.table.layout import CONTROL, DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
+from runtime.table.layout import CONTROL, CONTROL_PATTERN, DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
@@ -90,7 +90,7 @@ def _url_encode(F, col):
     controlled = col
     for ch in CONTROL:
         controlled = F.replace(controlled, F.lit(ch), F.lit(f"%{ord(ch):02X}"))
-    return F.when(col.rlike("[\\x00-\\x1f\\x7f]"), controlled).otherwise(col)
+    return F.when(col.rlike(CONTROL_PATTERN), controlled).otherwise(col)
 
 
 def _key_expr(F, config):
