@@ -69,36 +69,65 @@ class Derived:
     encoded_fields: frozenset[str] = frozenset()  # partition fields whose values are URL-encoded
     hive_style: bool = True
 
-    def add_columns(self, batch):
-        """`batch` with _hoodie_record_key and/or _hoodie_partition_path appended."""
+    def with_key(self, batch):
+        """`batch` with _hoodie_record_key appended, when the task computes it."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.key_field is None:
+            return batch
+        key = pc.cast(batch.column(self.key_field), pa.string())
+        return pa.RecordBatch.from_arrays([*batch.columns, key], names=[*batch.schema.names, "_hoodie_record_key"])
+
+    def split(self, batch) -> Iterator:
+        """(partition path, rows) per partition path in `batch`, when the task computes the
+        path: each partition column is dictionary-encoded, the path text is made once per
+        distinct combination of values, and the rows are grouped by their combined code."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not self.partition_fields:
+            yield "", batch
+            return
+        codes, sizes, texts = None, [], []
+        for name in self.partition_fields:
+            encoded = pc.dictionary_encode(batch.column(name), null_encoding="encode")
+            sizes.append(len(encoded.dictionary))
+            texts.append(self._path_texts(name, encoded.dictionary))
+            indices = encoded.indices.cast(pa.int64())
+            codes = indices if codes is None else pc.add(pc.multiply(codes, sizes[-1]), indices)
+        present = pc.value_counts(codes)
+        counts = dict(zip(present.field("values").to_pylist(), present.field("counts").to_pylist()))
+        grouped = batch if len(counts) == 1 else batch.take(pc.sort_indices(codes))
+        start = 0
+        for code in sorted(counts):
+            parts, rest = [], code
+            for size, text in zip(reversed(sizes), reversed(texts)):
+                rest, index = divmod(rest, size)
+                parts.append(text[index])
+            yield "/".join(reversed(parts)), grouped.slice(start, counts[code])
+            start += counts[code]
+
+    def _path_texts(self, name: str, values) -> list[str]:
+        """The partition path segment of each of `values` (a column's distinct values) as
+        writer._partition_expr makes it in Spark."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         from runtime.table.layout import CONTROL, CONTROL_PATTERN, DEFAULT_PARTITION, ESCAPED
 
-        names, arrays = list(batch.schema.names), list(batch.columns)
-        if self.key_field is not None:
-            names.append("_hoodie_record_key")
-            arrays.append(pc.cast(batch.column(self.key_field), pa.string()))
-        if self.partition_fields is not None:
-            parts = []
-            for name in self.partition_fields:
-                column = batch.column(name)
-                text = pc.cast(column, pa.string())
-                if pa.types.is_date(column.type):  # Spark writes a year past 9999 with a sign: +10000-01-01
-                    late = pc.greater(column, pa.scalar(_LAST_4_DIGIT_DAY, pa.date32()).cast(column.type))
-                    text = pc.if_else(late, pc.binary_join_element_wise("+", text, ""), text)
-                if name in self.encoded_fields:
-                    for ch in ESCAPED:  # '%' first, as writer._url_encode does
-                        text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
-                    if pc.any(pc.match_substring_regex(text, CONTROL_PATTERN)).as_py():
-                        for ch in CONTROL:
-                            text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
-                text = pc.if_else(pc.equal(pc.fill_null(text, ""), ""), pa.scalar(DEFAULT_PARTITION), text)
-                parts.append(pc.binary_join_element_wise(f"{name}=", text, "") if self.hive_style else text)
-            names.append("_hoodie_partition_path")
-            arrays.append(pc.binary_join_element_wise(*parts, "/") if parts else pa.repeat(pa.scalar(""), batch.num_rows))
-        return pa.RecordBatch.from_arrays(arrays, names=names)
+        text = pc.cast(values, pa.string())
+        if pa.types.is_date(values.type):  # Spark writes a year past 9999 with a sign: +10000-01-01
+            late = pc.greater(values, pa.scalar(_LAST_4_DIGIT_DAY, pa.date32()).cast(values.type))
+            text = pc.if_else(late, pc.binary_join_element_wise("+", text, ""), text)
+        if name in self.encoded_fields:
+            for ch in ESCAPED:  # '%' first, as writer._url_encode does
+                text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
+            if pc.any(pc.match_substring_regex(text, CONTROL_PATTERN)).as_py():
+                for ch in CONTROL:
+                    text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
+        out = [v if v else DEFAULT_PARTITION for v in text.to_pylist()]
+        return [f"{name}={v}" for v in out] if self.hive_style else out
 
 
 @dataclass(frozen=True)
@@ -176,7 +205,9 @@ class _OpenFile:
         table = pa.concat_tables(self.pending)
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.local, table.schema, compression=self.spec.compression,
-                                           use_dictionary=_dictionary_columns(table.schema.names))
+                                           use_dictionary=_dictionary_columns(table.schema.names), store_schema=False)
+            # readers see the columns' plain types: constants passed as dictionaries are strings
+            self.writer.add_key_value_metadata({"ARROW:schema": _arrow_schema_text(table.schema)})
         self.writer.write_table(table, row_group_size=table.num_rows)
         self.flushed_arrow_bytes += self.pending_bytes
         self.pending, self.pending_bytes = [], 0
@@ -235,19 +266,22 @@ def _with_meta(batch, open_file, spec: FileWriteSpec, task_id: int, counter: lis
     import pyarrow.compute as pc
 
     n = batch.num_rows
+    # base files take constants as dictionaries (_OpenFile); a file's new and carried rows
+    # must agree, so the commit time is one only where every row is new (bulk mode)
+    constant = _constant if isinstance(open_file, _OpenFile) else (lambda value, n: pa.repeat(pa.scalar(value, pa.string()), n))
     if carried:
         commit_times, seqnos = batch.column("_hoodie_commit_time"), batch.column("_hoodie_commit_seqno")
     else:
         numbers = pc.cast(pa.array(np.arange(counter[0], counter[0] + n, dtype=np.int64)), pa.string())
         counter[0] += n
         seqnos = pc.binary_join_element_wise(pa.scalar(f"{spec.instant}_{task_id}_"), numbers, "")
-        commit_times = pa.repeat(pa.scalar(spec.instant), n)
+        commit_times = constant(spec.instant, n) if spec.mode == "bulk" else pa.repeat(pa.scalar(spec.instant, pa.string()), n)
     columns = {
         "_hoodie_commit_time": commit_times,
         "_hoodie_commit_seqno": seqnos,
         "_hoodie_record_key": batch.column("_hoodie_record_key"),
-        "_hoodie_partition_path": pa.repeat(pa.scalar(open_file.partition), n),
-        "_hoodie_file_name": pa.repeat(pa.scalar(open_file.name), n),
+        "_hoodie_partition_path": constant(open_file.partition, n),
+        "_hoodie_file_name": constant(open_file.name, n),
     }
     for c in spec.data_columns:
         column = batch.column(c)
@@ -257,6 +291,26 @@ def _with_meta(batch, open_file, spec: FileWriteSpec, task_id: int, counter: lis
             column = column.cast(pa.timestamp(column.type.unit, "UTC"))
         columns[c] = column
     return pa.table(columns)
+
+
+def _constant(value: str, n: int):
+    """`value` n times, as a dictionary array: no n copies of the text to make, and the
+    Parquet writer takes its one-entry dictionary as it is instead of hashing every row."""
+    import numpy as np
+    import pyarrow as pa
+
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string()))
+
+
+def _arrow_schema_text(schema) -> str:
+    """The ARROW:schema footer entry pyarrow writes for `schema` with every dictionary column
+    given as its value type, so readers see the file exactly as if plain arrays were written."""
+    import base64
+
+    import pyarrow as pa
+
+    plain = pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema], metadata=schema.metadata)
+    return base64.b64encode(plain.serialize().to_pybytes()).decode("ascii")
 
 
 def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
@@ -291,10 +345,12 @@ def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: 
             partition = rows.column("_hoodie_partition_path")[0].as_py()
             stats.append(_write_group(spec, partition, file_id, rows, token, task_id, counter, open_files, known))
         return
+    derived = spec.derived
     for batch in _coalesced(batches, BATCH_BYTES):  # bulk: a file group per partition path, rolled over by size
-        if spec.derived is not None:
-            batch = spec.derived.add_columns(batch)
-        for value, piece in _split_by_partition(batch):
+        if derived is not None:
+            batch = derived.with_key(batch)
+        pieces = derived.split(batch) if derived is not None and derived.partition_fields is not None else _split_by_partition(batch)
+        for value, piece in pieces:
             current = open_files.get(value)
             if current is None:
                 current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", token, known)
