@@ -217,3 +217,44 @@ def test_timestamps_written_under_another_session_time_zone_read_back_with_hudi_
 
     files = list(pathlib.Path(path).rglob("*.parquet"))
     assert len(files) == 3 and {str(pq.read_schema(f).field("ts").type) for f in files} == {"timestamp[us, tz=UTC]"}
+
+
+def test_constant_meta_columns_are_dictionary_pages_that_read_as_plain_strings(spark, tmp_path):
+    """Base files get their constant meta columns from one-entry dictionaries. Readers must
+    still see plain strings (the footer's ARROW:schema) with every row's values, in a bulk
+    file and in a file that carries stored rows over (commit times of two instants)."""
+    import base64
+    import pathlib
+
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="t", record_key_fields=("id",), partition_fields=("p",), precombine_field="ts"))
+    first = table.write(spark.createDataFrame([(i, "a", 1, f"v{i}") for i in range(50)], SCHEMA), "bulk_insert").instant
+    second = table.write(spark.createDataFrame([(7, "a", 2, "new")], SCHEMA), "upsert").instant
+    files = list(pathlib.Path(path).rglob("*.parquet"))
+    rewritten = [f for f in files if f.name.endswith(f"_{second}.parquet")]
+    assert len(rewritten) == 1 and all(f.name.endswith(f"_{first}.parquet") for f in files if f not in rewritten)
+    for f in files:
+        parquet = pq.ParquetFile(f)
+        stored = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(parquet.metadata.metadata[b"ARROW:schema"])))
+        assert stored == parquet.schema_arrow and stored.field("id").type == pa.int64()
+        assert {stored.field(c).type for c in ("_hoodie_file_name", "_hoodie_commit_time", "_hoodie_partition_path")} == {pa.string()}
+        rows = parquet.read(columns=["_hoodie_file_name", "_hoodie_partition_path", "_hoodie_commit_time"]).to_pydict()
+        assert set(rows["_hoodie_file_name"]) == {f.name} and set(rows["_hoodie_partition_path"]) == {"p=a"}
+        chunk = parquet.metadata.row_group(0).column(parquet.schema_arrow.get_field_index("_hoodie_file_name"))
+        assert chunk.has_dictionary_page
+    carried = pq.read_table(rewritten[0]).to_pydict()
+    assert sorted(set(carried["_hoodie_commit_time"])) == [first, second]
+    assert hudi_rows(path) == ours(table) and len(hudi_rows(path)) == 50 and (7, "new") in hudi_rows(path)
+
+
+def test_small_arrow_batches_are_joined_and_large_ones_pass_through_uncopied():
+    from runtime.table.files import _coalesced
+
+    small = pa.RecordBatch.from_pydict({"x": list(range(1000))})  # 8,000 bytes
+    joined = list(_coalesced(iter([small] * 5), 20_000))
+    assert [b.num_rows for b in joined] == [2000, 2000, 1000]
+    large = [pa.RecordBatch.from_pydict({"x": list(range(n))}) for n in (2000, 2400, 100)]  # 16,000, 19,200, 800 bytes
+    out = list(_coalesced(iter(large), 20_000))
+    assert out[0] is large[0] and [b.num_rows for b in out] == [2000, 2500]
