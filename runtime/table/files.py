@@ -601,18 +601,20 @@ def _carried(batch, present: set, schema):
 
 
 def _coalesced(batches: Iterator, target: int) -> Iterator:
-    """Spark's Arrow batches (spark.sql.execution.arrow.maxRecordsPerBatch rows each) joined
-    into batches of about `target` bytes: fewer, larger steps for the Arrow kernels."""
+    """Spark's Arrow batches joined into batches of at most about `target` bytes: fewer,
+    larger steps for the Arrow kernels when Spark sends small batches
+    (spark.sql.execution.arrow.maxRecordsPerBatch). A batch that would take the joined size
+    past `target` starts the next one, so batches already near `target` pass through uncopied."""
     held: list = []
     size = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        held.append(batch)
-        size += batch.nbytes
-        if size >= target:
+        if held and size + batch.nbytes > target:
             yield _one_batch(held)
             held, size = [], 0
+        held.append(batch)
+        size += batch.nbytes
     if held:
         yield _one_batch(held)
 
