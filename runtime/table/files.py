@@ -82,31 +82,32 @@ class Derived:
     def split(self, batch) -> Iterator:
         """(partition path, rows) per partition path in `batch`, when the task computes the
         path: each partition column is dictionary-encoded, the path text is made once per
-        distinct combination of values, and the rows are grouped by their combined code."""
+        distinct value (and combination of values), and the rows are grouped by code."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         if not self.partition_fields:
             yield "", batch
             return
-        codes, sizes, texts = None, [], []
+        codes, paths = None, []  # per row, a code; per code, its partition path
         for name in self.partition_fields:
             encoded = pc.dictionary_encode(batch.column(name), null_encoding="encode")
-            sizes.append(len(encoded.dictionary))
-            texts.append(self._path_texts(name, encoded.dictionary))
+            segments = self._path_texts(name, encoded.dictionary)
             indices = encoded.indices.cast(pa.int64())
-            codes = indices if codes is None else pc.add(pc.multiply(codes, sizes[-1]), indices)
+            if codes is None:
+                codes, paths = indices, segments
+                continue
+            # combinations seen, numbered again: codes stay below the batch's row count
+            combined = pc.dictionary_encode(pc.add(pc.multiply(codes, len(segments)), indices))
+            paths = [f"{paths[c // len(segments)]}/{segments[c % len(segments)]}" for c in combined.dictionary.to_pylist()]
+            codes = combined.indices.cast(pa.int64())
         present = pc.value_counts(codes)
-        counts = dict(zip(present.field("values").to_pylist(), present.field("counts").to_pylist()))
+        counts = sorted(zip(present.field("values").to_pylist(), present.field("counts").to_pylist()))
         grouped = batch if len(counts) == 1 else batch.take(pc.sort_indices(codes))
         start = 0
-        for code in sorted(counts):
-            parts, rest = [], code
-            for size, text in zip(reversed(sizes), reversed(texts)):
-                rest, index = divmod(rest, size)
-                parts.append(text[index])
-            yield "/".join(reversed(parts)), grouped.slice(start, counts[code])
-            start += counts[code]
+        for code, count in counts:
+            yield paths[code], grouped.slice(start, count)
+            start += count
 
     def _path_texts(self, name: str, values) -> list[str]:
         """The partition path segment of each of `values` (a column's distinct values) as
@@ -266,16 +267,16 @@ def _with_meta(batch, open_file, spec: FileWriteSpec, task_id: int, counter: lis
     import pyarrow.compute as pc
 
     n = batch.num_rows
-    # base files take constants as dictionaries (_OpenFile); a file's new and carried rows
-    # must agree, so the commit time is one only where every row is new (bulk mode)
-    constant = _constant if isinstance(open_file, _OpenFile) else (lambda value, n: pa.repeat(pa.scalar(value, pa.string()), n))
+    # base files take constant columns as dictionaries; the commit time is one only where
+    # every row of the file is new (bulk mode): carried rows bring theirs as plain strings
+    constant = _constant if isinstance(open_file, _OpenFile) else _repeated
     if carried:
         commit_times, seqnos = batch.column("_hoodie_commit_time"), batch.column("_hoodie_commit_seqno")
     else:
         numbers = pc.cast(pa.array(np.arange(counter[0], counter[0] + n, dtype=np.int64)), pa.string())
         counter[0] += n
         seqnos = pc.binary_join_element_wise(pa.scalar(f"{spec.instant}_{task_id}_"), numbers, "")
-        commit_times = constant(spec.instant, n) if spec.mode == "bulk" else pa.repeat(pa.scalar(spec.instant, pa.string()), n)
+        commit_times = (constant if spec.mode == "bulk" else _repeated)(spec.instant, n)
     columns = {
         "_hoodie_commit_time": commit_times,
         "_hoodie_commit_seqno": seqnos,
@@ -300,6 +301,12 @@ def _constant(value: str, n: int):
     import pyarrow as pa
 
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string()))
+
+
+def _repeated(value: str, n: int):
+    import pyarrow as pa
+
+    return pa.repeat(pa.scalar(value, pa.string()), n)
 
 
 def _arrow_schema_text(schema) -> str:
