@@ -41,16 +41,6 @@ _LOCAL_DEFAULTS = {
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
 }
 
-# Every session pipe starts (any master): Arrow batches between the JVM and Python workers of
-# about 8 MiB instead of Spark's 10,000 rows. pipe's write tasks (mapInArrow) pay a fixed cost
-# per batch on both sides; with narrow rows 10,000 rows is a few hundred KiB. A byte limit keeps
-# wide rows from making batches large. Settings given in the target's `conf` win.
-ARROW_BATCH_BYTES = 8 * 1024 * 1024
-_ARROW_DEFAULTS = {
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "1000000",
-    "spark.sql.execution.arrow.maxBytesPerBatch": str(ARROW_BATCH_BYTES),
-}
-
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
 MIN_JAVA = 17
@@ -476,10 +466,9 @@ def _log4j_set_elsewhere() -> bool:
 
 
 def spark_settings(master: str, conf: Mapping[str, Any] | None, app_name: str) -> dict[str, str]:
-    """Every Spark setting pipe starts with: the Arrow batch sizes, the local defaults (local
-    masters only), then `conf`."""
+    """Every Spark setting pipe starts with: the local defaults (local masters only), then `conf`."""
     local = master.startswith("local")
-    settings = {"spark.master": master, "spark.app.name": app_name, **_ARROW_DEFAULTS}
+    settings = {"spark.master": master, "spark.app.name": app_name}
     if local:
         settings.update(_LOCAL_DEFAULTS)
         cores = _local_cores(master)

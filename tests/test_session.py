@@ -192,10 +192,6 @@ def test_local_settings_keep_the_defaults_and_let_conf_win():
     assert own["spark.ui.enabled"] == "false"
     remote = session.spark_settings("yarn", None, "pipe")
     assert "spark.driver.extraJavaOptions" not in remote and "spark.ui.enabled" not in remote
-    for started in (settings, remote):  # Arrow batches of 8 MiB for the write tasks, on any master
-        assert started["spark.sql.execution.arrow.maxBytesPerBatch"] == str(8 * 1024 * 1024)
-        assert started["spark.sql.execution.arrow.maxRecordsPerBatch"] == "1000000"
-    assert session.spark_settings("yarn", {"spark.sql.execution.arrow.maxRecordsPerBatch": 500}, "pipe")["spark.sql.execution.arrow.maxRecordsPerBatch"] == "500"
 
 
 # --- (c) a local session starts quietly, once per process ---------------------------------------
