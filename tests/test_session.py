@@ -192,6 +192,10 @@ def test_local_settings_keep_the_defaults_and_let_conf_win():
     assert own["spark.ui.enabled"] == "false"
     remote = session.spark_settings("yarn", None, "pipe")
     assert "spark.driver.extraJavaOptions" not in remote and "spark.ui.enabled" not in remote
+    for started in (settings, remote):  # no per-row sizing of Arrow batches, on any master
+        assert started["spark.sql.execution.arrow.maxBytesPerBatch"] == "2147483647"
+    own = session.spark_settings("yarn", {"spark.sql.execution.arrow.maxBytesPerBatch": "64m"}, "pipe")
+    assert own["spark.sql.execution.arrow.maxBytesPerBatch"] == "64m"
 
 
 # --- (c) a local session starts quietly, once per process ---------------------------------------
