@@ -27,6 +27,9 @@ _DELETE = "_pipe_delete"  # the row deletes its key
 _SEQ = "_pipe_seq"  # arrival order: the tie-breaker among equal precombine values
 _OLD_PART, _OLD_FILE, _OLD_ORDER = "_pipe_old_partition", "_pipe_old_file", "_pipe_old_order"
 _KIND = KIND
+_TASK = "_pipe_task"  # which write task takes a file group's rows
+# up to this many known file groups get a task each in turn; beyond, Spark's hash spreads them
+_SPREAD_GROUPS = 512
 
 OPERATION_TYPES = {
     "upsert": "UPSERT", "insert": "INSERT", "bulk_insert": "BULK_INSERT", "delete": "DELETE",
@@ -430,7 +433,7 @@ def _write_changes(spark, table, timeline, changes, instant: str, struct, data_c
                   if (p, fid) in existing and existing[(p, fid)].base_file is not None}
     if not typed:
         changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
-    changes = changes.repartition(tasks, FILE_ID).sortWithinPartitions(FILE_ID, KEY)
+    changes = _by_file_group(F, changes, sorted({fid for _, fid in groups}), tasks).sortWithinPartitions(FILE_ID, KEY)
     written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
                                 log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
                                 ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None,
@@ -455,6 +458,51 @@ def _write_changes(spark, table, timeline, changes, instant: str, struct, data_c
     written_groups = {f"{s.partition_path}/{s.file_id}" for s in stats}
     prefixes = {(key.rsplit("/", 1)[0], _log_prefix(key.rsplit("/", 1)[1], t)) for key, t in log_groups.items() if key in written_groups}
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct, log_prefixes=prefixes)
+
+
+def _by_file_group(F, changes, file_ids: list[str], tasks: int):
+    """`changes` shuffled into `tasks` partitions, every file group's rows in one. Hashing the
+    file id alone can put two of a few groups in one task, which then rewrites them one after
+    the other while a core idles; so each of `file_ids` (the groups known on the driver) gets
+    a value that Spark's hash partitioning sends to the next task in turn (`spread_values`).
+    Other groups (new ones named by the tasks of a partition-index upsert) are hashed."""
+    if not file_ids or len(file_ids) > _SPREAD_GROUPS:
+        return changes.repartition(tasks, FILE_ID)
+    values = spread_values(tasks)
+    turns = F.create_map(*[F.lit(x) for i, fid in enumerate(file_ids) for x in (fid, values[i % tasks])])
+    task = F.coalesce(F.try_element_at(turns, F.col(FILE_ID)), F.hash(F.col(FILE_ID)))
+    return changes.withColumn(_TASK, task).repartition(tasks, _TASK).drop(_TASK)
+
+
+def spread_values(tasks: int) -> list[int]:
+    """For each task number t, the least int whose Spark hash partition among `tasks` is t:
+    HashPartitioning takes pmod(Murmur3 hash of the value with seed 42, tasks)."""
+    found: dict[int, int] = {}
+    v = 0
+    while len(found) < tasks:
+        found.setdefault(_murmur3_int(v) % tasks, v)
+        v += 1
+    return [found[t] for t in range(tasks)]
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's Murmur3_x86_32.hashInt(value, seed), as a signed 32-bit int."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    k = (value & mask) * 0xCC9E2D51 & mask
+    k = rotl(k, 15) * 0x1B873593 & mask
+    h = rotl(seed ^ k, 13)
+    h = (h * 5 + 0xE6546B64) & mask
+    h ^= 4
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & mask
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & mask
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], struct, stored_struct,
