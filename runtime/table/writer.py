@@ -468,8 +468,11 @@ def _by_file_group(F, changes, file_ids: list[str], tasks: int):
     Other groups (new ones named by the tasks of a partition-index upsert) are hashed."""
     if not file_ids or len(file_ids) > _SPREAD_GROUPS:
         return changes.repartition(tasks, FILE_ID)
+    import json
+
     values = spread_values(tasks)
-    turns = F.create_map(*[F.lit(x) for i, fid in enumerate(file_ids) for x in (fid, values[i % tasks])])
+    # one literal, folded once by the optimizer, instead of two py4j calls per group
+    turns = F.from_json(F.lit(json.dumps({fid: values[i % tasks] for i, fid in enumerate(file_ids)})), "map<string,int>")
     task = F.coalesce(F.try_element_at(turns, F.col(FILE_ID)), F.hash(F.col(FILE_ID)))
     return changes.withColumn(_TASK, task).repartition(tasks, _TASK).drop(_TASK)
 
