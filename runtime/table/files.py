@@ -101,13 +101,7 @@ class Derived:
             combined = pc.dictionary_encode(pc.add(pc.multiply(codes, len(segments)), indices))
             paths = [f"{paths[c // len(segments)]}/{segments[c % len(segments)]}" for c in combined.dictionary.to_pylist()]
             codes = combined.indices.cast(pa.int64())
-        present = pc.value_counts(codes)
-        counts = sorted(zip(present.field("values").to_pylist(), present.field("counts").to_pylist()))
-        grouped = batch if len(counts) == 1 else batch.take(pc.sort_indices(codes))
-        start = 0
-        for code, count in counts:
-            yield paths[code], grouped.slice(start, count)
-            start += count
+        yield from _grouped(batch, codes, paths)
 
     def _path_texts(self, name: str, values) -> list[str]:
         """The partition path segment of each of `values` (a column's distinct values) as
@@ -639,17 +633,20 @@ def _split_by_partition(batch):
     import pyarrow.compute as pc
 
     codes = pc.dictionary_encode(batch.column("_hoodie_partition_path"))
-    if len(codes.dictionary) == 1:
-        yield codes.dictionary[0].as_py(), batch
-        return
-    order = pc.sort_indices(codes.indices)
-    grouped = batch.take(order)
-    counts = pc.value_counts(codes.indices)
-    by_code = dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
+    yield from _grouped(batch, codes.indices, codes.dictionary.to_pylist())
+
+
+def _grouped(batch, codes, names: list) -> Iterator:
+    """(names[code], rows) for each code in `codes` (one per row of `batch`), in code order."""
+    import pyarrow.compute as pc
+
+    present = pc.value_counts(codes)
+    counts = sorted(zip(present.field("values").to_pylist(), present.field("counts").to_pylist()))
+    grouped = batch if len(counts) == 1 else batch.take(pc.sort_indices(codes))
     start = 0
-    for code in sorted(by_code):
-        yield codes.dictionary[code].as_py(), grouped.slice(start, by_code[code])
-        start += by_code[code]
+    for code, count in counts:
+        yield names[code], grouped.slice(start, count)
+        start += count
 
 
 def _keep_within_budget(open_files: dict) -> None:
