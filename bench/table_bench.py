@@ -269,7 +269,8 @@ def main() -> None:
         "a JVM writer that adds them, as Hudi's row writer does, would start from there.",
         f"- upsert of 1% in one partition at most 0.3× the naive rewrite: **{one['partition']:.2f}× with `index: partition`, {one['global']:.2f}× with the "
         f"global index, {'met' if min(one.values()) <= 0.3 else 'missed'}**. With `index: partition` each partition of the batch is settled in one task "
-        "(deduplication, lookup among that partition's keys, file sizing) and written in the same Spark job, after one aggregate that sizes the batch. The "
+        "(deduplication, lookup among that partition's keys, file sizing), which then writes the file groups it touched itself: one stage after the "
+        "shuffle of the incoming rows, after one aggregate that sizes the batch. The "
         "global index has to look keys up across the whole table: a Spark join, then an aggregate for file sizing, then the write, three jobs whose fixed "
         "costs dominate at this size.",
         f"- Bytes written follow the file groups touched: {touched:,} bytes for the one-partition upsert against {naive_bytes:,} for the naive rewrite.",

@@ -140,3 +140,35 @@ def test_a_nan_precombine_value_compares_as_spark_compares_it(spark, tmp_path, m
     assert (second.inserts, second.updates, second.deletes) == (0, 2, 0)
     assert [(r[0], r[3]) for r in pair.rows()] == [(1, "a-nan"), (2, "b-nan"), (3, "c")]
     assert len(spy) == 2
+
+
+def test_a_partition_task_writes_several_file_groups_at_once(tmp_path):
+    """With cores to spare (fewer partitions in the batch than cores) a partition task writes
+    its file groups on threads: every group gets its file, sequence numbers stay unique in the
+    task, and a group that fails leaves no unfinished file behind once the others stop."""
+    import pyarrow.parquet as pq
+
+    from runtime.table.files import KIND, FileWriteSpec, write_groups_task
+
+    spec = FileWriteSpec(storage_uri=str(tmp_path), storage_options=(), instant="20260101000000000", data_columns=("id", "v"), mode="groups")
+
+    def group(n: int, first: int):
+        ids = list(range(first, first + n))
+        return pa.table({"id": ids, "v": [f"v{i}" for i in ids], "_hoodie_record_key": [str(i) for i in ids], KIND: ["I"] * n})
+
+    groups = [("region=EU", f"0000000{g}-0000-0000-0000-000000000000-0", group(500, g * 1000)) for g in range(5)]
+    stats = pa.Table.from_batches(list(write_groups_task(spec, iter(groups), threads=3))).to_pylist()
+    assert sorted((s["file_id"], s["rows"], s["inserts"]) for s in stats) == [(fid, 500, 500) for _, fid, _ in groups]
+    seqnos = []
+    for s in stats:
+        written = pq.read_table(tmp_path / s["path"])
+        assert written.column("_hoodie_file_name").to_pylist() == [s["path"].rsplit("/", 1)[1]] * 500
+        seqnos += written.column("_hoodie_commit_seqno").to_pylist()
+    assert len(set(seqnos)) == 2500
+
+    broken = tmp_path / "broken"
+    spec = FileWriteSpec(storage_uri=str(broken), storage_options=(), instant="20260101000000001", data_columns=("id", "v"), mode="groups")
+    bad = group(10, 0).drop_columns(["v"])  # a data column missing: the task fails
+    with pytest.raises(KeyError):
+        list(write_groups_task(spec, iter(groups[:2] + [("region=EU", "bad-0", bad)] + groups[2:]), threads=3))
+    assert not [p.name for p in broken.rglob("*.tmp")]

@@ -261,19 +261,20 @@ def test_small_arrow_batches_are_joined_and_large_ones_pass_through_uncopied():
 
 
 def test_a_few_file_groups_go_to_as_many_write_tasks(spark):
-    """Write tasks get the rows of the file groups known on the driver in turn. Hashing the
-    file id alone put both groups of a one-partition upsert into one of its three tasks in
-    a third of tables, and that task rewrote them one after the other."""
+    """Write tasks get the rows of the file groups known on the driver in turn (and partition
+    tasks the table partitions of the batch). Hashing the file id alone put both groups of a
+    one-partition upsert into one of its three tasks in a third of tables, and that task
+    rewrote them one after the other."""
     from pyspark.sql import functions as F
 
-    from runtime.table.writer import FILE_ID, _by_file_group, _murmur3_int
+    from runtime.table.writer import FILE_ID, _in_turns, _murmur3_int
 
     values = [0, 1, -1, 7, 123456, 2**31 - 1, -2**31]
     assert [r[0] for r in spark.createDataFrame([(v,) for v in values], "v int").select(F.hash("v")).collect()] == [_murmur3_int(v) for v in values]
     for groups, tasks in ((2, 3), (3, 3), (5, 8), (9, 4)):
         ids = [f"{i:08d}-0000-0000-0000-000000000000-0" for i in range(groups)]
         rows = spark.createDataFrame([(fid, n) for fid in ids for n in range(20)], f"{FILE_ID} string, n int")
-        placed = _by_file_group(F, rows, ids, tasks).rdd.mapPartitionsWithIndex(lambda i, it: [(i, r[FILE_ID]) for r in it]).distinct().collect()
+        placed = _in_turns(F, rows, FILE_ID, ids, tasks).rdd.mapPartitionsWithIndex(lambda i, it: [(i, r[FILE_ID]) for r in it]).distinct().collect()
         per_task = {}
         for task, fid in placed:
             per_task.setdefault(task, set()).add(fid)

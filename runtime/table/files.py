@@ -12,6 +12,7 @@ Two modes:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import uuid
@@ -251,7 +252,7 @@ def _dictionary_columns(names) -> list[str]:
     return [n for n in names if n not in _NO_DICTIONARY]
 
 
-def _with_meta(batch, open_file, spec: FileWriteSpec, task_id: int, counter: list[int], carried: bool = False):
+def _with_meta(batch, open_file, spec: FileWriteSpec, task: "_Task", carried: bool = False):
     """Arrow table with the five meta columns first, then the data columns. New rows get this
     instant's commit time and a sequence number; `carried` rows (stored rows kept by a
     rewrite) keep theirs. `open_file` gives the partition and the file name the rows name
@@ -267,9 +268,9 @@ def _with_meta(batch, open_file, spec: FileWriteSpec, task_id: int, counter: lis
     if carried:
         commit_times, seqnos = batch.column("_hoodie_commit_time"), batch.column("_hoodie_commit_seqno")
     else:
-        numbers = pc.cast(pa.array(np.arange(counter[0], counter[0] + n, dtype=np.int64)), pa.string())
-        counter[0] += n
-        seqnos = pc.binary_join_element_wise(pa.scalar(f"{spec.instant}_{task_id}_"), numbers, "")
+        first = task.sequence(n)
+        numbers = pc.cast(pa.array(np.arange(first, first + n, dtype=np.int64)), pa.string())
+        seqnos = pc.binary_join_element_wise(pa.scalar(f"{spec.instant}_{task.task_id}_"), numbers, "")
         commit_times = (constant if spec.mode == "bulk" else _repeated)(spec.instant, n)
     columns = {
         "_hoodie_commit_time": commit_times,
@@ -315,18 +316,80 @@ def _arrow_schema_text(schema) -> str:
 
 
 def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
-    """The function given to mapInArrow."""
-    token, task_id = _token()
-    stats: list[tuple] = []
-    open_files: dict[str, _OpenFile] = {}
-    try:
-        _write_batches(spec, batches, token, task_id, open_files, stats)
-    except BaseException:
-        for f in open_files.values():
-            f.discard()
-        raise
-    if stats:
-        yield stats_batch(stats)
+    """The function given to mapInArrow: in groups mode the rows come sorted by file id."""
+    if spec.mode == "groups":
+        groups = ((rows.column("_hoodie_partition_path")[0].as_py(), file_id, rows)
+                  for file_id, rows in runs(_coalesced(batches, BATCH_BYTES), FILE_ID))
+        yield from write_groups_task(spec, groups)
+        return
+    task = _Task()
+    with task.files_discarded_on_failure():
+        _write_bulk(spec, batches, task)
+    if task.stats:
+        yield stats_batch(task.stats)
+
+
+def write_groups_task(spec: FileWriteSpec, groups: Iterator, threads: int = 1) -> Iterator:
+    """Writes each of `groups` (partition, file id, its rows as an Arrow table with the kind
+    column) as its file group's new base file, or new log file, and yields the stats rows.
+    With `threads` > 1 up to that many groups are written at once: pyarrow's reading, merging
+    and encoding run outside the GIL, so the cores the task's executor has spare do the work
+    (partition_upsert: a batch of fewer partitions than cores)."""
+    task = _Task()
+    with task.files_discarded_on_failure():
+        if threads <= 1:
+            for partition, file_id, rows in groups:
+                task.stats.append(_write_group(spec, partition, file_id, rows, task))
+        else:
+            _write_groups_at_once(spec, groups, task, threads)
+    if task.stats:
+        yield stats_batch(task.stats)
+
+
+def _write_groups_at_once(spec: FileWriteSpec, groups: Iterator, task: "_Task", threads: int) -> None:
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="pipe-group") as pool:
+        pending: set = set()
+        try:
+            for partition, file_id, rows in groups:
+                if len(pending) >= threads:  # at most `threads` groups' rows held at once
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    task.stats.extend(f.result() for f in done)
+                pending.add(pool.submit(_write_group, spec, partition, file_id, rows, task))
+        finally:
+            done, pending = wait(pending)  # every thread has stopped before a failure discards files
+        task.stats.extend(f.result() for f in done)
+
+
+class _Task:
+    """What one write task shares across the files it writes: its write token, its commit
+    sequence numbers, its open files (discarded if it fails) and its stats rows."""
+
+    def __init__(self):
+        import threading
+
+        self.token, self.task_id = _token()
+        self.open_files: dict[str, _OpenFile] = {}
+        self.stats: list[tuple] = []
+        self.known: set[str] = set()  # partitions whose metadata file this task has made sure of
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def sequence(self, n: int) -> int:
+        """The first of n sequence numbers for new rows (_hoodie_commit_seqno), unique in the task."""
+        with self._lock:
+            start, self._next = self._next, self._next + n
+        return start
+
+    @contextlib.contextmanager
+    def files_discarded_on_failure(self):
+        try:
+            yield
+        except BaseException:
+            for f in list(self.open_files.values()):
+                f.discard()
+            raise
 
 
 def stats_batch(stats: list[tuple]):
@@ -337,31 +400,26 @@ def stats_batch(stats: list[tuple]):
     return pa.RecordBatch.from_pylist([dict(zip(_STATS_FIELDS, r)) for r in stats], schema=pa.schema(list(zip(_STATS_FIELDS, types))))
 
 
-def _write_batches(spec: FileWriteSpec, batches: Iterator, token: str, task_id: int, open_files: dict, stats: list) -> None:
-    """Writes the task's rows into files; appends a stats row per file closed."""
-    counter = [0]
-    known: set[str] = set()  # partitions whose metadata file this task has made sure of
-    if spec.mode == "groups":
-        for file_id, rows in runs(_coalesced(batches, BATCH_BYTES), FILE_ID):
-            partition = rows.column("_hoodie_partition_path")[0].as_py()
-            stats.append(_write_group(spec, partition, file_id, rows, token, task_id, counter, open_files, known))
-        return
+def _write_bulk(spec: FileWriteSpec, batches: Iterator, task: _Task) -> None:
+    """Bulk mode: a file group per partition path the task sees, rolled over by size; appends
+    a stats row per file closed."""
+    open_files = task.open_files
     derived = spec.derived
-    for batch in _coalesced(batches, BATCH_BYTES):  # bulk: a file group per partition path, rolled over by size
+    for batch in _coalesced(batches, BATCH_BYTES):
         if derived is not None:
             batch = derived.with_key(batch)
         pieces = derived.split(batch) if derived is not None and derived.partition_fields is not None else _split_by_partition(batch)
         for value, piece in pieces:
             current = open_files.get(value)
             if current is None:
-                current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", token, known)
-            current.write(_with_meta(piece, current, spec, task_id, counter))
+                current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", task.token, task.known)
+            current.write(_with_meta(piece, current, spec, task))
             if current.bytes_so_far() >= spec.max_file_size:
-                stats.append(_all_inserts(current.close()))
+                task.stats.append(_all_inserts(current.close()))
                 del open_files[value]
         _keep_within_budget(open_files)
     for key in list(open_files):
-        stats.append(_all_inserts(open_files.pop(key).close()))
+        task.stats.append(_all_inserts(open_files.pop(key).close()))
 
 
 def _all_inserts(stat: tuple) -> tuple:
@@ -390,8 +448,7 @@ def runs(batches: Iterator, column: str) -> Iterator:
         yield current, pa.Table.from_batches(pieces)
 
 
-def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token: str, task_id: int, counter: list[int], open_files: dict,
-                 known: set[str]) -> tuple:
+def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: _Task) -> tuple:
     """A file group's new base file: its stored rows (those of the current base file whose
     keys the incoming rows do not replace or delete, when merging) and then the incoming
     rows. Returns the stats row, with counts of inserts, updates and deletes; its path is ""
@@ -409,14 +466,14 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token:
     log = spec.log_groups.get(f"{partition}/{file_id}") if not counts[0] else None
     if log is not None:
         try:
-            return _write_log(spec, partition, file_id, rows, log, token, task_id, counter, known)
+            return _write_log(spec, partition, file_id, rows, log, task)
         except LogSchemaMismatch:
             pass  # the base file's columns no longer fit the table's: the group is rewritten whole below
     if spec.merge:
         replaced = pc.unique(rows.column("_hoodie_record_key"))
     if KIND in rows.column_names:
         rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
-    out = open_files[file_id] = _OpenFile(spec, partition, file_id, token, known)
+    out = task.open_files[file_id] = _OpenFile(spec, partition, file_id, task.token, task.known)
     if log is not None and log.log_paths:  # merge-on-read: the slice as readers see it, base and logs merged
         stored_rows = _merged_batches(out.storage, spec.merge_spec, base, log.log_paths, rows.schema)
     else:
@@ -425,11 +482,11 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, token:
         if spec.merge:
             stored = stored.filter(pc.invert(pc.is_in(stored.column("_hoodie_record_key"), value_set=replaced)))
         if stored.num_rows:
-            out.write(_with_meta(stored, out, spec, task_id, counter, carried=True))
+            out.write(_with_meta(stored, out, spec, task, carried=True))
     for batch in rows.to_batches(max_chunksize=1 << 16):
         if batch.num_rows:
-            out.write(_with_meta(batch, out, spec, task_id, counter))
-    del open_files[file_id]
+            out.write(_with_meta(batch, out, spec, task))
+    del task.open_files[file_id]
     if not out.rows:
         out.discard()
         return (file_id, partition, "", 0, 0, *counts)
@@ -442,8 +499,7 @@ class _LogRows:
     name: str  # log rows carry the file id as _hoodie_file_name (HUDI_FORMAT 4.1)
 
 
-def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: LogTarget, token: str, task_id: int, counter: list[int],
-               known: set[str]) -> tuple:
+def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: LogTarget, task: _Task) -> tuple:
     """A merge-on-read group's updates and deletes as one new log file of its slice: a
     Parquet data block in the base file's exact Arrow schema, then a delete block. The file
     is written once, complete, and never appended to. Returns its stats row."""
@@ -460,12 +516,12 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
     if log.base_path is None:  # a log-only slice (Java makes them): its logs get a base file
         raise LogSchemaMismatch(f"file group {file_id} has no base file")
     if updates.num_rows:
-        table = _with_meta(updates, _LogRows(partition, file_id), spec, task_id, counter)
+        table = _with_meta(updates, _LogRows(partition, file_id), spec, task)
         table = _conform(table, parquet_schema(storage, log.base_path, log.base_size), log.base_path)
         blocks.append(logfile.parquet_block(spec.instant, spec.log_schema, table))
     if deletes.num_rows:
         blocks.append(logfile.typed_delete_block(spec.instant, _delete_records(deletes, partition, spec.ordering_field)))
-    name = logfile.LogFileName(file_id, log.base_instant, log.version, token).name
+    name = logfile.LogFileName(file_id, log.base_instant, log.version, task.token).name
     rel = f"{partition}/{name}" if partition else name
     data = b"".join(logfile.encode_block(b) for b in blocks)
     _put_once(storage, rel, data, spec.instant)

@@ -1,17 +1,21 @@
-"""Upserts and deletes with `index: partition`, decided partition by partition inside tasks.
+"""Upserts and deletes with `index: partition`, decided and written partition by partition
+inside tasks.
 
 With the partition index a key is unique within its partition only, so everything about a
 partition's incoming rows can be settled by one task that sees all of them:
 
-    incoming rows --shuffle by partition path--> tag_task: deduplicate (the largest
-    precombine value wins, then the later row), look the keys up among the keys of the
-    partition's latest file slices, drop rows older than the stored ones, route inserts to
-    small files and new file groups --shuffle by file id--> files.write_task (groups mode)
+    incoming rows --shuffle by partition path--> tag_and_write_task: deduplicate (the
+    largest precombine value wins, then the later row), look the keys up among the keys of
+    the partition's latest file slices, drop rows older than the stored ones, route inserts
+    to small files and new file groups; then write every file group touched
+    (files.write_groups_task), several at once when the executor has cores to spare
 
-That is one Spark job with no join and no summary job: the general path (writer.write)
-deduplicates and joins in Spark, then counts inserts per partition on the driver before it
-can plan file groups. writer.write takes this path when every partition of the batch fits a
-task: at most PARTITION_TASK_ROWS incoming rows and PARTITION_TASK_BYTES of stored files.
+That is one Spark stage after the shuffle, with no join and no summary job: the general path
+(writer.write) deduplicates and joins in Spark, then counts inserts per partition on the
+driver before it can plan file groups, and shuffles the rows again by file group. The rows
+to write never leave the task that decided them. writer.write takes this path when every
+partition of the batch fits a task: at most PARTITION_TASK_ROWS incoming rows and
+PARTITION_TASK_BYTES of stored files.
 
 The decisions are the general path's, row for row: the same winner within the batch, the same
 stale rule (a null precombine value loses to a stored one), the same file sizing."""
@@ -22,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
-from runtime.table.files import FILE_ID, KIND, runs
+from runtime.table.files import KIND, runs
 from runtime.table.layout import FileSlice
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
@@ -36,7 +40,7 @@ PARTITION_TASK_BYTES = 1 << 30
 
 @dataclass(frozen=True)
 class TagSpec:
-    """What tag_task needs, picklable."""
+    """What tag_and_write_task needs to settle a partition's rows, picklable."""
 
     instant: str
     slices: dict[str, tuple[FileSlice, ...]]  # partition path -> its latest file slices
@@ -67,19 +71,34 @@ def new_file_id(instant: str, partition: str, n: int) -> str:
     return f"{uuid.uuid5(uuid.NAMESPACE_URL, f'pipe:{instant}/{partition}/{n}')}-0"
 
 
-def tag_task(spec: TagSpec, batches: Iterator) -> Iterator:
+def tag_and_write_task(spec: TagSpec, write_spec, threads: int, batches: Iterator) -> Iterator:
     """The function given to mapInArrow: incoming rows sorted by partition path in; out, the
-    rows to write, each with its file id and kind (I, U, D), without the delete flag and the
-    arrival order."""
+    stats rows of the files written (files.STATS_SCHEMA). `write_spec`: a files.FileWriteSpec
+    in groups mode naming the base files of the batch's partitions; `threads`: how many
+    groups the task may write at once."""
+    from runtime.table.files import write_groups_task
+
+    yield from write_groups_task(write_spec, _groups(spec, batches), threads)
+
+
+def _groups(spec: TagSpec, batches: Iterator) -> Iterator:
+    """(partition, file id, rows to write) per file group touched, partition by partition."""
+    import pyarrow as pa
+
     from runtime.storage import StorageSpec, open_storage
 
     storage = open_storage(StorageSpec(spec.stored.storage_uri, spec.stored.storage_options))
     for partition, rows in runs(batches, PART):
-        yield from tag_partition(spec, storage, partition, rows)
+        pieces: dict[str, list] = {}
+        for file_id, table in tag_partition(spec, storage, partition, rows):
+            pieces.setdefault(file_id, []).append(table)
+        for file_id, tables in pieces.items():  # a small file may take updates and inserts: in key order
+            yield partition, file_id, pa.concat_tables(tables).sort_by(KEY) if len(tables) > 1 else tables[0]
 
 
 def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
-    """One partition's incoming rows (an Arrow table) as record batches to write."""
+    """One partition's incoming rows (an Arrow table) settled: (file id, rows to write with
+    their kind, I, U or D) per file group, updates first, then inserts."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -90,7 +109,6 @@ def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
     rows = last_per_key(rows.combine_chunks(), KEY, order + [SEQ])  # one row per key, in key order
     keys = rows.column(KEY)
     found = np.zeros(rows.num_rows, dtype=bool)
-    out = []
     slices = spec.slices.get(partition, ())
     for s in slices:
         stored = _stored_keys(spec, storage, s)
@@ -107,13 +125,11 @@ def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
             updates = updates.filter(pc.fill_null(pc.or_kleene(pc.is_null(old), newer_or_equal(new, old)), False))
         if updates.num_rows:
             kinds = pc.if_else(updates.column(DELETE), pa.scalar("D"), pa.scalar("U"))
-            out.append(_to_write(updates, s.file_id, kinds))
+            yield s.file_id, _to_write(updates, kinds)
     inserts = rows.filter(pa.array(~found))
     inserts = inserts.filter(pc.invert(inserts.column(DELETE)))  # a delete of an unknown key does nothing
     if inserts.num_rows:
-        out.extend(_route_inserts(spec, partition, slices, inserts))
-    for table in out:
-        yield from table.to_batches()
+        yield from _route_inserts(spec, partition, slices, inserts)
 
 
 def newer_or_equal(new, old):
@@ -148,16 +164,14 @@ def _stored_keys(spec: TagSpec, storage, s: FileSlice):
     return pa.Table.from_batches([b.select(columns) for b in batches], schema=schema).combine_chunks()
 
 
-def _to_write(rows, file_id: str, kinds):
-    import pyarrow as pa
-
-    rows = rows.drop_columns([DELETE, SEQ])
-    return rows.append_column(FILE_ID, pa.repeat(pa.scalar(file_id), rows.num_rows)).append_column(KIND, kinds)
+def _to_write(rows, kinds):
+    return rows.drop_columns([DELETE, SEQ]).append_column(KIND, kinds)
 
 
-def _route_inserts(spec: TagSpec, partition: str, slices, inserts) -> list:
-    """Inserts fill the partition's small files, then new file groups (writer.plan_buckets),
-    in key order: the same rows go to the same groups if the task runs again."""
+def _route_inserts(spec: TagSpec, partition: str, slices, inserts) -> Iterator:
+    """(file id, rows) per group taking inserts: they fill the partition's small files, then
+    new file groups (writer.plan_buckets), in key order, so the same rows go to the same groups
+    if the task runs again."""
     import pyarrow as pa
 
     from runtime.table.writer import plan_buckets
@@ -165,9 +179,7 @@ def _route_inserts(spec: TagSpec, partition: str, slices, inserts) -> list:
     n = inserts.num_rows
     ids = iter(range(1 << 30))
     buckets = plan_buckets({partition: n}, list(slices), spec, spec.record_size, new_id=lambda: new_file_id(spec.instant, partition, next(ids)))
-    out = []
     for b in buckets:
         start, end = round(b.lo * n), round(b.hi * n)
         if end > start:
-            out.append(_to_write(inserts.slice(start, end - start), b.file_id, pa.repeat(pa.scalar("I"), end - start)))
-    return out
+            yield b.file_id, _to_write(inserts.slice(start, end - start), pa.repeat(pa.scalar("I"), end - start))

@@ -20,15 +20,14 @@ from runtime.table import reader as _reader
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import CONTROL, CONTROL_PATTERN, DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
-from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError
+from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, avro_schema_json
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
 _DELETE = "_pipe_delete"  # the row deletes its key
 _SEQ = "_pipe_seq"  # arrival order: the tie-breaker among equal precombine values
 _OLD_PART, _OLD_FILE, _OLD_ORDER = "_pipe_old_partition", "_pipe_old_file", "_pipe_old_order"
 _KIND = KIND
-_TASK = "_pipe_task"  # which write task takes a file group's rows
-# up to this many known file groups get a task each in turn; beyond, Spark's hash spreads them
+# up to this many known file groups (or partitions) get a task each in turn; beyond, Spark's hash spreads them
 _SPREAD_GROUPS = 512
 
 OPERATION_TYPES = {
@@ -265,7 +264,18 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
                       ordering_field: str | None = None, merge_spec=None, derived: Derived | None = None):
     """Executors write every file group's new base file (or, for `log_groups`, a new log file
     of its slice); returns the stats rows."""
-    spec = FileWriteSpec(
+    spec = file_write_spec(storage, instant, data_columns, opts, mode, merge, base_files, log_groups, log_schema, ordering_field, merge_spec, derived)
+
+    def run(batches):
+        return write_task(spec, batches)
+
+    return rows.mapInArrow(run, STATS_SCHEMA).collect()
+
+
+def file_write_spec(storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
+                    base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = "",
+                    ordering_field: str | None = None, merge_spec=None, derived: Derived | None = None) -> FileWriteSpec:
+    return FileWriteSpec(
         storage_uri=storage.spec.uri,
         storage_options=storage.spec.options,
         instant=instant,
@@ -280,11 +290,6 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
         merge_spec=merge_spec,
         derived=derived,
     )
-
-    def run(batches):
-        return write_task(spec, batches)
-
-    return rows.mapInArrow(run, STATS_SCHEMA).collect()
 
 
 
@@ -310,7 +315,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from runtime.table.schema import avro_schema_json, merge_schemas
+    from runtime.table.schema import merge_schemas
 
     config, storage = table.config, table.storage
     if opts.operation == "delete_partition":
@@ -414,31 +419,38 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
 
 
 def _write_changes(spark, table, timeline, changes, instant: str, struct, data_columns: list[str], opts: WriteOptions,
-                   existing: dict[tuple[str, str], FileSlice], groups, log_groups: dict[str, LogTarget], merge: bool, tasks: int,
-                   typed: bool = False) -> StagedWrite:
+                   existing: dict[tuple[str, str], FileSlice], groups, log_groups: dict[str, LogTarget], merge: bool, tasks: int) -> StagedWrite:
     """Step 4 of an upsert, insert or delete: `changes` (rows with their file id and kind) are
     shuffled, every file group to one task, and written; `groups` are the stored groups
     (partition, file id) the tasks may rewrite, `log_groups` the merge-on-read groups whose
-    updates and deletes go to a log file instead; `typed`: `changes` has the table's data
-    columns in order and types already. Returns what to commit."""
+    updates and deletes go to a log file instead. Returns what to commit."""
     from pyspark.sql import functions as F
 
-    from runtime.table.schema import avro_schema_json
+    changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
+    changes = _in_turns(F, changes, FILE_ID, sorted({fid for _, fid in groups}), tasks).sortWithinPartitions(FILE_ID, KEY)
+    spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, groups, log_groups, merge)
+    written = changes.mapInArrow(lambda batches: write_task(spec, batches), STATS_SCHEMA).collect()
+    return _staged(table, written, instant, struct, existing, log_groups)
+
+
+def _groups_spec(table, timeline, instant: str, struct, data_columns: list[str], opts: WriteOptions, existing: dict[tuple[str, str], FileSlice],
+                 groups, log_groups: dict[str, LogTarget], merge: bool) -> FileWriteSpec:
+    """What the tasks rewriting `groups` need. Each task reads the base files of the groups it
+    rewrites itself (Hudi's merge handle): only the incoming rows are shuffled."""
+    config, storage = table.config, table.storage
+    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups
+                  if (p, fid) in existing and existing[(p, fid)].base_file is not None}
+    return file_write_spec(storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
+                           log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
+                           ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None,
+                           merge_spec=_reader.merge_spec(storage, with_meta_struct(struct), timeline, config) if log_groups else None)
+
+
+def _staged(table, written, instant: str, struct, existing: dict[tuple[str, str], FileSlice], log_groups: dict[str, LogTarget]) -> StagedWrite:
+    """The write stats and counts of the files groups-mode tasks wrote (their stats rows)."""
     from runtime.table.timeline import WriteStat
 
     config, storage = table.config, table.storage
-    # each task reads the base files of the groups it rewrites itself (Hudi's merge handle):
-    # only the incoming rows are shuffled
-    base_files = {f"{p}/{fid}": existing[(p, fid)].base_file.path for (p, fid) in groups
-                  if (p, fid) in existing and existing[(p, fid)].base_file is not None}
-    if not typed:
-        changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
-    changes = _by_file_group(F, changes, sorted({fid for _, fid in groups}), tasks).sortWithinPartitions(FILE_ID, KEY)
-    written = write_file_groups(spark, changes, storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
-                                log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
-                                ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None,
-                                merge_spec=_reader.merge_spec(storage, with_meta_struct(struct), timeline, config) if log_groups else None)
-
     stats, counts = [], WriteCounts()
     for fid, part, path, nrows, size, i, u, d in written:
         if not path:  # every row of the group was deleted: an empty base file hides its old rows
@@ -460,21 +472,21 @@ def _write_changes(spark, table, timeline, changes, instant: str, struct, data_c
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct, log_prefixes=prefixes)
 
 
-def _by_file_group(F, changes, file_ids: list[str], tasks: int):
-    """`changes` shuffled into `tasks` partitions, every file group's rows in one. Hashing the
-    file id alone can put two of a few groups in one task, which then rewrites them one after
-    the other while a core idles; so each of `file_ids` (the groups known on the driver) gets
-    a value that Spark's hash partitioning sends to the next task in turn (`spread_values`).
-    Other groups (new ones named by the tasks of a partition-index upsert) are hashed."""
-    if not file_ids or len(file_ids) > _SPREAD_GROUPS:
-        return changes.repartition(tasks, FILE_ID)
+def _in_turns(F, df, column: str, values: list[str], tasks: int):
+    """`df` shuffled into `tasks` partitions, all rows of a `column` value in one. Hashing the
+    value alone can put two of a few file groups (or table partitions) in one task, which then
+    works through them one after the other while a core idles; so each of `values` (those
+    known on the driver) gets a number that Spark's hash partitioning sends to the next task
+    in turn (`spread_values`). Beyond _SPREAD_GROUPS values, and for a value not among them,
+    Spark's hash decides."""
+    if not values or len(values) > _SPREAD_GROUPS:
+        return df.repartition(tasks, column)
     import json
 
-    values = spread_values(tasks)
-    # one literal, folded once by the optimizer, instead of two py4j calls per group
-    turns = F.from_json(F.lit(json.dumps({fid: values[i % tasks] for i, fid in enumerate(file_ids)})), "map<string,int>")
-    task = F.coalesce(F.try_element_at(turns, F.col(FILE_ID)), F.hash(F.col(FILE_ID)))
-    return changes.withColumn(_TASK, task).repartition(tasks, _TASK).drop(_TASK)
+    numbers = spread_values(tasks)
+    # one literal, folded once by the optimizer, instead of two py4j calls per value
+    turns = F.from_json(F.lit(json.dumps({v: numbers[i % tasks] for i, v in enumerate(values)})), "map<string,int>")
+    return df.repartition(tasks, F.coalesce(F.try_element_at(turns, F.col(column)), F.hash(F.col(column))))
 
 
 def spread_values(tasks: int) -> list[int]:
@@ -512,7 +524,7 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
                          data_columns: list[str], partitions: dict[str, int]) -> StagedWrite:
     """An upsert or delete with `index: partition` whose partitions each fit a task
     (partition_upsert.py): deduplication, lookup, stale rows and insert routing happen in one
-    task per partition, and the write follows in the same Spark job."""
+    task per partition, which then writes the file groups it touched."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -521,7 +533,7 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
     ordering = config.precombine_field if config.precombine_field and config.precombine_field in rows.columns else None
     # stored keys are read with the meta columns and the precombine field only
     narrow = with_meta_struct(T.StructType([f for f in (stored_struct or struct).fields if f.name == config.precombine_field]))
-    spec = _partition_upsert.TagSpec(
+    tag_spec = _partition_upsert.TagSpec(
         instant=instant,
         slices={p: tuple(s for s in mine if s.partition == p) for p in partitions},
         stored=_reader.merge_spec(table.storage, narrow, timeline, config),
@@ -530,15 +542,26 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
         small_file_limit=opts.small_file_limit,
         record_size=table.record_size_estimate(opts.record_size_estimate, timeline),
     )
-    out = T.StructType(list(struct.fields) + [T.StructField(c, T.StringType(), True) for c in (KEY, PART, FILE_ID, _KIND)])
-    parallelism = spark.sparkContext.defaultParallelism
-    incoming = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART, _DELETE, _SEQ)
-    incoming = incoming.repartition(max(1, min(len(partitions), parallelism * 4)), PART).sortWithinPartitions(PART)
-    changes = incoming.mapInArrow(lambda batches: _partition_upsert.tag_task(spec, batches), out)
     existing = {(s.partition, s.file_id): s for s in mine}
     log_groups = _log_targets(set(existing), existing) if config.table_type == MERGE_ON_READ else {}
-    return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
-                          max(1, min(len(mine) + len(partitions), parallelism * 4)), typed=True)
+    write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
+    tasks = max(1, min(len(partitions), spark.sparkContext.defaultParallelism * 4))
+    threads = _threads_per_task(spark, tasks)
+    incoming = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART, _DELETE, _SEQ)
+    incoming = _in_turns(F, incoming, PART, sorted(partitions), tasks).sortWithinPartitions(PART)
+    written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches),
+                                  STATS_SCHEMA).collect()
+    return _staged(table, written, instant, struct, existing, log_groups)
+
+
+def _threads_per_task(spark, tasks: int) -> int:
+    """How many file groups a partition task writes at once: with fewer tasks than cores, the
+    idle cores of its executor. A local master's one executor has them all; elsewhere an
+    executor has spark.executor.cores (taken as 1 when unset)."""
+    sc = spark.sparkContext
+    parallelism = sc.defaultParallelism
+    per_executor = parallelism if sc.master.startswith("local") else int(sc.getConf().get("spark.executor.cores", "1"))
+    return max(1, min(per_executor, parallelism // tasks))
 
 
 def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:
@@ -593,8 +616,6 @@ def with_meta_struct(struct):
 
 def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, data_columns: list[str]) -> StagedWrite:
     from pyspark.sql import functions as F
-
-    from runtime.table.schema import avro_schema_json
 
     config = table.config
     rows = rows.where(~F.col(_DELETE))  # a delete has nothing to insert
@@ -671,8 +692,6 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
     a delete is absent, exactly as an upsert of the batch into an empty table would leave it."""
     from pyspark.sql import functions as F
 
-    from runtime.table.schema import avro_schema_json
-
     config = table.config
     if opts.combine_before_insert and config.record_key_fields:
         rows = dedupe(rows, config, opts)
@@ -705,8 +724,6 @@ def _delete_partitions(table, opts: WriteOptions, slices: list[FileSlice], store
     """delete_partition writes no file: its replacecommit hides every live file group of the
     matching partitions (Table.write has checked that each pattern matches). The commit still
     carries the table's schema: hudi-rs takes it from the latest commit."""
-    from runtime.table.schema import avro_schema_json
-
     matched, _ = match_partitions(opts.partitions_to_delete, {s.partition for s in slices})
     replaced = _replaced_ids(s for s in slices if s.partition in matched)
     return StagedWrite([], WriteCounts(), avro_schema_json(stored_struct, table.config.name), stored_struct, replaced)
