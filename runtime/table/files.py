@@ -252,7 +252,7 @@ def _dictionary_columns(names) -> list[str]:
     return [n for n in names if n not in _NO_DICTIONARY]
 
 
-def _with_meta(batch, open_file, spec: FileWriteSpec, task: "_Task", carried: bool = False):
+def _with_meta(batch, open_file, spec: FileWriteSpec, task: _Task, carried: bool = False):
     """Arrow table with the five meta columns first, then the data columns. New rows get this
     instant's commit time and a sequence number; `carried` rows (stored rows kept by a
     rewrite) keep theirs. `open_file` gives the partition and the file name the rows name
@@ -346,7 +346,7 @@ def write_groups_task(spec: FileWriteSpec, groups: Iterator, threads: int = 1) -
         yield stats_batch(task.stats)
 
 
-def _write_groups_at_once(spec: FileWriteSpec, groups: Iterator, task: "_Task", threads: int) -> None:
+def _write_groups_at_once(spec: FileWriteSpec, groups: Iterator, task: _Task, threads: int) -> None:
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     with ThreadPoolExecutor(threads, thread_name_prefix="pipe-group") as pool:

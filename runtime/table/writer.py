@@ -259,12 +259,9 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 # --- 4. write_file_groups ----------------------------------------------------------------------
 
 
-def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
-                      base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = "",
-                      ordering_field: str | None = None, merge_spec=None, derived: Derived | None = None):
-    """Executors write every file group's new base file (or, for `log_groups`, a new log file
-    of its slice); returns the stats rows."""
-    spec = file_write_spec(storage, instant, data_columns, opts, mode, merge, base_files, log_groups, log_schema, ordering_field, merge_spec, derived)
+def write_file_groups(rows, spec: FileWriteSpec):
+    """Executors write every file group's new base file (or, for the spec's `log_groups`, a new
+    log file of its slice); returns the stats rows."""
 
     def run(batches):
         return write_task(spec, batches)
@@ -275,6 +272,7 @@ def write_file_groups(spark, rows, storage, instant: str, data_columns: list[str
 def file_write_spec(storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
                     base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = "",
                     ordering_field: str | None = None, merge_spec=None, derived: Derived | None = None) -> FileWriteSpec:
+    """What the write tasks need (files.FileWriteSpec) for a write of `opts` to `storage`."""
     return FileWriteSpec(
         storage_uri=storage.spec.uri,
         storage_options=storage.spec.options,
@@ -290,7 +288,6 @@ def file_write_spec(storage, instant: str, data_columns: list[str], opts: WriteO
         merge_spec=merge_spec,
         derived=derived,
     )
-
 
 
 # --- the write path, top to bottom -----------------------------------------------------------
@@ -428,8 +425,7 @@ def _write_changes(spark, table, timeline, changes, instant: str, struct, data_c
 
     changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
     changes = _in_turns(F, changes, FILE_ID, sorted({fid for _, fid in groups}), tasks).sortWithinPartitions(FILE_ID, KEY)
-    spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, groups, log_groups, merge)
-    written = changes.mapInArrow(lambda batches: write_task(spec, batches), STATS_SCHEMA).collect()
+    written = write_file_groups(changes, _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, groups, log_groups, merge))
     return _staged(table, written, instant, struct, existing, log_groups)
 
 
@@ -629,7 +625,7 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
     derived = _derived(config, struct) if mode == "NONE" else None
     shipped = [c for c, computed in ((KEY, derived and derived.key_field), (PART, derived and derived.partition_fields is not None)) if not computed]
     out = rows.select(*_data_select(F, rows, struct, data_columns), *shipped)
-    stats, counts = _new_file_stats(write_file_groups(spark, out, table.storage, instant, data_columns, opts, "bulk", derived=derived))
+    stats, counts = _new_file_stats(write_file_groups(out, file_write_spec(table.storage, instant, data_columns, opts, "bulk", derived=derived)))
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
 
 
@@ -706,7 +702,7 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
         out = routed.select(*_data_select(F, routed, struct, data_columns), KEY, PART, FILE_ID)
         n = max(1, min(len(buckets), spark.sparkContext.defaultParallelism * 4))
         out = out.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)  # a group's rows in one run
-        stats, totals = _new_file_stats(write_file_groups(spark, out, table.storage, instant, data_columns, opts, "groups"))
+        stats, totals = _new_file_stats(write_file_groups(out, file_write_spec(table.storage, instant, data_columns, opts, "groups")))
     return StagedWrite(stats, totals, avro_schema_json(struct, config.name), struct, replaced)
 
 
