@@ -97,7 +97,14 @@ def test_partition_tasks_write_what_the_general_path_writes(spark, tmp_path, mon
 
 
 @pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
-def test_partition_tasks_fill_small_files_then_open_groups_like_the_general_path(spark, tmp_path, monkeypatch, spy, table_type):
+@pytest.mark.parametrize("written_by", ["partition tasks", "write tasks"])
+def test_partition_tasks_fill_small_files_then_open_groups_like_the_general_path(spark, tmp_path, monkeypatch, spy, table_type, written_by):
+    """Partition tasks write the groups they touched themselves (on local[2], a batch of one
+    partition on two threads); on a cluster with fewer partitions than cores they hand the
+    rows to write tasks after a shuffle by file id instead. Both write what the general path
+    writes."""
+    if written_by == "write tasks":
+        monkeypatch.setattr(writer, "_partition_task_threads", lambda spark, tasks: None)
     # about 40 rows a file: inserts fill the small file first, then new groups open
     pair = Pair(spark, tmp_path, monkeypatch, table_type, max_file_size=40 * 64, small_file_limit=30 * 64, record_size_estimate=64)
     pair.write([(i, "EU", 1, f"v{i}") for i in range(10)])
@@ -140,6 +147,15 @@ def test_a_nan_precombine_value_compares_as_spark_compares_it(spark, tmp_path, m
     assert (second.inserts, second.updates, second.deletes) == (0, 2, 0)
     assert [(r[0], r[3]) for r in pair.rows()] == [(1, "a-nan"), (2, "b-nan"), (3, "c")]
     assert len(spy) == 2
+
+
+def test_partition_tasks_write_on_threads_only_with_cores_to_spare():
+    threads = writer.partition_task_threads
+    assert [threads("local[4]", 4, None, n) for n in (1, 2, 3, 4, 9)] == [4, 2, 1, 1, 1]
+    assert threads("local[16]", 16, None, 1) == writer.MAX_GROUP_THREADS  # several steps may run at once
+    assert threads("local[4]", 4, "1g", 1) == 1  # one Python worker's memory cap for all its threads
+    # a cluster: fewer tasks than cores hand their rows to write tasks all over it
+    assert threads("spark://host:7077", 64, None, 64) == 1 and threads("yarn", 64, None, 3) is None
 
 
 def test_a_partition_task_writes_several_file_groups_at_once(tmp_path):

@@ -155,19 +155,18 @@ def _token() -> tuple[str, int]:
 
 
 class _OpenFile:
-    def __init__(self, spec: FileWriteSpec, partition: str, file_id: str, token: str, known_partitions: set[str]):
-        from runtime.storage import StorageSpec, open_storage
+    def __init__(self, spec: FileWriteSpec, partition: str, file_id: str, task: _Task):
         from runtime.table.layout import ensure_partition_metadata
 
         self.spec = spec
         self.partition = partition
         self.file_id = file_id
-        self.name = f"{file_id}_{token}_{spec.instant}.parquet"
+        self.name = f"{file_id}_{task.token}_{spec.instant}.parquet"
         self.rel_path = f"{partition}/{self.name}" if partition else self.name
-        self.storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
-        if partition not in known_partitions:  # checked once per partition by a task
+        self.storage = task.storage
+        if partition not in task.known:  # checked once per partition by a task
             ensure_partition_metadata(self.storage, partition, spec.instant)
-            known_partitions.add(partition)
+            task.known.add(partition)
         self.final = None
         if hasattr(self.storage, "root"):
             # local: written beside its final place under a hidden name, renamed when complete
@@ -322,7 +321,7 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
                   for file_id, rows in runs(_coalesced(batches, BATCH_BYTES), FILE_ID))
         yield from write_groups_task(spec, groups)
         return
-    task = _Task()
+    task = _Task(spec)
     with task.files_discarded_on_failure():
         _write_bulk(spec, batches, task)
     if task.stats:
@@ -335,7 +334,7 @@ def write_groups_task(spec: FileWriteSpec, groups: Iterator, threads: int = 1) -
     With `threads` > 1 up to that many groups are written at once: pyarrow's reading, merging
     and encoding run outside the GIL, so the cores the task's executor has spare do the work
     (partition_upsert: a batch of fewer partitions than cores)."""
-    task = _Task()
+    task = _Task(spec)
     with task.files_discarded_on_failure():
         if threads <= 1:
             for partition, file_id, rows in groups:
@@ -353,7 +352,7 @@ def _write_groups_at_once(spec: FileWriteSpec, groups: Iterator, task: _Task, th
         pending: set = set()
         try:
             for partition, file_id, rows in groups:
-                if len(pending) >= threads:  # at most `threads` groups' rows held at once
+                if len(pending) >= threads:  # at most `threads` groups written at once
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     task.stats.extend(f.result() for f in done)
                 pending.add(pool.submit(_write_group, spec, partition, file_id, rows, task))
@@ -363,12 +362,17 @@ def _write_groups_at_once(spec: FileWriteSpec, groups: Iterator, task: _Task, th
 
 
 class _Task:
-    """What one write task shares across the files it writes: its write token, its commit
-    sequence numbers, its open files (discarded if it fails) and its stats rows."""
+    """What one write task shares across the files it writes: its write token, its storage
+    client, its commit sequence numbers, its open files (discarded if it fails) and its stats
+    rows. Made on the task's own thread: the storage client is built there once (boto3 builds
+    clients unsafely from several threads; a client is safe to share)."""
 
-    def __init__(self):
+    def __init__(self, spec: FileWriteSpec):
         import threading
 
+        from runtime.storage import StorageSpec, open_storage
+
+        self.storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
         self.token, self.task_id = _token()
         self.open_files: dict[str, _OpenFile] = {}
         self.stats: list[tuple] = []
@@ -412,7 +416,7 @@ def _write_bulk(spec: FileWriteSpec, batches: Iterator, task: _Task) -> None:
         for value, piece in pieces:
             current = open_files.get(value)
             if current is None:
-                current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", task.token, task.known)
+                current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", task)
             current.write(_with_meta(piece, current, spec, task))
             if current.bytes_so_far() >= spec.max_file_size:
                 task.stats.append(_all_inserts(current.close()))
@@ -473,7 +477,7 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
         replaced = pc.unique(rows.column("_hoodie_record_key"))
     if KIND in rows.column_names:
         rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
-    out = task.open_files[file_id] = _OpenFile(spec, partition, file_id, task.token, task.known)
+    out = task.open_files[file_id] = _OpenFile(spec, partition, file_id, task)
     if log is not None and log.log_paths:  # merge-on-read: the slice as readers see it, base and logs merged
         stored_rows = _merged_batches(out.storage, spec.merge_spec, base, log.log_paths, rows.schema)
     else:
@@ -505,10 +509,9 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
     is written once, complete, and never appended to. Returns its stats row."""
     import pyarrow.compute as pc
 
-    from runtime.storage import StorageSpec, open_storage
     from runtime.table import logfile
 
-    storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
+    storage = task.storage
     kinds = rows.column(KIND)
     deletes = rows.filter(pc.equal(kinds, "D"))
     updates = rows.filter(pc.not_equal(kinds, "D"))

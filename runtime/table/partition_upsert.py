@@ -13,8 +13,10 @@ partition's incoming rows can be settled by one task that sees all of them:
 That is one Spark stage after the shuffle, with no join and no summary job: the general path
 (writer.write) deduplicates and joins in Spark, then counts inserts per partition on the
 driver before it can plan file groups, and shuffles the rows again by file group. The rows
-to write never leave the task that decided them. writer.write takes this path when every
-partition of the batch fits a task: at most PARTITION_TASK_ROWS incoming rows and
+to write never leave the task that decided them. (On a cluster, a batch of fewer partitions
+than cores has tag_task hand its rows to write tasks after a shuffle by file id instead, so
+the groups of one partition are written by many executors.) writer.write takes this path
+when every partition of the batch fits a task: at most PARTITION_TASK_ROWS incoming rows and
 PARTITION_TASK_BYTES of stored files.
 
 The decisions are the general path's, row for row: the same winner within the batch, the same
@@ -79,6 +81,18 @@ def tag_and_write_task(spec: TagSpec, write_spec, threads: int, batches: Iterato
     from runtime.table.files import write_groups_task
 
     yield from write_groups_task(write_spec, _groups(spec, batches), threads)
+
+
+def tag_task(spec: TagSpec, batches: Iterator) -> Iterator:
+    """The function given to mapInArrow when the writing is left to write tasks after a
+    shuffle by file id (writer._upsert_by_partition says when): the rows to write, each with
+    its file id and kind."""
+    import pyarrow as pa
+
+    from runtime.table.files import FILE_ID
+
+    for partition, file_id, rows in _groups(spec, batches):
+        yield from rows.append_column(FILE_ID, pa.repeat(pa.scalar(file_id), rows.num_rows)).to_batches()
 
 
 def _groups(spec: TagSpec, batches: Iterator) -> Iterator:

@@ -540,24 +540,43 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
     )
     existing = {(s.partition, s.file_id): s for s in mine}
     log_groups = _log_targets(set(existing), existing) if config.table_type == MERGE_ON_READ else {}
-    write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
     tasks = max(1, min(len(partitions), spark.sparkContext.defaultParallelism * 4))
-    threads = _threads_per_task(spark, tasks)
     incoming = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART, _DELETE, _SEQ)
     incoming = _in_turns(F, incoming, PART, sorted(partitions), tasks).sortWithinPartitions(PART)
-    written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches),
-                                  STATS_SCHEMA).collect()
+    threads = _partition_task_threads(spark, tasks)
+    if threads is None:  # the groups of a partition are written by write tasks all over the cluster
+        out = T.StructType(list(struct.fields) + [T.StructField(c, T.StringType(), True) for c in (KEY, PART, _KIND, FILE_ID)])
+        changes = incoming.mapInArrow(lambda batches: _partition_upsert.tag_task(tag_spec, batches), out)
+        return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
+                              max(1, min(len(mine) + len(partitions), spark.sparkContext.defaultParallelism * 4)))
+    write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
+    written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches), STATS_SCHEMA).collect()
     return _staged(table, written, instant, struct, existing, log_groups)
 
 
-def _threads_per_task(spark, tasks: int) -> int:
-    """How many file groups a partition task writes at once: with fewer tasks than cores, the
-    idle cores of its executor. A local master's one executor has them all; elsewhere an
-    executor has spark.executor.cores (taken as 1 when unset)."""
+# A partition task writes at most this many file groups at once: several steps of a run may
+# upsert at the same time, each with its own tasks, and each group holds a row group in memory.
+MAX_GROUP_THREADS = 4
+
+
+def _partition_task_threads(spark, tasks: int) -> int | None:
     sc = spark.sparkContext
-    parallelism = sc.defaultParallelism
-    per_executor = parallelism if sc.master.startswith("local") else int(sc.getConf().get("spark.executor.cores", "1"))
-    return max(1, min(per_executor, parallelism // tasks))
+    return partition_task_threads(sc.master, sc.defaultParallelism, sc.getConf().get("spark.executor.pyspark.memory", None), tasks)
+
+
+def partition_task_threads(master: str, parallelism: int, python_memory: str | None, tasks: int) -> int | None:
+    """How many file groups each of `tasks` partition tasks writes at once; None when they
+    should leave the writing to write tasks after a shuffle by file id.
+
+    A local master's one executor has all its cores: tasks fewer than cores write groups on
+    threads, up to MAX_GROUP_THREADS (one when spark.executor.pyspark.memory caps each Python
+    worker). On a cluster, as many tasks as cores write their groups themselves; fewer would
+    leave executors idle while one of them rewrites a partition's groups one after the other."""
+    from runtime.session import _local_cores
+
+    if master.startswith("local"):
+        return 1 if python_memory else max(1, min(MAX_GROUP_THREADS, _local_cores(master) // tasks))
+    return 1 if tasks >= parallelism else None
 
 
 def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:
