@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from runtime.table.files import STATS_SCHEMA, FileWriteSpec, _OpenFile, _token, stats_batch
+from runtime.table.files import STATS_SCHEMA, FileWriteSpec, _OpenFile, _Task, stats_batch
 from runtime.table.layout import FileSlice
 from runtime.table.merge import MergeSpec, merge_slice
 from runtime.table.reader import slice_descriptors
@@ -68,17 +68,13 @@ def compact_task(spec: CompactSpec, batches: Iterator) -> Iterator:
     """The function given to mapInArrow: slice descriptors in, one stats row per slice out."""
     import pyarrow as pa
 
-    from runtime.storage import StorageSpec, open_storage
-
-    storage = open_storage(StorageSpec(spec.files.storage_uri, spec.files.storage_options))
-    token, _ = _token()
-    known: set[str] = set()
+    task = _Task(spec.files)
     stats = []
     for batch in batches:
         for partition, file_id, base_path, log_paths in zip(*(batch.column(c).to_pylist() for c in ("partition", "file_id", "base_path", "log_paths"))):
-            out = _OpenFile(spec.files, partition, file_id, token, known)
+            out = _OpenFile(spec.files, partition, file_id, task)
             try:
-                for merged in merge_slice(spec.merge, storage, base_path, log_paths or []):
+                for merged in merge_slice(spec.merge, task.storage, base_path, log_paths or []):
                     if merged.num_rows:
                         out.write(_named(pa.Table.from_batches([merged]), out.name))
             except BaseException:
