@@ -116,14 +116,6 @@ def with_meta(df):
                      "*", F.col("part").alias("_partition"))
 
 
-def _cores(master: str) -> int | None:
-    """Tasks a local master runs at once (local -> 1, local[n] -> n, local[*] -> all)."""
-    match = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master)
-    if match is None:
-        return None
-    return 1 if match.group(1) is None else (os.cpu_count() if match.group(1) == "*" else int(match.group(1)))
-
-
 # the upsert cases: label, and how 1% of the keys are picked (n of them, from i = 0..n-1)
 CASES = {
     "low": "in 1 of 10 partitions, its lowest keys",  # id % 10 == 3, the smallest: one file group
@@ -172,7 +164,7 @@ def main() -> None:
     args = ap.parse_args()
     section = "table" if args.master == "local[2]" else "table-" + "-".join(filter(None, re.split(r"[^a-z0-9*]+", args.master))).replace("*", "all")
 
-    from runtime.session import get_spark
+    from runtime.session import get_spark, local_cores
     from runtime.table import Table, TableConfig
 
     spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"}, app_name="pipe-bench")
@@ -272,7 +264,7 @@ def main() -> None:
         "top of the data (two of them unique strings per row, about a third more bytes), and its rows cross from the JVM to Python (`mapInArrow`) to be "
         "encoded by pyarrow: each task keeps a JVM thread (the conversion to Arrow) and a Python worker (the encoding) busy. "
         + (f"With {args.master} on {os.cpu_count()} cores both compete for the same cores, as Spark's own tasks do not. "
-           if (_cores(args.master) or 0) >= (os.cpu_count() or 1) else
+           if args.master.startswith("local") and local_cores(args.master) >= (os.cpu_count() or 1) else
            f"With {args.master} on {os.cpu_count()} cores each task's Python worker has a core of its own. ") +
         f"For scale, Spark's own Parquet writer given the same five meta columns as Spark expressions takes {reference:.2f}× (the reference row): "
         "a JVM writer that adds them, as Hudi's row writer does, would start from there.",

@@ -459,7 +459,7 @@ def _launch_gateway(settings: Mapping[str, str], java: Java | None) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
-def _local_cores(master: str) -> int:
+def local_cores(master: str) -> int:
     """The cores of a local master: local -> 1, local[4] -> 4, local[*] (and anything else) -> all."""
     match = re.fullmatch(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?", master.strip())
     if match is None or match.group(1) in (None, "*"):
@@ -479,7 +479,7 @@ def spark_settings(master: str, conf: Mapping[str, Any] | None, app_name: str) -
     settings = {"spark.master": master, "spark.app.name": app_name, **_ARROW_DEFAULTS}
     if local:
         settings.update(_LOCAL_DEFAULTS)
-        cores = _local_cores(master)
+        cores = local_cores(master)
         settings["spark.sql.shuffle.partitions"] = str(max(2, cores * 2))
         settings["spark.default.parallelism"] = str(max(2, cores))
     else:

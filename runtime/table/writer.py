@@ -572,10 +572,10 @@ def partition_task_threads(master: str, parallelism: int, python_memory: str | N
     threads, up to MAX_GROUP_THREADS (one when spark.executor.pyspark.memory caps each Python
     worker). On a cluster, as many tasks as cores write their groups themselves; fewer would
     leave executors idle while one of them rewrites a partition's groups one after the other."""
-    from runtime.session import _local_cores
+    from runtime.session import local_cores
 
     if master.startswith("local"):
-        return 1 if python_memory else max(1, min(MAX_GROUP_THREADS, _local_cores(master) // tasks))
+        return 1 if python_memory else max(1, min(MAX_GROUP_THREADS, local_cores(master) // tasks))
     return 1 if tasks >= parallelism else None
 
 
