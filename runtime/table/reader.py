@@ -10,7 +10,7 @@ from __future__ import annotations
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
 from runtime.table.errors import TableError
 from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants
-from runtime.table.schema import META_COLUMNS
+from runtime.table.schema import META_COLUMNS, arrow_schema
 from runtime.table.timeline import Timeline
 
 
@@ -96,8 +96,6 @@ def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 2):
 def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):
     """How tasks merge slices into rows of `full` (meta and data columns, a Spark StructType):
     the table's merge mode and the instants whose blocks count."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     from runtime.table.merge import MergeSpec
 
     mode = config.read_merge_mode()
@@ -105,6 +103,6 @@ def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: st
         raise TableError(f"table {config.name} orders records by {config.precombine_field}, which its schema lacks",
                          "check hoodie.table.precombine.field in .hoodie/hoodie.properties")
     return MergeSpec(
-        storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=to_arrow_schema(full, timezone="UTC"),
+        storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=arrow_schema(full),
         mode=mode, ordering_field=config.precombine_field, valid=InstantValidity.of(timeline), since=since, until=until,
     )

@@ -21,6 +21,14 @@ def _decimal_size(precision: int) -> int:
     return size
 
 
+def arrow_schema(struct):
+    """The Arrow schema of a Spark struct as write tasks store it: timestamps as UTC instants
+    tagged UTC (files._with_meta), whatever the session's time zone."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(struct, timezone="UTC")
+
+
 def avro_type(data_type: Any, name: str, namespace: str) -> Any:
     from pyspark.sql import types as T
 

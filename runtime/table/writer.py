@@ -20,7 +20,7 @@ from runtime.table import reader as _reader
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import CONTROL, CONTROL_PATTERN, DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
-from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, avro_schema_json
+from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, arrow_schema, avro_schema_json
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
 _DELETE = "_pipe_delete"  # the row deletes its key
@@ -609,12 +609,13 @@ def _log_stat(slice_: FileSlice, target: LogTarget, path: str, inserts: int, upd
 
 
 def write_empty_base_file(storage, partition: str, file_id: str, instant: str, struct) -> tuple[str, int]:
+    """A base file with the table's columns and no rows: the new version of a file group whose
+    every row this write deleted or moved away (Hudi's merge handle writes the same)."""
     import io
 
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(with_meta_struct(struct))
+    schema = arrow_schema(with_meta_struct(struct))
     buf = io.BytesIO()
     pq.write_table(schema.empty_table(), buf)
     name = f"{file_id}_0-0-0_{instant}.parquet"
