@@ -111,3 +111,17 @@ def test_an_emptied_partition_keeps_the_tables_columns_for_readers(spark, tmp_pa
     df = table.read(meta=False)
     assert df.count() == 0
     assert dict(df.dtypes)["updated_at"] == "timestamp" and dict(df.dtypes)["amount"] == "decimal(12,2)"
+
+
+@pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_a_first_commit_without_rows_still_has_the_tables_columns(spark, tmp_path, table_type):
+    """A downstream `ref()` joins on the columns of a table whose first run had no input."""
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="orders", table_type=table_type, record_key_fields=("order_id",),
+                                                  partition_fields=("region",), precombine_field="updated_at"))
+    table.write(spark.createDataFrame([], SCHEMA), "upsert")
+    df = Table.open(spark, path).read(meta=False)
+    assert df.dtypes == [("order_id", "bigint"), ("order_date", "date"), ("region", "string"), ("amount", "decimal(12,2)"),
+                         ("updated_at", "timestamp"), ("v", "string")]
+    other = spark.createDataFrame([(1, "x")], "order_id bigint, w string")
+    assert other.join(df, "order_id", "left").select("w", "v").collect()[0].asDict() == {"w": "x", "v": None}

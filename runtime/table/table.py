@@ -32,7 +32,7 @@ from runtime.table.errors import LockTimeout, TableError
 from runtime.table.files import parquet_footer
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
 from runtime.table.layout import FileSystemView
-from runtime.table.schema import META_COLUMNS, avro_schema_json
+from runtime.table.schema import META_COLUMNS, avro_schema_json, spark_struct
 from runtime.table.timeline import (
     COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
     Timeline, WriteStat, new_instant_time,
@@ -143,7 +143,7 @@ class Table:
         if path is None:  # every commit with files was archived: the newest live base file
             slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.base_file is not None]
             if not slices:
-                return None
+                return self._committed_schema(timeline, as_of)
             path = max(slices, key=lambda s: s.base_instant).base_file.path
         # files with one Parquet schema have one Spark schema: the footer, read here, says
         # whether Spark must read the file's schema again
@@ -152,6 +152,16 @@ class Table:
         if struct is None:
             struct = self._file_schemas[key] = self.spark.read.parquet(self.storage.full_path(path)).schema
         return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
+
+    def _committed_schema(self, timeline: Timeline, as_of: str | None):
+        """The writer schema in the latest commit's metadata (at or before `as_of`): the
+        columns of a table whose commits wrote no file yet (a first run without input)."""
+        for inst in reversed(timeline.completed()):
+            if as_of is None or inst.time <= as_of:
+                text = timeline.commit_metadata(inst).schema
+                if text:
+                    return spark_struct(text)
+        return None
 
     def _base_file_of_logs(self, timeline: Timeline, inst: Instant) -> str | None:
         """For a deltacommit that wrote only log files: the base file of a slice it appended
