@@ -134,6 +134,7 @@ SOURCES: dict[str, Section] = {
         + (
             Key("table", "string", "Name of the pipe table to read incrementally.", required=True),
             Key("on_checkpoint_lost", "string", "What to do when the last consumed instant has been cleaned away: `fail` with the command to recover, or `full_read` of the table.", default="fail", choices=("fail", "full_read")),
+            Key("changes", "boolean", "Read the table's change feed instead of the rows its new commits wrote: each changed record once per image, with `_change_type` (`insert`, `update_preimage`, `update_postimage`, `delete`) and `_commit_time`; deleted rows and the old partition of a moved row included (docs/run.md).", default=False),
         ),
         "The rows another pipe table gained since the last run (an incremental read of its timeline).",
     ),

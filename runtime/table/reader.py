@@ -15,7 +15,10 @@ from runtime.table.timeline import Timeline
 
 
 def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
-         until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False):
+         until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False,
+         file_groups: set[tuple[str, str]] | None = None):
+    """Rows of the table (see Table.read); `file_groups`, (partition, file id) pairs: only
+    the slices of those groups."""
     from pyspark.sql import types as T
 
     full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + (list(struct.fields) if struct else []))
@@ -23,6 +26,8 @@ def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, s
     if incremental:
         until = until or as_of
     slices = slices_to_read(FileSystemView.load(storage, timeline), timeline, as_of, since, until, incremental)
+    if file_groups is not None:
+        slices = [s for s in slices if (s.partition, s.file_id) in file_groups]
     merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
     merged = [s for s in slices if s.has_logs] if merging else []
     plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]

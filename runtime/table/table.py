@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from runtime.storage import Storage, StorageSpec, open_storage
 from runtime.table import avro as _avro
+from runtime.table import cdc as _cdc
 from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
@@ -449,6 +450,21 @@ class Table:
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
                             config=self.config, read_optimized=read_optimized)
+
+    def read_changes(self, since: str | None, until: str | None = None):
+        """The changes the writes in (since, until] made (cdc.py): the data columns of each
+        changed record's image, `_change_type` (insert, update_preimage, update_postimage,
+        delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
+        timeline = self.timeline()
+        until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
+        struct = self.schema(timeline, as_of=until)
+        columns = [f.name for f in struct.fields] if struct else []
+        groups = None if since is None else _cdc.touched_file_groups(timeline, since, until)
+        after = _reader.read(self.spark, self.storage, struct, timeline, as_of=until, config=self.config, file_groups=groups)
+        if since is None:
+            return _cdc.all_inserts(after, columns)
+        before = _reader.read(self.spark, self.storage, struct, timeline, as_of=since, config=self.config, file_groups=groups)
+        return _cdc.changes(before, after, columns, until)
 
     # --- the writer lock -----------------------------------------------------------------------
 
