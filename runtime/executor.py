@@ -666,6 +666,7 @@ def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, 
     options: dict[str, Any] = {
         "index": config["index"],
         "delete_when": config.get("delete_when"),
+        "tombstone_days": config.get("tombstone_days"),
         "insert_duplicates": config["insert_duplicates"],
         "combine_before_insert": config["combine_before_insert"],
         "bulk_insert_sort_mode": config["bulk_insert_sort_mode"].upper(),

@@ -17,6 +17,7 @@ from typing import Any
 
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
+from runtime.table import tombstones as _tombstones
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import CONTROL, CONTROL_PATTERN, DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
@@ -55,6 +56,7 @@ class WriteOptions:
     record_size_estimate: int = 1024
     extra_metadata: dict[str, str] = field(default_factory=dict)
     partitions_to_delete: tuple[str, ...] = ()  # delete_partition: partition paths, fnmatch patterns
+    tombstone_days: int | None = None  # deleted keys keep their precombine value this long (tombstones.py)
 
 
 @dataclass
@@ -119,15 +121,22 @@ def prepare(df, config, opts: WriteOptions):
         raise WriteError(f"the input lacks column(s) {', '.join(missing)} that the table needs (key, partition or precombine)")
     if opts.operation in ("upsert", "delete") and not config.record_key_fields:
         raise WriteError(f"operation {opts.operation} needs a record key")
+    flag = _delete_flag(F, columns, opts)
+    key = _key_expr(F, config) if config.record_key_fields else F.expr("uuid()")
+    partition = _partition_expr(F, config, dict(df.dtypes)) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
+    data_cols = [c for c in columns if c != IS_DELETED]
+    return df.select(*[F.col(f"`{c}`") for c in data_cols], key.alias(KEY), partition.alias(PART), flag.alias(_DELETE), F.monotonically_increasing_id().alias(_SEQ))
+
+
+def _delete_flag(F, columns, opts: WriteOptions):
+    """True for a row that deletes its key: every row of a `delete`, rows marked
+    _hoodie_is_deleted, rows matching `delete_when`."""
     flag = F.lit(opts.operation == "delete")
     if IS_DELETED in columns:
         flag = flag | F.coalesce(F.col(IS_DELETED).cast("boolean"), F.lit(False))
     if opts.delete_when:
         flag = flag | F.coalesce(F.expr(opts.delete_when), F.lit(False))
-    key = _key_expr(F, config) if config.record_key_fields else F.expr("uuid()")
-    partition = _partition_expr(F, config, dict(df.dtypes)) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
-    data_cols = [c for c in columns if c != IS_DELETED]
-    return df.select(*[F.col(f"`{c}`") for c in data_cols], key.alias(KEY), partition.alias(PART), flag.alias(_DELETE), F.monotonically_increasing_id().alias(_SEQ))
+    return flag
 
 
 # --- 1. dedupe ------------------------------------------------------------------------------------
@@ -309,6 +318,30 @@ class StagedWrite:
 
 def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
     """Runs steps 0-5 for `instant` (already requested and inflight) and returns what to commit."""
+    config = table.config
+    if not (opts.tombstone_days and config.precombine_field and config.record_key_fields and df is not None
+            and config.precombine_field in df.columns and opts.operation in ("upsert", "delete", "insert_overwrite_table")):
+        return _write(spark, table, df, opts, instant, timeline, slices, stored_struct)
+    # deletes that stay deleted: incoming rows older than their key's tombstone are dropped,
+    # and this batch's deletes leave tombstones, written with the instant's files
+    from pyspark.sql import functions as F
+
+    columns = {_TOMB_KEY: _key_expr(F, config)}
+    if opts.index == "partition":
+        columns[_TOMB_PART] = _partition_expr(F, config, dict(df.dtypes))
+    keyed = df.withColumns(columns).withColumn(_TOMB_DELETE, _delete_flag(F, df.columns, opts))
+    keyed = keyed.localCheckpoint(eager=False)  # the input is read once: filtered, written, its deletes kept
+    keyed = _tombstones.drop_older_than_tombstones(spark, table.storage, timeline, keyed, list(columns), config.precombine_field,
+                                                   opts.tombstone_days)
+    staged = _write(spark, table, keyed.drop(*columns, _TOMB_DELETE), opts, instant, timeline, slices, stored_struct)
+    _tombstones.write(table.storage, instant, keyed, list(columns), config.precombine_field, F.col(_TOMB_DELETE))
+    return staged
+
+
+_TOMB_KEY, _TOMB_PART, _TOMB_DELETE = "_pipe_tomb_key", "_pipe_tomb_part", "_pipe_tomb_delete"
+
+
+def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
