@@ -378,31 +378,63 @@ def _table_for(ctx: _Context, name: str, target: str | None):
 @_common
 @click.pass_obj
 def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) -> None:
-    """Print rows of a table."""
+    """Print rows of a table.
+
+    A table on a local disk is read in this process (pyarrow), without starting Spark; a
+    table on S3 is read with Spark."""
     from rich.table import Table as RichTable
 
     _instant_arg(as_of, "--as-of")
     _instant_arg(since, "--since")
     table, plan = _table_for(ctx, table_name, target)
-    table.spark = _spark_factory(plan, ctx.debug)()
-    df = table.read(as_of=as_of, since=since, until=as_of if since else None, meta=meta)
-    if table.config.record_key_fields and not since:
-        df = df.orderBy(*[f"`{c}`" for c in table.config.record_key_fields])
-    rows = df.limit(limit + 1).collect()
+    until = as_of if since else None
+    keys = list(table.config.record_key_fields) if not since else []  # an incremental read keeps commit order
+    if table.storage.spec.is_s3:
+        table.spark = _spark_factory(plan, ctx.debug)()
+        columns, rows = _rows_with_spark(table.read(as_of=as_of, since=since, until=until, meta=meta), keys, limit + 1)
+    else:
+        schema, batches = table.read_batches(as_of=as_of, since=since, until=until, meta=meta)
+        columns, rows = _first_rows(schema, batches, [k for k in keys if k in schema.names], limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     if fmt == "json":
         for r in rows:
-            output.plain(json.dumps(r.asDict(), sort_keys=True, default=str))
+            output.plain(json.dumps(dict(zip(columns, r)), sort_keys=True, default=str))
         return
     t = RichTable(show_edge=False, box=None, header_style="bold", pad_edge=False)
-    for c in df.columns:
+    for c in columns:
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
     output.table(t)
     what = f"as of {as_of}" if as_of and not since else (f"since {since}" if since else "latest")
     output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}[/]")
+
+
+def _rows_with_spark(df, keys: list[str], n: int) -> tuple[list[str], list[tuple]]:
+    if keys:
+        df = df.orderBy(*[f"`{c}`" for c in keys])
+    return df.columns, [tuple(r) for r in df.limit(n).collect()]
+
+
+def _first_rows(schema, batches, keys: list[str], n: int) -> tuple[list[str], list[tuple]]:
+    """The first `n` rows by `keys` (ascending, as Spark's orderBy), or the first
+    `n` read when there are no keys; only `n` rows are held besides the batch being read.
+    Values are the Python values Spark's collect() gives (pipe.output.spark_value)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    best = schema.empty_table()
+    for batch in batches:
+        best = pa.concat_tables([best, pa.Table.from_batches([batch], schema)])
+        if keys:
+            order = pc.sort_indices(best, sort_keys=[(k, "ascending") for k in keys])  # record keys are never null
+            best = best.take(order.slice(0, n))
+        elif best.num_rows >= n:
+            break
+    best = best.slice(0, n)
+    types = [f.type for f in schema]
+    return schema.names, [tuple(output.spark_value(v, t) for v, t in zip(row.values(), types)) for row in best.to_pylist()]
 
 
 @cli.command(name="diff")
