@@ -248,16 +248,31 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
     options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run)
     args = {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads}
     factory = _spark_factory(plan, ctx.debug)
-    if not continuous:
-        run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
-        if run.interrupted:
-            raise click.exceptions.Exit(130)
-        if run.failed:
-            raise click.exceptions.Exit(EXIT_FAILED)
-        return
-    run = _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, min_sync_interval_s)
+    with _run_lock(plan, root, dry_run):
+        if not continuous:
+            run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
+            if run.interrupted:
+                raise click.exceptions.Exit(130)
+            if run.failed:
+                raise click.exceptions.Exit(EXIT_FAILED)
+            return
+        run = _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, min_sync_interval_s)
     if run is not None and run.failed:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+@contextlib.contextmanager
+def _run_lock(plan, root: Path, dry_run: bool):
+    """A run holds the lake's run lock (runtime/run_lock.py) from before Spark starts to its
+    end; a second run is refused at once. A dry run writes nothing and takes no lock."""
+    if dry_run:
+        yield
+        return
+    from runtime import run_lock
+    from runtime.executor import Executor, RunOptions
+
+    with run_lock.hold(Executor(plan, root, [], RunOptions(dry_run=True)).lake, command="pipe run"):
+        yield
 
 
 def _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, interval_s: int):
@@ -805,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         output.fail(str(exc), getattr(exc, "hint", None))
-        return EXIT_USAGE
+        return getattr(exc, "exit_code", EXIT_USAGE)  # e.g. 1 for a run refused because another one is going on
     except click.exceptions.Abort:
         output.fail("aborted")
         return 130

@@ -127,6 +127,7 @@ class Executor:
         self.environ = dict(os.environ if environ is None else environ)
         self.lake = self._lake_uri()
         self._cancel = threading.Event()
+        self._interrupted = False  # Ctrl-C (the run's cancel event is also set by --fail-fast)
         self._results: dict[str, StepResult] = {}
 
     # --- where things are ------------------------------------------------------------------
@@ -209,7 +210,7 @@ class Executor:
                     # nothing new, and report the run; a second Ctrl-C stops at once
                     if interrupted:
                         raise
-                    interrupted = True
+                    interrupted = self._interrupted = True
                     self._cancel.set()
                     self._cancel_running(list(running.values()))
         return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.selected], interrupted)
@@ -247,15 +248,29 @@ class Executor:
                 state, message = self._run_write(step, result)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported on its step
             result.elapsed_s = round(time.perf_counter() - t0, 3)
-            state = "cancelled" if self._cancel.is_set() and (isinstance(exc, Cancelled) or not isinstance(exc, PipeError)) else "error"
-            message, hint = describe_error(exc, step)
-            if not isinstance(exc, (PipeError,)) and not _is_user_error(exc):
+            cancelled = is_cancellation(exc) or (self._cancel.is_set() and not isinstance(exc, PipeError))
+            if cancelled:
+                # Ctrl-C or --fail-fast cancelled its Spark jobs (or someone did in the Spark UI):
+                # the write rolled back, so this is a cancellation, not an error of the step
+                message, hint = self._cancelled_message(step), None
+            else:
+                message, hint = describe_error(exc, step)
+            if not cancelled and not isinstance(exc, (PipeError,)) and not _is_user_error(exc):
                 result.traceback = traceback.format_exc()
-            self._finish(result, state, message, hint)
+            self._finish(result, "cancelled" if cancelled else "error", message, hint)
             return
         # outside the try: once a step has committed, nothing after it turns it into an error
         result.elapsed_s = round(time.perf_counter() - t0, 3)
         self._finish(result, state, message)
+
+    def _cancelled_message(self, step: Step) -> str:
+        if self._interrupted:
+            why = "the run was interrupted (Ctrl-C)"
+        elif self._cancel.is_set():
+            why = "the run stopped at the first failure (--fail-fast)"
+        else:
+            why = "its Spark job was cancelled (from the Spark UI or by the cluster)"
+        return f"cancelled: {why}; {step.name if step.kind == 'write' else step.id} wrote nothing, and the next run reads its input again"
 
     # --- sources -----------------------------------------------------------------------------
 
@@ -748,6 +763,23 @@ def _is_user_error(exc: BaseException) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(exc, CapturedException) and bool(exc.getCondition())
+
+
+_CANCELLED = ("SPARK_JOB_CANCELLED", "cancelled part of cancelled job group", "cancelled because SparkContext was shut down",
+              "SPARK_JOB_GROUP_CANCELLED", "JOB_CANCELLED")
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """A step ended by a cancellation (pipe's own, or of its Spark jobs), not by an error."""
+    if isinstance(exc, (Cancelled, KeyboardInterrupt)):
+        return True
+    if isinstance(exc, PipeError):
+        return False
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a Java exception whose message cannot be fetched any more
+        return False
+    return any(marker in text for marker in _CANCELLED)
 
 
 def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
