@@ -246,6 +246,13 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
         output.err.print("[yellow]warning[/]: no step matches the selection; nothing to run")
         return
     options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run)
+    if full_refresh:
+        from rich.markup import escape
+
+        from runtime.executor import Executor
+
+        for warning in Executor(plan, root, chosen, options).rebuild_warnings():
+            output.err.print(f"[yellow]warning[/]: {escape(warning)}")
     args = {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads}
     factory = _spark_factory(plan, ctx.debug)
     with _run_lock(plan, root, dry_run):
@@ -485,6 +492,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     else:
         head, head_label = _compile(ctx, target, vars_text).plan, "working tree"
     diff = diff_plans(base, head, base_label, head_label)
+    diff.warnings.extend(_rebuild_warnings(diff, head))
     if fmt == "json":
         output.out.file.write(diff_output.render_json(diff))
     elif fmt == "markdown":
@@ -494,6 +502,37 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     output.out.file.flush()
     if fails(diff, fail_on) if fail_on else diff.has_changes:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _rebuild_warnings(diff, head) -> list:
+    """A table whose key, partitioning, type or precombine changes (class rewrite) is created
+    anew by `pipe run --full-refresh`: its instants start over, so every incremental consumer
+    (a `kind: table` or `s3_incremental` source reading it) loses its checkpoint. One warning
+    per such source, saying what its table's next run does."""
+    from compiler.diff import REWRITE_KEYS, Warning_
+
+    out = []
+    for d in diff.steps:
+        fields = [c.field for c in d.changes if c.field in REWRITE_KEYS]
+        if d.kind != "write" or d.status != "modified" or not fields:
+            continue
+        what = ", ".join(REWRITE_KEYS[f] for f in fields)
+        for src in head.steps:
+            if src.kind != "ingest" or (src.config.get("table") or src.config.get("metadata_table")) != d.name:
+                continue
+            if src.config.get("kind") not in ("table", "s3_incremental"):
+                continue
+            readers = [s.name for s in head.steps if s.kind == "write" and src.id in s.depends_on]
+            for reader in readers:
+                if src.config.get("on_checkpoint_lost") == "full_read":
+                    then = f"then reads all of {d.name} again (on_checkpoint_lost: full_read)"
+                else:
+                    then = (f"then stops with a lost checkpoint unless it is rebuilt in the same run "
+                            f"(`pipe run --select {d.name}+ --full-refresh`) or its source sets `on_checkpoint_lost: full_read`")
+                out.append(Warning_(src.id, f"the {what} of table {d.name} changes, so `pipe run --full-refresh` creates it anew and its "
+                                            f"instants start over: table {reader} reads it incrementally through source {src.name} and "
+                                            f"loses its checkpoint; its next run {then}"))
+    return out
 
 
 def _read_plan(path_text: str):

@@ -327,9 +327,14 @@ class Executor:
         or `s3_incremental` source) has read up to, by "consumer (source)". Cleaning keeps what
         the reads after the oldest of them need, and archiving does not pass it. A consumer
         that has not run yet reads the whole table, so it holds nothing back."""
+        return {f"{reader.name} ({src.name})": cp for src, reader, cp in self._incremental_consumers(table)}
+
+    def _incremental_consumers(self, table: str) -> list[tuple[Step, Step, str]]:
+        """(source step, consuming write step, instant read up to) of every built consumer of
+        `table` that has read it incrementally."""
         from runtime.table.table import Table
 
-        out: dict[str, str] = {}
+        out = []
         for src in self.plan.steps:
             if src.kind != "ingest" or src.config.get("kind") not in ("table", "s3_incremental"):
                 continue
@@ -341,7 +346,37 @@ class Executor:
                 stored, _, _ = _stored_state(Table.open(None, self.table_uri(reader.name)))
                 checkpoint = stored.get(src.name)
                 if checkpoint:  # s3_incremental: "instant#bucket/key" within an instant
-                    out[f"{reader.name} ({src.name})"] = checkpoint.split("#", 1)[0]
+                    out.append((src, reader, checkpoint.split("#", 1)[0]))
+        return out
+
+    def rebuild_warnings(self) -> list[str]:
+        """With --full-refresh: a selected table whose key, partitioning, type or precombine
+        field changed is created anew, and its instants start over. Every incremental consumer
+        that has read it loses its checkpoint: one message per consumer, saying what its next
+        run will do. A consumer rebuilt in the same run reads the new table whole: no loss."""
+        from runtime.table.table import Table
+
+        if not self.options.full_refresh:
+            return []
+        out = []
+        for sid in self.selected:
+            step = self.plan.step(sid)
+            uri = self.table_uri(step.name)
+            if step.kind != "write" or not Table.exists(uri) or self._reads_queue(step):
+                continue
+            changed = Table.open(None, uri).definition_changes(table_config(step, self._config(step)))
+            if not changed:
+                continue
+            for src, reader, cp in self._incremental_consumers(step.name):
+                if f"table.{reader.name}" in self.selected:
+                    continue
+                if src.config.get("on_checkpoint_lost") == "full_read":
+                    then = f"then reads all of {step.name} again (its source sets on_checkpoint_lost: full_read)"
+                else:
+                    then = (f"then stops with a lost checkpoint until it is rebuilt too (`pipe run --select {reader.name} --full-refresh`, "
+                            f"or add it to this run: `--select {step.name}+`), or its source sets `on_checkpoint_lost: full_read`")
+                out.append(f"--full-refresh creates table {step.name} anew ({changed}): {reader.name} has read it up to {cp} "
+                           f"through source {src.name}, a checkpoint the new table will not have; its next run {then}")
         return out
 
     def _built_later(self, table: str) -> bool:
@@ -599,16 +634,8 @@ class Executor:
 
     def _create_table(self, spark, step: Step, config: Mapping[str, Any], uri: str, rebuild: bool):
         from runtime.table.table import Table, TableError
-        from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, TableConfig
 
-        wanted = TableConfig(
-            name=step.name,
-            table_type=MERGE_ON_READ if config["type"] == "merge_on_read" else COPY_ON_WRITE,
-            record_key_fields=tuple(config["key"]),
-            partition_fields=tuple(config["partition_by"]),
-            precombine_field=config.get("precombine"),
-            hive_style=config["hive_style_partitioning"],
-        )
+        wanted = table_config(step, config)
         try:
             return Table.create(spark, uri, wanted), False
         except TableError as exc:
@@ -623,6 +650,20 @@ class Executor:
             return Table.create(spark, staging, wanted), True
         _delete_table(uri)
         return Table.create(spark, uri, wanted), True
+
+
+def table_config(step: Step, config: Mapping[str, Any]):
+    """The Hudi table definition (hoodie.properties) of a write step."""
+    from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, TableConfig
+
+    return TableConfig(
+        name=step.name,
+        table_type=MERGE_ON_READ if config["type"] == "merge_on_read" else COPY_ON_WRITE,
+        record_key_fields=tuple(config["key"]),
+        partition_fields=tuple(config["partition_by"]),
+        precombine_field=config.get("precombine"),
+        hive_style=config["hive_style_partitioning"],
+    )
 
 
 def _table_exists(uri: str) -> bool:

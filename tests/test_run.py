@@ -369,7 +369,8 @@ def test_table_source_reads_only_new_versions_holds_back_cleaning_and_stops_when
     assert_clean(out, err)
     step = steps(root)["table.order_log"]
     assert step["state"] == "error"
-    assert f"no longer has instant {orders_c5} (rolled back or restored to {orders_c4})" in step["message"]
+    rollback = [i["instant"] for i in timeline(capsys, root, "orders") if i["action"] == "rollback"][-1]
+    assert f"instant {orders_c5} of table orders was rolled back (rollback instant {rollback})" in step["message"]
     assert "pipe run --select order_log --full-refresh" in step["hint"]
     assert "on_checkpoint_lost: full_read" in step["hint"]
     assert "pipe run --select order_log --full-refresh" in err

@@ -99,6 +99,14 @@ class Table:
         return cls(spark, storage, config)
 
     def _check_same_definition(self, wanted: TableConfig) -> None:
+        what = self.definition_changes(wanted)
+        if what:
+            raise TableError(f"table {self.config.name} at {self.storage.spec.uri} was created differently: {what}. "
+                             "Rebuild it (pipe run --full-refresh) to change its layout")
+
+    def definition_changes(self, wanted: TableConfig) -> str | None:
+        """How `wanted` differs from the table's definition in what the stored table is built
+        on (a write under `wanted` needs a table created anew), or None."""
         have = self.config
         diffs = [
             (what, a, b) for what, a, b in (
@@ -109,10 +117,10 @@ class Table:
                 ("precombine field", have.precombine_field, wanted.precombine_field),
             ) if a != b
         ]
-        if diffs:
-            what = "; ".join(f"{w} is {list(a) if isinstance(a, tuple) else a} in the table but {list(b) if isinstance(b, tuple) else b} now" for w, a, b in diffs)
-            raise TableError(f"table {have.name} at {self.storage.spec.uri} was created differently: {what}. "
-                             "Rebuild it (pipe run --full-refresh) to change its layout")
+        if not diffs:
+            return None
+        return "; ".join(f"{w} is {list(a) if isinstance(a, tuple) else a} in the table but {list(b) if isinstance(b, tuple) else b} now"
+                         for w, a, b in diffs)
 
     # --- state ---------------------------------------------------------------------------------
 
