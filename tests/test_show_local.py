@@ -90,6 +90,9 @@ def test_show_reads_local_tables_without_spark_and_gives_sparks_rows(spark, tmp_
     code, out, err = pipe(capsys, root, "show", "mor", "--limit", "2")
     assert code == 0 and "2024-03-01 09:00:00" in out and "2 rows of mor (latest), more not shown (--limit)" in out, out + err
 
+    code, out, err = pipe(capsys, root, "timeline", "mor")  # ends its output with a newline
+    assert code == 0 and out.endswith("\n") and out.count("deltacommit") == 3, out
+
 
 def test_show_starts_no_spark(tmp_path, spark, capsys):
     """In a fresh process: `pipe show` of a local table prints its rows and never imports pyspark."""
