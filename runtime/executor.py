@@ -364,7 +364,10 @@ class Executor:
             uri = self.table_uri(step.name)
             if step.kind != "write" or not Table.exists(uri) or self._reads_queue(step):
                 continue
-            changed = Table.open(None, uri).definition_changes(table_config(step, self._config(step)))
+            try:
+                changed = Table.open(None, uri).definition_changes(table_config(step, self._config(step)))
+            except RunError:
+                continue  # an environment variable is missing: the step itself will say so
             if not changed:
                 continue
             for src, reader, cp in self._incremental_consumers(step.name):

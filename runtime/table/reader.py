@@ -145,13 +145,16 @@ def arrow_merge_spec(storage, schema, timeline: Timeline, config: TableConfig, s
 
 def arrow_data_schema(file_schema):
     """The data columns of a base file's Arrow schema as Spark reads them (meta columns
-    dropped; timestamps in microseconds, as Spark's TimestampType and TimestampNTZType)."""
+    dropped; dictionary-encoded columns as their values; timestamps in microseconds, as
+    Spark's TimestampType and TimestampNTZType)."""
     import pyarrow as pa
 
     fields = []
     for f in file_schema:
         if f.name in META_COLUMNS:
             continue
+        if pa.types.is_dictionary(f.type):
+            f = f.with_type(f.type.value_type)
         if pa.types.is_timestamp(f.type) and f.type.unit != "us":
             f = f.with_type(pa.timestamp("us", f.type.tz))
         fields.append(f)

@@ -155,7 +155,7 @@ class Table:
         if found is None:
             return None
         path, size = found
-        if size is None:
+        if size is None and not hasattr(self.storage, "root"):  # a ranged read of the footer needs the size
             size = next(f.size for f in self.storage.list_files(path.rpartition("/")[0], recursive=False) if f.path == path)
         return _reader.arrow_data_schema(parquet_footer(self.storage, path, size).schema.to_arrow_schema())
 
