@@ -246,18 +246,40 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
         output.err.print("[yellow]warning[/]: no step matches the selection; nothing to run")
         return
     options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run)
+    if full_refresh:
+        from rich.markup import escape
+
+        from runtime.executor import Executor
+
+        for warning in Executor(plan, root, chosen, options).rebuild_warnings():
+            output.err.print(f"[yellow]warning[/]: {escape(warning)}")
     args = {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads}
     factory = _spark_factory(plan, ctx.debug)
-    if not continuous:
-        run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
-        if run.interrupted:
-            raise click.exceptions.Exit(130)
-        if run.failed:
-            raise click.exceptions.Exit(EXIT_FAILED)
-        return
-    run = _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, min_sync_interval_s)
+    with _run_lock(plan, root, dry_run):
+        if not continuous:
+            run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
+            if run.interrupted:
+                raise click.exceptions.Exit(130)
+            if run.failed:
+                raise click.exceptions.Exit(EXIT_FAILED)
+            return
+        run = _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, min_sync_interval_s)
     if run is not None and run.failed:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+@contextlib.contextmanager
+def _run_lock(plan, root: Path, dry_run: bool):
+    """A run holds the lake's run lock (runtime/run_lock.py) from before Spark starts to its
+    end; a second run is refused at once. A dry run writes nothing and takes no lock."""
+    if dry_run:
+        yield
+        return
+    from runtime import run_lock
+    from runtime.executor import Executor, RunOptions
+
+    with run_lock.hold(Executor(plan, root, [], RunOptions(dry_run=True)).lake, command="pipe run"):
+        yield
 
 
 def _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, interval_s: int):
@@ -378,31 +400,63 @@ def _table_for(ctx: _Context, name: str, target: str | None):
 @_common
 @click.pass_obj
 def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) -> None:
-    """Print rows of a table."""
+    """Print rows of a table.
+
+    A table on a local disk is read in this process (pyarrow), without starting Spark; a
+    table on S3 is read with Spark."""
     from rich.table import Table as RichTable
 
     _instant_arg(as_of, "--as-of")
     _instant_arg(since, "--since")
     table, plan = _table_for(ctx, table_name, target)
-    table.spark = _spark_factory(plan, ctx.debug)()
-    df = table.read(as_of=as_of, since=since, until=as_of if since else None, meta=meta)
-    if table.config.record_key_fields and not since:
-        df = df.orderBy(*[f"`{c}`" for c in table.config.record_key_fields])
-    rows = df.limit(limit + 1).collect()
+    until = as_of if since else None
+    keys = list(table.config.record_key_fields) if not since else []  # an incremental read keeps commit order
+    if table.storage.spec.is_s3:
+        table.spark = _spark_factory(plan, ctx.debug)()
+        columns, rows = _rows_with_spark(table.read(as_of=as_of, since=since, until=until, meta=meta), keys, limit + 1)
+    else:
+        schema, batches = table.read_batches(as_of=as_of, since=since, until=until, meta=meta)
+        columns, rows = _first_rows(schema, batches, [k for k in keys if k in schema.names], limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     if fmt == "json":
         for r in rows:
-            output.plain(json.dumps(r.asDict(), sort_keys=True, default=str))
+            output.plain(json.dumps(dict(zip(columns, r)), sort_keys=True, default=str))
         return
     t = RichTable(show_edge=False, box=None, header_style="bold", pad_edge=False)
-    for c in df.columns:
+    for c in columns:
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
     output.table(t)
     what = f"as of {as_of}" if as_of and not since else (f"since {since}" if since else "latest")
     output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}[/]")
+
+
+def _rows_with_spark(df, keys: list[str], n: int) -> tuple[list[str], list[tuple]]:
+    if keys:
+        df = df.orderBy(*[f"`{c}`" for c in keys])
+    return df.columns, [tuple(r) for r in df.limit(n).collect()]
+
+
+def _first_rows(schema, batches, keys: list[str], n: int) -> tuple[list[str], list[tuple]]:
+    """The first `n` rows by `keys` (ascending, as Spark's orderBy), or the first
+    `n` read when there are no keys; only `n` rows are held besides the batch being read.
+    Values are the Python values Spark's collect() gives (pipe.output.spark_value)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    best = schema.empty_table()
+    for batch in batches:
+        best = pa.concat_tables([best, pa.Table.from_batches([batch], schema)])
+        if keys:
+            order = pc.sort_indices(best, sort_keys=[(k, "ascending") for k in keys])  # record keys are never null
+            best = best.take(order.slice(0, n))
+        elif best.num_rows >= n:
+            break
+    best = best.slice(0, n)
+    types = [f.type for f in schema]
+    return schema.names, [tuple(output.spark_value(v, t) for v, t in zip(row.values(), types)) for row in best.to_pylist()]
 
 
 @cli.command(name="diff")
@@ -438,6 +492,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     else:
         head, head_label = _compile(ctx, target, vars_text).plan, "working tree"
     diff = diff_plans(base, head, base_label, head_label)
+    diff.warnings.extend(_rebuild_warnings(diff, head))
     if fmt == "json":
         output.out.file.write(diff_output.render_json(diff))
     elif fmt == "markdown":
@@ -447,6 +502,37 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     output.out.file.flush()
     if fails(diff, fail_on) if fail_on else diff.has_changes:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _rebuild_warnings(diff, head) -> list:
+    """A table whose key, partitioning, type or precombine changes (class rewrite) is created
+    anew by `pipe run --full-refresh`: its instants start over, so every incremental consumer
+    (a `kind: table` or `s3_incremental` source reading it) loses its checkpoint. One warning
+    per such source, saying what its table's next run does."""
+    from compiler.diff import REWRITE_KEYS, Warning_
+
+    out = []
+    for d in diff.steps:
+        fields = [c.field for c in d.changes if c.field in REWRITE_KEYS]
+        if d.kind != "write" or d.status != "modified" or not fields:
+            continue
+        what = ", ".join(REWRITE_KEYS[f] for f in fields)
+        for src in head.steps:
+            if src.kind != "ingest" or (src.config.get("table") or src.config.get("metadata_table")) != d.name:
+                continue
+            if src.config.get("kind") not in ("table", "s3_incremental"):
+                continue
+            readers = [s.name for s in head.steps if s.kind == "write" and src.id in s.depends_on]
+            for reader in readers:
+                if src.config.get("on_checkpoint_lost") == "full_read":
+                    then = f"then reads all of {d.name} again (on_checkpoint_lost: full_read)"
+                else:
+                    then = (f"then stops with a lost checkpoint unless it is rebuilt in the same run "
+                            f"(`pipe run --select {d.name}+ --full-refresh`) or its source sets `on_checkpoint_lost: full_read`")
+                out.append(Warning_(src.id, f"the {what} of table {d.name} changes, so `pipe run --full-refresh` creates it anew and its "
+                                            f"instants start over: table {reader} reads it incrementally through source {src.name} and "
+                                            f"loses its checkpoint; its next run {then}"))
+    return out
 
 
 def _read_plan(path_text: str):
@@ -773,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         output.fail(str(exc), getattr(exc, "hint", None))
-        return EXIT_USAGE
+        return getattr(exc, "exit_code", EXIT_USAGE)  # e.g. 1 for a run refused because another one is going on
     except click.exceptions.Abort:
         output.fail("aborted")
         return 130

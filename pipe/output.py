@@ -53,3 +53,44 @@ def table(renderable) -> None:
 def plain(text: str) -> None:
     """Unstyled output for machine consumption (`pipe ls`)."""
     sys.stdout.write(text + "\n")
+
+
+class Row(tuple):
+    """A struct value as Spark's collect() gives it (pyspark's Row, which a tuple is too):
+    printed `Row(a=1, b='x')`, a JSON list of its values."""
+
+    def __new__(cls, items: dict):
+        row = super().__new__(cls, items.values())
+        row._names = list(items)
+        return row
+
+    def __repr__(self) -> str:
+        return "Row(" + ", ".join(f"{n}={v!r}" for n, v in zip(self._names, self)) + ")"
+
+    __str__ = __repr__
+
+
+def spark_value(value, arrow_type):
+    """A value pyarrow read (`to_pylist`) as the Python value Spark's collect() gives for the
+    same column, so that rows read without Spark print the same: a TIMESTAMP in this
+    process's local time without a time zone, BINARY as bytearray, a MAP as a dict, a
+    STRUCT as a Row."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    t = arrow_type
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        micros = (value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+        return dt.datetime.fromtimestamp(micros // 1_000_000).replace(microsecond=micros % 1_000_000)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return bytearray(value)
+    if pa.types.is_map(t):
+        return {spark_value(k, t.key_type): spark_value(v, t.item_type) for k, v in value}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [spark_value(v, t.value_type) for v in value]
+    if pa.types.is_struct(t):
+        return Row({t.field(i).name: spark_value(value.get(t.field(i).name), t.field(i).type) for i in range(t.num_fields)})
+    return value

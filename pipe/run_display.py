@@ -21,7 +21,7 @@ _STYLE = {
     "would_run": ("→", "cyan"), "error": ("✗", "bold red"), "skipped": ("-", "yellow"), "cancelled": ("✗", "yellow"),
 }
 _LABEL = {"no_input": "no new input", "would_run": "would run"}
-_SUMMARY = {"success": "succeeded", "error": "failed", "no_input": "no new input", "would_run": "would run"}
+_SUMMARY = {"success": "succeeded", "error": "failed", "no_input": "no new input", "would_run": "would run", "cancelled": "cancelled"}
 
 
 def _num(v: int | None) -> str:
@@ -112,11 +112,14 @@ class Display:
             self.console.file.write(json.dumps({"event": "run_end", "time": time.time(), "elapsed_s": run.elapsed_s,
                                                 "success": not run.failed, "counts": counts, **extra}, sort_keys=True) + "\n")
             self.console.file.flush()
-        elif not self.quiet:
-            self.console.print(Group(steps_table(run.steps, self.starts, title=None)) if self.live is not None else "")
-            self.console.print(f"[bold]{'Failed' if run.failed else 'Done'}[/] in {run.elapsed_s:.1f}s: {summary}")
-        elif run.failed:
-            self.err.print(f"Failed in {run.elapsed_s:.1f}s: {summary}")
+        else:
+            outcome = "Interrupted" if run.interrupted else "Failed" if run.failed else "Done"
+            line = f"[bold]{outcome}[/] in {run.elapsed_s:.1f}s: {summary}"
+            if not self.quiet:
+                self.console.print(Group(steps_table(run.steps, self.starts, title=None)) if self.live is not None else "")
+                self.console.print(line)
+            else:  # --quiet: the one-line summary alone; on stderr when the run did not succeed
+                (self.err if run.failed or run.interrupted else self.console).print(line)
         if self.mode != "json":
             for r in run.steps:
                 if r.state == "error":

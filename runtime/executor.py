@@ -127,6 +127,7 @@ class Executor:
         self.environ = dict(os.environ if environ is None else environ)
         self.lake = self._lake_uri()
         self._cancel = threading.Event()
+        self._interrupted = False  # Ctrl-C (the run's cancel event is also set by --fail-fast)
         self._results: dict[str, StepResult] = {}
 
     # --- where things are ------------------------------------------------------------------
@@ -209,7 +210,7 @@ class Executor:
                     # nothing new, and report the run; a second Ctrl-C stops at once
                     if interrupted:
                         raise
-                    interrupted = True
+                    interrupted = self._interrupted = True
                     self._cancel.set()
                     self._cancel_running(list(running.values()))
         return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.selected], interrupted)
@@ -247,15 +248,29 @@ class Executor:
                 state, message = self._run_write(step, result)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported on its step
             result.elapsed_s = round(time.perf_counter() - t0, 3)
-            state = "cancelled" if self._cancel.is_set() and (isinstance(exc, Cancelled) or not isinstance(exc, PipeError)) else "error"
-            message, hint = describe_error(exc, step)
-            if not isinstance(exc, (PipeError,)) and not _is_user_error(exc):
+            cancelled = is_cancellation(exc) or (self._cancel.is_set() and not isinstance(exc, PipeError))
+            if cancelled:
+                # Ctrl-C or --fail-fast cancelled its Spark jobs (or someone did in the Spark UI):
+                # the write rolled back, so this is a cancellation, not an error of the step
+                message, hint = self._cancelled_message(step), None
+            else:
+                message, hint = describe_error(exc, step)
+            if not cancelled and not isinstance(exc, (PipeError,)) and not _is_user_error(exc):
                 result.traceback = traceback.format_exc()
-            self._finish(result, state, message, hint)
+            self._finish(result, "cancelled" if cancelled else "error", message, hint)
             return
         # outside the try: once a step has committed, nothing after it turns it into an error
         result.elapsed_s = round(time.perf_counter() - t0, 3)
         self._finish(result, state, message)
+
+    def _cancelled_message(self, step: Step) -> str:
+        if self._interrupted:
+            why = "the run was interrupted (Ctrl-C)"
+        elif self._cancel.is_set():
+            why = "the run stopped at the first failure (--fail-fast)"
+        else:
+            why = "its Spark job was cancelled (from the Spark UI or by the cluster)"
+        return f"cancelled: {why}; {step.name if step.kind == 'write' else step.id} wrote nothing, and the next run reads its input again"
 
     # --- sources -----------------------------------------------------------------------------
 
@@ -312,9 +327,14 @@ class Executor:
         or `s3_incremental` source) has read up to, by "consumer (source)". Cleaning keeps what
         the reads after the oldest of them need, and archiving does not pass it. A consumer
         that has not run yet reads the whole table, so it holds nothing back."""
+        return {f"{reader.name} ({src.name})": cp for src, reader, cp in self._incremental_consumers(table)}
+
+    def _incremental_consumers(self, table: str) -> list[tuple[Step, Step, str]]:
+        """(source step, consuming write step, instant read up to) of every built consumer of
+        `table` that has read it incrementally."""
         from runtime.table.table import Table
 
-        out: dict[str, str] = {}
+        out = []
         for src in self.plan.steps:
             if src.kind != "ingest" or src.config.get("kind") not in ("table", "s3_incremental"):
                 continue
@@ -326,7 +346,40 @@ class Executor:
                 stored, _, _ = _stored_state(Table.open(None, self.table_uri(reader.name)))
                 checkpoint = stored.get(src.name)
                 if checkpoint:  # s3_incremental: "instant#bucket/key" within an instant
-                    out[f"{reader.name} ({src.name})"] = checkpoint.split("#", 1)[0]
+                    out.append((src, reader, checkpoint.split("#", 1)[0]))
+        return out
+
+    def rebuild_warnings(self) -> list[str]:
+        """With --full-refresh: a selected table whose key, partitioning, type or precombine
+        field changed is created anew, and its instants start over. Every incremental consumer
+        that has read it loses its checkpoint: one message per consumer, saying what its next
+        run will do. A consumer rebuilt in the same run reads the new table whole: no loss."""
+        from runtime.table.table import Table
+
+        if not self.options.full_refresh:
+            return []
+        out = []
+        for sid in self.selected:
+            step = self.plan.step(sid)
+            uri = self.table_uri(step.name)
+            if step.kind != "write" or not Table.exists(uri) or self._reads_queue(step):
+                continue
+            try:
+                changed = Table.open(None, uri).definition_changes(table_config(step, self._config(step)))
+            except RunError:
+                continue  # an environment variable is missing: the step itself will say so
+            if not changed:
+                continue
+            for src, reader, cp in self._incremental_consumers(step.name):
+                if f"table.{reader.name}" in self.selected:
+                    continue
+                if src.config.get("on_checkpoint_lost") == "full_read":
+                    then = f"then reads all of {step.name} again (its source sets on_checkpoint_lost: full_read)"
+                else:
+                    then = (f"then stops with a lost checkpoint until it is rebuilt too (`pipe run --select {reader.name} --full-refresh`, "
+                            f"or add it to this run: `--select {step.name}+`), or its source sets `on_checkpoint_lost: full_read`")
+                out.append(f"--full-refresh creates table {step.name} anew ({changed}): {reader.name} has read it up to {cp} "
+                           f"through source {src.name}, a checkpoint the new table will not have; its next run {then}")
         return out
 
     def _built_later(self, table: str) -> bool:
@@ -584,16 +637,8 @@ class Executor:
 
     def _create_table(self, spark, step: Step, config: Mapping[str, Any], uri: str, rebuild: bool):
         from runtime.table.table import Table, TableError
-        from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, TableConfig
 
-        wanted = TableConfig(
-            name=step.name,
-            table_type=MERGE_ON_READ if config["type"] == "merge_on_read" else COPY_ON_WRITE,
-            record_key_fields=tuple(config["key"]),
-            partition_fields=tuple(config["partition_by"]),
-            precombine_field=config.get("precombine"),
-            hive_style=config["hive_style_partitioning"],
-        )
+        wanted = table_config(step, config)
         try:
             return Table.create(spark, uri, wanted), False
         except TableError as exc:
@@ -608,6 +653,20 @@ class Executor:
             return Table.create(spark, staging, wanted), True
         _delete_table(uri)
         return Table.create(spark, uri, wanted), True
+
+
+def table_config(step: Step, config: Mapping[str, Any]):
+    """The Hudi table definition (hoodie.properties) of a write step."""
+    from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, TableConfig
+
+    return TableConfig(
+        name=step.name,
+        table_type=MERGE_ON_READ if config["type"] == "merge_on_read" else COPY_ON_WRITE,
+        record_key_fields=tuple(config["key"]),
+        partition_fields=tuple(config["partition_by"]),
+        precombine_field=config.get("precombine"),
+        hive_style=config["hive_style_partitioning"],
+    )
 
 
 def _table_exists(uri: str) -> bool:
@@ -749,6 +808,23 @@ def _is_user_error(exc: BaseException) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(exc, CapturedException) and bool(exc.getCondition())
+
+
+_CANCELLED = ("SPARK_JOB_CANCELLED", "cancelled part of cancelled job group", "cancelled because SparkContext was shut down",
+              "SPARK_JOB_GROUP_CANCELLED", "JOB_CANCELLED")
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """A step ended by a cancellation (pipe's own, or of its Spark jobs), not by an error."""
+    if isinstance(exc, (Cancelled, KeyboardInterrupt)):
+        return True
+    if isinstance(exc, PipeError):
+        return False
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a Java exception whose message cannot be fetched any more
+        return False
+    return any(marker in text for marker in _CANCELLED)
 
 
 def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:

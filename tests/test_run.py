@@ -369,7 +369,8 @@ def test_table_source_reads_only_new_versions_holds_back_cleaning_and_stops_when
     assert_clean(out, err)
     step = steps(root)["table.order_log"]
     assert step["state"] == "error"
-    assert f"no longer has instant {orders_c5} (rolled back or restored to {orders_c4})" in step["message"]
+    rollback = [i["instant"] for i in timeline(capsys, root, "orders") if i["action"] == "rollback"][-1]
+    assert f"instant {orders_c5} of table orders was rolled back (rollback instant {rollback})" in step["message"]
     assert "pipe run --select order_log --full-refresh" in step["hint"]
     assert "on_checkpoint_lost: full_read" in step["hint"]
     assert "pipe run --select order_log --full-refresh" in err
@@ -607,6 +608,7 @@ def test_json_log_format_and_quiet(spark, tmp_path, capsys):
     write_jsonl(root / "data/s/s-2.json", [{"id": 2, "v": "b"}])
     out, err = run_ok(capsys, root, "--quiet")
     assert "source.s" not in out + err and "table.t" not in out + err  # no step lines
+    assert re.fullmatch(r"Done in \d+\.\ds: 2 succeeded\n", out) and err == "", (out, err)  # the one-line summary
     assert steps(root)["table.t"]["inserts"] == 1
     assert_rows(spark, root, "t", ["id", "v"], [(1, "a"), (2, "b")])
 
@@ -773,4 +775,8 @@ def test_ctrl_c_cancels_the_running_step_writes_nothing_and_reports_the_run(spar
     results = run_results(root)
     assert results["interrupted"] is True and results["success"] is False
     assert steps(root)["table.slow"]["state"] == "cancelled"
+    # reported as a cancellation, not as an internal error with Spark's exception
+    assert steps(root)["table.slow"]["message"].startswith("cancelled: the run was interrupted (Ctrl-C); slow wrote nothing")
+    assert "internal error" not in out + err and "Py4J" not in out + err and "SPARK_JOB_CANCELLED" not in out + err, out + err
+    assert "Interrupted in" in out and "1 cancelled" in out
     assert commits(timeline(capsys, root, "slow")) == []

@@ -210,7 +210,7 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
         return S3IncrementalPending(name, config, upstream, None, latest, len(done))
     if cursor.instant == latest and cursor.after is None:
         return S3IncrementalPending(name, config, upstream, cursor.instant, None, 0)
-    lost = lost_checkpoint(cursor.instant, done, upstream.config.name)
+    lost = lost_checkpoint(cursor.instant, done, upstream.config.name, upstream.storage)
     if lost:
         raise SourceError(f"source {name}: {lost}, so the objects since the last run of {consumer} cannot be told",
                           f"read every object the table names again with `pipe run --select {consumer} --full-refresh`")

@@ -42,17 +42,49 @@ class TablePending(Pending):
         return upstream.read(since=self.since, until=self.checkpoint, meta=False)
 
 
-def lost_checkpoint(checkpoint: str, done, table: str) -> str | None:
+def lost_checkpoint(checkpoint: str, done, table: str, storage=None) -> str | None:
     """Why the changes after `checkpoint` can no longer be read from the completed instants
-    `done` of `table`, or None when they can."""
+    `done` of `table`, or None when they can. With the table's `storage`, the message says
+    what happened: the instant was rolled back, undone by a restore, or archived, or the
+    table was rebuilt (created anew: every instant it has, archived ones included, is later
+    than the checkpoint)."""
     if any(i.time == checkpoint for i in done):
         return None
+    what = _what_happened(checkpoint, table, storage, done) if storage is not None else None
+    if what:
+        return what
     if checkpoint > done[-1].time:
         return f"table {table} no longer has instant {checkpoint} (rolled back or restored to {done[-1].time})"
     if checkpoint < done[0].time:
         return f"the commits of table {table} after instant {checkpoint} have been archived (its active timeline starts at {done[0].time})"
     # within the active timeline but gone: rolled back or restored away, and written again since
     return f"table {table} no longer has instant {checkpoint} (rolled back or restored, then written again)"
+
+
+def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
+    from runtime.table import avro
+    from runtime.table.services import archived_instants
+    from runtime.table.timeline import HOODIE
+
+    timeline = Timeline.load(storage)
+    for inst in reversed(timeline.completed(("rollback", "restore"))):
+        try:
+            meta = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
+        except Exception:  # noqa: BLE001 - written by another tool in a form we do not know
+            continue
+        undone = meta.get("commitsRollback" if inst.action == "rollback" else "instantsToRollback") or []
+        if checkpoint in undone:
+            if inst.action == "rollback":
+                return f"instant {checkpoint} of table {table} was rolled back (rollback instant {inst.time})"
+            return f"table {table} was restored to an earlier commit (restore instant {inst.time}), which undid instant {checkpoint}"
+    archived = archived_instants(storage)
+    if any(i.time == checkpoint for i in archived):
+        return f"the commits of table {table} after instant {checkpoint} have been archived (its active timeline starts at {done[0].time})"
+    first = min([i.time for i in archived] + [i.time for i in timeline.instants])
+    if checkpoint < first:
+        return (f"table {table} was rebuilt: it was created anew at {first} (by `pipe run --full-refresh` after a change of its key, "
+                f"partitioning, type or precombine field), after instant {checkpoint}, so its commits since then cannot be told apart")
+    return None
 
 
 def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint: str | None) -> TablePending:
@@ -67,7 +99,7 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
         return TablePending(name, upstream, None, latest, len(done), changes=changes)
     if checkpoint == latest:
         return TablePending(name, upstream, checkpoint, None, 0, changes=changes)
-    lost = lost_checkpoint(checkpoint, done, upstream.config.name)
+    lost = lost_checkpoint(checkpoint, done, upstream.config.name, upstream.storage)
     if lost:
         if config.get("on_checkpoint_lost") == "full_read":
             return TablePending(name, upstream, None, latest, len(done), note=f"checkpoint lost: {lost}", changes=changes)

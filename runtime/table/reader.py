@@ -3,9 +3,15 @@
 
 Base files of slices without log files are read by Spark's Parquet reader. The slices of a
 merge-on-read table that have log files are merged in Spark tasks (merge.py): only one small
-descriptor row per slice goes through the driver. A read-optimized read takes base files only."""
+descriptor row per slice goes through the driver. A read-optimized read takes base files only.
+
+`read_batches` reads the same rows without Spark, in this process, with pyarrow: the same
+slices (slices_to_read), the same merging of log files (merge.merge_slice) and the same
+range filter (merge.base_batches). It is for small reads on a local disk (`pipe show`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
 from runtime.table.errors import TableError
@@ -14,14 +20,22 @@ from runtime.table.schema import META_COLUMNS, arrow_schema
 from runtime.table.timeline import Timeline
 
 
-def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
-         until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False,
-         file_groups: set[tuple[str, str]] | None = None):
-    """Rows of the table (see Table.read); `file_groups`, (partition, file id) pairs: only
-    the slices of those groups."""
-    from pyspark.sql import types as T
+@dataclass(frozen=True)
+class ReadPlan:
+    """What a read takes: base files read as they are, slices whose log files are merged, and
+    the range (since, until] of an incremental read (None, None for a snapshot)."""
 
-    full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + (list(struct.fields) if struct else []))
+    plain: list[FileSlice]
+    merged: list[FileSlice]
+    since: str | None
+    until: str | None
+    incremental: bool
+    merge_until: str | None  # the latest instant whose log blocks count
+
+
+def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None, until: str | None,
+              config: TableConfig | None, read_optimized: bool, file_groups: set[tuple[str, str]] | None = None) -> ReadPlan:
+    """`file_groups`, (partition, file id) pairs: only the slices of those groups."""
     incremental = since is not None or until is not None
     if incremental:
         until = until or as_of
@@ -31,12 +45,23 @@ def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, s
     merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
     merged = [s for s in slices if s.has_logs] if merging else []
     plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]
-    df = read_base_files(spark, storage, full, plain)
-    if incremental:
-        df = _written_in(df, since, until)
-    if merged:
-        df = df.unionByName(read_merged_slices(spark, storage, full, timeline, config, merged,
-                                               since if incremental else None, until if incremental else as_of))
+    return ReadPlan(plain, merged, since if incremental else None, until if incremental else None, incremental,
+                    until if incremental else as_of)
+
+
+def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
+         until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False,
+         file_groups: set[tuple[str, str]] | None = None):
+    """Rows of the table (see Table.read), of the groups in `file_groups` only if given."""
+    from pyspark.sql import types as T
+
+    full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + (list(struct.fields) if struct else []))
+    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, file_groups)
+    df = read_base_files(spark, storage, full, p.plain)
+    if p.incremental:
+        df = _written_in(df, p.since, p.until)
+    if p.merged:
+        df = df.unionByName(read_merged_slices(spark, storage, full, timeline, config, p.merged, p.since, p.merge_until))
     if not meta:
         df = df.drop(*META_COLUMNS)
     return df
@@ -101,13 +126,75 @@ def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 2):
 def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):
     """How tasks merge slices into rows of `full` (meta and data columns, a Spark StructType):
     the table's merge mode and the instants whose blocks count."""
+    return arrow_merge_spec(storage, arrow_schema(full), timeline, config, since, until)
+
+
+def arrow_merge_spec(storage, schema, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):
+    """merge_spec for an Arrow schema of meta and data columns (no Spark needed)."""
     from runtime.table.merge import MergeSpec
 
     mode = config.read_merge_mode()
-    if mode == EVENT_TIME and config.precombine_field not in full.fieldNames():
+    if mode == EVENT_TIME and config.precombine_field not in schema.names:
         raise TableError(f"table {config.name} orders records by {config.precombine_field}, which its schema lacks",
                          "check hoodie.table.precombine.field in .hoodie/hoodie.properties")
     return MergeSpec(
-        storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=arrow_schema(full),
+        storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=schema,
         mode=mode, ordering_field=config.precombine_field, valid=InstantValidity.of(timeline), since=since, until=until,
     )
+
+
+# --- reading without Spark ----------------------------------------------------------------------
+
+
+def arrow_data_schema(file_schema):
+    """The data columns of a base file's Arrow schema as Spark reads them (meta columns
+    dropped; dictionary-encoded columns as their values; timestamps in microseconds, as
+    Spark's TimestampType and TimestampNTZType)."""
+    import pyarrow as pa
+
+    fields = []
+    for f in file_schema:
+        if f.name in META_COLUMNS:
+            continue
+        if pa.types.is_dictionary(f.type):
+            f = f.with_type(f.type.value_type)
+        if pa.types.is_timestamp(f.type) and f.type.unit != "us":
+            f = f.with_type(pa.timestamp("us", f.type.tz))
+        fields.append(f)
+    return pa.schema(fields)
+
+
+def read_batches(storage, data_schema, timeline: Timeline, as_of: str | None = None, since: str | None = None,
+                 until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False):
+    """The rows `read` returns, without Spark: (Arrow schema, iterator of record batches),
+    read lazily slice by slice. `data_schema` is the table's data columns as an Arrow schema
+    (Table.arrow_schema)."""
+    import pyarrow as pa
+
+    from runtime.table.merge import base_batches, merge_slice
+
+    full = pa.schema([pa.field(c, pa.string()) for c in META_COLUMNS] + (list(data_schema) if data_schema is not None else []))
+    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized)
+    out = full if meta else pa.schema([f for f in full if f.name not in META_COLUMNS])
+
+    def batches():
+        # base files of a slice as of `until` hold no later row: only `since` filters them
+        plain_spec = _range_spec(storage, full, p.since, p.until)
+        for s in p.plain:
+            for batch in base_batches(storage, s.base_file.path, plain_spec):
+                yield batch if meta else batch.select(out.names)
+        if p.merged:
+            spec = arrow_merge_spec(storage, full, timeline, config, p.since, p.merge_until)
+            for s in p.merged:
+                for batch in merge_slice(spec, storage, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files]):
+                    yield batch if meta else batch.select(out.names)
+
+    return out, batches()
+
+
+def _range_spec(storage, schema, since: str | None, until: str | None):
+    """A MergeSpec for base files alone: their columns and the range of an incremental read."""
+    from runtime.table.merge import MergeSpec
+
+    return MergeSpec(storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=schema, mode="",
+                     ordering_field=None, valid=lambda instant: True, since=since, until=until)

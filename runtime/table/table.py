@@ -100,6 +100,14 @@ class Table:
         return cls(spark, storage, config)
 
     def _check_same_definition(self, wanted: TableConfig) -> None:
+        what = self.definition_changes(wanted)
+        if what:
+            raise TableError(f"table {self.config.name} at {self.storage.spec.uri} was created differently: {what}. "
+                             "Rebuild it (pipe run --full-refresh) to change its layout")
+
+    def definition_changes(self, wanted: TableConfig) -> str | None:
+        """How `wanted` differs from the table's definition in what the stored table is built
+        on (a write under `wanted` needs a table created anew), or None."""
         have = self.config
         diffs = [
             (what, a, b) for what, a, b in (
@@ -110,10 +118,10 @@ class Table:
                 ("precombine field", have.precombine_field, wanted.precombine_field),
             ) if a != b
         ]
-        if diffs:
-            what = "; ".join(f"{w} is {list(a) if isinstance(a, tuple) else a} in the table but {list(b) if isinstance(b, tuple) else b} now" for w, a, b in diffs)
-            raise TableError(f"table {have.name} at {self.storage.spec.uri} was created differently: {what}. "
-                             "Rebuild it (pipe run --full-refresh) to change its layout")
+        if not diffs:
+            return None
+        return "; ".join(f"{w} is {list(a) if isinstance(a, tuple) else a} in the table but {list(b) if isinstance(b, tuple) else b} now"
+                         for w, a, b in diffs)
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -130,6 +138,31 @@ class Table:
         from pyspark.sql import types as T
 
         timeline = timeline or self.timeline()
+        found = self._schema_file(timeline, as_of)
+        if found is None:
+            return self._committed_schema(timeline, as_of)
+        path, size = found
+        # files with one Parquet schema have one Spark schema: the footer, read here, says
+        # whether Spark must read the file's schema again
+        key = path if size is None else _schema_key(parquet_footer(self.storage, path, size))
+        struct = self._file_schemas.get(key)
+        if struct is None:
+            struct = self._file_schemas[key] = self.spark.read.parquet(self.storage.full_path(path)).schema
+        return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
+
+    def arrow_schema(self, timeline: Timeline | None = None, as_of: str | None = None):
+        """The same columns as `schema`, as an Arrow schema read from the same file's footer,
+        without Spark (for reads in this process, `read_arrow`); None when `schema` is."""
+        found = self._schema_file(timeline or self.timeline(), as_of)
+        if found is None:
+            return None
+        path, size = found
+        if size is None and not hasattr(self.storage, "root"):  # a ranged read of the footer needs the size
+            size = next(f.size for f in self.storage.list_files(path.rpartition("/")[0], recursive=False) if f.path == path)
+        return _reader.arrow_data_schema(parquet_footer(self.storage, path, size).schema.to_arrow_schema())
+
+    def _schema_file(self, timeline: Timeline, as_of: str | None) -> tuple[str, int | None] | None:
+        """The base file whose schema is the table's as of `as_of` (path, size if known)."""
         path, size = None, None
         for inst in reversed(timeline.completed()):
             if as_of is not None and inst.time > as_of:
@@ -140,19 +173,13 @@ class Table:
             if path is None and inst.action == DELTACOMMIT:
                 path = self._base_file_of_logs(timeline, inst)
             if path:
-                break
-        if path is None:  # every commit with files was archived: the newest live base file
-            slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.base_file is not None]
-            if not slices:
-                return self._committed_schema(timeline, as_of)
-            path = max(slices, key=lambda s: s.base_instant).base_file.path
-        # files with one Parquet schema have one Spark schema: the footer, read here, says
-        # whether Spark must read the file's schema again
-        key = path if size is None else _schema_key(parquet_footer(self.storage, path, size))
-        struct = self._file_schemas.get(key)
-        if struct is None:
-            struct = self._file_schemas[key] = self.spark.read.parquet(self.storage.full_path(path)).schema
-        return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
+                return path, size
+        # every commit with files was archived: the newest live base file
+        slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.base_file is not None]
+        if not slices:
+            return None
+        base = max(slices, key=lambda s: s.base_instant).base_file
+        return base.path, base.size or None
 
     def _committed_schema(self, timeline: Timeline, as_of: str | None):
         """The writer schema in the latest commit's metadata (at or before `as_of`): the
@@ -465,6 +492,15 @@ class Table:
             return _cdc.all_inserts(after, columns)
         before = _reader.read(self.spark, self.storage, struct, timeline, as_of=since, config=self.config, file_groups=groups)
         return _cdc.changes(before, after, columns, until)
+
+    def read_batches(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True,
+                     read_optimized: bool = False):
+        """The rows `read` returns, read in this process with pyarrow, without Spark: (Arrow
+        schema, iterator of record batches). For small reads of a table on a local disk."""
+        timeline = self.timeline()
+        schema = self.arrow_schema(timeline, as_of=until or as_of)
+        return _reader.read_batches(self.storage, schema, timeline, as_of=as_of, since=since, until=until, meta=meta,
+                                    config=self.config, read_optimized=read_optimized)
 
     # --- the writer lock -----------------------------------------------------------------------
 
