@@ -91,6 +91,8 @@ class RenderedTable:
     sources: Mapping[str, Location]
     env_vars: Mapping[str, str | None]
     config: Mapping[str, Any]
+    # rendering reported an error, so the SQL may be cut short: it is not checked further
+    failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,7 @@ class Renderer:
     # --- rendering ----------------------------------------------------------------------------
 
     def render_table(self, table: Table) -> RenderedTable:
+        reported = len(self.errors.errors)
         sql = full = None
         refs: dict[str, Location] = {}
         sources: dict[str, Location] = {}
@@ -340,7 +343,8 @@ class Renderer:
                             env_vars.update(scope2.env_vars)
         config, config_env = self._render_config(table.config, table, table.path)
         env_vars.update(config_env)
-        return RenderedTable(sql=sql, sql_full_refresh=full, refs=refs, sources=sources, env_vars=env_vars, config=config)
+        return RenderedTable(sql=sql, sql_full_refresh=full, refs=refs, sources=sources, env_vars=env_vars, config=config,
+                             failed=len(self.errors.errors) > reported)
 
     def render_source(self, source) -> RenderedSource:
         config, env_vars = self._render_config(source.config, None, source.path, node=source)

@@ -40,11 +40,14 @@ class _Context:
         return found
 
 
-def _compile(ctx: _Context, target: str | None, vars_text: str | None):
+def _compile(ctx: _Context, target: str | None, vars_text: str | None, cache: bool = True):
+    """`cache`: keep the outcomes of the SQL checks in target/ (not for `pipe diff`, which
+    leaves the working tree alone)."""
     from compiler.api import compile_project
     from compiler.project import parse_cli_vars
 
-    result = compile_project(ctx.root(), target=target, cli_vars=parse_cli_vars(vars_text))
+    root = ctx.root()
+    result = compile_project(root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target" if cache else None)
     if result.warnings:
         output.diagnostics(result.warnings)
     return result
@@ -436,7 +439,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     if head_plan is not None:
         head, head_label = _read_plan(head_plan), head_plan
     else:
-        head, head_label = _compile(ctx, target, vars_text).plan, "working tree"
+        head, head_label = _compile(ctx, target, vars_text, cache=False).plan, "working tree"
     diff = diff_plans(base, head, base_label, head_label)
     if fmt == "json":
         output.out.file.write(diff_output.render_json(diff))
