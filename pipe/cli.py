@@ -72,8 +72,32 @@ def _common(command):
 
 _target_option = click.option("--target", "-t", default=None, help="Target from pipe_project.yml (default: default_target).")
 _vars_option = click.option("--vars", "vars_text", default=None, help="Variables as YAML or JSON, e.g. '{min_amount: 10}'.")
-_select_option = click.option("--select", "-s", multiple=True, help="Steps to choose: name, +name, name+, tag:x, path:..., config.KEY:value.")
-_exclude_option = click.option("--exclude", multiple=True, help="Steps to leave out (same syntax as --select).")
+class _SelectorsOption(click.Option):
+    """--select / --exclude take every word up to the next option, as dbt's do: `--select a b`
+    is `--select 'a b'` (the flag may also be repeated). The words reach selection joined by
+    spaces, which is its union syntax."""
+
+    def add_to_parser(self, parser, ctx):
+        result = super().add_to_parser(parser, ctx)
+        option = next((parser._long_opt.get(o) or parser._short_opt.get(o) for o in self.opts
+                       if o in parser._long_opt or o in parser._short_opt), None)
+        if option is not None:
+            process = option.process
+
+            def greedy(value, state):
+                words = [value]
+                while state.rargs and not any(state.rargs[0].startswith(p) for p in parser._opt_prefixes):
+                    words.append(state.rargs.pop(0))
+                process(" ".join(words), state)
+
+            option.process = greedy
+        return result
+
+
+_select_option = click.option("--select", "-s", multiple=True, cls=_SelectorsOption, metavar="SELECTOR...",
+                              help="Steps to choose: name, +name, name+, tag:x, path:..., config.KEY:value (several: --select a b).")
+_exclude_option = click.option("--exclude", multiple=True, cls=_SelectorsOption, metavar="SELECTOR...",
+                               help="Steps to leave out (same syntax as --select).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
