@@ -102,11 +102,12 @@ def check_sql(project: Project, rendered: Mapping[str, RenderedTable], order: It
                 hint = f.hint
                 if not exact:  # show what Spark would see on that line
                     shown = sql.split("\n")[f.line - 1].strip() if 0 < f.line <= sql.count("\n") + 1 else ""
-                    hint = (hint + "; " if hint else "") + f"rendered, the line reads: {shown[:160]}"
+                    hint = (hint + " " if hint else "") + f"(the line as rendered: {shown[:160]})"
                 errors.error(Location(table.sql_file, line, col), f.message, hint)
         cols = {o.columns for o in outcomes}
         inferred = outcomes[0].columns if len(cols) == 1 else None
         _check_table_columns(table, inferred, errors)
+        _check_delete_when(table, r, inferred, cache, errors)
         known[name] = inferred if inferred is not None else _declared(table.columns)
     cache.save()
     return known
@@ -140,6 +141,18 @@ def _check_table_columns(table: Table, selected: tuple[str, ...] | None, errors:
                 continue  # validate.py reports it against the declared schema
             hint = did_you_mean(col, selected) or "columns it selects: " + ", ".join(selected)
             errors.error(_item_at(table, setting, i), f"{setting} column '{col}' of table '{table.name}' is not selected by {table.sql_file}", hint)
+
+
+def _check_delete_when(table: Table, r: RenderedTable, selected: tuple[str, ...] | None, cache: "_Cache", errors: Collector) -> None:
+    """delete_when is a predicate over the rows the SQL selects: its syntax, and its columns
+    when those are known; reported at the YAML value."""
+    predicate = r.config.get("delete_when")
+    if not isinstance(predicate, str) or not predicate.strip() or "${env:" in predicate:
+        return
+    sql = f"select * from `{table.name}` where\n{predicate}\n"
+    outcome = cache.get_or_check(sql, {table.name.lower(): list(selected) if selected is not None else None})
+    for f in outcome.findings:
+        errors.error(table.at("delete_when"), f"delete_when of table '{table.name}': {f.message}", f.hint)
 
 
 def _item_at(table: Table, key: str, index: int) -> Location:

@@ -89,7 +89,7 @@ group by order_id amount amount
 def test_syntax_error_on_a_line_jinja_changed_shows_the_rendered_line(project):
     root = project(files({"t": "select order_id,\n  {{ money('amount') }} as amount,\nfrom {{ source('raw_orders') }} o o\n"}))
     d = only(compile_errors(root), "SQL syntax error", "tables/t.sql:3:35")
-    assert "rendered, the line reads: from `raw_orders` o o" in d.hint
+    assert d.hint.endswith("(the line as rendered: from `raw_orders` o o)")
 
 
 def test_unclosed_string_is_a_syntax_error_at_its_quote(project):
@@ -256,3 +256,26 @@ def test_a_second_compile_reuses_the_checks_without_parsing(project):
     (root / "tables" / "b.sql").write_text("select amout from {{ ref('a') }}", encoding="utf-8")
     for _ in range(2):
         only(compile_errors(root, cache_dir=root / "target"), "unknown column 'amout'", "tables/b.sql:1:8", "did you mean 'amount'?")
+
+
+def test_delete_when_is_checked_against_the_columns_the_sql_selects(project):
+    yml = "tables:\n  t:\n    key: [order_id]\n    delete_when: \"stauts = 'cancelled'\"\n"
+    root = project(files({"t": "select order_id, status from {{ source('raw_orders') }}"}, {"t": yml}))
+    only(compile_errors(root), "delete_when of table 't': unknown column 'stauts': not a column of 't'", "tables/t.yml:4:18", "did you mean 'status'?")
+    (root / "tables" / "t.yml").write_text(yml.replace("stauts = 'cancelled'", "status = = 'cancelled'"), encoding="utf-8")
+    only(compile_errors(root), "delete_when of table 't': SQL syntax error", "tables/t.yml:4:18")
+
+
+# --- what only Spark finds keeps Spark's position ---------------------------------------------------
+
+
+@pytest.mark.spark
+def test_spark_errors_keep_sparks_line_and_position(spark):
+    from runtime.executor import _spark_message
+
+    spark.range(3).createOrReplaceTempView("three")
+    for sql, where in [("select id\nfrom three\nwhere id >", "line 3, pos 10"), ("select id,\n  idd\nfrom three", "line 2, pos 2")]:
+        with pytest.raises(Exception) as err:
+            spark.sql(sql)
+        message = _spark_message(err.value)
+        assert message.endswith(f"(Spark's position: {where})"), message
