@@ -60,7 +60,11 @@ class Finding:
 
     @classmethod
     def from_json(cls, v: list) -> "Finding":
-        return cls(v[0], v[1], v[2], v[3])
+        line, col, message, hint = v
+        if not (type(line) is int and line > 0 and (col is None or type(col) is int) and isinstance(message, str)
+                and (hint is None or isinstance(hint, str))):
+            raise TypeError("not a finding")
+        return cls(line, col, message, hint)
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,10 @@ class Outcome:
 
 
 def check_sql(project: Project, rendered: Mapping[str, RenderedTable], order: Iterable[str], errors: Collector,
-              cache_dir: Path | None = None) -> dict[str, tuple[str, ...] | None]:
+              cache_dir: Path | None = None, cache_write: bool = True) -> dict[str, tuple[str, ...] | None]:
     """Checks the SQL of every table, upstream before downstream (`order`: table names in
     dependency order), and returns each table's known output columns."""
-    cache = _Cache(cache_dir)
+    cache = _Cache(cache_dir, cache_write)
     known: dict[str, tuple[str, ...] | None] = {}
     source_cols = {name.lower(): _declared(s.columns) if s.kind in ("files", "s3_incremental") else None
                    for name, s in project.sources.items()}
@@ -166,8 +170,9 @@ class _Cache:
     """Outcomes by hash of their inputs, read from and written to cache_dir (best effort: a
     cache that cannot be read or written only costs time)."""
 
-    def __init__(self, cache_dir: Path | None):
+    def __init__(self, cache_dir: Path | None, write: bool = True):
         self.path = Path(cache_dir) / CACHE_FILE if cache_dir is not None else None
+        self.write = write
         self.old: dict[str, Any] = {}
         self.used: dict[str, Any] = {}
         self.changed = False
@@ -178,7 +183,7 @@ class _Cache:
                     data = json.load(f)
                 if isinstance(data, dict) and isinstance(data.get("entries"), dict):
                     self.old = data["entries"]
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 pass
 
     def salt(self) -> str:
@@ -194,8 +199,11 @@ class _Cache:
         outcome = None
         if entry is not None:
             try:
-                outcome = Outcome(tuple(Finding.from_json(f) for f in entry[0]), tuple(entry[1]) if entry[1] is not None else None)
-            except (TypeError, IndexError, KeyError):
+                columns = entry[1]
+                if columns is not None and not all(isinstance(c, str) for c in columns):
+                    raise TypeError("not columns")
+                outcome = Outcome(tuple(Finding.from_json(f) for f in entry[0]), tuple(columns) if columns is not None else None)
+            except (TypeError, ValueError, IndexError, KeyError):  # a damaged cache: check again
                 outcome = None
         if outcome is None:
             outcome = analyse(sql, catalog)
@@ -204,7 +212,7 @@ class _Cache:
         return outcome
 
     def save(self) -> None:
-        if self.path is None or not (self.changed or set(self.used) != set(self.old)):
+        if self.path is None or not self.write or not (self.changed or set(self.used) != set(self.old)):
             return
         entries = dict(self.used)
         for k, v in self.old.items():  # keep outcomes of other targets and vars, up to a bound

@@ -40,14 +40,14 @@ class _Context:
         return found
 
 
-def _compile(ctx: _Context, target: str | None, vars_text: str | None, cache: bool = True):
-    """`cache`: keep the outcomes of the SQL checks in target/ (not for `pipe diff`, which
-    leaves the working tree alone)."""
+def _compile(ctx: _Context, target: str | None, vars_text: str | None, cache_write: bool = True):
+    """The outcomes of the SQL checks are cached in target/; `pipe diff`, which leaves the
+    working tree alone, only reads them (cache_write=False)."""
     from compiler.api import compile_project
     from compiler.project import parse_cli_vars
 
     root = ctx.root()
-    result = compile_project(root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target" if cache else None)
+    result = compile_project(root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target", cache_write=cache_write)
     if result.warnings:
         output.diagnostics(result.warnings)
     return result
@@ -463,7 +463,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     if head_plan is not None:
         head, head_label = _read_plan(head_plan), head_plan
     else:
-        head, head_label = _compile(ctx, target, vars_text, cache=False).plan, "working tree"
+        head, head_label = _compile(ctx, target, vars_text, cache_write=False).plan, "working tree"
     diff = diff_plans(base, head, base_label, head_label)
     if fmt == "json":
         output.out.file.write(diff_output.render_json(diff))
@@ -524,7 +524,8 @@ def _plan_at_ref(ctx: _Context, ref: str, target: str | None, vars_text: str | N
         if not (base_root / "pipe_project.yml").exists():
             raise ProjectError([_cli(f"there is no pipe_project.yml in {prefix} at {ref}", "the project did not exist yet at that ref")])
         try:
-            return compile_project(base_root, target=target, cli_vars=parse_cli_vars(vars_text)).plan
+            # the outcomes of the working tree's SQL checks hold for every table the ref did not change
+            return compile_project(base_root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target", cache_write=False).plan
         except ProjectError as exc:
             first = exc.diagnostics[0] if exc.diagnostics else None
             raise ProjectError([_cli(f"the project at {ref} does not compile: {first.message if first else exc}",

@@ -279,3 +279,17 @@ def test_spark_errors_keep_sparks_line_and_position(spark):
             spark.sql(sql)
         message = _spark_message(err.value)
         assert message.endswith(f"(Spark's position: {where})"), message
+
+
+def test_a_damaged_cache_is_checked_again(project):
+    root = project(files({"a": "select order_id, amout from {{ source('raw_orders') }}"}))
+    first = compile_errors(root, cache_dir=root / "target")
+    cache = root / "target" / "sql_check_cache.json"
+    import json
+
+    data = json.loads(cache.read_text())
+    for key in data["entries"]:
+        data["entries"][key] = [[["x", None, 3, None]], [1, 2]]
+    for text in (json.dumps(data), "{not json", "[" * 100000):
+        cache.write_text(text)
+        assert [str(d) for d in compile_errors(root, cache_dir=root / "target")] == [str(d) for d in first]
