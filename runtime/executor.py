@@ -793,7 +793,15 @@ def _spark_message(exc: BaseException) -> str:
     if raised:  # pipe's own error raised in a Spark task (e.g. a damaged log file): its message, not the traceback
         return raised[-1][:600]
     lines = [l for l in text.splitlines() if l.strip() and not l.lstrip().startswith(("at ", "JVM stacktrace"))]
-    return " ".join(lines[:3])[:600] if lines else type(exc).__name__
+    message = " ".join(lines[:3])[:600] if lines else type(exc).__name__
+    # getMessage() leaves out where in the query Spark stopped; str(exc) has it
+    where = _SPARK_POSITION.search(str(exc))
+    if where and where.group(0) not in message:
+        message += f" (Spark's position: {where.group(1)}, {where.group(2)})"
+    return message
+
+
+_SPARK_POSITION = re.compile(r"(line \d+),? (pos(?:ition)? \d+)")
 
 
 def _is_user_error(exc: BaseException) -> bool:
