@@ -109,6 +109,7 @@ _READ_FORMAT = (
     Key("format", "string", "File format of the data.", required=True, choices=FORMATS, fold_case=True),
     Key("schema", "columns", "Columns of the data: a Spark DDL string (`\"id BIGINT, name STRING\"`) or a mapping `{column: type}`. Without it the schema is inferred.", default=None),
     Key("options", "mapping", "Options for Spark's reader of that format (`multiLine: true`, `header: true`, ...).", default={}),
+    Key("on_bad_record", "string", "A record that does not fit `schema` (a value that does not convert to its column's type, a CSV row with too few or too many fields, a line that is not JSON): `fail` stops the step naming file, line, column and value; `drop` leaves it out and counts it in the step's output.", default="fail", choices=("fail", "drop")),
 )
 
 _AWS = (
