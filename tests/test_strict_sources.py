@@ -128,11 +128,11 @@ def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_an
     root = project(tmp_path, {
         "sources/s.yml": """
             sources:
-              docs: {kind: files, path: data/docs, format: json, options: {multiLine: true}, schema: "doc_id BIGINT, pages INT"}
+              raw_docs: {kind: files, path: data/docs, format: json, options: {multiLine: true}, schema: "doc_id BIGINT, pages INT"}
               pq: {kind: files, path: data/pq, format: parquet, schema: "k BIGINT, amount BIGINT"}
             """,
         "tables/docs.yml": "tables:\n  docs:\n    key: [doc_id]\n",
-        "tables/docs.sql": "select * from {{ source('docs') }}\n",
+        "tables/docs.sql": "select * from {{ source('raw_docs') }}\n",
         "tables/pqt.yml": "tables:\n  pqt:\n    key: [k]\n",
         "tables/pqt.sql": "select * from {{ source('pq') }}\n",
     })
@@ -142,10 +142,10 @@ def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_an
     pq.write_table(pa.table({"k": pa.array([1], pa.int32()), "amount": pa.array([5], pa.int32())}), root / "data/pq/ok.parquet")  # widened: fine
     pq.write_table(pa.table({"k": pa.array([2], pa.int64()), "amount": ["abc"]}), root / "data/pq/bad.parquet")
     code, out, err = pipe(capsys, root, "run")
-    assert code == 1
+    assert code == 1, out + err
     assert_clean(out, err)
     by_id = steps(root)
-    assert by_id["table.docs"]["message"] == 'source docs: data/docs/many.json record 2: column pages: "many" is not a INT'
+    assert by_id["table.docs"]["message"] == 'source raw_docs: data/docs/many.json record 2: column pages: "many" is not an INT'
     assert by_id["table.pqt"]["message"] == "source pq: data/pq/bad.parquet: column amount holds STRING values, but the source declares BIGINT"
     assert not (root / "lake/docs").exists() and not (root / "lake/pqt").exists()
 

@@ -157,7 +157,7 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
         raw, typed = F.col("s").getField(f.name), F.col("t").getField(f.name)
         shown = F.concat(F.lit('"'), F.substring(raw, 1, 60), F.when(F.length(raw) > 60, F.lit('…"')).otherwise(F.lit('"')))
         checks.append(F.when(raw.isNotNull() & (raw != F.lit("")) & typed.isNull(),
-                             F.concat(F.lit(f"column {f.name}: "), shown, F.lit(f" is not a {f.dataType.simpleString().upper()}"))))
+                             F.concat(F.lit(f"column {f.name}: "), shown, F.lit(f" is not {_a(f.dataType.simpleString().upper())}"))))
     text = F.substring(F.col(TEXT), 1, 80)
     if fmt == "csv":
         n = len(fields)
@@ -167,6 +167,10 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
         structural = F.concat(F.lit("not a valid JSON object: "), text)
     problem = F.when(F.col(MISSING).isNull(), F.coalesce(*checks, F.when(F.col("t").getField(CORRUPT).isNotNull() | F.col("t").isNull(), structural)))
     return both.select(FILE, MISSING, LINE_NO, RECORD_NO, *[F.col("t").getField(f.name).alias(f.name) for f in fields], problem.alias(PROBLEM))
+
+
+def _a(word: str) -> str:
+    return ("an " if word[0] in "AEIOU" else "a ") + word
 
 
 @dataclass
