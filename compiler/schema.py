@@ -224,6 +224,7 @@ TABLE = Section(
         Key("operation", "string", "Write operation of each run. Default: `upsert` when the table has a `key`, else `insert`.", default=None, choices=OPERATIONS),
         Key("key", "string_list", "Record key column(s). Keys are unique across the table.", default=[]),
         Key("precombine", "string", "Column ordering versions of a row: the largest wins within a batch and a stored newer row is never overwritten by an older one.", default=None),
+        Key("precombine_nulls", "string", "A row whose precombine value is null: `fail` stops the write naming table, column and key; `lowest` orders it below every value (it loses within the batch and to any stored version).", default="fail", choices=("fail", "lowest")),
         Key("partition_by", "string_list", "Partition column(s), in path order.", default=[]),
         Key("hive_style_partitioning", "boolean", "Partition folders named `column=value` (else just `value`).", default=True),
         Key("index", "string", "`global`: a key is unique across the table and a changed partition value moves the row. `partition`: keys are unique within a partition only (faster; for keys that never change partition).", default="global", choices=("global", "partition")),

@@ -171,3 +171,21 @@ def test_a_null_precombine_value_is_refused_before_anything_is_committed(spark, 
     assert commits(timeline(capsys, root, "orders")) == before
     assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.0)])
     assert run_results(root)["success"] is False
+
+    # the table says how to treat it: a null orders lowest, so it loses to the stored version
+    (root / "tables/orders.yml").write_text(ORDERS_TABLE["tables/orders.yml"] + "    precombine_nulls: lowest\n", encoding="utf-8")
+    run_ok(capsys, root)
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.0), (7, 2.0)])
+
+
+def test_on_bad_record_and_precombine_nulls_are_checked_by_compile(project):
+    from tests.conftest import compile_errors
+
+    root = project({
+        "sources/s.yml": "sources:\n  s: {kind: files, path: d, format: json, on_bad_record: skip}\n",
+        "tables/t.yml": "tables:\n  t:\n    key: [id]\n    precombine_nulls: lowest\n",
+        "tables/t.sql": "select * from {{ source('s') }}\n",
+    })
+    errors = [str(e) for e in compile_errors(root)]
+    assert any("sources/s.yml:2" in e and "on_bad_record" in e and "drop" in e for e in errors), errors
+    assert any("tables/t.yml:4" in e and "precombine_nulls but has no precombine" in e for e in errors), errors

@@ -197,6 +197,7 @@ def check_parquet_footers(spark, files: list[tuple[str, str]], declared, name: s
     from pyspark.sql.types import StructType
 
     wanted = StructType.fromDDL(columns_ddl(declared))
+    readable: set[tuple[str, str]] = set()  # (column, file type) Spark was seen to read
     for shown, path in files:
         try:
             schema = pq.read_schema(path)
@@ -210,10 +211,12 @@ def check_parquet_footers(spark, files: list[tuple[str, str]], declared, name: s
                 found = from_arrow_type(schema.field(f.name).type)
             except Exception:  # noqa: BLE001 - a type pyspark cannot name: let Spark decide
                 found = None
-            if found == f.dataType:
+            seen = (f.name, str(schema.field(f.name).type))
+            if found == f.dataType or seen in readable:
                 continue
             try:  # Spark reads some widenings (int -> bigint, float -> double, ...): ask it
                 spark.read.schema(StructType([f])).parquet(path).limit(1).collect()
+                readable.add(seen)
             except Exception as exc:  # noqa: BLE001 - the mismatch Spark refuses
                 kind = found.simpleString().upper() if found is not None else str(schema.field(f.name).type)
                 raise SourceError(f"source {name}: {shown}: column {f.name} holds {kind} values, but the source declares "

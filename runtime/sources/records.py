@@ -5,8 +5,8 @@ executors (`line_reader`), numbering the lines of each file, then `parse` turns 
 record of a multiLine JSON document) into typed columns twice: with the declared types and with
 every column as a string. A value present as text but null once typed did not convert: the
 record is bad, and `check` stops the step naming file, line, column and value (or, with
-`on_bad_record: drop`, leaves the record out and counts it). JSON null, an empty string and an
-empty CSV field are nulls, not bad values. Only counts and a few sample records reach the driver;
+`on_bad_record: drop`, leaves the record out and counts it). JSON null and an empty CSV field
+are nulls, not bad values; an empty JSON string is bad for a non-string column, as for Spark. Only counts and a few sample records reach the driver;
 the checked rows are persisted, so the files are read once for the check and the write."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ PROBLEM = "_pipe_problem"
 CORRUPT = "_pipe_corrupt_record"
 LINES_DDL = f"`{FILE}` STRING, `{LINE_NO}` BIGINT, `{TEXT}` STRING, `{IS_HEADER}` BOOLEAN, `{MISSING}` STRING"
 SAMPLES = 5  # bad records named in a message
+_BATCH_LINES = 50_000
 _COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
 # options of Spark's file readers that are about files, not about parsing one record
 _FILE_OPTIONS = ("multiline", "header", "inferschema", "encoding", "charset", "linesep", "samplingratio", "pathglobfilter",
@@ -84,12 +85,11 @@ def read_lines(opener: Callable[[], Callable[[str], bytes | None]], whole: bool,
                                                  schema=schema)
                 continue
             lines = split_text(body, name, whole, header, encoding, line_sep)
-            if not lines:
-                continue
-            n = len(lines)
-            nums, texts, heads = zip(*lines)
-            yield pa.RecordBatch.from_arrays([pa.array([name] * n), pa.array(nums, pa.int64()), pa.array(texts, pa.string()), pa.array(heads),
-                                              pa.nulls(n, pa.string())], schema=schema)
+            for start in range(0, len(lines), _BATCH_LINES):  # bounded batches: a big file stays under Arrow's 2 GB strings
+                nums, texts, heads = zip(*lines[start:start + _BATCH_LINES])
+                n = len(nums)
+                yield pa.RecordBatch.from_arrays([pa.array([name] * n), pa.array(nums, pa.int64()), pa.array(texts, pa.string()), pa.array(heads),
+                                                  pa.nulls(n, pa.string())], schema=schema)
 
 
 def line_reader(spark, files: list[tuple[str, str]], opener, options: Mapping[str, Any], fmt: str):
@@ -147,24 +147,26 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
     with_corrupt = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields) + f", `{CORRUPT}` STRING"
     # as text: one more column than declared tells a CSV row with too many fields
     extra = "_pipe_extra_field"
-    as_text = ", ".join(f"`{f.name}` STRING" for f in fields) + (f", `{extra}` STRING" if fmt == "csv" else "")
+    as_text = ", ".join(f"`{f.name}` STRING" for f in fields) + (f", `{extra}` STRING" if fmt == "csv" else f", `{CORRUPT}` STRING")
     parser = F.from_json if fmt == "json" else F.from_csv
-    both = body.select(FILE, MISSING, LINE_NO, RECORD_NO, TEXT, parser(F.col(TEXT), with_corrupt, typed_opts).alias("t"), parser(F.col(TEXT), as_text, opts).alias("s"))
+    both = body.select(FILE, MISSING, LINE_NO, RECORD_NO, TEXT, parser(F.col(TEXT), with_corrupt, typed_opts).alias("t"),
+                       parser(F.col(TEXT), as_text, typed_opts if fmt == "json" else opts).alias("s"))
     checks = []
     for f in fields:
         if f.dataType.simpleString() == "string":
             continue  # every value is a string
         raw, typed = F.col("s").getField(f.name), F.col("t").getField(f.name)
         shown = F.concat(F.lit('"'), F.substring(raw, 1, 60), F.when(F.length(raw) > 60, F.lit('…"')).otherwise(F.lit('"')))
-        checks.append(F.when(raw.isNotNull() & (raw != F.lit("")) & typed.isNull(),
+        checks.append(F.when(raw.isNotNull() & typed.isNull(),
                              F.concat(F.lit(f"column {f.name}: "), shown, F.lit(f" is not {_a(f.dataType.simpleString().upper())}"))))
     text = F.substring(F.col(TEXT), 1, 80)
     if fmt == "csv":
         n = len(fields)
         structural = F.when(F.col("s").getField(extra).isNotNull(), F.concat(F.lit(f"more fields than the {n} declared: "), text)) \
             .otherwise(F.concat(F.lit(f"fewer fields than the {n} declared: "), text))
-    else:
-        structural = F.concat(F.lit("not a valid JSON object: "), text)
+    else:  # as text, only a record that is no JSON object fails; else the culprit is nested
+        structural = F.when(F.col("s").getField(CORRUPT).isNotNull() | F.col("s").isNull(), F.concat(F.lit("not a valid JSON object: "), text)) \
+            .otherwise(F.concat(F.lit("a nested value does not fit the declared type: "), text))
     problem = F.when(F.col(MISSING).isNull(), F.coalesce(*checks, F.when(F.col("t").getField(CORRUPT).isNotNull() | F.col("t").isNull(), structural)))
     return both.select(FILE, MISSING, LINE_NO, RECORD_NO, *[F.col("t").getField(f.name).alias(f.name) for f in fields], problem.alias(PROBLEM))
 

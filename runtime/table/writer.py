@@ -49,6 +49,7 @@ class WriteOptions:
     delete_when: str | None = None
     insert_duplicates: str = "none"  # none | drop | fail
     combine_before_insert: bool = False
+    precombine_nulls: str = "fail"  # fail | lowest (a null orders below every value)
     bulk_insert_sort_mode: str = "NONE"
     max_file_size: int = 120 * 1024 * 1024
     small_file_limit: int = 100 * 1024 * 1024
@@ -336,7 +337,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         scoped = opts.index == "partition" and opts.operation not in REPLACE_OPERATIONS
         # a null precombine value would lose to every version, even an older stored one: refused
-        orders = opts.operation == "upsert" or opts.combine_before_insert
+        orders = (opts.operation == "upsert" or opts.combine_before_insert) and opts.precombine_nulls == "fail"
         ordering = config.precombine_field if orders and config.precombine_field in rows.columns else None
         null_order = F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)
         if scoped:
@@ -352,7 +353,8 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
             keys = [r[0] for r in rows.where(F.col(f"`{ordering}`").isNull()).select(KEY).limit(3).collect()]
             raise WriteError(f"table {config.name}: {null_orders} row(s) have a null precombine value (column {ordering}), e.g. key "
                              f"{', '.join(keys)}; a null orders below every value, so such a row would be dropped as older than a stored version. "
-                             f"Give every row a value (e.g. coalesce({ordering}, ...) in the table's SQL) or filter those rows out")
+                             f"Give every row a value (e.g. coalesce({ordering}, ...) in the table's SQL), filter those rows out, "
+                             f"or set `precombine_nulls: lowest` on the table to accept that")
 
     if opts.operation == "bulk_insert":
         return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
