@@ -49,7 +49,7 @@ class WriteOptions:
     delete_when: str | None = None
     insert_duplicates: str = "none"  # none | drop | fail
     combine_before_insert: bool = False
-    precombine_nulls: str = "fail"  # fail | lowest (a null orders below every value)
+    precombine_nulls: str = "lowest"  # lowest (a null orders below every value, as in Hudi) | fail (pipe tables default)
     bulk_insert_sort_mode: str = "NONE"
     max_file_size: int = 120 * 1024 * 1024
     small_file_limit: int = 100 * 1024 * 1024
