@@ -182,7 +182,7 @@ def read_checked(spark, files: list[tuple[str, str]], config: Mapping[str, Any],
             raise SourceError(f"source {name}: {checked.missing[0]} was removed while the step read it",
                               "run again: files are read once they are complete and stay in place")
         return checked.df, checked.rows, checked.bad, checked.samples
-    if declared and fmt == "parquet" and opener is records.local_opener:
+    if declared and fmt == "parquet":
         check_parquet_footers(spark, files, declared, name)
     df, rows, bad, samples = read_with_spark(spark, [loc for _, loc in files], config, name, what, cache)
     return df, rows, bad, samples
@@ -204,21 +204,23 @@ def check_parquet_footers(spark, files: list[tuple[str, str]], declared, name: s
         except Exception as exc:  # noqa: BLE001 - not Parquet at all
             raise SourceError(f"source {name}: {shown} is not a Parquet file ({_first_line(exc)})",
                               "check `format` and `path` of the source") from exc
+        by_name = {n.lower(): i for i, n in enumerate(schema.names)}  # Spark matches names without regard to case
         for f in wanted.fields:
-            if f.name not in schema.names:
+            if f.name.lower() not in by_name:
                 continue  # read as null, as Spark does
+            column = schema.field(by_name[f.name.lower()])
             try:
-                found = from_arrow_type(schema.field(f.name).type)
+                found = from_arrow_type(column.type)
             except Exception:  # noqa: BLE001 - a type pyspark cannot name: let Spark decide
                 found = None
-            seen = (f.name, str(schema.field(f.name).type))
+            seen = (f.name, str(column.type))
             if found == f.dataType or seen in readable:
                 continue
             try:  # Spark reads some widenings (int -> bigint, float -> double, ...): ask it
                 spark.read.schema(StructType([f])).parquet(path).limit(1).collect()
                 readable.add(seen)
             except Exception as exc:  # noqa: BLE001 - the mismatch Spark refuses
-                kind = found.simpleString().upper() if found is not None else str(schema.field(f.name).type)
+                kind = found.simpleString().upper() if found is not None else str(column.type)
                 raise SourceError(f"source {name}: {shown}: column {f.name} holds {kind} values, but the source declares "
                                   f"{f.dataType.simpleString().upper()}",
                                   "declare the column with the type the files have (and cast it in the SQL), or fix the file; "
