@@ -50,6 +50,7 @@ class WriteOptions:
     delete_when: str | None = None
     insert_duplicates: str = "none"  # none | drop | fail
     combine_before_insert: bool = False
+    precombine_nulls: str = "lowest"  # lowest (a null orders below every value, as in Hudi) | fail (pipe tables default)
     bulk_insert_sort_mode: str = "NONE"
     max_file_size: int = 120 * 1024 * 1024
     small_file_limit: int = 100 * 1024 * 1024
@@ -368,14 +369,25 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     if config.record_key_fields and opts.operation != "bulk_insert":
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         scoped = opts.index == "partition" and opts.operation not in REPLACE_OPERATIONS
+        # a null precombine value would lose to every version, even an older stored one: refused
+        orders = (opts.operation == "upsert" or opts.combine_before_insert) and opts.precombine_nulls == "fail"
+        ordering = config.precombine_field if orders and config.precombine_field in rows.columns else None
+        null_order = F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)
         if scoped:
-            per_partition = {p: (n, nulls) for p, n, nulls in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull())).collect()}
-            partitions = {p: n for p, (n, _) in per_partition.items()}
-            batch_rows, null_keys = sum(partitions.values()), sum(nulls for _, nulls in per_partition.values())
+            per_partition = {p: (n, nulls, no) for p, n, nulls, no in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).collect()}
+            partitions = {p: n for p, (n, _, _) in per_partition.items()}
+            batch_rows, null_keys = sum(partitions.values()), sum(nulls for _, nulls, _ in per_partition.values())
+            null_orders = sum(no for _, _, no in per_partition.values())
         else:
-            batch_rows, null_keys = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull())).first()
+            batch_rows, null_keys, null_orders = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).first()
         if null_keys:
             raise WriteError(f"the input has {null_keys} row(s) whose key column {config.record_key_fields[0]} is null; every row needs a key")
+        if null_orders:
+            keys = [r[0] for r in rows.where(F.col(f"`{ordering}`").isNull()).select(KEY).limit(3).collect()]
+            raise WriteError(f"table {config.name}: {null_orders} row(s) have a null precombine value (column {ordering}), e.g. key "
+                             f"{', '.join(keys)}; a null orders below every value, so such a row would be dropped as older than a stored version. "
+                             f"Give every row a value (e.g. coalesce({ordering}, ...) in the table's SQL), filter those rows out, "
+                             f"or set `precombine_nulls: lowest` on the table to accept that")
 
     if opts.operation == "bulk_insert":
         return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
