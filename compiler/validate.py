@@ -83,6 +83,8 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
     if c.get("tombstone_days") and not c["precombine"]:
         errors.error(table.at("tombstone_days"), f"{what} sets tombstone_days but has no precombine",
                      "a tombstone keeps the precombine value of a deleted key: add `precombine:` or remove tombstone_days")
+    elif c.get("tombstone_days") and op not in ("upsert", "delete"):
+        errors.warning(table.at("tombstone_days"), f"tombstone_days has no effect on {what}: only upsert and delete (and --full-refresh) keep tombstones")
     if c["precombine"] and op in ("insert_overwrite", "insert_overwrite_table", "delete_partition"):
         errors.warning(table.at("precombine"), f"precombine has no effect on {what}: {op} replaces file groups without merging")
     if _written(table, "precombine_nulls") and not c["precombine"]:

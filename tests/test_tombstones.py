@@ -107,3 +107,27 @@ def test_tombstone_days_needs_a_precombine_column(tmp_path):
 
     errors = compile_errors(root)
     assert any("tombstone_days" in e.message and "precombine" in e.message and "tables/customers.yml:" in str(e) for e in errors), errors
+
+
+def test_a_rolled_back_first_write_leaves_no_tombstone(spark, tmp_path):
+    table = _table(spark, str(tmp_path / "t"), COPY_ON_WRITE)
+    first = table.write(spark.createDataFrame([(1, "a", 100, "x", False), (9, "a", 500, None, True)], SCHEMA), "upsert",
+                        tombstone_days=30).instant
+    table.rollback(first)  # the table is as before its first write: nothing was ever deleted
+    assert table.storage.list_files(FOLDER) == []
+    table.write(spark.createDataFrame([(9, "a", 100, "fixed input", False)], SCHEMA), "upsert", tombstone_days=30)
+    assert _ids(table) == [(9, "fixed input")]
+
+
+def test_a_full_refresh_starts_the_tombstones_afresh(spark, tmp_path):
+    """A bad delete (far-future ordering value) removed from the input is undone by rebuilding."""
+    table = _table(spark, str(tmp_path / "t"), COPY_ON_WRITE)
+    write = lambda rows, op="upsert": table.write(spark.createDataFrame(rows, SCHEMA), op, tombstone_days=30,  # noqa: E731
+                                                  combine_before_insert=op != "upsert")
+    write([(1, "a", 100, "x", False)])
+    write([(1, "a", 4_102_444_800_000, None, True)])  # a delete stamped 2100
+    write([(1, "a", 200, "back", False)])
+    assert _ids(table) == []
+    write([(1, "a", 100, "x", False), (1, "a", 200, "back", False)], "insert_overwrite_table")  # the input without the bad delete
+    write([(1, "a", 300, "later", False)])
+    assert _ids(table) == [(1, "later")]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from runtime.sources import Pending, SourceError
+from runtime.table.cdc import lost_before_images
 from runtime.table.timeline import Timeline
 
 
@@ -100,6 +101,9 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
     if checkpoint == latest:
         return TablePending(name, upstream, checkpoint, None, 0, changes=changes)
     lost = lost_checkpoint(checkpoint, done, upstream.config.name, upstream.storage)
+    if lost is None and changes:
+        lost = lost_before_images(upstream.storage, timeline, checkpoint, latest)
+        lost = lost and f"table {upstream.config.name}: {lost}"
     if lost:
         if config.get("on_checkpoint_lost") == "full_read":
             return TablePending(name, upstream, None, latest, len(done), note=f"checkpoint lost: {lost}", changes=changes)

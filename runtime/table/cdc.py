@@ -45,30 +45,54 @@ def touched_file_groups(timeline: Timeline, since: str | None, until: str | None
     return groups
 
 
-def changes(before, after, data_columns: list[str], until: str):
+def lost_before_images(storage, timeline: Timeline, since: str, until: str | None) -> str | None:
+    """Why the before-images of the changes in (since, until] cannot be read (their files were
+    cleaned, by a cleaner that did not know this consumer), or None."""
+    from runtime.table.services import missing_files
+
+    groups = touched_file_groups(timeline, since, until)
+    missing = missing_files(storage, timeline, since, groups)
+    if not missing:
+        return None
+    return f"{len(missing)} file(s) of the table as of instant {since} were cleaned (e.g. {missing[0]}), so the rows as they were then are gone"
+
+
+def changes(before, after, struct, until: str):
     """The change rows between `before` and `after` (DataFrames of the touched groups' rows
-    with meta columns, as of since and as of until): the data columns, then `_change_type` and
-    `_commit_time` (the commit that wrote the after-image; for a delete, `until`)."""
+    with meta columns, as of since and as of until): the data columns of `struct` (the schema
+    as of until; `before` is aligned to it by name), then `_change_type` and `_commit_time`
+    (the commit that wrote the after-image; for a delete, `until`).
+
+    The two sides are one union, shuffled once by (key, partition path). A record present on
+    both sides with the same sequence number did not change; the rest of a (key, partition)
+    is a delete (before only), an insert (after only) or an update (both: the before rows are
+    preimages, the after rows postimages). Keys stored twice in a group (inserts that kept
+    duplicates) pair up without phantom changes."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     key = ["_hoodie_record_key", "_hoodie_partition_path"]
+    seq, t = "_hoodie_commit_seqno", "_hoodie_commit_time"
 
-    def side(df, prefix):
-        return df.select(*key, F.col("_hoodie_commit_time").alias(f"{prefix}_t"),
-                         F.struct(*[F.col(f"`{c}`") for c in data_columns]).alias(f"{prefix}_row"))
+    def side(df, name):
+        data = [(F.col(f"`{f.name}`").try_cast(f.dataType) if f.name in df.columns else F.lit(None).cast(f.dataType)).alias(f.name)
+                for f in struct.fields]
+        return df.select(*key, seq, t, F.lit(name).alias("_side"), *data)
 
-    joined = side(before, "pre").join(side(after, "post"), on=key, how="full_outer")
-    pre_t, post_t = F.col("pre_t"), F.col("post_t")
-    changed = pre_t.isNull() | post_t.isNull() | (pre_t != post_t)
-    preimage = F.when(pre_t.isNotNull() & changed, F.struct(
-        F.col("pre_row").alias("row"), F.when(post_t.isNull(), F.lit(DELETE)).otherwise(F.lit(UPDATE_PREIMAGE)).alias("kind"),
-        F.coalesce(post_t, F.lit(until)).alias("t")))
-    postimage = F.when(post_t.isNotNull() & changed, F.struct(
-        F.col("post_row").alias("row"), F.when(pre_t.isNull(), F.lit(INSERT)).otherwise(F.lit(UPDATE_POSTIMAGE)).alias("kind"),
-        post_t.alias("t")))
-    out = joined.where(changed).select(F.explode(F.array(preimage, postimage)).alias("c")).where(F.col("c").isNotNull())
-    return out.select(*[F.col("c.row").getField(c).alias(c) for c in data_columns],
-                      F.col("c.kind").alias(CHANGE_TYPE), F.col("c.t").alias(COMMIT_TIME))
+    both = side(before, "before").unionByName(side(after, "after")).repartition(*key)
+    same = Window.partitionBy(*key, seq, t)
+    rows = both.withColumn("_n", F.count(F.lit(1)).over(same)).where(F.col("_n") == 1)
+    record = Window.partitionBy(*key)
+    is_before = F.col("_side") == "before"
+    rows = rows.withColumn("_has_before", F.max(is_before.cast("int")).over(record)) \
+               .withColumn("_has_after", F.max((~is_before).cast("int")).over(record)) \
+               .withColumn("_after_t", F.max(F.when(~is_before, F.col(t))).over(record))
+    kind = (F.when(is_before & (F.col("_has_after") == 1), F.lit(UPDATE_PREIMAGE))
+            .when(is_before, F.lit(DELETE))
+            .when(F.col("_has_before") == 1, F.lit(UPDATE_POSTIMAGE))
+            .otherwise(F.lit(INSERT)))
+    when = F.when(is_before, F.coalesce(F.col("_after_t"), F.lit(until))).otherwise(F.col(t))
+    return rows.select(*[F.col(f"`{f.name}`") for f in struct.fields], kind.alias(CHANGE_TYPE), when.alias(COMMIT_TIME))
 
 
 def all_inserts(snapshot, data_columns: list[str]):

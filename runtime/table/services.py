@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from runtime.table import avro
 from runtime.table.errors import TableError
+from runtime.table import tombstones
 from runtime.table.layout import FileSystemView
 from runtime.table.timeline import WRITE_ACTIONS
-from runtime.table.timeline import (
-    CLEAN, COMMIT, COMPACTION, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT, Instant, Timeline,
-    new_instant_time,
+from runtime.table.timeline import (  # noqa: F401 - archived_instants: used by callers of this module
+    ARCHIVED, CLEAN, COMMIT, COMPACTION, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT, Instant,
+    Timeline, archived_instants, new_instant_time,
 )
 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
@@ -85,6 +86,7 @@ def _undo(storage, target: Instant, files: list[str], started: float, rollback_t
         storage.delete(f"{HOODIE}/{target.file_name()}")
     for path in files:
         storage.delete(path)
+    tombstones.delete_files_of(storage, target.time)
     by_partition = _by_partition(files)
     return {
         "startRollbackTime": rollback_time,
@@ -151,9 +153,10 @@ def rollback_pending(storage) -> list[str]:
     return rolled
 
 
-def missing_files(storage, timeline: Timeline, as_of: str | None) -> list[str]:
+def missing_files(storage, timeline: Timeline, as_of: str | None, groups: set[tuple[str, str]] | None = None) -> list[str]:
     """Base files the snapshot as of `as_of` (None: before the first write) reads, by the write
-    stats of the active timeline, that are no longer on storage (cleaned)."""
+    stats of the active timeline, that are no longer on storage (cleaned); of the file groups
+    `groups` ((partition, file id) pairs) only, if given."""
     expected: dict[tuple[str, str], str] = {}
     if as_of is not None:
         for inst in timeline.completed(WRITE_ACTIONS):
@@ -167,6 +170,8 @@ def missing_files(storage, timeline: Timeline, as_of: str | None) -> list[str]:
                 for st in stats or ():
                     if st.get("path"):
                         expected[(part, st["fileId"])] = st["path"]
+    if groups is not None:
+        expected = {g: p for g, p in expected.items() if g in groups}
     if not expected:
         return []
     present = {f.path for f in storage.list_files("")}
@@ -444,7 +449,6 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_f
 
 
 
-ARCHIVED = f"{HOODIE}/archived"
 
 
 def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: str | None = None) -> list[str]:
@@ -506,10 +510,3 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
             storage.delete(f"{HOODIE}/{n}")
         moved.append(inst.time)
     return moved
-
-
-def archived_instants(storage) -> list[Instant]:
-    from runtime.table.timeline import parse_instant_file
-
-    found = [parse_instant_file(f.path.rsplit("/", 1)[-1]) for f in storage.list_files(ARCHIVED, recursive=False)]
-    return Timeline(storage, [i for i in found if i is not None]).instants

@@ -131,16 +131,18 @@ class Table:
     def view(self, timeline: Timeline | None = None) -> FileSystemView:
         return FileSystemView.load(self.storage, timeline or self.timeline())
 
-    def schema(self, timeline: Timeline | None = None, as_of: str | None = None):
+    def schema(self, timeline: Timeline | None = None, as_of: str | None = None, files_only: bool = False):
         """The table's data columns (Spark StructType) as written by its latest commit (at or
-        before `as_of`) that wrote a file still on storage, or None. (A delete_partition
-        writes no file, and cleaning removes the files of replaced groups.)"""
+        before `as_of`) that wrote a file still on storage. (A delete_partition writes no file,
+        and cleaning removes the files of replaced groups.) With no such file: the writer
+        schema of the latest commit, for readers (Avro keeps no tinyint or smallint, so a
+        writer, `files_only`, gets None and takes the input's columns)."""
         from pyspark.sql import types as T
 
         timeline = timeline or self.timeline()
         found = self._schema_file(timeline, as_of)
         if found is None:
-            return self._committed_schema(timeline, as_of)
+            return None if files_only else self._committed_schema(timeline, as_of)
         path, size = found
         # files with one Parquet schema have one Spark schema: the footer, read here, says
         # whether Spark must read the file's schema again
@@ -295,7 +297,7 @@ class Table:
             self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes())
             _services.fault("after_inflight")
             try:
-                staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, self.schema(timeline))
+                staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, self.schema(timeline, files_only=True))
                 _services.fault("after_files")
                 self._remove_strays(instant.time, staged.stats, staged.log_prefixes)
                 self._check_conflicts(slices, staged.stats, staged.replaced)
@@ -484,14 +486,17 @@ class Table:
         delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
         timeline = self.timeline()
         until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
-        struct = self.schema(timeline, as_of=until)
-        columns = [f.name for f in struct.fields] if struct else []
+        from pyspark.sql import types as T
+
+        struct = self.schema(timeline, as_of=until) or T.StructType([])
+        columns = [f.name for f in struct.fields]
         groups = None if since is None else _cdc.touched_file_groups(timeline, since, until)
         after = _reader.read(self.spark, self.storage, struct, timeline, as_of=until, config=self.config, file_groups=groups)
         if since is None:
             return _cdc.all_inserts(after, columns)
-        before = _reader.read(self.spark, self.storage, struct, timeline, as_of=since, config=self.config, file_groups=groups)
-        return _cdc.changes(before, after, columns, until)
+        before_struct = self.schema(timeline, as_of=since)  # the columns may have changed since
+        before = _reader.read(self.spark, self.storage, before_struct, timeline, as_of=since, config=self.config, file_groups=groups)
+        return _cdc.changes(before, after, struct, until)
 
     def read_batches(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True,
                      read_optimized: bool = False):

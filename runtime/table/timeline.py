@@ -265,3 +265,12 @@ class CommitMetadata:
 
     def checkpoints(self) -> dict[str, str]:
         return {k[len(CHECKPOINT_PREFIX):]: v for k, v in self.extra.items() if k.startswith(CHECKPOINT_PREFIX)}
+
+
+ARCHIVED = f"{HOODIE}/archived"
+
+
+def archived_instants(storage) -> list[Instant]:
+    """The instants archiving moved to .hoodie/archived/ (their files, under the same names)."""
+    found = [parse_instant_file(f.path.rsplit("/", 1)[-1]) for f in storage.list_files(ARCHIVED, recursive=False)]
+    return Timeline(storage, [i for i in found if i is not None]).instants

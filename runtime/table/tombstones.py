@@ -10,7 +10,8 @@ The tombstones of a write are Parquet files under `.hoodie/.aux/pipe_tombstones/
 `<instant>_<write token>.parquet`, with the record key (and the partition path, for tables
 whose keys are unique per partition) and the largest ordering value a delete of the batch
 carried. They count when their instant does (layout.InstantValidity: completed, or archived),
-so a failed, rolled-back or restored write's tombstones never count. Other Hudi readers and
+so a failed, rolled-back or restored write's tombstones never count (rollback and restore
+delete them). A full replacement of the table starts them afresh. Other Hudi readers and
 writers ignore `.hoodie/.aux`. Tombstones older than the retention are deleted by the next
 write that uses them."""
 
@@ -20,7 +21,7 @@ import datetime as dt
 from typing import Iterator
 
 from runtime.table.layout import InstantValidity
-from runtime.table.timeline import HOODIE, Timeline
+from runtime.table.timeline import HOODIE, REPLACECOMMIT, Timeline, archived_instants
 
 FOLDER = f"{HOODIE}/.aux/pipe_tombstones"
 _ORDER = "_pipe_tombstone_order"
@@ -38,36 +39,63 @@ def _oldest_kept(timeline: Timeline, days: int) -> str:
 
 
 def live_files(storage, timeline: Timeline, days: int) -> list[str]:
-    """The tombstone files that count; files of failed or expired writes are deleted (the
-    caller holds the table's lock, so no write in progress owns them)."""
+    """The tombstone files that count: written by a completed write (on the active timeline,
+    or archived as completed), within the retention, and not older than the latest full
+    replacement of the table (`insert_overwrite_table`, as `--full-refresh` writes it: the
+    input was read again whole, and its own deletes left new tombstones). Other files are
+    deleted (the caller holds the table's lock, so no write in progress owns them)."""
     valid = InstantValidity.of(timeline)
-    oldest = _oldest_kept(timeline, days)
+    oldest = max(_oldest_kept(timeline, days), _latest_full_replace(timeline))
+    archived: set[str] | None = None
     live = []
     for info in storage.list_files(FOLDER):
         name = info.path.rpartition("/")[2]
         if not name.endswith(".parquet"):
             continue
         instant = _instant_of(name)
-        if valid(instant) and instant >= oldest:
+        counts = instant in valid.committed
+        if not counts and valid(instant):  # older than the active timeline: only if archived as completed
+            if archived is None:
+                archived = {i.time for i in archived_instants(storage) if i.is_completed}
+            counts = instant in archived
+        if counts and instant >= oldest:
             live.append(info.path)
         else:
             storage.delete(info.path)
     return sorted(live)
 
 
+def _latest_full_replace(timeline: Timeline) -> str:
+    for inst in reversed(timeline.completed((REPLACECOMMIT,))):
+        if timeline.commit_metadata(inst).operation_type == "INSERT_OVERWRITE_TABLE":
+            return inst.time
+    return ""
+
+
+def delete_files_of(storage, instant: str) -> None:
+    """Removes the tombstones a write left (its rollback or restore undoes them)."""
+    for info in storage.list_files(FOLDER):
+        if _instant_of(info.path.rpartition("/")[2]) == instant:
+            storage.delete(info.path)
+
+
 def drop_older_than_tombstones(spark, storage, timeline: Timeline, rows, key: list[str], order: str, days: int):
     """`rows` (prepared: key, partition path, data) without those older than the tombstone
-    of their key: the same rule as against a stored row (writer.drop_stale)."""
+    of their key: the same rule as against a stored row (writer.drop_stale). Files are read
+    with the key columns and ordering type of this write: a partition path missing from older
+    files (written before `index: partition`) reads as null and matches nothing."""
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     paths = live_files(storage, timeline, days)
     if not paths:
         return rows
-    stones = spark.read.parquet(*[storage.full_path(p) for p in paths])
+    order_type = rows.schema[order].dataType
+    schema = T.StructType([T.StructField(k, T.StringType(), True) for k in key] + [T.StructField(_ORDER, order_type, True)])
+    stones = spark.read.schema(schema).parquet(*[storage.full_path(p) for p in paths])
     stones = stones.groupBy(*key).agg(F.max(_ORDER).alias(_ORDER))
-    order_type = dict(rows.dtypes)[order]
     joined = rows.join(stones, on=key, how="left")
-    keep = F.col(_ORDER).isNull() | (F.col(f"`{order}`") >= F.col(_ORDER).cast(order_type))
+    keep = F.col(_ORDER).isNull() | (F.col(f"`{order}`") >= F.col(_ORDER))
     return joined.where(keep).drop(_ORDER)
 
 
@@ -77,8 +105,11 @@ def write(storage, instant: str, rows, key: list[str], order: str, deleted) -> i
     keys got one."""
     from pyspark.sql import functions as F
 
-    stones = (rows.where(deleted & F.col(f"`{order}`").isNotNull()).groupBy(*key)
-              .agg(F.max(F.col(f"`{order}`")).alias(_ORDER)))
+    # per key, the largest ordering value of its deletes, where a delete won the batch (no
+    # row of the batch orders after it: writer.dedupe's rule)
+    value = F.col(f"`{order}`")
+    stones = (rows.groupBy(*key).agg(F.max(F.when(deleted, value)).alias(_ORDER), F.max(value).alias("_pipe_top"))
+              .where(F.col(_ORDER).isNotNull() & (F.col(_ORDER) >= F.col("_pipe_top"))).drop("_pipe_top"))
     spec = (storage.spec.uri, tuple(storage.spec.options), instant)
     return stones.mapInArrow(lambda batches: _write_task(spec, batches), "n long").agg(F.sum("n")).first()[0] or 0
 

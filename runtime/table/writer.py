@@ -324,16 +324,19 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
             and config.precombine_field in df.columns and opts.operation in ("upsert", "delete", "insert_overwrite_table")):
         return _write(spark, table, df, opts, instant, timeline, slices, stored_struct)
     # deletes that stay deleted: incoming rows older than their key's tombstone are dropped,
-    # and this batch's deletes leave tombstones, written with the instant's files
+    # and this batch's deletes leave tombstones, written with the instant's files. A full
+    # replacement reads the whole input again: it starts the tombstones afresh.
     from pyspark.sql import functions as F
 
+    prepare(df, config, opts)  # the input's columns are checked before they are used here
     columns = {_TOMB_KEY: _key_expr(F, config)}
     if opts.index == "partition":
         columns[_TOMB_PART] = _partition_expr(F, config, dict(df.dtypes))
     keyed = df.withColumns(columns).withColumn(_TOMB_DELETE, _delete_flag(F, df.columns, opts))
     keyed = keyed.localCheckpoint(eager=False)  # the input is read once: filtered, written, its deletes kept
-    keyed = _tombstones.drop_older_than_tombstones(spark, table.storage, timeline, keyed, list(columns), config.precombine_field,
-                                                   opts.tombstone_days)
+    if opts.operation != "insert_overwrite_table":
+        keyed = _tombstones.drop_older_than_tombstones(spark, table.storage, timeline, keyed, list(columns), config.precombine_field,
+                                                       opts.tombstone_days)
     staged = _write(spark, table, keyed.drop(*columns, _TOMB_DELETE), opts, instant, timeline, slices, stored_struct)
     _tombstones.write(table.storage, instant, keyed, list(columns), config.precombine_field, F.col(_TOMB_DELETE))
     return staged
