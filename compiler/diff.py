@@ -33,12 +33,12 @@ REWRITE_KEYS = {
 # operations that remove or replace stored data
 DESTRUCTIVE_OPERATIONS = ("insert_overwrite", "insert_overwrite_table", "delete_partition", "delete")
 # settings that change what a write does to stored rows
-BREAKING_KEYS = ("operation", "index", "insert_duplicates", "combine_before_insert", "bootstrap")
+BREAKING_KEYS = ("operation", "index", "insert_duplicates", "combine_before_insert", "precombine_nulls", "bootstrap", "tombstone_days")
 # settings of the table services and file layout: the data stays the same
 NON_BREAKING_KEYS = ("max_file_size", "small_file_limit", "bulk_insert_sort_mode", "clean", "archive", "compaction")
 # source settings whose change makes a source read other input, or read it differently
 SOURCE_BREAKING = ("kind", "format", "path", "queue_url", "metadata_table", "table", "options", "region", "endpoint_url",
-                   "key_prefix", "key_suffix", "key_glob", "min_object_size", "max_object_size")
+                   "key_prefix", "key_suffix", "key_glob", "min_object_size", "max_object_size", "changes")
 MIN_RETAINED_COMMITS = 3  # see docs/diff.md, "Incremental consumers"
 
 

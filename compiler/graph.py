@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 import networkx as nx
 
-from compiler.errors import Collector, Diagnostic, Location, ProjectError
+from compiler.errors import Collector, Diagnostic, Location, ProjectError, did_you_mean
 from compiler.schema import parse_size
 
 
@@ -87,10 +87,20 @@ def select(graph: nx.DiGraph, select: Iterable[str] | None = None, exclude: Iter
     Each argument may hold several selectors separated by spaces (union); a selector may join
     atoms with commas (intersection). An atom is `[@][N+]method:value[+N]`, where method is
     name (the default; also a full step id), tag, path, source, table or config.KEY.
-    Nothing selected means everything."""
-    chosen = _union(graph, select) if _has_any(select) else set(graph.nodes)
+    Nothing selected means everything.
+
+    A selector that matches no step is a mistake (a typo would otherwise run or list nothing,
+    or exclude nothing, without a word): SelectionError names it, with a did-you-mean. So is a
+    selection whose result is empty although each of its selectors matched."""
+    chosen = _union(graph, select, "--select") if _has_any(select) else set(graph.nodes)
     if _has_any(exclude):
-        chosen -= _union(graph, exclude)
+        chosen -= _union(graph, exclude, "--exclude")
+    if not chosen and graph.nodes:
+        what = " ".join(a for a in (select or ()) if a.strip())
+        raise SelectionError(
+            f"no step is left: every step that --select {what!r} matches is excluded by --exclude" if _has_any(select)
+            else "no step is left: --exclude leaves out every step",
+            "check the --exclude selectors (`pipe ls --select ...` shows what each one matches)")
     return ordered(graph, chosen)
 
 
@@ -98,14 +108,54 @@ def _has_any(args: Iterable[str] | None) -> bool:
     return any(a.strip() for a in (args or ()))
 
 
-def _union(graph: nx.DiGraph, args: Iterable[str]) -> set[str]:
+def _union(graph: nx.DiGraph, args: Iterable[str], flag: str) -> set[str]:
     out: set[str] = set()
     for arg in args:
         for selector in arg.split():
             parts = [p for p in selector.split(",") if p]
-            sets = [_atom(graph, p) for p in parts]
-            out |= set.intersection(*sets) if sets else set()
+            sets = []
+            for p in parts:
+                found = _atom(graph, p)
+                if not found:
+                    raise SelectionError(f"{flag} '{p}' matches no step", _no_match_hint(graph, p))
+                sets.append(found)
+            both = set.intersection(*sets) if sets else set()
+            if sets and not both:
+                raise SelectionError(f"{flag} '{selector}' matches no step: no step matches all of " + ", ".join(f"'{p}'" for p in parts),
+                                     "a comma means AND; separate selectors with spaces for OR (`--select a b`)")
+            out |= both
     return out
+
+
+def _no_match_hint(graph: nx.DiGraph, text: str) -> str:
+    """A did-you-mean for an atom that matched nothing, from the values its method can match."""
+    m = _ATOM.match(text)
+    body = m.group("body") if m else text
+    method, _, value = body.partition(":") if ":" in body else ("name", "", body)
+    nodes = graph.nodes
+    if method.startswith("config."):
+        key = method[len("config."):].split(".")[0]
+        keys = {k for n in nodes for k in (nodes[n].get("config") or {})}
+        if key not in keys:
+            near = did_you_mean(key, keys)
+            return near.replace("'", "'config.", 1) if near else f"no step has a setting '{key}'"
+        values = {str(v).lower() for n in nodes for v in _as_list((nodes[n].get("config") or {}).get(key))}
+        return did_you_mean(value.lower(), values) or f"values of {key} in this project: " + ", ".join(sorted(values)[:12])
+    if method == "tag":
+        tags = {t for n in nodes for t in nodes[n]["tags"]}
+        return did_you_mean(value, tags) or ("tags in this project: " + ", ".join(sorted(tags)) if tags else "no step has a tag")
+    if method == "path":
+        files = {f for n in nodes for f in nodes[n]["files"]}
+        return did_you_mean(value, files) or "paths are relative to the project folder, e.g. tables/orders.yml or tables/"
+    kinds = {"source": "ingest", "table": "write"}
+    names = {nodes[n]["name"] for n in nodes if method not in kinds or nodes[n]["kind"] == kinds[method]}
+    if method == "name" and "." in value:
+        names |= set(nodes)
+    return did_you_mean(value, names) or ("steps: " + ", ".join(sorted(names)[:12]) + (", ..." if len(names) > 12 else "") if names else "the project has no steps")
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
 
 
 def _atom(graph: nx.DiGraph, text: str) -> set[str]:

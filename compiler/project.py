@@ -142,12 +142,18 @@ def _files(root: Path, folder: str, suffixes: tuple[str, ...]) -> list[str]:
 
 def _read(rel: str, root: Path, errors: Collector) -> str | None:
     try:
-        with open(os.path.join(root, rel), encoding="utf-8") as f:
-            return f.read()
-    except UnicodeDecodeError as exc:
-        errors.error(Location(rel), f"file is not UTF-8 text ({exc.reason} at byte {exc.start})", "save the file as UTF-8")
+        with open(os.path.join(root, rel), "rb") as f:
+            data = f.read()
     except OSError as exc:
-        errors.error(Location(rel), f"cannot read file: {exc.strerror}")
+        errors.error(Location(rel, 1), f"cannot read file: {exc.strerror}")
+        return None
+    try:
+        # universal newlines, as text mode reads them
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = len(data[data.rfind(b"\n", 0, exc.start) + 1: exc.start].decode("utf-8", "replace")) + 1
+        errors.error(Location(rel, line, col), f"file is not UTF-8 text ({exc.reason} at byte {exc.start})", "save the file as UTF-8")
     return None
 
 

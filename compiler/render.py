@@ -91,6 +91,8 @@ class RenderedTable:
     sources: Mapping[str, Location]
     env_vars: Mapping[str, str | None]
     config: Mapping[str, Any]
+    # rendering reported an error, so the SQL may be cut short: it is not checked further
+    failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,31 @@ class _MacroProxy:
         return self._r.macros[self._name](*args, **kwargs)
 
 
+# Bounds on what one rendering may compute, so that a slip in a template (`10**10**10`,
+# `'-' * 10**10`, loops in loops) stops with a message instead of stalling or exhausting memory.
+MAX_POWER_BITS = 100_000
+MAX_REPEAT = 1_000_000
+MAX_LOOP_ITEMS = 1_000_000
+
+
+class _Environment(SandboxedEnvironment):
+    intercepted_binops = frozenset(["**", "*"])
+
+    def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and _is_int(left) and _is_int(right) and abs(left) > 1 and right > 0 \
+                and right * max(abs(left), 2).bit_length() > MAX_POWER_BITS:
+            raise jinja2.TemplateRuntimeError(f"{left} ** {right} is too large a number for a template")
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and _is_int(n) and len(seq) * n > MAX_REPEAT:
+                    raise jinja2.TemplateRuntimeError(f"repeating a value {n} times makes more than {MAX_REPEAT:,} items")
+        return super().call_binop(context, operator, left, right)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class Renderer:
     # Templates in the simple subset skip Jinja's compiler (see simple_template.py); tests
     # turn this off to check that both paths give the same plan.
@@ -135,7 +162,7 @@ class Renderer:
         self.scope: _Scope | None = None
         self.templates: dict[str, str] = {t.sql_file: t.sql_text for t in project.tables.values() if t.sql_file}
         self.templates.update({m.file: m.text for m in project.macros})
-        self.env = SandboxedEnvironment(
+        self.env = _Environment(
             undefined=StrictUndefined,
             autoescape=False,
             keep_trailing_newline=True,
@@ -151,7 +178,10 @@ class Renderer:
             this=_This(self),
             target={"name": project.target.name, "lake": project.target.lake},
             project_name=project.name,
+            range=self._range,
         )
+        self.env.globals.pop("lipsum", None)  # Jinja's filler text: unbounded, and no use in SQL
+        self._loop_items = 0
         self.macros: dict[str, Any] = {}
         self._load_macros()
 
@@ -266,6 +296,16 @@ class Renderer:
             self.scope.env_vars[name] = default_text
         return EnvVarValue(env_placeholder(name, default_text))
 
+    def _range(self, *args: Any) -> range:
+        """Jinja's sandboxed range, with a budget on the items of all ranges of a rendering."""
+        from jinja2.sandbox import safe_range
+
+        r = safe_range(*args)
+        self._loop_items += len(r)
+        if self._loop_items > MAX_LOOP_ITEMS:
+            raise jinja2.TemplateRuntimeError(f"the template's loops go over more than {MAX_LOOP_ITEMS:,} items")
+        return r
+
     def _is_incremental(self) -> bool:
         scope = self.scope
         if scope is None or scope.owner is None:
@@ -298,6 +338,7 @@ class Renderer:
         for name in defined:
             self.env.globals[name] = _MacroProxy(self, name)
         for file in parsed:
+            self._loop_items = 0
             self.scope = _Scope(owner=None, file=file, incremental=False, allow_refs=False)
             try:
                 module = self.env.get_template(file).module
@@ -313,6 +354,7 @@ class Renderer:
     # --- rendering ----------------------------------------------------------------------------
 
     def render_table(self, table: Table) -> RenderedTable:
+        reported = len(self.errors.errors)
         sql = full = None
         refs: dict[str, Location] = {}
         sources: dict[str, Location] = {}
@@ -340,7 +382,8 @@ class Renderer:
                             env_vars.update(scope2.env_vars)
         config, config_env = self._render_config(table.config, table, table.path)
         env_vars.update(config_env)
-        return RenderedTable(sql=sql, sql_full_refresh=full, refs=refs, sources=sources, env_vars=env_vars, config=config)
+        return RenderedTable(sql=sql, sql_full_refresh=full, refs=refs, sources=sources, env_vars=env_vars, config=config,
+                             failed=len(self.errors.errors) > reported)
 
     def render_source(self, source) -> RenderedSource:
         config, env_vars = self._render_config(source.config, None, source.path, node=source)
@@ -356,6 +399,7 @@ class Renderer:
             return text, {}
         scope = _Scope(owner=None, file=location.file, incremental=False, allow_refs=False, default_location=location)
         self.scope = scope
+        self._loop_items = 0
         try:
             return self.env.from_string(text).render(), dict(scope.env_vars)
         except Exception as exc:  # noqa: BLE001
@@ -388,6 +432,7 @@ class Renderer:
         return not callable(value)
 
     def _render(self, template: jinja2.Template | SimpleTemplate, table: Table, incremental: bool) -> tuple[str, _Scope] | None:
+        self._loop_items = 0
         scope = _Scope(owner=table, file=table.sql_file, incremental=incremental)
         self.scope = scope
 

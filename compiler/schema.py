@@ -109,6 +109,7 @@ _READ_FORMAT = (
     Key("format", "string", "File format of the data.", required=True, choices=FORMATS, fold_case=True),
     Key("schema", "columns", "Columns of the data: a Spark DDL string (`\"id BIGINT, name STRING\"`) or a mapping `{column: type}`. Without it the schema is inferred.", default=None),
     Key("options", "mapping", "Options for Spark's reader of that format (`multiLine: true`, `header: true`, ...).", default={}),
+    Key("on_bad_record", "string", "A record that does not fit `schema` (a value that does not convert to its column's type, a CSV row with too few or too many fields, a line that is not JSON): `fail` stops the step naming file, line, column and value; `drop` leaves it out and counts it in the step's output.", default="fail", choices=("fail", "drop")),
 )
 
 _AWS = (
@@ -134,6 +135,7 @@ SOURCES: dict[str, Section] = {
         + (
             Key("table", "string", "Name of the pipe table to read incrementally.", required=True),
             Key("on_checkpoint_lost", "string", "What to do when the last consumed instant has been cleaned away: `fail` with the command to recover, or `full_read` of the table.", default="fail", choices=("fail", "full_read")),
+            Key("changes", "boolean", "Read the table's change feed instead of the rows its new commits wrote: each changed record once per image, with `_change_type` (`insert`, `update_preimage`, `update_postimage`, `delete`) and `_commit_time`; deleted rows and the old partition of a moved row included (docs/run.md).", default=False),
         ),
         "The rows another pipe table gained since the last run (an incremental read of its timeline).",
     ),
@@ -223,6 +225,8 @@ TABLE = Section(
         Key("operation", "string", "Write operation of each run. Default: `upsert` when the table has a `key`, else `insert`.", default=None, choices=OPERATIONS),
         Key("key", "string_list", "Record key column(s). Keys are unique across the table.", default=[]),
         Key("precombine", "string", "Column ordering versions of a row: the largest wins within a batch and a stored newer row is never overwritten by an older one.", default=None),
+        Key("tombstone_days", "integer", "A deleted key keeps its precombine value this many days: an older event for it, arriving in a later run, is ignored instead of inserting the key again (deletes that stay deleted, whatever the batch boundaries). Unset: a deleted key is forgotten, as in Hudi.", default=None, minimum=1),
+        Key("precombine_nulls", "string", "A row whose precombine value is null: `fail` stops the write naming table, column and key; `lowest` orders it below every value (it loses within the batch and to any stored version).", default="fail", choices=("fail", "lowest")),
         Key("partition_by", "string_list", "Partition column(s), in path order.", default=[]),
         Key("hive_style_partitioning", "boolean", "Partition folders named `column=value` (else just `value`).", default=True),
         Key("index", "string", "`global`: a key is unique across the table and a changed partition value moves the row. `partition`: keys are unique within a partition only (faster; for keys that never change partition).", default="global", choices=("global", "partition")),

@@ -80,8 +80,13 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
     # Settings that only some operations read.
     if c["precombine"] and not c["key"]:
         errors.error(table.at("precombine"), f"{what} sets precombine but has no key", "precombine orders versions of the same key: add `key:` or remove precombine")
+    if c.get("tombstone_days") and not c["precombine"]:
+        errors.error(table.at("tombstone_days"), f"{what} sets tombstone_days but has no precombine",
+                     "a tombstone keeps the precombine value of a deleted key: add `precombine:` or remove tombstone_days")
     if c["precombine"] and op in ("insert_overwrite", "insert_overwrite_table", "delete_partition"):
         errors.warning(table.at("precombine"), f"precombine has no effect on {what}: {op} replaces file groups without merging")
+    if _written(table, "precombine_nulls") and not c["precombine"]:
+        errors.error(table.at("precombine_nulls"), f"{what} sets precombine_nulls but has no precombine", "remove precombine_nulls, or add `precombine: <column>`")
     if _written(table, "insert_duplicates") and c["insert_duplicates"] != "none" and op not in _INSERTS:
         errors.error(table.at("insert_duplicates"), f"insert_duplicates applies to insert and bulk_insert, not to {op} ({what})", "remove it: upsert never duplicates a key")
     if c["insert_duplicates"] in ("drop", "fail") and not c["key"]:

@@ -7,11 +7,13 @@ plain Python values from it, recording the line and column of each key and value
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.reader import ReaderError
 
 from compiler.errors import Collector, Location
 
@@ -22,6 +24,13 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
 
 Path = tuple  # of str keys and int indices
 _STR_TAG = "tag:yaml.org,2002:str"
+
+# Bounds that keep a malformed file from crashing or stalling the compiler: libyaml's composer
+# recurses in C (a few thousand nested brackets overflow the stack and kill the process), and
+# aliases can make a small file expand to billions of values.
+MAX_DEPTH = 100
+MAX_VALUES = 200_000
+_MAYBE_DEEP = re.compile(r"^[ \t]{60}|(?:[-?][ \t]+){20}", re.M)
 
 
 @dataclass
@@ -60,13 +69,34 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
     return (node.start_mark.line + 1, node.start_mark.column + 1)
 
 
+class _TooLarge(Exception):
+    pass
+
+
 class _Builder:
     def __init__(self, doc: Doc, errors: Collector):
         self.doc = doc
         self.errors = errors
         self.constructor = SafeConstructor()
+        self.active: set[int] = set()  # nodes being built: an alias to one of them is a loop
+        self.count = 0
 
     def build(self, node: yaml.Node, path: Path) -> Any:
+        self.count += 1
+        if self.count > MAX_VALUES:
+            self._error(node, f"the file expands to more than {MAX_VALUES:,} values",
+                        "aliases (*name) that repeat large parts of the file? write the values out")
+            raise _TooLarge()
+        if id(node) in self.active:
+            self._error(node, "a YAML alias (*name) here refers to a value that contains it", "an alias can only repeat a value defined before it")
+            return None
+        self.active.add(id(node))
+        try:
+            return self._build(node, path)
+        finally:
+            self.active.discard(id(node))
+
+    def _build(self, node: yaml.Node, path: Path) -> Any:
         self.doc.value_pos[path] = _mark(node)
         if isinstance(node, yaml.MappingNode):
             try:
@@ -104,6 +134,9 @@ class _Builder:
         except ConstructorError as exc:
             self._error(node, f"cannot read value: {exc.problem}")
             return None
+        except (ValueError, TypeError, OverflowError) as exc:  # e.g. `!!int 1.5`: a tag its text does not fit
+            self._error(node, f"cannot read value '{node.value}' as {node.tag.rsplit(':', 1)[-1]}: {exc}")
+            return None
         # Dates would not survive JSON; the plan keeps them as the ISO text the user wrote.
         if isinstance(value, (_dt.date, _dt.datetime)):
             return node.value
@@ -114,8 +147,32 @@ class _Builder:
         self.errors.error(Location(self.doc.file, line, col), message, hint)
 
 
+def _too_deep(text: str, file: str, errors: Collector) -> bool:
+    """Whether the file nests deeper than MAX_DEPTH (reported), from libyaml's event stream,
+    which keeps its own stack. Only files that might be deep are scanned."""
+    if text.count("[") + text.count("{") <= 2 * MAX_DEPTH // 4 and not _MAYBE_DEEP.search(text):
+        return False
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    errors.error(Location(file, mark.line + 1, mark.column + 1), f"YAML nested more than {MAX_DEPTH} levels deep",
+                                 "project files need a few levels; check the brackets and indentation here")
+                    return True
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return False  # composing reports it with its position
+    return False
+
+
 def load_yaml(text: str, file: str, errors: Collector) -> Doc | None:
     """Parse one YAML file. Syntax errors are reported with their position and give None."""
+    if _too_deep(text, file, errors):
+        return None
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
@@ -124,10 +181,20 @@ def load_yaml(text: str, file: str, errors: Collector) -> Doc | None:
         problem = exc.problem or exc.context or "invalid YAML"
         errors.error(loc, f"YAML syntax error: {problem}", "check indentation, colons and quotes")
         return None
+    except ReaderError as exc:  # a character YAML does not allow
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character) if isinstance(exc.character, int) else "?"
+        errors.error(Location(file, line, col), f"YAML error: character U+{ord(char):04X} is not allowed here ({exc.reason})",
+                     "remove the character (control characters cannot appear in YAML, even quoted)")
+        return None
     except yaml.YAMLError as exc:
-        errors.error(Location(file), f"YAML error: {exc}")
+        errors.error(Location(file, 1), f"YAML error: {exc}")
         return None
     doc = Doc(file=file, value=None, has_templates="{{" in text or "{%" in text)
     if node is not None:
-        doc.value = _Builder(doc, errors).build(node, ())
+        try:
+            doc.value = _Builder(doc, errors).build(node, ())
+        except _TooLarge:
+            return None
     return doc

@@ -40,11 +40,14 @@ class _Context:
         return found
 
 
-def _compile(ctx: _Context, target: str | None, vars_text: str | None):
+def _compile(ctx: _Context, target: str | None, vars_text: str | None, cache_write: bool = True):
+    """The outcomes of the SQL checks are cached in target/; `pipe diff`, which leaves the
+    working tree alone, only reads them (cache_write=False)."""
     from compiler.api import compile_project
     from compiler.project import parse_cli_vars
 
-    result = compile_project(ctx.root(), target=target, cli_vars=parse_cli_vars(vars_text))
+    root = ctx.root()
+    result = compile_project(root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target", cache_write=cache_write)
     if result.warnings:
         output.diagnostics(result.warnings)
     return result
@@ -69,8 +72,32 @@ def _common(command):
 
 _target_option = click.option("--target", "-t", default=None, help="Target from pipe_project.yml (default: default_target).")
 _vars_option = click.option("--vars", "vars_text", default=None, help="Variables as YAML or JSON, e.g. '{min_amount: 10}'.")
-_select_option = click.option("--select", "-s", multiple=True, help="Steps to choose: name, +name, name+, tag:x, path:..., config.KEY:value.")
-_exclude_option = click.option("--exclude", multiple=True, help="Steps to leave out (same syntax as --select).")
+class _SelectorsOption(click.Option):
+    """--select / --exclude take every word up to the next option, as dbt's do: `--select a b`
+    is `--select 'a b'` (the flag may also be repeated). The words reach selection joined by
+    spaces, which is its union syntax."""
+
+    def add_to_parser(self, parser, ctx):
+        result = super().add_to_parser(parser, ctx)
+        option = next((parser._long_opt.get(o) or parser._short_opt.get(o) for o in self.opts
+                       if o in parser._long_opt or o in parser._short_opt), None)
+        if option is not None:
+            process = option.process
+
+            def greedy(value, state):
+                words = [value]
+                while state.rargs and not any(state.rargs[0].startswith(p) for p in parser._opt_prefixes):
+                    words.append(state.rargs.pop(0))
+                process(" ".join(words), state)
+
+            option.process = greedy
+        return result
+
+
+_select_option = click.option("--select", "-s", multiple=True, cls=_SelectorsOption, metavar="SELECTOR...",
+                              help="Steps to choose: name, +name, name+, tag:x, path:..., config.KEY:value (several: --select a b).")
+_exclude_option = click.option("--exclude", multiple=True, cls=_SelectorsOption, metavar="SELECTOR...",
+                               help="Steps to leave out (same syntax as --select).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -490,7 +517,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     if head_plan is not None:
         head, head_label = _read_plan(head_plan), head_plan
     else:
-        head, head_label = _compile(ctx, target, vars_text).plan, "working tree"
+        head, head_label = _compile(ctx, target, vars_text, cache_write=False).plan, "working tree"
     diff = diff_plans(base, head, base_label, head_label)
     diff.warnings.extend(_rebuild_warnings(diff, head))
     if fmt == "json":
@@ -583,7 +610,8 @@ def _plan_at_ref(ctx: _Context, ref: str, target: str | None, vars_text: str | N
         if not (base_root / "pipe_project.yml").exists():
             raise ProjectError([_cli(f"there is no pipe_project.yml in {prefix} at {ref}", "the project did not exist yet at that ref")])
         try:
-            return compile_project(base_root, target=target, cli_vars=parse_cli_vars(vars_text)).plan
+            # the outcomes of the working tree's SQL checks hold for every table the ref did not change
+            return compile_project(base_root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target", cache_write=False).plan
         except ProjectError as exc:
             first = exc.diagnostics[0] if exc.diagnostics else None
             raise ProjectError([_cli(f"the project at {ref} does not compile: {first.message if first else exc}",

@@ -452,7 +452,7 @@ class Executor:
                 except Exception as exc:  # noqa: BLE001 - reported on the step below
                     problems.append(f"source {name}: {exc}")
                 result.inputs[name] = p.to_dict()
-            elif isinstance(p, s3_incremental_source.S3IncrementalPending):
+            else:
                 p.release()
         if problems and succeeded:
             raise RunError("; ".join(problems), "the commit is complete; the messages concerned stay in the queue and are retried next run")
@@ -706,6 +706,8 @@ def _source_notes(sources: Mapping[str, Pending]) -> str:
             if p.dead_lettered:
                 notes.append(f"{name}: {len(p.dead_lettered)} malformed message(s) moved to table {name}{s3_events_source.DEAD_LETTER_SUFFIX} "
                              f"after {p.dead_lettered[0].receive_count} receives, e.g. {p.dead_lettered[0].id}: {p.dead_lettered[0].error}")
+        if p.bad_records:
+            notes.append(f"{name}: {p.bad_records} bad record(s) dropped (on_bad_record: drop), e.g. {p.bad_samples[0]}")
         if isinstance(p, s3_incremental_source.S3IncrementalPending) and p.missing:
             notes.append(f"{name}: {len(p.missing)} object(s) gone from the bucket were skipped, e.g. s3://{p.missing[0]}")
     return "".join(f"; {n}" for n in notes)
@@ -725,8 +727,10 @@ def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, 
     options: dict[str, Any] = {
         "index": config["index"],
         "delete_when": config.get("delete_when"),
+        "tombstone_days": config.get("tombstone_days"),
         "insert_duplicates": config["insert_duplicates"],
         "combine_before_insert": config["combine_before_insert"],
+        "precombine_nulls": config.get("precombine_nulls", "fail"),
         "bulk_insert_sort_mode": config["bulk_insert_sort_mode"].upper(),
         "max_file_size": config["max_file_size"],
         "small_file_limit": config["small_file_limit"],
@@ -792,7 +796,15 @@ def _spark_message(exc: BaseException) -> str:
     if raised:  # pipe's own error raised in a Spark task (e.g. a damaged log file): its message, not the traceback
         return raised[-1][:600]
     lines = [l for l in text.splitlines() if l.strip() and not l.lstrip().startswith(("at ", "JVM stacktrace"))]
-    return " ".join(lines[:3])[:600] if lines else type(exc).__name__
+    message = " ".join(lines[:3])[:600] if lines else type(exc).__name__
+    # getMessage() leaves out where in the query Spark stopped; str(exc) has it
+    where = _SPARK_POSITION.search(str(exc))
+    if where and where.group(0) not in message:
+        message += f" (Spark's position: {where.group(1)}, {where.group(2)})"
+    return message
+
+
+_SPARK_POSITION = re.compile(r"(line \d+),? (pos(?:ition)? \d+)")
 
 
 def _is_user_error(exc: BaseException) -> bool:

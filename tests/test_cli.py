@@ -127,7 +127,7 @@ def test_ls_selects_like_dbt(tmp_path, capsys):
     row = json.loads(out)
     assert row["id"] == "table.orders" and row["action"] == "commit" and row["depends_on"] == ["source.raw_orders"]
     code, out, err = run(capsys, *base, "-s", "nothing_here")
-    assert code == 0 and out == "" and "no step matches" in err
+    assert code == 2 and out == "" and "--select 'nothing_here' matches no step" in err
     code, _, err = run(capsys, *base, "-s", "colour:red")
     assert code == 2 and "unknown selector method 'colour'" in err
 

@@ -20,6 +20,8 @@ NEW_ORDERS = [
     {"order_id": 3, "customer_id": 101, "amount": 12.0, "status": "cancelled", "region": "eu", "updated_at": "2024-03-03T08:00:00Z"},
     {"order_id": 5, "customer_id": 104, "amount": 7.75, "status": "placed", "region": "us", "updated_at": "2024-03-03T09:00:00Z"},
     {"order_id": 8, "customer_id": 104, "amount": 30.0, "status": "placed", "region": "us", "updated_at": "2024-03-03T10:00:00Z"},
+    # the only APAC order is cancelled: partition region=APAC is left without rows
+    {"order_id": 4, "customer_id": 103, "amount": 240.0, "status": "cancelled", "region": "apac", "updated_at": "2024-03-03T11:00:00Z"},
 ]
 
 
@@ -90,8 +92,8 @@ def test_second_run_reads_only_the_new_file(shop):
     assert r["table.orders"]["state"] == "success"
     assert r["table.orders"]["rows_read"] == len(NEW_ORDERS)
     assert r["table.orders"]["inputs"]["raw_orders"]["new"] == 1
-    # stale order 1 dropped; order 3 deleted; order 5 updated; order 8 inserted
-    assert (r["table.orders"]["inserts"], r["table.orders"]["updates"], r["table.orders"]["deletes"]) == (1, 1, 1)
+    # stale order 1 dropped; orders 3 and 4 deleted; order 5 updated; order 8 inserted
+    assert (r["table.orders"]["inserts"], r["table.orders"]["updates"], r["table.orders"]["deletes"]) == (1, 1, 2)
     assert r["table.customers"]["state"] == "no_input"
     assert r["table.customer_revenue"]["state"] == "success"  # its upstream orders has a new commit
 
@@ -107,10 +109,10 @@ def test_a_run_without_new_input_writes_nothing(shop):
 
 
 EXPECTED_ORDERS = {
-    (1, 101, 25.5, "shipped", "EU"), (4, 103, 240.0, "shipped", "APAC"), (5, 104, 7.75, "placed", "US"),
+    (1, 101, 25.5, "shipped", "EU"), (5, 104, 7.75, "placed", "US"),
     (6, 102, 61.0, "placed", "US"), (7, 105, 18.4, "placed", "EU"), (8, 104, 30.0, "placed", "US"),
 }
-EXPECTED_REVENUE = {(101, 1, 25.5), (102, 1, 61.0), (103, 1, 240.0), (104, 2, 37.75), (105, 1, 18.4)}
+EXPECTED_REVENUE = {(101, 1, 25.5), (102, 1, 61.0), (103, 0, 0.0), (104, 2, 37.75), (105, 1, 18.4)}
 
 
 def test_tables_hold_exactly_the_expected_rows(shop, spark):

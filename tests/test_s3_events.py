@@ -23,7 +23,7 @@ from compiler.api import compile_project
 from runtime.sources.s3_events import MalformedMessage, parse_body
 from runtime.sources.s3_incremental import Cursor
 from tests.conftest import REPO, compile_errors, write_project
-from tests.test_run import PROJECT_YML, assert_clean, assert_rows, commits, hudi_rows, pipe, run_ok, run_results, steps, timeline
+from tests.test_run import PROJECT_YML, assert_clean, assert_rows, commits, hudi_rows, pipe, pipe_rows, run_ok, run_results, steps, timeline
 
 
 # --- parsing messages (no AWS, no Spark) ---------------------------------------------------------
@@ -325,7 +325,7 @@ def test_a_malformed_object_fails_the_step_and_the_next_run_resumes_from_the_che
     st = steps(root)
     assert st["table.s3_meta"]["state"] == "success", "the events are stored; only the objects' table failed"
     assert st["table.orders"]["state"] == "error"
-    assert f"1 malformed record(s) in the new objects, e.g. s3://{s3env.bucket}/orders/b.json: '{{\"order_id\": oops'" in st["table.orders"]["message"]
+    assert st["table.orders"]["message"] == f'source landing_orders: s3://{s3env.bucket}/orders/b.json line 2: not a valid JSON object: {{"order_id": oops'
     assert len(commits(timeline(capsys, root, "orders"))) == 1
     s3env.put("orders/b.json", [{"order_id": 2, "amount": 2.0}])  # fixed
     run_ok(capsys, root)
@@ -479,8 +479,73 @@ def test_parquet_objects_take_their_schema_from_the_footer_and_multiline_json_er
     assert code == 1
     assert_clean(out, err)
     msg = steps(root)["table.docs"]["message"]
-    assert f"1 malformed record(s) in the new objects, e.g. s3://{s3env.bucket}/docs/broken.json" in msg, msg
+    assert msg == f'source landing_docs: s3://{s3env.bucket}/docs/broken.json record 1: not a valid JSON object: {{"doc_id": 4, "title": \n', msg
     assert_rows(spark, root, "docs", ["doc_id", "title"], [(1, "first"), (2, "second"), (3, "third")])
+
+
+def test_a_value_that_does_not_fit_its_type_stops_the_step_naming_object_line_column_and_value(spark, tmp_path, capsys, s3env):
+    root = s3_project(tmp_path, s3env)
+    s3env.put("orders/a.json", [{"order_id": 1, "amount": None}])  # a null is a null
+    run_ok(capsys, root)
+    before = timeline(capsys, root, "orders")
+    s3env.put("orders/b.json", body=b'{"order_id": 2, "amount": 2.0}\n{"order_id": 3, "amount": "abc"}\n')
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1
+    assert_clean(out, err)
+    st = steps(root)["table.orders"]
+    assert st["message"] == f'source landing_orders: s3://{s3env.bucket}/orders/b.json line 2: column amount: "abc" is not a DOUBLE'
+    assert "checkpoint did not move" in st["hint"]
+    assert timeline(capsys, root, "orders") == before
+    s3env.put("orders/b.json", [{"order_id": 2, "amount": 2.0}, {"order_id": 3, "amount": 3.0}])  # fixed
+    run_ok(capsys, root)
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, None), (2, 2.0), (3, 3.0)])
+
+
+def test_parquet_objects_keep_their_timestamps_and_a_type_mismatch_names_object_and_column(spark, tmp_path, capsys, s3env):
+    import datetime as dt
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    more = {
+        "landing_typed": {"kind": "s3_incremental", "metadata_table": "s3_meta", "format": "parquet", "key_prefix": "typed/",
+                          "schema": "k BIGINT, ts TIMESTAMP, amount BIGINT"},
+        "landing_footer": {"kind": "s3_incremental", "metadata_table": "s3_meta", "format": "parquet", "key_prefix": "footer/"},
+    }
+    root = s3_project(tmp_path, s3env, more_sources=more, extra={
+        "tables/typed.yml": "tables:\n  typed:\n    key: [k]\n    precombine: ts\n",
+        "tables/typed.sql": "select * from {{ source('landing_typed') }}\n",
+        "tables/footer.yml": "tables:\n  footer:\n    key: [k]\n",
+        "tables/footer.sql": "select * from {{ source('landing_footer') }}\n",
+    })
+
+    def put(key: str, table) -> None:
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        s3env.put(key, body=buf.getvalue())
+
+    when = dt.datetime(2024, 3, 1, 12, 30, 15, 123456, tzinfo=dt.timezone.utc)
+    stamps = pa.array([when, when + dt.timedelta(days=1)], pa.timestamp("us", tz="UTC"))
+    put("typed/a.parquet", pa.table({"k": pa.array([1, 2], pa.int64()), "ts": stamps, "amount": pa.array([5, 6], pa.int32())}))
+    put("footer/a.parquet", pa.table({"k": pa.array([1, 2], pa.int64()), "ts": stamps}))
+    run_ok(capsys, root)
+    naive = when.replace(tzinfo=None)  # Spark's TIMESTAMP in the session's zone, UTC in the tests
+    day = dt.timedelta(days=1)
+    assert pipe_rows(spark, root, "typed", ["k", "ts", "amount"]) == [(1, naive, 5), (2, naive + day, 6)]
+    assert hudi_rows(root, "typed", ["k", "ts", "amount"]) == [(1, when, 5), (2, when + day, 6)]  # hudi-rs: instants in UTC
+    assert pipe_rows(spark, root, "footer", ["k", "ts"]) == [(1, naive), (2, naive + day)]
+    assert hudi_rows(root, "footer", ["k", "ts"]) == [(1, when), (2, when + day)]
+
+    before = timeline(capsys, root, "typed")
+    put("typed/b.parquet", pa.table({"k": pa.array([3], pa.int64()), "ts": stamps[:1], "amount": ["abc"]}))
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1
+    assert_clean(out, err)
+    msg = steps(root)["table.typed"]["message"]
+    assert msg.startswith(f"source landing_typed: s3://{s3env.bucket}/typed/b.parquet: column amount holds string values, "
+                          "which do not convert to the declared type"), msg
+    assert timeline(capsys, root, "typed") == before
 
 
 def test_without_a_schema_and_no_matching_object_the_step_waits(spark, tmp_path, capsys, s3env):

@@ -81,8 +81,35 @@ def test_union_intersection_and_exclude(graph):
     assert sel(graph, exclude=["tag:core+"]) == ["source.raw", "source.raw2", "table.e"]
 
 
-def test_nothing_matches_gives_empty(graph):
-    assert sel(graph, "nope") == []
+def test_a_selector_matching_nothing_is_an_error_with_did_you_mean(graph):
+    cases = [
+        (("nope",), (), "--select 'nope' matches no step", None),
+        (("bb",), (), "--select 'bb' matches no step", "did you mean 'b'?"),
+        (("+tag:cor",), (), "--select '+tag:cor' matches no step", "did you mean 'core'?"),
+        (("path:tables/core/a.yaml",), (), "matches no step", "did you mean 'tables/core/a.yml'?"),
+        (("table:raw",), (), "--select 'table:raw' matches no step", None),
+        (("config.typ:merge_on_read",), (), "matches no step", "did you mean 'config.type'?"),
+        (("config.type:merge_on_rd",), (), "matches no step", "did you mean 'merge_on_read'?"),
+        (("a",), ("tag:nightl",), "--exclude 'tag:nightl' matches no step", "did you mean 'nightly'?"),
+        (("table.e",), ("table.ee",), "--exclude 'table.ee' matches no step", "did you mean 'table.e'?"),
+    ]
+    for select_args, exclude, message, hint in cases:
+        with pytest.raises(ProjectError) as info:
+            sel(graph, *select_args, exclude=list(exclude))
+        [d] = info.value.diagnostics
+        assert d.message == message or message in d.message, (select_args, d)
+        assert str(d.location) == "<command line>"
+        if hint:
+            assert d.hint == hint, (select_args, d)
+
+
+def test_an_empty_intersection_or_everything_excluded_is_an_error(graph):
+    with pytest.raises(ProjectError) as info:
+        sel(graph, "c,e")
+    assert "no step matches all of 'c', 'e'" in info.value.diagnostics[0].message
+    with pytest.raises(ProjectError) as info:
+        sel(graph, "tag:core", exclude=["a b"])
+    assert "every step that --select 'tag:core' matches is excluded" in info.value.diagnostics[0].message
 
 
 def test_unknown_method_is_a_clear_error(graph):
@@ -91,3 +118,46 @@ def test_unknown_method_is_a_clear_error(graph):
     [d] = info.value.diagnostics
     assert "unknown selector method 'colour'" in d.message
     assert "tag" in d.hint
+
+
+# --- on the command line -------------------------------------------------------------------------
+
+
+def _pipe(capsys, *args):
+    from pipe.cli import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def shop(tmp_path):
+    import shutil
+
+    from tests.conftest import TEMPLATE
+
+    shutil.copytree(TEMPLATE, tmp_path / "shop", ignore=shutil.ignore_patterns("lake", "target"))
+    return str(tmp_path / "shop")
+
+
+def test_several_selectors_after_one_flag_like_dbt(shop, capsys):
+    code, out, err = _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders", "customers", "--output", "json")
+    assert code == 0, err
+    assert [line.split('"id": "')[1].split('"')[0] for line in out.splitlines()] == ["table.customers", "table.orders"]
+    code, out, _ = _pipe(capsys, "--project-dir", shop, "ls", "-s", "+customer_revenue", "--exclude", "source:*", "orders")
+    assert (code, out.split()) == (0, ["table.customers", "table.customer_revenue"])
+    # the same words as one quoted argument, and as repeated flags
+    assert _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders customers")[1] == \
+        _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders", "--select", "customers")[1] == "table.customers\ntable.orders\n"
+
+
+def test_run_takes_several_selectors_and_refuses_one_matching_nothing(shop, capsys):
+    code, out, err = _pipe(capsys, "--project-dir", shop, "run", "--dry-run", "--select", "orders", "customers", "--threads", "1")
+    assert code == 0, err
+    assert "orders" in out and "customers" in out and "customer_revenue" not in out
+    code, out, err = _pipe(capsys, "--project-dir", shop, "run", "--select", "order")
+    assert code == 2 and out == ""
+    assert "<command line>: error: --select 'order' matches no step" in err and "did you mean 'orders'?" in err
+    code, _, err = _pipe(capsys, "--project-dir", shop, "ls", "--exclude", "tag:reportin")
+    assert code == 2 and "--exclude 'tag:reportin' matches no step" in err and "did you mean 'reporting'?" in err

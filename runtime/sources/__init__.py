@@ -28,6 +28,9 @@ class Pending:
         self.count = count
         self.bytes = bytes_
         self.rows: int | None = None  # known once read
+        self.bad_records = 0  # records left out by `on_bad_record: drop`
+        self.bad_samples: list[str] = []  # where the first of them are, and why
+        self._cache: list = []  # DataFrames persisted while the step runs
 
     @property
     def is_empty(self) -> bool:
@@ -39,8 +42,21 @@ class Pending:
     def dataframe(self, spark):  # pragma: no cover
         raise NotImplementedError
 
+    def release(self) -> None:
+        """Drops what `dataframe()` persisted; called once the step's write is over."""
+        for df in self._cache:
+            try:
+                df.unpersist()
+            except Exception:  # noqa: BLE001 - the session may be gone already
+                pass
+        self._cache = []
+
     def to_dict(self) -> dict[str, Any]:
-        return {"new": self.count, "bytes": self.bytes, "rows": self.rows, "checkpoint": self.checkpoint, "detail": self.describe()}
+        out = {"new": self.count, "bytes": self.bytes, "rows": self.rows, "checkpoint": self.checkpoint, "detail": self.describe()}
+        if self.bad_records:
+            out["bad_records_dropped"] = self.bad_records
+            out["bad_record_samples"] = list(self.bad_samples)
+        return out
 
 
 def columns_ddl(columns: Iterable[Mapping[str, str]]) -> str:

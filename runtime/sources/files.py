@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from runtime.sources import Pending, SourceError, columns_ddl, human_bytes
+from runtime.sources import Pending, SourceError, columns_ddl, human_bytes, records
 
 WINDOW_MS = 10 * 60 * 1000
-CORRUPT = "_pipe_corrupt_record"
+CORRUPT = records.CORRUPT
 _GLOB_CHARS = set("*?[")
 
 
@@ -127,11 +127,12 @@ def plan_files(entries: list[FileEntry], checkpoint: Checkpoint | None, max_file
 
 class FilesPending(Pending):
     def __init__(self, name: str, config: Mapping[str, Any], taken: list[FileEntry], waiting: list[FileEntry],
-                 checkpoint: Checkpoint | None):
+                 checkpoint: Checkpoint | None, root: Path | None = None):
         super().__init__(name, checkpoint.to_str() if taken else None, len(taken), sum(e.size for e in taken))
         self.config = config
         self.taken = taken
         self.waiting = waiting
+        self.root = root
 
     def describe(self) -> str:
         if not self.taken:
@@ -142,14 +143,96 @@ class FilesPending(Pending):
         return text
 
     def dataframe(self, spark):
-        """The new files as a DataFrame; malformed records stop the step with their file."""
-        df, self.rows = read_with_spark(spark, [e.full for e in self.taken], self.config, self.name, "files")
+        """The new files as a DataFrame, every value checked against the declared schema."""
+        files = [(display_name(e, self.root), e.full) for e in self.taken]
+        df, self.rows, self.bad_records, self.bad_samples = read_checked(spark, files, self.config, self.name, "files",
+                                                                         records.local_opener, self._cache)
         return df
 
 
-def read_with_spark(spark, paths: list[str], config: Mapping[str, Any], name: str, what: str = "objects"):
-    """(DataFrame, record count) of `paths` read by Spark's reader of the source's format.
-    Malformed records stop the step, naming their file."""
+def display_name(entry: FileEntry, root: Path | None) -> str:
+    """A file as the user knows it: relative to the project when it lies inside it."""
+    if root is not None:
+        try:
+            return Path(entry.full).resolve().relative_to(Path(root).resolve()).as_posix()
+        except ValueError:
+            pass
+    return entry.full
+
+
+def read_checked(spark, files: list[tuple[str, str]], config: Mapping[str, Any], name: str, what: str, opener, cache: list):
+    """(DataFrame, rows, bad records left out, samples of them) of `files` ((name shown, locator)
+    pairs). JSON and CSV with a declared schema are read as lines by the executors and every
+    value is checked (records.py); the rest goes to Spark's own readers."""
+    fmt = config["format"]
+    options = config.get("options") or {}
+    declared = config.get("schema")
+    on_bad = config.get("on_bad_record") or "fail"
+    if declared and fmt in ("json", "csv") and not (fmt == "csv" and records.flag(options, "multiLine")):
+        lines = records.line_reader(spark, files, opener, options, fmt)
+        ddl = columns_ddl(declared)
+        try:
+            checked = records.check(records.parse(lines, ddl, fmt, options), [c["name"] for c in declared], name, what, on_bad, cache)
+        except SourceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Spark's errors on unreadable input
+            raise SourceError(f"source {name}: cannot read the {fmt} {what} ({_first_line(exc)})",
+                              "check `format`, `options` and `schema` of the source") from exc
+        if checked.missing:
+            raise SourceError(f"source {name}: {checked.missing[0]} was removed while the step read it",
+                              "run again: files are read once they are complete and stay in place")
+        return checked.df, checked.rows, checked.bad, checked.samples
+    if declared and fmt == "parquet":
+        check_parquet_footers(spark, files, declared, name)
+    df, rows, bad, samples = read_with_spark(spark, [loc for _, loc in files], config, name, what, cache)
+    return df, rows, bad, samples
+
+
+def check_parquet_footers(spark, files: list[tuple[str, str]], declared, name: str) -> None:
+    """A Parquet file whose column has another type than declared stops the step before
+    anything is read, naming file, column and both types. Footers are read on the driver
+    (metadata only); a difference Spark can read anyway (int into BIGINT, ...) passes."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructType
+
+    wanted = StructType.fromDDL(columns_ddl(declared))
+    readable: set[tuple[str, str]] = set()  # (column, file type) Spark was seen to read
+    for shown, path in files:
+        try:
+            schema = pq.read_schema(path)
+        except Exception as exc:  # noqa: BLE001 - not Parquet at all
+            raise SourceError(f"source {name}: {shown} is not a Parquet file ({_first_line(exc)})",
+                              "check `format` and `path` of the source") from exc
+        by_name = {n.lower(): i for i, n in enumerate(schema.names)}  # Spark matches names without regard to case
+        for f in wanted.fields:
+            if f.name.lower() not in by_name:
+                continue  # read as null, as Spark does
+            column = schema.field(by_name[f.name.lower()])
+            try:
+                found = from_arrow_type(column.type)
+            except Exception:  # noqa: BLE001 - a type pyspark cannot name: let Spark decide
+                found = None
+            seen = (f.name, str(column.type))
+            if found == f.dataType or seen in readable:
+                continue
+            try:  # Spark reads some widenings (int -> bigint, float -> double, ...): ask it
+                spark.read.schema(StructType([f])).parquet(path).limit(1).collect()
+                readable.add(seen)
+            except Exception as exc:  # noqa: BLE001 - the mismatch Spark refuses
+                kind = found.simpleString().upper() if found is not None else str(column.type)
+                raise SourceError(f"source {name}: {shown}: column {f.name} holds {kind} values, but the source declares "
+                                  f"{f.dataType.simpleString().upper()}",
+                                  "declare the column with the type the files have (and cast it in the SQL), or fix the file; "
+                                  "nothing of this source was written and its checkpoint did not move") from exc
+
+
+def read_with_spark(spark, paths: list[str], config: Mapping[str, Any], name: str, what: str = "objects", cache: list | None = None):
+    """(DataFrame, record count, bad records left out, samples) of `paths` read by Spark's reader
+    of the source's format: Parquet, JSON or CSV without a declared schema, multiLine CSV, and
+    s3a:// objects. Malformed records stop the step naming their file, unless
+    `on_bad_record: drop`; without line numbers (Spark's readers do not know them)."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     fmt = config["format"]
@@ -167,27 +250,37 @@ def read_with_spark(spark, paths: list[str], config: Mapping[str, Any], name: st
         raise SourceError(f"source {name}: cannot read {fmt} {what} ({_first_line(exc)})",
                           "check `format`, `options` and `schema` of the source") from exc
     if CORRUPT not in df.columns:
-        return df, None
+        return df, None, 0, []
     data_cols = [c for c in df.columns if c != CORRUPT]
     if not data_cols:
         raise SourceError(f"source {name}: no record of the new {what} could be read as {fmt}",
                           "check the input and the source's `format` and `options`")
-    # one pass for the count and the malformed records; Spark needs a data column in it
-    total, bad, _ = df.select(F.count(F.lit(1)), F.count(F.when(F.col(CORRUPT).isNotNull(), 1)), F.count(F.col(f"`{data_cols[0]}`"))).first()
+    drop = config.get("on_bad_record") == "drop"
+    if drop and cache is not None:  # the rows left out must be the rows counted
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        cache.append(df)
+    # one pass for the count and the malformed records; the hash of every column makes Spark
+    # convert them all (it converts only the columns a query reads)
+    every = F.hash(*[F.col(f"`{c}`") for c in data_cols])
+    total, bad, _ = df.select(F.count(F.lit(1)), F.count(F.when(F.col(CORRUPT).isNotNull(), 1)), F.max(every)).first()
+    samples: list[str] = []
     if bad:
         rows = (df.where(F.col(CORRUPT).isNotNull()).select(F.input_file_name().alias("f"), F.col(CORRUPT), F.col(f"`{data_cols[0]}`"))
                 .limit(3).collect())
-        where = "; ".join(f"{_short(r['f'])}: {r[CORRUPT].strip()[:120]!r}" for r in rows)
-        raise SourceError(f"source {name}: {bad} malformed record(s) in the new {what}, e.g. {where}",
-                          f"fix or remove those {what} (or their records) and run again; nothing of this source was written")
-    return df.drop(CORRUPT), total
+        samples = [f"{_short(r['f'])}: {r[CORRUPT].strip()[:120]!r}" for r in rows]
+        if not drop:
+            raise SourceError(f"source {name}: {bad} malformed record(s) in the new {what}, e.g. {'; '.join(samples)}",
+                              f"fix or remove those {what} (or their records) and run again, or set `on_bad_record: drop` on the source; "
+                              "nothing of this source was written and its checkpoint did not move")
+        df = df.where(F.col(CORRUPT).isNull())
+    return df.drop(CORRUPT), int(total) - int(bad), int(bad), samples
 
 
 def pending(name: str, config: Mapping[str, Any], root: Path, checkpoint_text: str | None) -> FilesPending:
     entries = list_files(config, root, name)
     checkpoint = Checkpoint.parse(checkpoint_text, name)
     taken, waiting, after = plan_files(entries, checkpoint, config.get("max_files_per_run"), config.get("max_bytes_per_run"))
-    return FilesPending(name, config, taken, waiting, after)
+    return FilesPending(name, config, taken, waiting, after, root)
 
 
 def _first_line(exc: Exception) -> str:

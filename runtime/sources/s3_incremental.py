@@ -22,13 +22,14 @@ import io
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from runtime.sources import Pending, SourceError, columns_ddl, human_bytes
-from runtime.sources.files import CORRUPT, _first_line, read_with_spark
+from runtime.sources import Pending, SourceError, columns_ddl, human_bytes, records
+from runtime.sources.files import _first_line, read_with_spark
 from runtime.sources.table import lost_checkpoint
 from runtime.table.timeline import Timeline
 
 OBJECT = "_pipe_object"
-MISSING = "_pipe_missing_object"
+MISSING = records.MISSING
+PROBLEM = records.PROBLEM
 NEEDED = ("bucket", "object_key", "object_size", "event_name", "event_time")
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 
@@ -85,7 +86,6 @@ class S3IncrementalPending(Pending):
         self.objects: list[S3Object] | None = None
         self.waiting = 0
         self.missing: list[str] = []
-        self._cached = None
 
     def describe(self) -> str:
         if self.is_empty:
@@ -173,18 +173,11 @@ class S3IncrementalPending(Pending):
             self.rows = 0
             return spark.createDataFrame([], columns_ddl(declared))
         if has_s3a(spark):
-            df, self.rows = read_with_spark(spark, [f"s3a://{o.name}" for o in objects], self.config, self.name)
+            df, self.rows, self.bad_records, self.bad_samples = read_with_spark(spark, [f"s3a://{o.name}" for o in objects], self.config,
+                                                                                 self.name, "objects", self._cache)
             return df
         df = read_in_executors(spark, objects, self.config, self.name, self)
         return df
-
-    def release(self) -> None:
-        if self._cached is not None:
-            try:
-                self._cached.unpersist()
-            except Exception:  # noqa: BLE001 - the session may be gone already
-                pass
-            self._cached = None
 
 
 def has_s3a(spark) -> bool:
@@ -239,67 +232,55 @@ def _get(client, bucket: str, key: str) -> bytes | None:
         return None
 
 
-def _options(config: Mapping[str, Any]) -> dict[str, str]:
-    out = {}
-    for k, v in (config.get("options") or {}).items():
-        out[k] = str(v).lower() if isinstance(v, bool) else str(v)
-    return out
-
-
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    return any(k.lower() == name.lower() and v.lower() == "true" for k, v in options.items())
-
-
-def fetch_text(aws: Mapping[str, Any], whole: bool, header: bool, batches: Iterator) -> Iterator:
-    """mapInArrow: (bucket, object_key) rows in, (object, line, is_header, missing) rows out."""
-    import pyarrow as pa
-
+def s3_opener(aws: Mapping[str, Any]):
+    """records.line_reader's opener: one client per task, objects read by "bucket/key"."""
     client = _client(aws)
-    schema = pa.schema([(OBJECT, pa.string()), ("line", pa.string()), ("is_header", pa.bool_()), (MISSING, pa.string())])
-    for batch in batches:
-        buckets, keys = batch.column("bucket").to_pylist(), batch.column("object_key").to_pylist()
-        for bucket, key in zip(buckets, keys):
-            name = f"{bucket}/{key}"
-            body = _get(client, bucket, key)
-            if body is None:
-                yield pa.RecordBatch.from_arrays([pa.array([name]), pa.array([None], pa.string()), pa.array([False]), pa.array([name])], schema=schema)
-                continue
-            text = body.decode("utf-8", errors="replace")
-            if whole:
-                lines = [text] if text.strip() else []
-            else:
-                lines = [l.rstrip("\r") for l in text.split("\n") if l.strip()]  # records end at \n or \r\n, as for Spark
-            if not lines:
-                continue
-            heads = [header and i == 0 for i in range(len(lines))]
-            n = len(lines)
-            yield pa.RecordBatch.from_arrays([pa.array([name] * n), pa.array(lines), pa.array(heads), pa.nulls(n, pa.string())], schema=schema)
+
+    def read(name: str) -> bytes | None:
+        bucket, _, key = name.partition("/")
+        return _get(client, bucket, key)
+
+    return read
 
 
 def fetch_parquet(aws: Mapping[str, Any], arrow_schema, batches: Iterator) -> Iterator:
-    """mapInArrow: (bucket, object_key) rows in, the objects' rows out (cast to the schema)."""
+    """mapInArrow: (bucket, object_key) rows in, the objects' rows out (cast to the schema). An
+    object gone gives one row naming it in MISSING; a column that does not cast to its declared
+    type gives one row saying so in PROBLEM."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     client = _client(aws)
-    data_fields = [f for f in arrow_schema if f.name not in (OBJECT, MISSING)]
+    data_fields = [f for f in arrow_schema if f.name not in (OBJECT, MISSING, PROBLEM)]
+
+    def marker(name: str, missing: str | None, problem: str | None):
+        cols = [pa.nulls(1, f.type) for f in data_fields] + [pa.array([name]), pa.array([missing], pa.string()), pa.array([problem], pa.string())]
+        return pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
+
     for batch in batches:
         for bucket, key in zip(batch.column("bucket").to_pylist(), batch.column("object_key").to_pylist()):
             name = f"{bucket}/{key}"
             body = _get(client, bucket, key)
             if body is None:
-                cols = [pa.nulls(1, f.type) for f in data_fields] + [pa.array([name]), pa.array([name])]
-                yield pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
+                yield marker(name, name, None)
                 continue
             table = pq.read_table(io.BytesIO(body))
             n = table.num_rows
-            cols = []
+            cols, problem = [], None
             for f in data_fields:
-                if f.name in table.column_names:
-                    cols.append(table.column(f.name).cast(f.type).combine_chunks())
-                else:
+                if f.name not in table.column_names:
                     cols.append(pa.nulls(n, f.type))
-            cols += [pa.array([name] * n), pa.nulls(n, pa.string())]
+                    continue
+                column = table.column(f.name)
+                try:
+                    cols.append(column.cast(f.type).combine_chunks())
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    problem = f"column {f.name} holds {column.type} values, which do not convert to the declared type ({str(exc).splitlines()[0][:160]})"
+                    break
+            if problem is not None:
+                yield marker(name, None, problem)
+                continue
+            cols += [pa.array([name] * n), pa.nulls(n, pa.string()), pa.nulls(n, pa.string())]
             out = pa.Table.from_arrays(cols, schema=arrow_schema)
             yield from out.to_batches()
 
@@ -325,8 +306,9 @@ def _parquet_schema_ddl(aws: Mapping[str, Any], obj: S3Object) -> str:
 
 
 def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any], name: str, pending: S3IncrementalPending):
-    """Reads the objects inside the executors (boto3) and checks them in one pass: records that
-    do not parse stop the step with their object; objects gone from the bucket are counted."""
+    """Reads the objects inside the executors (boto3) and checks them in one pass: a record or
+    value that does not fit the schema stops the step naming its object (records.py); objects
+    gone from the bucket are counted."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -334,58 +316,44 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
 
     fmt = config["format"]
     aws = {"region": config.get("region"), "endpoint_url": config.get("endpoint_url")}
-    options = _options(config)
-    parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
-    listing = spark.createDataFrame([(o.bucket, o.key) for o in objects], "bucket STRING, object_key STRING").repartition(parallelism)
+    options = config.get("options") or {}
     declared = config.get("schema")
+    on_bad = config.get("on_bad_record") or "fail"
     try:
         if fmt == "parquet":
+            parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
+            listing = spark.createDataFrame([(o.bucket, o.key) for o in objects], "bucket STRING, object_key STRING").repartition(parallelism)
             ddl = columns_ddl(declared) if declared else _parquet_schema_ddl(aws, objects[0])
             struct = StructType.fromDDL(ddl)
-            out_struct = StructType(list(struct.fields) + StructType.fromDDL(f"`{OBJECT}` STRING, `{MISSING}` STRING").fields)
-            arrow_schema = to_arrow_schema(out_struct)
+            out_struct = StructType(list(struct.fields) + StructType.fromDDL(f"`{OBJECT}` STRING, `{MISSING}` STRING, `{PROBLEM}` STRING").fields)
+            arrow_schema = to_arrow_schema(out_struct, timezone="UTC")  # Spark's timestamps are instants in UTC
             df = listing.mapInArrow(lambda it: fetch_parquet(aws, arrow_schema, it), out_struct)
             df = df.persist(StorageLevel.MEMORY_AND_DISK)
-            pending._cached = df
+            pending._cache.append(df)
             data_cols = [f.name for f in struct.fields]
-            total, missing_n = df.select(F.count(F.lit(1)), F.count(F.col(MISSING))).first()
-            bad = 0
+            total, missing_n, bad = df.select(F.count(F.lit(1)), F.count(F.col(MISSING)), F.count(F.col(PROBLEM))).first()
+            if bad:
+                rows = df.where(F.col(PROBLEM).isNotNull()).select(OBJECT, PROBLEM).orderBy(OBJECT).limit(records.SAMPLES).collect()
+                samples = [f"s3://{r[OBJECT]}: {r[PROBLEM]}" for r in rows]
+                raise SourceError(records.bad_message(name, "objects", bad, samples).replace("records of", "objects of"),
+                                  "declare the column with the type the objects have (and cast it in the SQL), or fix the objects; "
+                                  "nothing of this source was written and its checkpoint did not move")
+            missing = [r[MISSING] for r in df.where(F.col(MISSING).isNotNull()).select(MISSING).limit(3).collect()] if missing_n else []
+            missing += [""] * (missing_n - len(missing))
+            rows_read = int(total) - int(missing_n)
+            result = df.where(F.col(MISSING).isNull()).select(*[F.col(f"`{c}`") for c in data_cols])
         else:
-            whole = fmt == "json" and _flag(options, "multiLine")
-            header = fmt == "csv" and _flag(options, "header")
-            lines = listing.mapInArrow(lambda it: fetch_text(aws, whole, header, it),
-                                       f"`{OBJECT}` STRING, line STRING, is_header BOOLEAN, `{MISSING}` STRING")
-            lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
-            pending._cached = lines
+            lines = records.line_reader(spark, [(f"s3://{o.name}", o.name) for o in objects], lambda: s3_opener(aws), options, fmt)
             if declared:
                 ddl = columns_ddl(declared)
-            else:
+            else:  # inferring reads the lines once more
+                lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
+                pending._cache.append(lines)
                 ddl = _infer(spark, lines, fmt, options)
-            parse_opts = {k: v for k, v in options.items() if k.lower() not in ("multiline", "header", "inferschema")}
-            parse_opts.update({"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-            with_corrupt = f"{ddl}, `{CORRUPT}` STRING"
-            body = lines.where(~F.col("is_header") & F.col(MISSING).isNull())
-            parse = F.from_json if fmt == "json" else F.from_csv
-            parsed = body.select(F.col(OBJECT), parse(F.col("line"), with_corrupt, parse_opts).alias("r"), F.col("line"))
-            if fmt == "json" and whole:
-                # a multiLine object holds one record or an array of them; one that parses as
-                # neither is a malformed record
-                doc = F.ltrim(F.col("line"))
-                as_array = F.from_json(F.col("line"), f"array<struct<{_struct_ddl(with_corrupt)}>>", {k: v for k, v in parse_opts.items() if k != "columnNameOfCorruptRecord"})
-                records = F.when(doc.startswith("["), as_array).otherwise(F.array(F.col("one")))
-                failed = F.struct(*[F.lit(None).cast(f.dataType).alias(f.name) for f in StructType.fromDDL(ddl).fields], F.col("line").alias(CORRUPT))
-                parsed = (body.withColumn("one", parse(F.col("line"), with_corrupt, parse_opts))
-                          .withColumn("rs", F.when(records.isNull(), F.array(failed)).otherwise(records))
-                          .select(F.col(OBJECT), F.explode("rs").alias("r"), F.col("line")))
             data_cols = [f.name for f in StructType.fromDDL(ddl).fields]
-            df = parsed.select(F.col(OBJECT), F.col("line"), *[F.col("r").getField(c).alias(c) for c in data_cols], F.col("r").getField(CORRUPT).alias(CORRUPT))
-            total, bad = df.select(F.count(F.lit(1)), F.count(F.col(CORRUPT))).first()
-            missing_n = lines.where(F.col(MISSING).isNotNull()).select(MISSING).distinct().count()
-            if bad:
-                rows = df.where(F.col(CORRUPT).isNotNull()).select(OBJECT, "line").limit(3).collect()
-                where = "; ".join(f"s3://{r[OBJECT]}: {r['line'].strip()[:120]!r}" for r in rows)
-                raise SourceError(f"source {name}: {bad} malformed record(s) in the new objects, e.g. {where}",
-                                  "fix or remove those objects (or their records) and run again; nothing of this source was written")
+            checked = records.check(records.parse(lines, ddl, fmt, options), data_cols, name, "objects", on_bad, pending._cache)
+            result, rows_read, missing = checked.df, checked.rows, [m[len("s3://"):] for m in checked.missing]
+            pending.bad_records, pending.bad_samples = checked.bad, checked.samples
     except SourceError:
         pending.release()
         raise
@@ -393,23 +361,14 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
         pending.release()
         raise SourceError(f"source {name}: cannot read the {fmt} objects ({_first_line(exc)})",
                           "check `format`, `options` and `schema` of the source, and that the executors can reach S3") from exc
-    if missing_n:
-        gone = [r[MISSING] for r in (pending._cached.where(F.col(MISSING).isNotNull()).select(MISSING).distinct().limit(3).collect())]
-        pending.missing = gone + [""] * (missing_n - len(gone))
-    pending.rows = int(total) - int(missing_n) if fmt == "parquet" else int(total)
-    result = df.where(F.col(MISSING).isNull()) if fmt == "parquet" else df
-    return result.select(*[F.col(f"`{c}`") for c in data_cols])
-
-
-def _struct_ddl(ddl: str) -> str:
-    from pyspark.sql.types import StructType
-
-    return ",".join(f"`{f.name}`:{f.dataType.simpleString()}" for f in StructType.fromDDL(ddl).fields)
+    pending.missing = missing
+    pending.rows = rows_read
+    return result
 
 
 def _infer(spark, lines, fmt: str, options: Mapping[str, str]) -> str:
     """The schema Spark's own reader infers from the (cached) lines; classic Spark only."""
-    texts = lines.where("`" + MISSING + "` is null").select("line").rdd.map(lambda r: r[0])
+    texts = lines.where("`" + MISSING + "` is null").select(records.TEXT).rdd.map(lambda r: r[0])
     reader = spark.read.options(**{k: v for k, v in options.items()})
     if fmt == "json":
         schema = reader.json(texts).schema

@@ -3,7 +3,10 @@
 The checkpoint is the upstream instant read up to. When commits after it are no longer on the
 upstream's active timeline (archived, or rolled back / restored below it), the changes since
 it cannot be told apart any more: the source stops with the command to recover, or, with
-`on_checkpoint_lost: full_read`, reads the whole upstream snapshot (idempotent for upserts)."""
+`on_checkpoint_lost: full_read`, reads the whole upstream snapshot (idempotent for upserts).
+
+With `changes: true` the source is the upstream's change feed (runtime/table/cdc.py): every
+changed record with `_change_type` and its before-image, deletes and moves included."""
 
 from __future__ import annotations
 
@@ -14,11 +17,13 @@ from runtime.table.timeline import Timeline
 
 
 class TablePending(Pending):
-    def __init__(self, name: str, upstream, since: str | None, until: str | None, commits: int, note: str = ""):
+    def __init__(self, name: str, upstream, since: str | None, until: str | None, commits: int, note: str = "",
+                 changes: bool = False):
         super().__init__(name, until, commits)
         self.upstream = upstream
         self.since = since
         self.note = note
+        self.changes = changes  # the change feed (cdc.py) instead of the rows the commits wrote
 
     def describe(self) -> str:
         if self.is_empty:
@@ -30,6 +35,8 @@ class TablePending(Pending):
         from runtime.table.table import Table
 
         upstream = Table(spark, self.upstream.storage, self.upstream.config)  # read in the step's session
+        if self.changes:
+            return upstream.read_changes(self.since, self.checkpoint)
         if self.since is None:
             return upstream.read(as_of=self.checkpoint, meta=False)
         return upstream.read(since=self.since, until=self.checkpoint, meta=False)
@@ -84,19 +91,20 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
     """`upstream` is the opened upstream Table; `consumer` names the table being written."""
     timeline: Timeline = upstream.timeline()
     done = timeline.completed()
+    changes = bool(config.get("changes"))
     if not done:
-        return TablePending(name, upstream, checkpoint, None, 0)
+        return TablePending(name, upstream, checkpoint, None, 0, changes=changes)
     latest = done[-1].time
     if checkpoint is None:
-        return TablePending(name, upstream, None, latest, len(done))
+        return TablePending(name, upstream, None, latest, len(done), changes=changes)
     if checkpoint == latest:
-        return TablePending(name, upstream, checkpoint, None, 0)
+        return TablePending(name, upstream, checkpoint, None, 0, changes=changes)
     lost = lost_checkpoint(checkpoint, done, upstream.config.name, upstream.storage)
     if lost:
         if config.get("on_checkpoint_lost") == "full_read":
-            return TablePending(name, upstream, None, latest, len(done), note=f"checkpoint lost: {lost}")
+            return TablePending(name, upstream, None, latest, len(done), note=f"checkpoint lost: {lost}", changes=changes)
         raise SourceError(f"source {name}: {lost}, so the changes since the last run of {consumer} cannot be read",
                           f"rebuild {consumer} from all of {upstream.config.name} with `pipe run --select {consumer} --full-refresh`, "
                           "or set `on_checkpoint_lost: full_read` on the source")
     new = [i for i in done if i.time > checkpoint]
-    return TablePending(name, upstream, checkpoint, latest, len(new))
+    return TablePending(name, upstream, checkpoint, latest, len(new), changes=changes)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
 from runtime.table.errors import TableError
 from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants
-from runtime.table.schema import META_COLUMNS
+from runtime.table.schema import META_COLUMNS, arrow_schema
 from runtime.table.timeline import Timeline
 
 
@@ -34,11 +34,14 @@ class ReadPlan:
 
 
 def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None, until: str | None,
-              config: TableConfig | None, read_optimized: bool) -> ReadPlan:
+              config: TableConfig | None, read_optimized: bool, file_groups: set[tuple[str, str]] | None = None) -> ReadPlan:
+    """`file_groups`, (partition, file id) pairs: only the slices of those groups."""
     incremental = since is not None or until is not None
     if incremental:
         until = until or as_of
     slices = slices_to_read(FileSystemView.load(storage, timeline), timeline, as_of, since, until, incremental)
+    if file_groups is not None:
+        slices = [s for s in slices if (s.partition, s.file_id) in file_groups]
     merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
     merged = [s for s in slices if s.has_logs] if merging else []
     plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]
@@ -47,11 +50,13 @@ def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None,
 
 
 def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
-         until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False):
+         until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False,
+         file_groups: set[tuple[str, str]] | None = None):
+    """Rows of the table (see Table.read), of the groups in `file_groups` only if given."""
     from pyspark.sql import types as T
 
     full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + (list(struct.fields) if struct else []))
-    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized)
+    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, file_groups)
     df = read_base_files(spark, storage, full, p.plain)
     if p.incremental:
         df = _written_in(df, p.since, p.until)
@@ -121,9 +126,7 @@ def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 2):
 def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):
     """How tasks merge slices into rows of `full` (meta and data columns, a Spark StructType):
     the table's merge mode and the instants whose blocks count."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return arrow_merge_spec(storage, to_arrow_schema(full, timezone="UTC"), timeline, config, since, until)
+    return arrow_merge_spec(storage, arrow_schema(full), timeline, config, since, until)
 
 
 def arrow_merge_spec(storage, schema, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):

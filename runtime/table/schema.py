@@ -21,6 +21,14 @@ def _decimal_size(precision: int) -> int:
     return size
 
 
+def arrow_schema(struct):
+    """The Arrow schema of a Spark struct as write tasks store it: timestamps as UTC instants
+    tagged UTC (files._with_meta), whatever the session's time zone."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(struct, timezone="UTC")
+
+
 def avro_type(data_type: Any, name: str, namespace: str) -> Any:
     from pyspark.sql import types as T
 
@@ -68,6 +76,48 @@ def avro_schema_json(struct: Any, table_name: str, meta: bool = False) -> str:
         "fields": meta_fields + [_field(f, f"{namespace}.{table_name}_record") for f in struct.fields if f.name not in META_COLUMNS],
     }
     return json.dumps(record, separators=(",", ":"))
+
+
+def spark_struct(avro_json: str) -> Any:
+    """The Spark StructType of a writer schema as commit metadata stores it (the inverse of
+    avro_schema_json; Avro's int stands for tinyint and smallint too), meta columns left out.
+    For a table whose commits wrote no file yet: its columns are still known."""
+    from pyspark.sql import types as T
+
+    def spark_type(t: Any) -> Any:
+        if isinstance(t, list):
+            branches = [b for b in t if b != "null"]
+            if len(branches) != 1:
+                raise SchemaChangeError(f"the Avro union {t} has no Spark type")
+            return spark_type(branches[0])
+        if isinstance(t, str):
+            simple = {"boolean": T.BooleanType(), "int": T.IntegerType(), "long": T.LongType(), "float": T.FloatType(),
+                      "double": T.DoubleType(), "string": T.StringType(), "bytes": T.BinaryType()}.get(t)
+            if simple is None:
+                raise SchemaChangeError(f"the Avro type {t} has no Spark type")
+            return simple
+        logical = t.get("logicalType")
+        if logical == "date":
+            return T.DateType()
+        if logical in ("timestamp-micros", "timestamp-millis"):
+            return T.TimestampType()
+        if logical in ("local-timestamp-micros", "local-timestamp-millis"):
+            return T.TimestampNTZType()
+        if logical == "decimal":
+            return T.DecimalType(t["precision"], t.get("scale", 0))
+        kind = t["type"]
+        if kind == "array":
+            return T.ArrayType(spark_type(t["items"]), True)
+        if kind == "map":
+            return T.MapType(T.StringType(), spark_type(t["values"]), True)
+        if kind == "record":
+            return T.StructType([T.StructField(f["name"], spark_type(f["type"]), True) for f in t["fields"]])
+        if kind == "enum":
+            return T.StringType()
+        return spark_type(kind)
+
+    record = spark_type(json.loads(avro_json))
+    return T.StructType([f for f in record.fields if f.name not in META_COLUMNS])
 
 
 # Widenings a stored column may take (Hudi's schema evolution on write allows these).

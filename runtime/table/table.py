@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from runtime.storage import Storage, StorageSpec, open_storage
 from runtime.table import avro as _avro
+from runtime.table import cdc as _cdc
 from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
@@ -32,7 +33,7 @@ from runtime.table.errors import LockTimeout, TableError
 from runtime.table.files import parquet_footer
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
 from runtime.table.layout import FileSystemView
-from runtime.table.schema import META_COLUMNS, avro_schema_json
+from runtime.table.schema import META_COLUMNS, avro_schema_json, spark_struct
 from runtime.table.timeline import (
     COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
     Timeline, WriteStat, new_instant_time,
@@ -136,9 +137,10 @@ class Table:
         writes no file, and cleaning removes the files of replaced groups.)"""
         from pyspark.sql import types as T
 
-        found = self._schema_file(timeline or self.timeline(), as_of)
+        timeline = timeline or self.timeline()
+        found = self._schema_file(timeline, as_of)
         if found is None:
-            return None
+            return self._committed_schema(timeline, as_of)
         path, size = found
         # files with one Parquet schema have one Spark schema: the footer, read here, says
         # whether Spark must read the file's schema again
@@ -178,6 +180,16 @@ class Table:
             return None
         base = max(slices, key=lambda s: s.base_instant).base_file
         return base.path, base.size or None
+
+    def _committed_schema(self, timeline: Timeline, as_of: str | None):
+        """The writer schema in the latest commit's metadata (at or before `as_of`): the
+        columns of a table whose commits wrote no file yet (a first run without input)."""
+        for inst in reversed(timeline.completed()):
+            if as_of is None or inst.time <= as_of:
+                text = timeline.commit_metadata(inst).schema
+                if text:
+                    return spark_struct(text)
+        return None
 
     def _base_file_of_logs(self, timeline: Timeline, inst: Instant) -> str | None:
         """For a deltacommit that wrote only log files: the base file of a slice it appended
@@ -465,6 +477,21 @@ class Table:
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
                             config=self.config, read_optimized=read_optimized)
+
+    def read_changes(self, since: str | None, until: str | None = None):
+        """The changes the writes in (since, until] made (cdc.py): the data columns of each
+        changed record's image, `_change_type` (insert, update_preimage, update_postimage,
+        delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
+        timeline = self.timeline()
+        until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
+        struct = self.schema(timeline, as_of=until)
+        columns = [f.name for f in struct.fields] if struct else []
+        groups = None if since is None else _cdc.touched_file_groups(timeline, since, until)
+        after = _reader.read(self.spark, self.storage, struct, timeline, as_of=until, config=self.config, file_groups=groups)
+        if since is None:
+            return _cdc.all_inserts(after, columns)
+        before = _reader.read(self.spark, self.storage, struct, timeline, as_of=since, config=self.config, file_groups=groups)
+        return _cdc.changes(before, after, columns, until)
 
     def read_batches(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True,
                      read_optimized: bool = False):

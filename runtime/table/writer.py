@@ -17,10 +17,11 @@ from typing import Any
 
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
+from runtime.table import tombstones as _tombstones
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import CONTROL, CONTROL_PATTERN, DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
-from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, avro_schema_json
+from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, arrow_schema, avro_schema_json
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
 _DELETE = "_pipe_delete"  # the row deletes its key
@@ -49,12 +50,14 @@ class WriteOptions:
     delete_when: str | None = None
     insert_duplicates: str = "none"  # none | drop | fail
     combine_before_insert: bool = False
+    precombine_nulls: str = "lowest"  # lowest (a null orders below every value, as in Hudi) | fail (pipe tables default)
     bulk_insert_sort_mode: str = "NONE"
     max_file_size: int = 120 * 1024 * 1024
     small_file_limit: int = 100 * 1024 * 1024
     record_size_estimate: int = 1024
     extra_metadata: dict[str, str] = field(default_factory=dict)
     partitions_to_delete: tuple[str, ...] = ()  # delete_partition: partition paths, fnmatch patterns
+    tombstone_days: int | None = None  # deleted keys keep their precombine value this long (tombstones.py)
 
 
 @dataclass
@@ -119,15 +122,22 @@ def prepare(df, config, opts: WriteOptions):
         raise WriteError(f"the input lacks column(s) {', '.join(missing)} that the table needs (key, partition or precombine)")
     if opts.operation in ("upsert", "delete") and not config.record_key_fields:
         raise WriteError(f"operation {opts.operation} needs a record key")
+    flag = _delete_flag(F, columns, opts)
+    key = _key_expr(F, config) if config.record_key_fields else F.expr("uuid()")
+    partition = _partition_expr(F, config, dict(df.dtypes)) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
+    data_cols = [c for c in columns if c != IS_DELETED]
+    return df.select(*[F.col(f"`{c}`") for c in data_cols], key.alias(KEY), partition.alias(PART), flag.alias(_DELETE), F.monotonically_increasing_id().alias(_SEQ))
+
+
+def _delete_flag(F, columns, opts: WriteOptions):
+    """True for a row that deletes its key: every row of a `delete`, rows marked
+    _hoodie_is_deleted, rows matching `delete_when`."""
     flag = F.lit(opts.operation == "delete")
     if IS_DELETED in columns:
         flag = flag | F.coalesce(F.col(IS_DELETED).cast("boolean"), F.lit(False))
     if opts.delete_when:
         flag = flag | F.coalesce(F.expr(opts.delete_when), F.lit(False))
-    key = _key_expr(F, config) if config.record_key_fields else F.expr("uuid()")
-    partition = _partition_expr(F, config, dict(df.dtypes)) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
-    data_cols = [c for c in columns if c != IS_DELETED]
-    return df.select(*[F.col(f"`{c}`") for c in data_cols], key.alias(KEY), partition.alias(PART), flag.alias(_DELETE), F.monotonically_increasing_id().alias(_SEQ))
+    return flag
 
 
 # --- 1. dedupe ------------------------------------------------------------------------------------
@@ -309,6 +319,30 @@ class StagedWrite:
 
 def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
     """Runs steps 0-5 for `instant` (already requested and inflight) and returns what to commit."""
+    config = table.config
+    if not (opts.tombstone_days and config.precombine_field and config.record_key_fields and df is not None
+            and config.precombine_field in df.columns and opts.operation in ("upsert", "delete", "insert_overwrite_table")):
+        return _write(spark, table, df, opts, instant, timeline, slices, stored_struct)
+    # deletes that stay deleted: incoming rows older than their key's tombstone are dropped,
+    # and this batch's deletes leave tombstones, written with the instant's files
+    from pyspark.sql import functions as F
+
+    columns = {_TOMB_KEY: _key_expr(F, config)}
+    if opts.index == "partition":
+        columns[_TOMB_PART] = _partition_expr(F, config, dict(df.dtypes))
+    keyed = df.withColumns(columns).withColumn(_TOMB_DELETE, _delete_flag(F, df.columns, opts))
+    keyed = keyed.localCheckpoint(eager=False)  # the input is read once: filtered, written, its deletes kept
+    keyed = _tombstones.drop_older_than_tombstones(spark, table.storage, timeline, keyed, list(columns), config.precombine_field,
+                                                   opts.tombstone_days)
+    staged = _write(spark, table, keyed.drop(*columns, _TOMB_DELETE), opts, instant, timeline, slices, stored_struct)
+    _tombstones.write(table.storage, instant, keyed, list(columns), config.precombine_field, F.col(_TOMB_DELETE))
+    return staged
+
+
+_TOMB_KEY, _TOMB_PART, _TOMB_DELETE = "_pipe_tomb_key", "_pipe_tomb_part", "_pipe_tomb_delete"
+
+
+def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -335,14 +369,25 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     if config.record_key_fields and opts.operation != "bulk_insert":
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         scoped = opts.index == "partition" and opts.operation not in REPLACE_OPERATIONS
+        # a null precombine value would lose to every version, even an older stored one: refused
+        orders = (opts.operation == "upsert" or opts.combine_before_insert) and opts.precombine_nulls == "fail"
+        ordering = config.precombine_field if orders and config.precombine_field in rows.columns else None
+        null_order = F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)
         if scoped:
-            per_partition = {p: (n, nulls) for p, n, nulls in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull())).collect()}
-            partitions = {p: n for p, (n, _) in per_partition.items()}
-            batch_rows, null_keys = sum(partitions.values()), sum(nulls for _, nulls in per_partition.values())
+            per_partition = {p: (n, nulls, no) for p, n, nulls, no in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).collect()}
+            partitions = {p: n for p, (n, _, _) in per_partition.items()}
+            batch_rows, null_keys = sum(partitions.values()), sum(nulls for _, nulls, _ in per_partition.values())
+            null_orders = sum(no for _, _, no in per_partition.values())
         else:
-            batch_rows, null_keys = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull())).first()
+            batch_rows, null_keys, null_orders = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).first()
         if null_keys:
             raise WriteError(f"the input has {null_keys} row(s) whose key column {config.record_key_fields[0]} is null; every row needs a key")
+        if null_orders:
+            keys = [r[0] for r in rows.where(F.col(f"`{ordering}`").isNull()).select(KEY).limit(3).collect()]
+            raise WriteError(f"table {config.name}: {null_orders} row(s) have a null precombine value (column {ordering}), e.g. key "
+                             f"{', '.join(keys)}; a null orders below every value, so such a row would be dropped as older than a stored version. "
+                             f"Give every row a value (e.g. coalesce({ordering}, ...) in the table's SQL), filter those rows out, "
+                             f"or set `precombine_nulls: lowest` on the table to accept that")
 
     if opts.operation == "bulk_insert":
         return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
@@ -609,12 +654,13 @@ def _log_stat(slice_: FileSlice, target: LogTarget, path: str, inserts: int, upd
 
 
 def write_empty_base_file(storage, partition: str, file_id: str, instant: str, struct) -> tuple[str, int]:
+    """A base file with the table's columns and no rows: the new version of a file group whose
+    every row this write deleted or moved away (Hudi's merge handle writes the same)."""
     import io
 
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(with_meta_struct(struct))
+    schema = arrow_schema(with_meta_struct(struct))
     buf = io.BytesIO()
     pq.write_table(schema.empty_table(), buf)
     name = f"{file_id}_0-0-0_{instant}.parquet"

@@ -1,0 +1,235 @@
+"""Typed records from JSON or CSV text, every value checked against the source's declared schema.
+
+`files` and `s3_incremental` sources read their files or objects as text lines inside the
+executors (`line_reader`), numbering the lines of each file, then `parse` turns each line (each
+record of a multiLine JSON document) into typed columns twice: with the declared types and with
+every column as a string. A value present as text but null once typed did not convert: the
+record is bad, and `check` stops the step naming file, line, column and value (or, with
+`on_bad_record: drop`, leaves the record out and counts it). JSON null and an empty CSV field
+are nulls, not bad values; an empty JSON string is bad for a non-string column, as for Spark. Only counts and a few sample records reach the driver;
+the checked rows are persisted, so the files are read once for the check and the write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from runtime.sources import SourceError
+
+FILE, LINE_NO, RECORD_NO, TEXT, IS_HEADER, MISSING = "_pipe_file", "_pipe_line", "_pipe_record", "_pipe_text", "_pipe_is_header", "_pipe_missing"
+PROBLEM = "_pipe_problem"
+CORRUPT = "_pipe_corrupt_record"
+LINES_DDL = f"`{FILE}` STRING, `{LINE_NO}` BIGINT, `{TEXT}` STRING, `{IS_HEADER}` BOOLEAN, `{MISSING}` STRING"
+SAMPLES = 5  # bad records named in a message
+_BATCH_LINES = 50_000
+_COMPRESSED = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+# options of Spark's file readers that are about files, not about parsing one record
+_FILE_OPTIONS = ("multiline", "header", "inferschema", "encoding", "charset", "linesep", "samplingratio", "pathglobfilter",
+                 "recursivefilelookup", "modifiedbefore", "modifiedafter", "compression")
+
+
+def option(options: Mapping[str, Any], name: str) -> str | None:
+    """A reader option's value, its name matched without regard to case (as Spark does)."""
+    for k, v in options.items():
+        if k.lower() == name.lower():
+            return str(v).lower() if isinstance(v, bool) else str(v)
+    return None
+
+
+def flag(options: Mapping[str, Any], name: str) -> bool:
+    return (option(options, name) or "").lower() == "true"
+
+
+# --- reading lines in the executors ----------------------------------------------------------------
+
+
+def split_text(body: bytes, name: str, whole: bool, header: bool, encoding: str | None, line_sep: str | None) -> list[tuple[int, str, bool]]:
+    """(line number, text, is_header) of each non-blank line of a file, numbered as an editor
+    does (from 1, blank lines counted). `whole`: the file is one record (multiLine JSON)."""
+    import codecs
+
+    for suffix, module in _COMPRESSED.items():
+        if name.endswith(suffix):
+            body = __import__(module).decompress(body)
+            break
+    text = body.decode(codecs.lookup(encoding).name if encoding else "utf-8", errors="replace")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if whole:
+        return [(1, text, False)] if text.strip() else []
+    if line_sep:
+        raw = text.split(line_sep)
+    else:
+        raw = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]  # \n or \r\n, as for Spark
+    out = []
+    for i, line in enumerate(raw, 1):
+        if line.strip():
+            out.append((i, line, header and not out))
+    return out
+
+
+def read_lines(opener: Callable[[], Callable[[str], bytes | None]], whole: bool, header: bool, encoding: str | None,
+               line_sep: str | None, batches: Iterator) -> Iterator:
+    """mapInArrow: (name, locator) rows in, (file, line number, text, is_header, missing) out.
+    `opener()` is called once per task and returns a function reading one file's bytes by its
+    locator (None when the file is gone)."""
+    import pyarrow as pa
+
+    schema = pa.schema([(FILE, pa.string()), (LINE_NO, pa.int64()), (TEXT, pa.string()), (IS_HEADER, pa.bool_()), (MISSING, pa.string())])
+    read = opener()
+    for batch in batches:
+        for name, locator in zip(batch.column("name").to_pylist(), batch.column("locator").to_pylist()):
+            body = read(locator)
+            if body is None:
+                yield pa.RecordBatch.from_arrays([pa.array([name]), pa.nulls(1, pa.int64()), pa.nulls(1, pa.string()), pa.array([False]), pa.array([name])],
+                                                 schema=schema)
+                continue
+            lines = split_text(body, name, whole, header, encoding, line_sep)
+            for start in range(0, len(lines), _BATCH_LINES):  # bounded batches: a big file stays under Arrow's 2 GB strings
+                nums, texts, heads = zip(*lines[start:start + _BATCH_LINES])
+                n = len(nums)
+                yield pa.RecordBatch.from_arrays([pa.array([name] * n), pa.array(nums, pa.int64()), pa.array(texts, pa.string()), pa.array(heads),
+                                                  pa.nulls(n, pa.string())], schema=schema)
+
+
+def line_reader(spark, files: list[tuple[str, str]], opener, options: Mapping[str, Any], fmt: str):
+    """The lines of `files` ((name shown to users, locator) pairs) as a DataFrame, read by the
+    executors with `opener`, a task spreading the files in turns."""
+    whole = fmt == "json" and flag(options, "multiLine")
+    header = fmt == "csv" and flag(options, "header")
+    encoding = option(options, "encoding") or option(options, "charset")
+    line_sep = option(options, "lineSep")
+    parallelism = max(1, min(len(files), spark.sparkContext.defaultParallelism * 2))
+    listing = spark.createDataFrame(files, "name STRING, locator STRING").repartition(parallelism)
+    return listing.mapInArrow(lambda it: read_lines(opener, whole, header, encoding, line_sep, it), LINES_DDL)
+
+
+def read_local(locator: str) -> bytes | None:
+    try:
+        with open(locator, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def local_opener():
+    return read_local
+
+
+# --- parsing and checking ----------------------------------------------------------------------------
+
+
+def parse_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """The reader options that apply to one record (from_json / from_csv)."""
+    out = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items() if k.lower() not in _FILE_OPTIONS}
+    out["mode"] = "PERMISSIVE"  # never empty: Spark prunes the schema of an option-less from_json per field read
+    return out
+
+
+def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
+    """Typed columns of each record of `lines` plus FILE, LINE_NO, RECORD_NO and PROBLEM (why
+    the record does not fit the schema, or null)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    fields = StructType.fromDDL(ddl).fields
+    opts = parse_options(options)
+    typed_opts = {**opts, "columnNameOfCorruptRecord": CORRUPT}
+    body = lines.where(~F.col(IS_HEADER))  # a file gone (MISSING) keeps its one row, to be counted
+    if fmt == "json" and flag(options, "multiLine"):
+        # a document holds one record or an array of them; each element's own JSON text is a record
+        elements = F.from_json(F.col(TEXT), "array<string>", opts)
+        records = F.when(F.ltrim(F.col(TEXT)).startswith("[") & elements.isNotNull(), elements).otherwise(F.array(F.col(TEXT)))
+        body = body.select(FILE, MISSING, F.lit(None).cast("bigint").alias(LINE_NO), F.posexplode(records).alias(RECORD_NO, TEXT))
+        body = body.select(FILE, MISSING, LINE_NO, (F.col(RECORD_NO) + 1).alias(RECORD_NO), TEXT)
+    else:
+        body = body.select(FILE, MISSING, LINE_NO, F.lit(None).cast("bigint").alias(RECORD_NO), TEXT)
+    with_corrupt = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields) + f", `{CORRUPT}` STRING"
+    # as text: one more column than declared tells a CSV row with too many fields
+    extra = "_pipe_extra_field"
+    as_text = ", ".join(f"`{f.name}` STRING" for f in fields) + (f", `{extra}` STRING" if fmt == "csv" else f", `{CORRUPT}` STRING")
+    parser = F.from_json if fmt == "json" else F.from_csv
+    both = body.select(FILE, MISSING, LINE_NO, RECORD_NO, TEXT, parser(F.col(TEXT), with_corrupt, typed_opts).alias("t"),
+                       parser(F.col(TEXT), as_text, typed_opts if fmt == "json" else opts).alias("s"))
+    checks = []
+    for f in fields:
+        if f.dataType.simpleString() == "string":
+            continue  # every value is a string
+        raw, typed = F.col("s").getField(f.name), F.col("t").getField(f.name)
+        shown = F.concat(F.lit('"'), F.substring(raw, 1, 60), F.when(F.length(raw) > 60, F.lit('…"')).otherwise(F.lit('"')))
+        checks.append(F.when(raw.isNotNull() & typed.isNull(),
+                             F.concat(F.lit(f"column {f.name}: "), shown, F.lit(f" is not {_a(f.dataType.simpleString().upper())}"))))
+    text = F.substring(F.col(TEXT), 1, 80)
+    if fmt == "csv":
+        n = len(fields)
+        structural = F.when(F.col("s").getField(extra).isNotNull(), F.concat(F.lit(f"more fields than the {n} declared: "), text)) \
+            .otherwise(F.concat(F.lit(f"fewer fields than the {n} declared: "), text))
+    else:  # as text, only a record that is no JSON object fails; else the culprit is nested
+        structural = F.when(F.col("s").getField(CORRUPT).isNotNull() | F.col("s").isNull(), F.concat(F.lit("not a valid JSON object: "), text)) \
+            .otherwise(F.concat(F.lit("a nested value does not fit the declared type: "), text))
+    problem = F.when(F.col(MISSING).isNull(), F.coalesce(*checks, F.when(F.col("t").getField(CORRUPT).isNotNull() | F.col("t").isNull(), structural)))
+    return both.select(FILE, MISSING, LINE_NO, RECORD_NO, *[F.col("t").getField(f.name).alias(f.name) for f in fields], problem.alias(PROBLEM))
+
+
+def _a(word: str) -> str:
+    return ("an " if word[0] in "AEIOU" else "a ") + word
+
+
+@dataclass
+class Checked:
+    """The outcome of `check`: rows to offer the table, how many were read and left out, and
+    the files gone before they could be read."""
+
+    df: Any
+    rows: int
+    bad: int
+    samples: list[str]
+    missing: list[str]
+
+
+def where(row) -> str:
+    """`file line N` or `file record N` of a sample row."""
+    if row[LINE_NO] is not None:
+        return f"{row[FILE]} line {row[LINE_NO]}"
+    return f"{row[FILE]} record {row[RECORD_NO]}" if row[RECORD_NO] is not None else row[FILE]
+
+
+def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache: list) -> Checked:
+    """Counts the records, the bad ones and the files gone in one pass over the persisted rows;
+    stops the step (SourceError) on a bad record unless `on_bad` is `drop`. `cache` collects
+    what to unpersist once the step is over."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    cache.append(parsed)
+    total, bad, gone = parsed.select(F.count(F.lit(1)), F.count(F.col(PROBLEM)), F.count(F.col(MISSING))).first()
+    samples: list[str] = []
+    if bad:
+        rows = (parsed.where(F.col(PROBLEM).isNotNull()).select(FILE, LINE_NO, RECORD_NO, PROBLEM)
+                .orderBy(FILE, LINE_NO, RECORD_NO).limit(SAMPLES).collect())
+        samples = [f"{where(r)}: {r[PROBLEM]}" for r in rows]
+        if on_bad != "drop":
+            raise SourceError(bad_message(name, what, bad, samples), bad_hint(samples))
+    missing = [r[0] for r in parsed.where(F.col(MISSING).isNotNull()).select(MISSING).limit(3).collect()] if gone else []
+    missing += [""] * (gone - len(missing))
+    good = parsed.where(F.col(PROBLEM).isNull() & F.col(MISSING).isNull()) if bad or gone else parsed
+    return Checked(good.select(*[F.col(f"`{c}`") for c in data_cols]), int(total) - int(bad) - int(gone), int(bad), samples, missing)
+
+
+def bad_message(name: str, what: str, bad: int, samples: list[str]) -> str:
+    head = f"source {name}: " + (samples[0] if bad == 1 else f"{bad} records of the new {what} do not fit the declared schema: " + "; ".join(samples))
+    if bad > len(samples) and bad != 1:
+        head += f"; and {bad - len(samples)} more"
+    return head
+
+
+def bad_hint(samples: list[str]) -> str:
+    hint = ("nothing of this source was written and its checkpoint did not move: fix or remove those records and run again, "
+            "declare the column with the type its values have, or set `on_bad_record: drop` on the source to leave such records out")
+    text = " ".join(samples)
+    if "is not a DATE" in text:
+        hint += "; dates are read as yyyy-MM-dd unless the source's options set `dateFormat`"
+    if "is not a TIMESTAMP" in text:
+        hint += "; timestamps are read as ISO 8601 (2024-01-31T10:00:00) unless the source's options set `timestampFormat`"
+    return hint

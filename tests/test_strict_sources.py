@@ -1,0 +1,191 @@
+"""Strict sources: a value that does not fit the declared schema stops the step before anything is
+written, naming file, line, column and value; `on_bad_record: drop` leaves such records out and
+counts them; a null precombine value is refused."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from tests.test_run import assert_clean, assert_rows, commits, pipe, project, run_ok, run_results, steps, timeline, write_jsonl
+
+ORDERS = """
+    sources:
+      raw_orders:
+        kind: files
+        path: data/orders
+        format: json
+        schema: "order_id BIGINT, amount DOUBLE, order_date DATE, updated_at TIMESTAMP"
+    """
+ORDERS_TABLE = {
+    "tables/orders.yml": "tables:\n  orders:\n    key: [order_id]\n    partition_by: [order_date]\n    precombine: updated_at\n",
+    "tables/orders.sql": "select * from {{ source('raw_orders') }}\n",
+}
+
+
+def _orders(tmp_path: Path, source: str = ORDERS) -> Path:
+    return project(tmp_path, {"sources/orders.yml": source, **ORDERS_TABLE})
+
+
+def _fails(capsys, root: Path, step: str = "table.orders") -> dict:
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1, out + err
+    assert_clean(out, err)
+    result = steps(root)[step]
+    assert result["state"] == "error"
+    assert result["message"] in err
+    return result
+
+
+def test_values_that_do_not_fit_their_json_type_stop_the_step_with_file_line_column_and_value(spark, tmp_path, capsys):
+    root = _orders(tmp_path)
+    write_jsonl(root / "data/orders/orders-0001.json", [
+        {"order_id": 1, "amount": 10.5, "order_date": "2024-01-01", "updated_at": "2024-01-01T10:00:00"},
+        {"order_id": 2, "amount": None, "order_date": "2024-01-01", "updated_at": "2024-01-01T10:00:00"},  # a null is a null
+    ], mtime=1_700_000_000)
+    run_ok(capsys, root)
+    before = timeline(capsys, root, "orders")
+    (root / "data/orders/orders-0002.json").write_text("\n".join([
+        '{"order_id": 3, "amount": 1.0, "order_date": "2024-01-02", "updated_at": "2024-01-02T10:00:00"}',
+        '{"order_id": 4, "amount": "abc", "order_date": "2024-01-02", "updated_at": "2024-01-02T10:00:00"}',
+        '',
+        '{"order_id": 5, "amount": 2.0, "order_date": "2024-13-45", "updated_at": "2024-01-02T10:00:00"}',
+        '{"order_id": 6, "amount": 3.0, "order_date": "2024-01-02", "updated_at": "yesterday"}',
+    ]) + "\n", encoding="utf-8")
+
+    step = _fails(capsys, root)
+    where = "data/orders/orders-0002.json"
+    assert step["message"] == (f"source raw_orders: 3 records of the new files do not fit the declared schema: "
+                               f'{where} line 2: column amount: "abc" is not a DOUBLE; '
+                               f'{where} line 4: column order_date: "2024-13-45" is not a DATE; '
+                               f'{where} line 5: column updated_at: "yesterday" is not a TIMESTAMP')
+    assert "checkpoint did not move" in step["hint"] and "dateFormat" in step["hint"] and "on_bad_record: drop" in step["hint"]
+    assert timeline(capsys, root, "orders") == before  # no instant, the checkpoint where it was
+    assert not any("HIVE_DEFAULT" in p.name for p in (root / "lake/orders").iterdir())
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5), (2, None)])
+
+    # drop: the bad records are left out and counted, the good one of the same file is written
+    (root / "sources/orders.yml").write_text(textwrap.dedent(ORDERS).replace("    schema:", "    on_bad_record: drop\n    schema:"), encoding="utf-8")
+    out, err = run_ok(capsys, root)
+    step = steps(root)["table.orders"]
+    assert step["rows_read"] == 1
+    assert step["inputs"]["raw_orders"]["bad_records_dropped"] == 3
+    assert step["inputs"]["raw_orders"]["bad_record_samples"][0] == f'{where} line 2: column amount: "abc" is not a DOUBLE'
+    assert f'raw_orders: 3 bad record(s) dropped (on_bad_record: drop), e.g. {where} line 2: column amount: "abc" is not a DOUBLE' in step["message"]
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5), (2, None), (3, 1.0)])
+
+
+CSV_SOURCE = """
+    sources:
+      raw_products:
+        kind: files
+        path: data/products
+        format: csv
+        options: {header: true}
+        schema: "product_id BIGINT, name STRING, price DOUBLE"
+    """
+
+
+def test_csv_bad_values_and_short_or_long_rows_stop_an_overwrite_before_it_replaces_the_table(spark, tmp_path, capsys):
+    root = project(tmp_path, {
+        "sources/products.yml": CSV_SOURCE,
+        "tables/products.yml": "tables:\n  products:\n    key: [product_id]\n    operation: insert_overwrite_table\n",
+        "tables/products.sql": "select * from {{ source('raw_products') }}\n",
+    })
+    (root / "data/products").mkdir(parents=True)
+    (root / "data/products/p1.csv").write_text("product_id,name,price\n1,Desk,100.0\n2,Lamp,\n", encoding="utf-8")  # an empty field is a null
+    run_ok(capsys, root)
+    assert_rows(spark, root, "products", ["product_id", "name", "price"], [(1, "Desk", 100.0), (2, "Lamp", None)])
+    before = timeline(capsys, root, "products")
+
+    (root / "data/products/p2.csv").write_text("product_id,name,price\n6,Chair,abc\n7,Short\n8,Long,1.0,extra\n9,Stool,5\n", encoding="utf-8")
+    step = _fails(capsys, root, "table.products")
+    assert step["message"] == ("source raw_products: 3 records of the new files do not fit the declared schema: "
+                               'data/products/p2.csv line 2: column price: "abc" is not a DOUBLE; '
+                               "data/products/p2.csv line 3: fewer fields than the 3 declared: 7,Short; "
+                               "data/products/p2.csv line 4: more fields than the 3 declared: 8,Long,1.0,extra")
+    assert timeline(capsys, root, "products") == before
+    assert_rows(spark, root, "products", ["product_id", "name", "price"], [(1, "Desk", 100.0), (2, "Lamp", None)])
+
+
+def test_one_bad_record_among_many_files_names_its_own_file_and_line(spark, tmp_path, capsys):
+    root = _orders(tmp_path)
+    good = {"order_id": 1, "amount": 1.0, "order_date": "2024-01-01", "updated_at": "2024-01-01T10:00:00"}
+    for i in range(6):
+        rows = [{**good, "order_id": i * 100 + j} for j in range(50)]
+        if i == 4:
+            rows[37]["amount"] = "12,5"
+        write_jsonl(root / f"data/orders/orders-{i:04d}.json", rows)
+    step = _fails(capsys, root)
+    assert step["message"] == 'source raw_orders: data/orders/orders-0004.json line 38: column amount: "12,5" is not a DOUBLE'
+    assert not (root / "lake/orders/.hoodie").exists() or commits(timeline(capsys, root, "orders")) == []
+
+
+def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_and_column(spark, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = project(tmp_path, {
+        "sources/s.yml": """
+            sources:
+              raw_docs: {kind: files, path: data/docs, format: json, options: {multiLine: true}, schema: "doc_id BIGINT, pages INT"}
+              pq: {kind: files, path: data/pq, format: parquet, schema: "k BIGINT, amount BIGINT"}
+            """,
+        "tables/docs.yml": "tables:\n  docs:\n    key: [doc_id]\n",
+        "tables/docs.sql": "select * from {{ source('raw_docs') }}\n",
+        "tables/pqt.yml": "tables:\n  pqt:\n    key: [k]\n",
+        "tables/pqt.sql": "select * from {{ source('pq') }}\n",
+    })
+    (root / "data/docs").mkdir(parents=True)
+    (root / "data/docs/many.json").write_text('[{"doc_id": 1, "pages": 3},\n {"doc_id": 2, "pages": "many"}]\n', encoding="utf-8")
+    (root / "data/pq").mkdir(parents=True)
+    pq.write_table(pa.table({"k": pa.array([1], pa.int32()), "amount": pa.array([5], pa.int32())}), root / "data/pq/ok.parquet")  # widened: fine
+    pq.write_table(pa.table({"k": pa.array([2], pa.int64()), "amount": ["abc"]}), root / "data/pq/bad.parquet")
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1, out + err
+    assert_clean(out, err)
+    by_id = steps(root)
+    assert by_id["table.docs"]["message"] == 'source raw_docs: data/docs/many.json record 2: column pages: "many" is not an INT'
+    assert by_id["table.pqt"]["message"] == "source pq: data/pq/bad.parquet: column amount holds STRING values, but the source declares BIGINT"
+    assert not (root / "lake/docs").exists() and not (root / "lake/pqt").exists()
+
+    (root / "data/pq/bad.parquet").unlink()
+    (root / "data/docs/many.json").write_text('[{"doc_id": 1, "pages": 3},\n {"doc_id": 2, "pages": null}]\n', encoding="utf-8")
+    run_ok(capsys, root)
+    assert_rows(spark, root, "docs", ["doc_id", "pages"], [(1, 3), (2, None)])
+    assert_rows(spark, root, "pqt", ["k", "amount"], [(1, 5)])
+
+
+def test_a_null_precombine_value_is_refused_before_anything_is_committed(spark, tmp_path, capsys):
+    root = _orders(tmp_path)
+    write_jsonl(root / "data/orders/orders-0001.json", [
+        {"order_id": 1, "amount": 1.0, "order_date": "2024-01-01", "updated_at": "2024-01-01T10:00:00"}], mtime=1_700_000_000)
+    run_ok(capsys, root)
+    before = commits(timeline(capsys, root, "orders"))
+    write_jsonl(root / "data/orders/orders-0002.json", [
+        {"order_id": 1, "amount": 2.0, "order_date": "2024-01-01", "updated_at": None},
+        {"order_id": 7, "amount": 2.0, "order_date": "2024-01-01", "updated_at": "2024-01-02T10:00:00"}])
+    step = _fails(capsys, root)
+    assert "table orders: 1 row(s) have a null precombine value (column updated_at), e.g. key 1" in step["message"]
+    assert "coalesce(updated_at, ...)" in step["message"]
+    assert commits(timeline(capsys, root, "orders")) == before
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.0)])
+    assert run_results(root)["success"] is False
+
+    # the table says how to treat it: a null orders lowest, so it loses to the stored version
+    (root / "tables/orders.yml").write_text(ORDERS_TABLE["tables/orders.yml"] + "    precombine_nulls: lowest\n", encoding="utf-8")
+    run_ok(capsys, root)
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.0), (7, 2.0)])
+
+
+def test_on_bad_record_and_precombine_nulls_are_checked_by_compile(project):
+    from tests.conftest import compile_errors
+
+    root = project({
+        "sources/s.yml": "sources:\n  s: {kind: files, path: d, format: json, on_bad_record: skip}\n",
+        "tables/t.yml": "tables:\n  t:\n    key: [id]\n    precombine_nulls: lowest\n",
+        "tables/t.sql": "select * from {{ source('s') }}\n",
+    })
+    errors = [str(e) for e in compile_errors(root)]
+    assert any("sources/s.yml:2" in e and "on_bad_record" in e and "drop" in e for e in errors), errors
+    assert any("tables/t.yml:4" in e and "precombine_nulls but has no precombine" in e for e in errors), errors
