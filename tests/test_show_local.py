@@ -105,3 +105,14 @@ def test_show_starts_no_spark(tmp_path, spark, capsys):
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "2024-03-01 08:00:00" in done.stdout and "1 row of mor (latest)" in done.stdout
+
+
+def test_show_of_a_table_whose_first_commit_wrote_no_file_lists_its_columns(spark, tmp_path, capsys):
+    root = project(tmp_path, {"sources/s.yml": SOURCE, "tables/t.yml": "tables:\n  t:\n    key: [id]\n",
+                              "tables/t.sql": "select id, region, ts from {{ source('s') }} where id > 100\n"})
+    write_jsonl(root / "data/s/s-1.json", [_row(1, "EU", "08:00")])
+    run_ok(capsys, root)
+    assert len(commits(timeline(capsys, root, "t"))) == 1
+    code, out, err = pipe(capsys, root, "show", "t")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["id", "region", "ts"] and "0 rows of t (latest)" in out, out
