@@ -473,7 +473,7 @@ def _first_rows(schema, batches, keys: list[str], n: int) -> tuple[list[str], li
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    best = schema.empty_table()
+    best = pa.Table.from_batches([], schema)  # (schema.empty_table() would import pandas)
     for batch in batches:
         best = pa.concat_tables([best, pa.Table.from_batches([batch], schema)])
         if keys:
@@ -483,6 +483,9 @@ def _first_rows(schema, batches, keys: list[str], n: int) -> tuple[list[str], li
             break
     best = best.slice(0, n)
     types = [f.type for f in schema]
+    # timestamps as microseconds since the epoch (as Spark hands them to Python): pyarrow's own
+    # conversion to datetime imports pandas, which costs a third of a second
+    best = pa.Table.from_arrays([c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in best.columns], names=best.column_names)
     return schema.names, [tuple(output.spark_value(v, t) for v, t in zip(row.values(), types)) for row in best.to_pylist()]
 
 

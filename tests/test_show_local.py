@@ -116,3 +116,26 @@ def test_show_of_a_table_whose_first_commit_wrote_no_file_lists_its_columns(spar
     code, out, err = pipe(capsys, root, "show", "t")
     assert code == 0, err
     assert out.splitlines()[0].split() == ["id", "region", "ts"] and "0 rows of t (latest)" in out, out
+
+
+def test_values_read_without_spark_are_the_python_values_of_sparks_collect():
+    """pipe.output.spark_value against pyspark's own conversion of the same internal values."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from pipe.output import spark_value
+
+    for micros in (0, 1709280000123456, -1, 253402300799999999):
+        aware = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
+        assert spark_value(micros, pa.timestamp("us", "UTC")) == T.TimestampType().fromInternal(micros)
+        assert spark_value(micros * 1000, pa.timestamp("ns", "UTC")) == T.TimestampType().fromInternal(micros)
+        assert spark_value(aware, pa.timestamp("us", "UTC")) == T.TimestampType().fromInternal(micros)
+        assert spark_value(micros, pa.timestamp("us")) == T.TimestampNTZType().fromInternal(micros)
+        assert spark_value(aware.replace(tzinfo=None), pa.timestamp("us")) == T.TimestampNTZType().fromInternal(micros)
+    assert spark_value(b"\x00a", pa.binary()) == bytearray(b"\x00a")
+    assert spark_value([("k", 1)], pa.map_(pa.string(), pa.int64())) == {"k": 1}
+    row = spark_value({"a": 1, "b": "x"}, pa.struct([("a", pa.int64()), ("b", pa.string())]))
+    assert str(row) == str(T.Row(a=1, b="x")) == "Row(a=1, b='x')" and json.dumps(row) == json.dumps(T.Row(a=1, b="x"))
+    assert spark_value([1, None], pa.list_(pa.int64())) == [1, None]
