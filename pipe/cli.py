@@ -457,7 +457,8 @@ def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) 
         t.add_row(*["" if v is None else str(v) for v in r])
     output.table(t)
     what = f"as of {as_of}" if as_of and not since else (f"since {since}" if since else "latest")
-    output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}[/]")
+    how = "; read with Spark, as the table is on S3" if table.storage.spec.is_s3 else ""
+    output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}{how}[/]")
 
 
 def _rows_with_spark(df, keys: list[str], n: int) -> tuple[list[str], list[tuple]]:
