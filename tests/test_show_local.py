@@ -95,16 +95,19 @@ def test_show_reads_local_tables_without_spark_and_gives_sparks_rows(spark, tmp_
 
 
 def test_show_starts_no_spark(tmp_path, spark, capsys):
-    """In a fresh process: `pipe show` of a local table prints its rows and never imports pyspark."""
+    """In a fresh process: `pipe show` and `pipe timeline` of a local table print its rows and
+    instants and never import pyspark."""
     root = project(tmp_path, {"sources/s.yml": SOURCE, "tables/t.yml": TABLES, "tables/cow.sql": SQL, "tables/mor.sql": SQL})
     write_jsonl(root / "data/s/s-1.json", [_row(1, "EU", "08:00")])
     run_ok(capsys, root, "--select", "+mor")
     code = ("import sys\nfrom pipe.cli import main\n"
             f"rc = main(['show', 'mor', '--project-dir', {str(root)!r}])\n"
+            f"rc = rc or main(['timeline', 'mor', '--project-dir', {str(root)!r}])\n"
             "assert 'pyspark' not in sys.modules, 'pyspark was imported'\nsys.exit(rc)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "2024-03-01 08:00:00" in done.stdout and "1 row of mor (latest)" in done.stdout
+    assert "deltacommit" in done.stdout and done.stdout.endswith("\n")
 
 
 def test_show_of_a_table_whose_first_commit_wrote_no_file_lists_its_columns(spark, tmp_path, capsys):
