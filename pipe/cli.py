@@ -462,6 +462,7 @@ def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) 
 
 
 def _rows_with_spark(df, keys: list[str], n: int) -> tuple[list[str], list[tuple]]:
+    """The first `n` rows of a DataFrame by `keys`: the sort and the limit run in Spark."""
     if keys:
         df = df.orderBy(*[f"`{c}`" for c in keys])
     return df.columns, [tuple(r) for r in df.limit(n).collect()]
