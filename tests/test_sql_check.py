@@ -361,3 +361,21 @@ def test_a_damaged_cache_is_checked_again(project):
     for text in (json.dumps(data), "{not json", "[" * 100000):
         cache.write_text(text)
         assert [str(d) for d in compile_errors(root, cache_dir=root / "target")] == [str(d) for d in first]
+
+
+@pytest.mark.spark
+def test_a_key_typo_only_spark_can_find_is_reported_at_the_yaml(spark, project, capsys):
+    # no schema: compile cannot know the columns, so the run finds the typo, and names the YAML
+    from pipe.cli import main
+
+    root = project({
+        "sources/s.yml": "sources:\n  raw:\n    kind: files\n    path: data/raw\n    format: json\n",
+        "tables/t.yml": "tables:\n  t:\n    key: [order_idd]\n",
+        "tables/t.sql": "select * from {{ source('raw') }}\n",
+        "data/raw/1.json": '{"order_id": 1, "amount": 2.5}\n',
+    })
+    code = main(["--project-dir", str(root), "run"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "tables/t.yml:2: table.t: the input lacks column(s) order_idd" in err, err
+    assert "check key, partition_by and precombine in tables/t.yml against the columns tables/t.sql selects" in err, err
