@@ -72,6 +72,8 @@ def _common(command):
 
 _target_option = click.option("--target", "-t", default=None, help="Target from pipe_project.yml (default: default_target).")
 _vars_option = click.option("--vars", "vars_text", default=None, help="Variables as YAML or JSON, e.g. '{min_amount: 10}'.")
+
+
 class _SelectorsOption(click.Option):
     """--select / --exclude take every word up to the next option, as dbt's do: `--select a b`
     is `--select 'a b'` (the flag may also be repeated). The words reach selection joined by
