@@ -72,6 +72,8 @@ def _common(command):
 
 _target_option = click.option("--target", "-t", default=None, help="Target from pipe_project.yml (default: default_target).")
 _vars_option = click.option("--vars", "vars_text", default=None, help="Variables as YAML or JSON, e.g. '{min_amount: 10}'.")
+
+
 class _SelectorsOption(click.Option):
     """--select / --exclude take every word up to the next option, as dbt's do: `--select a b`
     is `--select 'a b'` (the flag may also be repeated). The words reach selection joined by
@@ -457,10 +459,12 @@ def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) 
         t.add_row(*["" if v is None else str(v) for v in r])
     output.table(t)
     what = f"as of {as_of}" if as_of and not since else (f"since {since}" if since else "latest")
-    output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}[/]")
+    how = "; read with Spark, as the table is on S3" if table.storage.spec.is_s3 else ""
+    output.line(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''} of {table_name} ({what}){', more not shown (--limit)' if more else ''}{how}[/]")
 
 
 def _rows_with_spark(df, keys: list[str], n: int) -> tuple[list[str], list[tuple]]:
+    """The first `n` rows of a DataFrame by `keys`: the sort and the limit run in Spark."""
     if keys:
         df = df.orderBy(*[f"`{c}`" for c in keys])
     return df.columns, [tuple(r) for r in df.limit(n).collect()]
@@ -473,7 +477,7 @@ def _first_rows(schema, batches, keys: list[str], n: int) -> tuple[list[str], li
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    best = schema.empty_table()
+    best = pa.Table.from_batches([], schema)  # (schema.empty_table() would import pandas)
     for batch in batches:
         best = pa.concat_tables([best, pa.Table.from_batches([batch], schema)])
         if keys:
@@ -483,6 +487,9 @@ def _first_rows(schema, batches, keys: list[str], n: int) -> tuple[list[str], li
             break
     best = best.slice(0, n)
     types = [f.type for f in schema]
+    # timestamps as microseconds since the epoch (as Spark hands them to Python): pyarrow's own
+    # conversion to datetime imports pandas, which costs a third of a second
+    best = pa.Table.from_arrays([c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in best.columns], names=best.column_names)
     return schema.names, [tuple(output.spark_value(v, t) for v, t in zip(row.values(), types)) for row in best.to_pylist()]
 
 

@@ -72,8 +72,9 @@ class Row(tuple):
 
 def spark_value(value, arrow_type):
     """A value pyarrow read (`to_pylist`) as the Python value Spark's collect() gives for the
-    same column, so that rows read without Spark print the same: a TIMESTAMP in this
-    process's local time without a time zone, BINARY as bytearray, a MAP as a dict, a
+    same column, so that rows read without Spark print the same: a TIMESTAMP (given as a
+    datetime or as its count of `unit`s since the epoch) in this process's local time without
+    a time zone, TIMESTAMP_NTZ as its wall time, BINARY as bytearray, a MAP as a dict, a
     STRUCT as a Row."""
     import datetime as dt
 
@@ -82,8 +83,15 @@ def spark_value(value, arrow_type):
     if value is None:
         return None
     t = arrow_type
-    if pa.types.is_timestamp(t) and t.tz is not None:
-        micros = (value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+    if pa.types.is_timestamp(t):
+        # microseconds since the epoch (an int), or a datetime (inside a list or struct)
+        if isinstance(value, dt.datetime):
+            epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc if value.tzinfo else None)
+            micros = (value - epoch) // dt.timedelta(microseconds=1)
+        else:
+            micros = value // 1000 if t.unit == "ns" else value * {"s": 1_000_000, "ms": 1000, "us": 1}[t.unit]
+        if t.tz is None:  # TIMESTAMP_NTZ: the wall time as stored
+            return dt.datetime.fromtimestamp(micros // 1_000_000, dt.timezone.utc).replace(microsecond=micros % 1_000_000, tzinfo=None)
         return dt.datetime.fromtimestamp(micros // 1_000_000).replace(microsecond=micros % 1_000_000)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return bytearray(value)

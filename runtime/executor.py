@@ -843,6 +843,11 @@ def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
         return str(exc), getattr(exc, "hint", None)
     if _is_user_error(exc):
         where = f"{step.sql_file}: " if step.kind == "write" and step.sql_file else ""
+        if step.kind == "write" and "lacks column(s)" in str(exc):
+            # key / partition_by / precombine name a column the SELECT does not have: the name in
+            # the YAML is the likelier typo (the writer's WriteError says "the input lacks column(s)")
+            return (f"{step.file}:{step.line}: {step.id}: {_spark_message(exc)}",
+                    f"check key, partition_by and precombine in {step.file} against the columns {step.sql_file or 'the SQL'} selects")
         return f"{where}{step.id}: {_spark_message(exc)}", None
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", None

@@ -77,6 +77,22 @@ class Holder:
         return f"pid {self.pid}, host {self.host}, since {since}"
 
 
+def _take(storage, me: Holder) -> Holder | None:
+    """Creates the lock for `me`; returns None when taken, or the live holder of the lock."""
+    for _ in range(3):  # a stale lock is removed, then taken
+        if storage.create_exclusive(LOCK_PATH, me.to_bytes()):
+            return None
+        try:
+            held = Holder.parse(storage.read_bytes(LOCK_PATH))
+        except FileNotFoundError:
+            continue  # released meanwhile
+        if held is None or held.is_stale():
+            storage.delete(LOCK_PATH)
+            continue
+        return held
+    raise RunLocked("the run lock keeps changing hands: another run is starting; nothing was run", "run again")
+
+
 def _now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -86,23 +102,19 @@ def hold(lake_uri: str, storage_options: tuple = (), command: str = "pipe run", 
     """Holds the run lock of the lake for the body, or raises RunLocked at once."""
     storage = open_storage(StorageSpec(lake_uri, storage_options))
     me = Holder(os.getpid(), socket.gethostname(), _now_iso(), int((time.time() + ttl_s) * 1000), uuid.uuid4().hex, command)
-    for _ in range(3):  # a stale lock is removed, then taken
-        if storage.create_exclusive(LOCK_PATH, me.to_bytes()):
-            break
-        try:
-            held = Holder.parse(storage.read_bytes(LOCK_PATH))
-        except FileNotFoundError:
-            continue  # released meanwhile
-        if held is None or held.is_stale():
-            storage.delete(LOCK_PATH)
-            continue
-        where = storage.full_path(LOCK_PATH)
+    where = f"{lake_uri.rstrip('/')}/{LOCK_PATH}"
+    try:
+        held = _take(storage, me)
+    except RunLocked:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the lake cannot be reached: say where, before Spark starts
+        raise RunLocked(f"cannot take the run lock {where}: {type(exc).__name__}: {exc}; nothing was run",
+                        "check the target's lake (its location, and the credentials to write there)") from exc
+    if held is not None:
         until = dt.datetime.fromtimestamp(held.expires_ms / 1000, dt.timezone.utc).strftime("%H:%M:%S UTC")
         raise RunLocked(f"another run is in progress ({held.describe()}); nothing was run",
                         f"wait for it to finish. If that process is gone (on another machine), its lock expires at {until}; "
                         f"or delete {where} once you are sure no run is going on")
-    else:
-        raise RunLocked(f"the run lock {storage.full_path(LOCK_PATH)} keeps changing hands; another run is starting", "run again")
     stop = threading.Event()
 
     def heartbeat() -> None:

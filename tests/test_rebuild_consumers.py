@@ -86,3 +86,23 @@ def test_a_restore_below_the_checkpoint_is_named_as_a_restore(spark, tmp_path, c
     assert code == 1
     message = steps(root)["table.down"]["message"]
     assert f"table up was restored to an earlier commit (restore instant {restore}), which undid instant {second}" in message
+
+
+def test_a_checkpoint_archived_by_another_tool_is_named_as_archived(spark, tmp_path):
+    """The consumer read up to the first commit; the upstream is then archived past it (as a
+    cleaner outside the project would): the source says the commits were archived."""
+    import pytest
+
+    from runtime.sources import SourceError
+    from runtime.sources import table as table_source
+    from runtime.table import Table, TableConfig
+
+    path = str(tmp_path / "up")
+    up = Table.create(spark, path, TableConfig(name="up", record_key_fields=("id",)))
+    first = up.write(spark.createDataFrame([(1, "a")], "id long, v string"), "upsert", clean_inline=False).instant
+    for i in range(2, 6):
+        up.write(spark.createDataFrame([(i, "a")], "id long, v string"), "upsert", clean_inline=False)
+    archived = up.archive(min_instants=2, max_instants=3)
+    assert first in archived
+    with pytest.raises(SourceError, match=f"the commits of table up after instant {first} have been archived"):
+        table_source.pending("s", {}, Table.open(None, path), "down", first)

@@ -394,7 +394,8 @@ def test_table_source_reads_only_new_versions_holds_back_cleaning_and_stops_when
 
 FAILURE_FILES = {
     "sources/s.yml": ONE_SOURCE,
-    "tables/bad.sql": "select id, no_such_column from {{ source('s') }}\n",
+    # an unknown function: only Spark finds it (pipe compile checks columns, not functions)
+    "tables/bad.sql": "select id, no_such_function(v) as w from {{ source('s') }}\n",
     "tables/good.sql": "select id, v from {{ source('s') }}\n",
     "tables/after_bad.sql": "select id from {{ ref('bad') }}\n",
 }
@@ -411,7 +412,7 @@ def test_a_failed_step_skips_its_downstream_and_the_rest_carries_on(spark, tmp_p
     by_id = {s["id"]: s for s in results["steps"]}
     assert {k: v["state"] for k, v in by_id.items()} == {
         "source.s": "success", "table.bad": "error", "table.after_bad": "skipped", "table.good": "success"}
-    assert "tables/bad.sql" in by_id["table.bad"]["message"] and "no_such_column" in by_id["table.bad"]["message"]
+    assert "tables/bad.sql" in by_id["table.bad"]["message"] and "no_such_function" in by_id["table.bad"]["message"]
     assert "table.bad" in by_id["table.after_bad"]["message"]
     assert "error in table.bad" in err and "tables/bad.sql" in err
     assert not (root / "lake/bad").exists() and not (root / "lake/after_bad").exists()

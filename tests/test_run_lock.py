@@ -61,3 +61,12 @@ def test_an_expired_lock_of_another_host_is_stale_and_a_live_one_is_not():
     other = run_lock.Holder(1, "some-other-host", "2026-11-24T01:02:03+00:00", int(now + 60_000), "t")
     assert not other.is_stale(now)
     assert other.is_stale(now + 120_000)
+
+
+def test_a_lake_that_cannot_be_written_stops_the_run_with_where(tmp_path, capsys):
+    root = project(tmp_path, TABLE)
+    (root / "lake").write_text("a file where the lake's folder should be")
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1, out + err
+    assert "cannot take the run lock" in err and str(root / "lake" / run_lock.LOCK_PATH) in " ".join(err.split()), err
+    assert "nothing was run" in err and "Traceback" not in err and "internal error" not in err

@@ -95,13 +95,50 @@ def test_show_reads_local_tables_without_spark_and_gives_sparks_rows(spark, tmp_
 
 
 def test_show_starts_no_spark(tmp_path, spark, capsys):
-    """In a fresh process: `pipe show` of a local table prints its rows and never imports pyspark."""
+    """In a fresh process: `pipe show` and `pipe timeline` of a local table print its rows and
+    instants and never import pyspark."""
     root = project(tmp_path, {"sources/s.yml": SOURCE, "tables/t.yml": TABLES, "tables/cow.sql": SQL, "tables/mor.sql": SQL})
     write_jsonl(root / "data/s/s-1.json", [_row(1, "EU", "08:00")])
     run_ok(capsys, root, "--select", "+mor")
     code = ("import sys\nfrom pipe.cli import main\n"
             f"rc = main(['show', 'mor', '--project-dir', {str(root)!r}])\n"
+            f"rc = rc or main(['timeline', 'mor', '--project-dir', {str(root)!r}])\n"
             "assert 'pyspark' not in sys.modules, 'pyspark was imported'\nsys.exit(rc)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "2024-03-01 08:00:00" in done.stdout and "1 row of mor (latest)" in done.stdout
+    assert "deltacommit" in done.stdout and done.stdout.endswith("\n")
+
+
+def test_show_of_a_table_whose_first_commit_wrote_no_file_lists_its_columns(spark, tmp_path, capsys):
+    root = project(tmp_path, {"sources/s.yml": SOURCE, "tables/t.yml": "tables:\n  t:\n    key: [id]\n",
+                              "tables/t.sql": "select id, region, ts from {{ source('s') }} where id > 100\n"})
+    write_jsonl(root / "data/s/s-1.json", [_row(1, "EU", "08:00")])
+    run_ok(capsys, root)
+    assert len(commits(timeline(capsys, root, "t"))) == 1
+    code, out, err = pipe(capsys, root, "show", "t")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["id", "region", "ts"] and "0 rows of t (latest)" in out, out
+
+
+def test_values_read_without_spark_are_the_python_values_of_sparks_collect():
+    """pipe.output.spark_value against pyspark's own conversion of the same internal values."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from pipe.output import spark_value
+
+    for micros in (0, 1709280000123456, -1, 253402300799999999):
+        aware = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
+        assert spark_value(micros, pa.timestamp("us", "UTC")) == T.TimestampType().fromInternal(micros)
+        assert spark_value(micros * 1000, pa.timestamp("ns", "UTC")) == T.TimestampType().fromInternal(micros)
+        assert spark_value(aware, pa.timestamp("us", "UTC")) == T.TimestampType().fromInternal(micros)
+        assert spark_value(micros, pa.timestamp("us")) == T.TimestampNTZType().fromInternal(micros)
+        assert spark_value(aware.replace(tzinfo=None), pa.timestamp("us")) == T.TimestampNTZType().fromInternal(micros)
+    assert spark_value(b"\x00a", pa.binary()) == bytearray(b"\x00a")
+    assert spark_value([("k", 1)], pa.map_(pa.string(), pa.int64())) == {"k": 1}
+    row = spark_value({"a": 1, "b": "x"}, pa.struct([("a", pa.int64()), ("b", pa.string())]))
+    assert str(row) == str(T.Row(a=1, b="x")) == "Row(a=1, b='x')" and json.dumps(row) == json.dumps(T.Row(a=1, b="x"))
+    assert spark_value([1, None], pa.list_(pa.int64())) == [1, None]

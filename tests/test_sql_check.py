@@ -180,6 +180,31 @@ def test_several_errors_of_several_tables_in_one_report(project):
     assert [str(d.location) for d in diags] == ["tables/a.sql:1:18", "tables/a.yml:3:11", "tables/b.sql:1:49"], listing(diags)
 
 
+BAD = {  # name: (SQL, location, message)
+    "in_a_cte": ("with a as (select order_id, amout from {{ source('raw_orders') }}) select * from a", "1:29", "unknown column 'amout'"),
+    "in_a_window": ("select order_id, row_number() over (partition by regoin order by updated_at) as rn from {{ source('raw_orders') }}", "1:50", "unknown column 'regoin'"),
+    "in_group_by": ("select region, count(*) as n from {{ source('raw_orders') }} group by regin", "1:71", "unknown column 'regin'"),
+    "in_order_by": ("select order_id from {{ source('raw_orders') }} order by updatd_at", "1:58", "unknown column 'updatd_at'"),
+    "through_stars": ("select * from (select * from {{ source('raw_customers') }}) x where x.nam = 'a'", "1:71", "column 'nam' is not a column of 'x'"),
+    "in_a_union_branch": ("select order_id from {{ source('raw_orders') }} union all select custmer_id from {{ source('raw_customers') }}", "1:66", "unknown column 'custmer_id'"),
+    "in_an_in_subquery": ("select * from {{ source('raw_orders') }} where customer_id in (select customr_id from {{ source('raw_customers') }})", "1:71", "unknown column 'customr_id'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_unknown_columns_anywhere_in_the_query(project, strict, name):
+    sql, where, message = BAD[name]
+    only(compile_errors(project(files({name: sql}))), message, f"tables/{name}.sql:{where}")
+
+
+def test_a_union_names_its_columns_after_its_first_branch(project, strict):
+    root = project(files({
+        "u": "select order_id as id, amount from {{ source('raw_orders') }} union all select customer_id, 0 from {{ source('raw_customers') }}",
+        "d": "select id, amount, order_id from {{ ref('u') }}",
+    }))
+    only(compile_errors(root), "unknown column 'order_id': not a column of 'u'", "tables/d.sql:1:20")
+
+
 # --- valid Spark SQL is never refused ----------------------------------------------------------
 
 VALID = {
@@ -211,12 +236,55 @@ VALID = {
     "struct_star": "select address.* from {{ source('raw_orders') }}",
     "inline_table_alias_columns": "select t.x from (select order_id as x from {{ source('raw_orders') }}) as t",
     "self_reference_this": "select order_id from {{ source('raw_orders') }}\n{% if is_incremental() %}where order_id not in (select order_id from {{ this }}){% endif %}",
+    'exists_lambda': "select order_id, exists(items, x -> x = 'a') as has_a, forall(items, x -> x <> '') as ok from {{ source('raw_orders') }}",
+    'higher_order': "select zip_with(items, items, (x, y) -> concat(x, y)) as z, reduce(items, '', (acc, x) -> concat(acc, x)) as r, map_filter(map('a', 1), (k, v) -> v > 0) as m from {{ source('raw_orders') }}",
+    'json_and_maps': "select get_json_object(status, '$.a') as a, from_json(status, 'a INT') as j, map('k', amount)['k'] as mk, items[0] as i0 from {{ source('raw_orders') }}",
+    'json_tuple_lateral': "select o.order_id, jt.a, jt.b from {{ source('raw_orders') }} o lateral view json_tuple(o.status, 'a', 'b') jt as a, b",
+    'stack_and_inline': "select stack(2, order_id, amount, customer_id, amount) as (k, v) from {{ source('raw_orders') }}",
+    'comma_cross_full_joins': "select o.order_id, c.name from {{ source('raw_orders') }} o, {{ source('raw_customers') }} c cross join (select 1 as one) x full outer join {{ source('raw_customers') }} d on d.customer_id = o.customer_id",
+    'natural_join': "select * from {{ source('raw_orders') }} natural join {{ source('raw_customers') }}",
+    'lateral_subquery': "select o.order_id, x.n from {{ source('raw_orders') }} o, lateral (select o.amount * 2 as n) x",
+    'grouping_sets': "select region, status, sum(amount) as total, grouping_id() as g from {{ source('raw_orders') }} group by grouping sets ((region), (status), ())",
+    'rollup_cube': "select region, status, count(*) as n from {{ source('raw_orders') }} group by rollup(region, status)",
+    'cube': "select region, status, count(*) as n from {{ source('raw_orders') }} group by cube(region, status)",
+    'unpivot': "select * from (select order_id, amount, customer_id from {{ source('raw_orders') }}) unpivot (val for col in (amount, customer_id))",
+    'aggregate_filter': "select count(*) filter (where amount > 0) as pos, percentile_approx(amount, 0.5) as med, max_by(order_id, updated_at) as last from {{ source('raw_orders') }}",
+    'limit_offset_order_all': "select order_id, amount from {{ source('raw_orders') }} order by all limit 10 offset 5",
+    'distinct_all_and_rlike': "select distinct order_id from {{ source('raw_orders') }} where status rlike '^o' and status like any ('a%', 'b%') and amount is distinct from 0",
+    'case_if_nvl': "select case status when 'a' then 1 else 0 end as c, if(amount > 0, 1, 0) as p, nvl(status, 'x') as s, current_date() as d, current_timestamp as ts, current_date as d2 from {{ source('raw_orders') }}",
+    'intervals_and_dates': "select updated_at + interval '1' day as tomorrow, date_add(to_date(updated_at), 1) as d, cast(updated_at as timestamp_ntz) as n, date_trunc('MONTH', updated_at) as m from {{ source('raw_orders') }}",
+    'repartition_hint': "select /*+ REPARTITION(4), COALESCE(2) */ * from {{ source('raw_orders') }}",
+    'cluster_by': "select order_id, region from {{ source('raw_orders') }} cluster by region",
+    'tablesample_bucket': "select * from {{ source('raw_orders') }} tablesample (bucket 1 out of 4)",
+    'window_frames': "select order_id, lag(amount, 1) over (partition by customer_id order by updated_at) as prev, sum(amount) over (order by updated_at range between interval 1 day preceding and current row) as s from {{ source('raw_orders') }}",
+    'in_subquery_and_scalar': "select * from {{ source('raw_orders') }} where customer_id in (select customer_id from {{ source('raw_customers') }} where country = 'NL') and amount > (select avg(amount) from {{ source('raw_orders') }})",
+    'nested_ctes_shadowing': "with raw_orders as (select order_id as id from {{ source('raw_orders') }}) select id from raw_orders",
+    'struct_functions': "select struct(order_id, amount).amount as a, named_struct('x', 1).x as x, address.city as city, o.address.zip as zip from {{ source('raw_orders') }} o",
+    'quoted_identifiers': "select `order_id`, `o`.`amount` as `the amount`, o.`status` from {{ source('raw_orders') }} `o`",
+    'values_only': "select * from values (1, 'a'), (2, 'b') as t(id, name)",
+    'explode_in_select': "select order_id, explode(items) as item from {{ source('raw_orders') }}",
+    'posexplode_select': "select posexplode(items) as (pos, item) from {{ source('raw_orders') }}",
+    'from_first': "from {{ source('raw_orders') }} select order_id",
+    'inline_func': "select inline(array(struct(1, 'a'), struct(2, 'b')))",
+    'having_without_group': "select sum(amount) as s from {{ source('raw_orders') }} having s > 0",
+    'identifier_clause': "select order_id from identifier('raw_orders')",
+    'try_and_nullif': "select try_divide(amount, 0) as d, nullif(status, '') as s, coalesce(address.city, 'x') as c from {{ source('raw_orders') }}",
+    'union_by_name': "select order_id, amount from {{ source('raw_orders') }} union all select customer_id as order_id, 0 as amount from {{ source('raw_customers') }}",
+    'order_by_alias_in_union': "(select order_id as x from {{ source('raw_orders') }}) union (select customer_id from {{ source('raw_customers') }}) order by x",
     "named_args_and_try": "select try_cast(amount as int) as i, coalesce(status, 'x') as s, `order_id` as `id with space` from {{ source('raw_orders') }}",
 }
 
 
+@pytest.fixture
+def strict(monkeypatch):
+    """A failure inside the column analysis fails the test instead of switching the check off."""
+    from compiler import sqlcheck
+
+    monkeypatch.setattr(sqlcheck, "RAISE_ANALYSIS_ERRORS", True)
+
+
 @pytest.mark.parametrize("name", sorted(VALID))
-def test_valid_spark_sql_compiles(project, name):
+def test_valid_spark_sql_compiles(project, strict, name):
     root = project(files({name: VALID[name]}))
     result = compile_project(root)
     assert result.plan.step(f"table.{name}").sql is not None
@@ -293,3 +361,21 @@ def test_a_damaged_cache_is_checked_again(project):
     for text in (json.dumps(data), "{not json", "[" * 100000):
         cache.write_text(text)
         assert [str(d) for d in compile_errors(root, cache_dir=root / "target")] == [str(d) for d in first]
+
+
+@pytest.mark.spark
+def test_a_key_typo_only_spark_can_find_is_reported_at_the_yaml(spark, project, capsys):
+    # no schema: compile cannot know the columns, so the run finds the typo, and names the YAML
+    from pipe.cli import main
+
+    root = project({
+        "sources/s.yml": "sources:\n  raw:\n    kind: files\n    path: data/raw\n    format: json\n",
+        "tables/t.yml": "tables:\n  t:\n    key: [order_idd]\n",
+        "tables/t.sql": "select * from {{ source('raw') }}\n",
+        "data/raw/1.json": '{"order_id": 1, "amount": 2.5}\n',
+    })
+    code = main(["--project-dir", str(root), "run"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "tables/t.yml:2: table.t: the input lacks column(s) order_idd" in err, err
+    assert "check key, partition_by and precombine in tables/t.yml against the columns tables/t.sql selects" in err, err

@@ -33,7 +33,7 @@ from runtime.table.errors import LockTimeout, TableError
 from runtime.table.files import parquet_footer
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
 from runtime.table.layout import FileSystemView
-from runtime.table.schema import META_COLUMNS, avro_schema_json, spark_struct
+from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, spark_struct
 from runtime.table.timeline import (
     COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
     Timeline, WriteStat, new_instant_time,
@@ -154,10 +154,12 @@ class Table:
 
     def arrow_schema(self, timeline: Timeline | None = None, as_of: str | None = None):
         """The same columns as `schema`, as an Arrow schema read from the same file's footer,
-        without Spark (for reads in this process, `read_arrow`); None when `schema` is."""
-        found = self._schema_file(timeline or self.timeline(), as_of)
-        if found is None:
-            return None
+        without Spark (for reads in this process, `read_batches`); None when `schema` is."""
+        timeline = timeline or self.timeline()
+        found = self._schema_file(timeline, as_of)
+        if found is None:  # no file yet: the writer schema of the commit metadata (no JVM needed)
+            struct = self._committed_schema(timeline, as_of)
+            return None if struct is None else _reader.arrow_data_schema(arrow_schema(struct))
         path, size = found
         if size is None and not hasattr(self.storage, "root"):  # a ranged read of the footer needs the size
             size = next(f.size for f in self.storage.list_files(path.rpartition("/")[0], recursive=False) if f.path == path)
