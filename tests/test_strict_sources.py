@@ -51,14 +51,17 @@ def test_values_that_do_not_fit_their_json_type_stop_the_step_with_file_line_col
         '',
         '{"order_id": 5, "amount": 2.0, "order_date": "2024-13-45", "updated_at": "2024-01-02T10:00:00"}',
         '{"order_id": 6, "amount": 3.0, "order_date": "2024-01-02", "updated_at": "yesterday"}',
+        '[{"order_id": 8, "amount": 8.0, "order_date": "2024-01-02", "updated_at": "2024-01-02T10:00:00"}, '
+        '{"order_id": 9, "amount": "x", "order_date": "2024-01-02", "updated_at": "2024-01-02T10:00:00"}]',  # an array: two records
     ]) + "\n", encoding="utf-8")
 
     step = _fails(capsys, root)
     where = "data/orders/orders-0002.json"
-    assert step["message"] == (f"source raw_orders: 3 records of the new files do not fit the declared schema: "
+    assert step["message"] == (f"source raw_orders: 4 records of the new files do not fit the declared schema: "
                                f'{where} line 2: column amount: "abc" is not a DOUBLE; '
                                f'{where} line 4: column order_date: "2024-13-45" is not a DATE; '
-                               f'{where} line 5: column updated_at: "yesterday" is not a TIMESTAMP')
+                               f'{where} line 5: column updated_at: "yesterday" is not a TIMESTAMP; '
+                               f'{where} line 6 record 2: column amount: "x" is not a DOUBLE')
     assert "checkpoint did not move" in step["hint"] and "dateFormat" in step["hint"] and "on_bad_record: drop" in step["hint"]
     assert timeline(capsys, root, "orders") == before  # no instant, the checkpoint where it was
     assert not any("HIVE_DEFAULT" in p.name for p in (root / "lake/orders").iterdir())
@@ -68,11 +71,11 @@ def test_values_that_do_not_fit_their_json_type_stop_the_step_with_file_line_col
     (root / "sources/orders.yml").write_text(textwrap.dedent(ORDERS).replace("    schema:", "    on_bad_record: drop\n    schema:"), encoding="utf-8")
     out, err = run_ok(capsys, root)
     step = steps(root)["table.orders"]
-    assert step["rows_read"] == 1
-    assert step["inputs"]["raw_orders"]["bad_records_dropped"] == 3
+    assert step["rows_read"] == 2
+    assert step["inputs"]["raw_orders"]["bad_records_dropped"] == 4
     assert step["inputs"]["raw_orders"]["bad_record_samples"][0] == f'{where} line 2: column amount: "abc" is not a DOUBLE'
-    assert f'raw_orders: 3 bad record(s) dropped (on_bad_record: drop), e.g. {where} line 2: column amount: "abc" is not a DOUBLE' in step["message"]
-    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5), (2, None), (3, 1.0)])
+    assert f'raw_orders: 4 bad record(s) dropped (on_bad_record: drop), e.g. {where} line 2: column amount: "abc" is not a DOUBLE' in step["message"]
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5), (2, None), (3, 1.0), (8, 8.0)])
 
 
 CSV_SOURCE = """

@@ -136,12 +136,16 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
     opts = parse_options(options)
     typed_opts = {**opts, "columnNameOfCorruptRecord": CORRUPT}
     body = lines.where(~F.col(IS_HEADER))  # a file gone (MISSING) keeps its one row, to be counted
-    if fmt == "json" and flag(options, "multiLine"):
-        # a document holds one record or an array of them; each element's own JSON text is a record
+    if fmt == "json":
+        # a line (a multiLine document) holds one record or an array of them, as for Spark's
+        # reader; each element's own JSON text is a record, named by its position
+        is_array = F.ltrim(F.col(TEXT)).startswith("[")
         elements = F.from_json(F.col(TEXT), "array<string>", opts)
-        records = F.when(F.ltrim(F.col(TEXT)).startswith("[") & elements.isNotNull(), elements).otherwise(F.array(F.col(TEXT)))
-        body = body.select(FILE, MISSING, F.lit(None).cast("bigint").alias(LINE_NO), F.posexplode(records).alias(RECORD_NO, TEXT))
-        body = body.select(FILE, MISSING, LINE_NO, (F.col(RECORD_NO) + 1).alias(RECORD_NO), TEXT)
+        records = F.when(is_array & elements.isNotNull(), elements).otherwise(F.array(F.col(TEXT)))
+        body = body.select(FILE, MISSING, LINE_NO, is_array.alias("a"), F.posexplode(records).alias(RECORD_NO, TEXT))
+        whole = flag(options, "multiLine")
+        body = body.select(FILE, MISSING, (F.lit(None).cast("bigint") if whole else F.col(LINE_NO)).alias(LINE_NO),
+                           F.when(F.lit(whole) | F.col("a"), F.col(RECORD_NO) + 1).cast("bigint").alias(RECORD_NO), TEXT)
     else:
         body = body.select(FILE, MISSING, LINE_NO, F.lit(None).cast("bigint").alias(RECORD_NO), TEXT)
     with_corrupt = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields) + f", `{CORRUPT}` STRING"
@@ -188,10 +192,13 @@ class Checked:
 
 
 def where(row) -> str:
-    """`file line N` or `file record N` of a sample row."""
+    """`file line N`, `file record N` (multiLine) or `file line N record M` (an array on a line)."""
+    parts = [row[FILE]]
     if row[LINE_NO] is not None:
-        return f"{row[FILE]} line {row[LINE_NO]}"
-    return f"{row[FILE]} record {row[RECORD_NO]}" if row[RECORD_NO] is not None else row[FILE]
+        parts.append(f"line {row[LINE_NO]}")
+    if row[RECORD_NO] is not None:
+        parts.append(f"record {row[RECORD_NO]}")
+    return " ".join(parts)
 
 
 def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache: list) -> Checked:
