@@ -133,7 +133,10 @@ def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_an
             sources:
               raw_docs: {kind: files, path: data/docs, format: json, options: {multiLine: true}, schema: "doc_id BIGINT, pages INT"}
               pq: {kind: files, path: data/pq, format: parquet, schema: "k BIGINT, amount BIGINT"}
+              quoted: {kind: files, path: data/quoted, format: csv, options: {multiLine: true}, schema: "q_id BIGINT, note STRING, n INT"}
             """,
+        "tables/notes.yml": "tables:\n  notes:\n    key: [q_id]\n",
+        "tables/notes.sql": "select q_id, note from {{ source('quoted') }}\n",  # n is checked although the SQL does not read it
         "tables/docs.yml": "tables:\n  docs:\n    key: [doc_id]\n",
         "tables/docs.sql": "select * from {{ source('raw_docs') }}\n",
         "tables/pqt.yml": "tables:\n  pqt:\n    key: [k]\n",
@@ -144,19 +147,25 @@ def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_an
     (root / "data/pq").mkdir(parents=True)
     pq.write_table(pa.table({"k": pa.array([1], pa.int32()), "amount": pa.array([5], pa.int32())}), root / "data/pq/ok.parquet")  # widened: fine
     pq.write_table(pa.table({"k": pa.array([2], pa.int64()), "amount": ["abc"]}), root / "data/pq/bad.parquet")
+    (root / "data/quoted").mkdir(parents=True)  # multiLine CSV goes to Spark's reader: the record, without its line
+    (root / "data/quoted/q.csv").write_text('1,"two\nlines",3\n2,plain,many\n', encoding="utf-8")
     code, out, err = pipe(capsys, root, "run")
     assert code == 1, out + err
     assert_clean(out, err)
     by_id = steps(root)
     assert by_id["table.docs"]["message"] == 'source raw_docs: data/docs/many.json record 2: column pages: "many" is not an INT'
     assert by_id["table.pqt"]["message"] == "source pq: data/pq/bad.parquet: column amount holds STRING values, but the source declares BIGINT"
-    assert not (root / "lake/docs").exists() and not (root / "lake/pqt").exists()
+    assert by_id["table.notes"]["message"].startswith("source quoted: 1 malformed record(s) in the new files, e.g. ")
+    assert "data/quoted/q.csv: '2,plain,many'" in by_id["table.notes"]["message"]
+    assert not (root / "lake/docs").exists() and not (root / "lake/pqt").exists() and not (root / "lake/notes").exists()
 
     (root / "data/pq/bad.parquet").unlink()
+    (root / "data/quoted/q.csv").write_text('1,"two\nlines",3\n2,plain,\n', encoding="utf-8")
     (root / "data/docs/many.json").write_text('[{"doc_id": 1, "pages": 3},\n {"doc_id": 2, "pages": null}]\n', encoding="utf-8")
     run_ok(capsys, root)
     assert_rows(spark, root, "docs", ["doc_id", "pages"], [(1, 3), (2, None)])
     assert_rows(spark, root, "pqt", ["k", "amount"], [(1, 5)])
+    assert_rows(spark, root, "notes", ["q_id", "note"], [(1, "two\nlines"), (2, "plain")])
 
 
 def test_a_null_precombine_value_is_refused_before_anything_is_committed(spark, tmp_path, capsys):
