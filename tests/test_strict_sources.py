@@ -201,3 +201,18 @@ def test_on_bad_record_and_precombine_nulls_are_checked_by_compile(project):
     errors = [str(e) for e in compile_errors(root)]
     assert any("sources/s.yml:2" in e and "on_bad_record" in e and "drop" in e for e in errors), errors
     assert any("tables/t.yml:4" in e and "precombine_nulls but has no precombine" in e for e in errors), errors
+
+
+def test_lines_are_numbered_as_an_editor_counts_them_whatever_the_line_ends_and_compression():
+    import gzip
+
+    from runtime.sources.records import split_text
+
+    def lines(body: bytes, name: str = "f.csv", header: bool = False, line_sep: str | None = None):
+        nums, texts, heads = split_text(body, name, False, header, None, line_sep)
+        return list(zip(nums.to_pylist(), texts.to_pylist(), heads.to_pylist()))
+
+    text = "\ufeffid,name\r\n1,a\r\n\r\n  \r\n2,b"
+    assert lines(text.encode()) == [(1, "id,name", False), (2, "1,a", False), (5, "2,b", False)]
+    assert lines(gzip.compress(text.encode()), "f.csv.gz", header=True) == [(1, "id,name", True), (2, "1,a", False), (5, "2,b", False)]
+    assert lines(b"a|b||c", line_sep="|") == [(1, "a", False), (2, "b", False), (4, "c", False)]

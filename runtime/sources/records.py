@@ -142,6 +142,9 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
     opts = parse_options(options)
     typed_opts = {**opts, "columnNameOfCorruptRecord": CORRUPT}
     body = lines.where(~F.col(IS_HEADER))  # a file gone (MISSING) keeps its one row, to be counted
+    comment = option(options, "comment") if fmt == "csv" else None
+    if comment:  # Spark's CSV reader skips comment lines
+        body = body.where(F.col(TEXT).isNull() | ~F.col(TEXT).startswith(comment))
     if fmt == "json":
         # a line (a multiLine document) holds one record or an array of them, as for Spark's
         # reader; each element's own JSON text is a record, named by its position
