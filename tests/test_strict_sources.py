@@ -51,14 +51,17 @@ def test_values_that_do_not_fit_their_json_type_stop_the_step_with_file_line_col
         '',
         '{"order_id": 5, "amount": 2.0, "order_date": "2024-13-45", "updated_at": "2024-01-02T10:00:00"}',
         '{"order_id": 6, "amount": 3.0, "order_date": "2024-01-02", "updated_at": "yesterday"}',
+        '[{"order_id": 8, "amount": 8.0, "order_date": "2024-01-02", "updated_at": "2024-01-02T10:00:00"}, '
+        '{"order_id": 9, "amount": "x", "order_date": "2024-01-02", "updated_at": "2024-01-02T10:00:00"}]',  # an array: two records
     ]) + "\n", encoding="utf-8")
 
     step = _fails(capsys, root)
     where = "data/orders/orders-0002.json"
-    assert step["message"] == (f"source raw_orders: 3 records of the new files do not fit the declared schema: "
+    assert step["message"] == (f"source raw_orders: 4 records of the new files do not fit the declared schema: "
                                f'{where} line 2: column amount: "abc" is not a DOUBLE; '
                                f'{where} line 4: column order_date: "2024-13-45" is not a DATE; '
-                               f'{where} line 5: column updated_at: "yesterday" is not a TIMESTAMP')
+                               f'{where} line 5: column updated_at: "yesterday" is not a TIMESTAMP; '
+                               f'{where} line 6 record 2: column amount: "x" is not a DOUBLE')
     assert "checkpoint did not move" in step["hint"] and "dateFormat" in step["hint"] and "on_bad_record: drop" in step["hint"]
     assert timeline(capsys, root, "orders") == before  # no instant, the checkpoint where it was
     assert not any("HIVE_DEFAULT" in p.name for p in (root / "lake/orders").iterdir())
@@ -68,11 +71,11 @@ def test_values_that_do_not_fit_their_json_type_stop_the_step_with_file_line_col
     (root / "sources/orders.yml").write_text(textwrap.dedent(ORDERS).replace("    schema:", "    on_bad_record: drop\n    schema:"), encoding="utf-8")
     out, err = run_ok(capsys, root)
     step = steps(root)["table.orders"]
-    assert step["rows_read"] == 1
-    assert step["inputs"]["raw_orders"]["bad_records_dropped"] == 3
+    assert step["rows_read"] == 2
+    assert step["inputs"]["raw_orders"]["bad_records_dropped"] == 4
     assert step["inputs"]["raw_orders"]["bad_record_samples"][0] == f'{where} line 2: column amount: "abc" is not a DOUBLE'
-    assert f'raw_orders: 3 bad record(s) dropped (on_bad_record: drop), e.g. {where} line 2: column amount: "abc" is not a DOUBLE' in step["message"]
-    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5), (2, None), (3, 1.0)])
+    assert f'raw_orders: 4 bad record(s) dropped (on_bad_record: drop), e.g. {where} line 2: column amount: "abc" is not a DOUBLE' in step["message"]
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5), (2, None), (3, 1.0), (8, 8.0)])
 
 
 CSV_SOURCE = """
@@ -130,7 +133,10 @@ def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_an
             sources:
               raw_docs: {kind: files, path: data/docs, format: json, options: {multiLine: true}, schema: "doc_id BIGINT, pages INT"}
               pq: {kind: files, path: data/pq, format: parquet, schema: "k BIGINT, amount BIGINT"}
+              quoted: {kind: files, path: data/quoted, format: csv, options: {multiLine: true}, schema: "q_id BIGINT, note STRING, n INT"}
             """,
+        "tables/notes.yml": "tables:\n  notes:\n    key: [q_id]\n",
+        "tables/notes.sql": "select q_id, note from {{ source('quoted') }}\n",  # n is checked although the SQL does not read it
         "tables/docs.yml": "tables:\n  docs:\n    key: [doc_id]\n",
         "tables/docs.sql": "select * from {{ source('raw_docs') }}\n",
         "tables/pqt.yml": "tables:\n  pqt:\n    key: [k]\n",
@@ -141,19 +147,25 @@ def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_an
     (root / "data/pq").mkdir(parents=True)
     pq.write_table(pa.table({"k": pa.array([1], pa.int32()), "amount": pa.array([5], pa.int32())}), root / "data/pq/ok.parquet")  # widened: fine
     pq.write_table(pa.table({"k": pa.array([2], pa.int64()), "amount": ["abc"]}), root / "data/pq/bad.parquet")
+    (root / "data/quoted").mkdir(parents=True)  # multiLine CSV goes to Spark's reader: the record, without its line
+    (root / "data/quoted/q.csv").write_text('1,"two\nlines",3\n2,plain,many\n', encoding="utf-8")
     code, out, err = pipe(capsys, root, "run")
     assert code == 1, out + err
     assert_clean(out, err)
     by_id = steps(root)
     assert by_id["table.docs"]["message"] == 'source raw_docs: data/docs/many.json record 2: column pages: "many" is not an INT'
     assert by_id["table.pqt"]["message"] == "source pq: data/pq/bad.parquet: column amount holds STRING values, but the source declares BIGINT"
-    assert not (root / "lake/docs").exists() and not (root / "lake/pqt").exists()
+    assert by_id["table.notes"]["message"].startswith("source quoted: 1 malformed record(s) in the new files, e.g. ")
+    assert "data/quoted/q.csv: '2,plain,many'" in by_id["table.notes"]["message"]
+    assert not (root / "lake/docs").exists() and not (root / "lake/pqt").exists() and not (root / "lake/notes").exists()
 
     (root / "data/pq/bad.parquet").unlink()
+    (root / "data/quoted/q.csv").write_text('1,"two\nlines",3\n2,plain,\n', encoding="utf-8")
     (root / "data/docs/many.json").write_text('[{"doc_id": 1, "pages": 3},\n {"doc_id": 2, "pages": null}]\n', encoding="utf-8")
     run_ok(capsys, root)
     assert_rows(spark, root, "docs", ["doc_id", "pages"], [(1, 3), (2, None)])
     assert_rows(spark, root, "pqt", ["k", "amount"], [(1, 5)])
+    assert_rows(spark, root, "notes", ["q_id", "note"], [(1, "two\nlines"), (2, "plain")])
 
 
 def test_a_null_precombine_value_is_refused_before_anything_is_committed(spark, tmp_path, capsys):
@@ -189,3 +201,18 @@ def test_on_bad_record_and_precombine_nulls_are_checked_by_compile(project):
     errors = [str(e) for e in compile_errors(root)]
     assert any("sources/s.yml:2" in e and "on_bad_record" in e and "drop" in e for e in errors), errors
     assert any("tables/t.yml:4" in e and "precombine_nulls but has no precombine" in e for e in errors), errors
+
+
+def test_lines_are_numbered_as_an_editor_counts_them_whatever_the_line_ends_and_compression():
+    import gzip
+
+    from runtime.sources.records import split_text
+
+    def lines(body: bytes, name: str = "f.csv", header: bool = False, line_sep: str | None = None):
+        nums, texts, heads = split_text(body, name, False, header, None, line_sep)
+        return list(zip(nums.to_pylist(), texts.to_pylist(), heads.to_pylist()))
+
+    text = "\ufeffid,name\r\n1,a\r\n\r\n  \r\n2,b"
+    assert lines(text.encode()) == [(1, "id,name", False), (2, "1,a", False), (5, "2,b", False)]
+    assert lines(gzip.compress(text.encode()), "f.csv.gz", header=True) == [(1, "id,name", True), (2, "1,a", False), (5, "2,b", False)]
+    assert lines(b"a|b||c", line_sep="|") == [(1, "a", False), (2, "b", False), (4, "c", False)]

@@ -183,21 +183,33 @@ def read_checked(spark, files: list[tuple[str, str]], config: Mapping[str, Any],
                               "run again: files are read once they are complete and stay in place")
         return checked.df, checked.rows, checked.bad, checked.samples
     if declared and fmt == "parquet":
-        check_parquet_footers(spark, files, declared, name)
+        check_parquet_footers(files, declared, name)
     df, rows, bad, samples = read_with_spark(spark, [loc for _, loc in files], config, name, what, cache)
     return df, rows, bad, samples
 
 
-def check_parquet_footers(spark, files: list[tuple[str, str]], declared, name: str) -> None:
-    """A Parquet file whose column has another type than declared stops the step before
-    anything is read, naming file, column and both types. Footers are read on the driver
-    (metadata only); a difference Spark can read anyway (int into BIGINT, ...) passes."""
+_FAMILIES = (("string", ("string", "varchar", "char", "binary")), ("integer", ("tinyint", "smallint", "int", "bigint")),
+             ("floating", ("float", "double")), ("decimal", ("decimal",)), ("boolean", ("boolean",)), ("date", ("date",)),
+             ("timestamp", ("timestamp", "timestamp_ntz")))
+# file family -> declared families Spark's Parquet reader widens it to
+_WIDENS = {"integer": {"floating", "decimal"}, "date": {"timestamp"}}
+
+
+def _family(spark_type) -> str:
+    name = spark_type.simpleString().split("(")[0]
+    return next((family for family, names in _FAMILIES if name in names), name)  # nested types: their own name
+
+
+def check_parquet_footers(files: list[tuple[str, str]], declared, name: str) -> None:
+    """A Parquet file whose column is of another kind than declared (text where a number is
+    declared, ...) stops the step before anything is read, naming file, column and both types.
+    Only footers are read, on the driver. Kinds Spark's reader widens (an integer into DOUBLE or
+    DECIMAL, a date into TIMESTAMP) pass, and so do sizes within a kind, which Spark checks."""
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructType
 
     wanted = StructType.fromDDL(columns_ddl(declared))
-    readable: set[tuple[str, str]] = set()  # (column, file type) Spark was seen to read
     for shown, path in files:
         try:
             schema = pq.read_schema(path)
@@ -208,23 +220,16 @@ def check_parquet_footers(spark, files: list[tuple[str, str]], declared, name: s
         for f in wanted.fields:
             if f.name.lower() not in by_name:
                 continue  # read as null, as Spark does
-            column = schema.field(by_name[f.name.lower()])
             try:
-                found = from_arrow_type(column.type)
-            except Exception:  # noqa: BLE001 - a type pyspark cannot name: let Spark decide
-                found = None
-            seen = (f.name, str(column.type))
-            if found == f.dataType or seen in readable:
+                found = from_arrow_type(schema.field(by_name[f.name.lower()]).type)
+            except Exception:  # noqa: BLE001 - a type pyspark cannot name: Spark decides when it reads
                 continue
-            try:  # Spark reads some widenings (int -> bigint, float -> double, ...): ask it
-                spark.read.schema(StructType([f])).parquet(path).limit(1).collect()
-                readable.add(seen)
-            except Exception as exc:  # noqa: BLE001 - the mismatch Spark refuses
-                kind = found.simpleString().upper() if found is not None else str(column.type)
-                raise SourceError(f"source {name}: {shown}: column {f.name} holds {kind} values, but the source declares "
-                                  f"{f.dataType.simpleString().upper()}",
+            have, want = _family(found), _family(f.dataType)
+            if have != want and want not in _WIDENS.get(have, ()):
+                raise SourceError(f"source {name}: {shown}: column {f.name} holds {found.simpleString().upper()} values, but the source "
+                                  f"declares {f.dataType.simpleString().upper()}",
                                   "declare the column with the type the files have (and cast it in the SQL), or fix the file; "
-                                  "nothing of this source was written and its checkpoint did not move") from exc
+                                  "nothing of this source was written and its checkpoint did not move")
 
 
 def read_with_spark(spark, paths: list[str], config: Mapping[str, Any], name: str, what: str = "objects", cache: list | None = None):
@@ -261,12 +266,12 @@ def read_with_spark(spark, paths: list[str], config: Mapping[str, Any], name: st
         cache.append(df)
     # one pass for the count and the malformed records; the hash of every column makes Spark
     # convert them all (it converts only the columns a query reads)
-    every = F.hash(*[F.col(f"`{c}`") for c in data_cols])
+    every = F.hash(F.lit(0), *[F.col(f"`{f.name}`") for f in df.schema.fields if f.name != CORRUPT and f.dataType.typeName() != "map"])  # hash takes no map
     total, bad, _ = df.select(F.count(F.lit(1)), F.count(F.when(F.col(CORRUPT).isNotNull(), 1)), F.max(every)).first()
     samples: list[str] = []
     if bad:
-        rows = (df.where(F.col(CORRUPT).isNotNull()).select(F.input_file_name().alias("f"), F.col(CORRUPT), F.col(f"`{data_cols[0]}`"))
-                .limit(3).collect())
+        rows = (df.select(F.input_file_name().alias("f"), F.col(CORRUPT), every.alias("h")).where(F.col(CORRUPT).isNotNull())
+                .limit(3).collect())  # `every` again: the rows found bad above are found with every column converted
         samples = [f"{_short(r['f'])}: {r[CORRUPT].strip()[:120]!r}" for r in rows]
         if not drop:
             raise SourceError(f"source {name}: {bad} malformed record(s) in the new {what}, e.g. {'; '.join(samples)}",

@@ -43,10 +43,15 @@ def flag(options: Mapping[str, Any], name: str) -> bool:
 # --- reading lines in the executors ----------------------------------------------------------------
 
 
-def split_text(body: bytes, name: str, whole: bool, header: bool, encoding: str | None, line_sep: str | None) -> list[tuple[int, str, bool]]:
-    """(line number, text, is_header) of each non-blank line of a file, numbered as an editor
-    does (from 1, blank lines counted). `whole`: the file is one record (multiLine JSON)."""
+def split_text(body: bytes, name: str, whole: bool, header: bool, encoding: str | None, line_sep: str | None):
+    """(line numbers, texts (large_string), is_header) of the non-blank lines of a file, as Arrow arrays, numbered
+    as an editor does (from 1, blank lines counted). `whole`: the file is one record (multiLine
+    JSON). Splitting and filtering run in Arrow's C++ kernels."""
     import codecs
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     for suffix, module in _COMPRESSED.items():
         if name.endswith(suffix):
@@ -56,16 +61,18 @@ def split_text(body: bytes, name: str, whole: bool, header: bool, encoding: str 
     if text.startswith("\ufeff"):
         text = text[1:]
     if whole:
-        return [(1, text, False)] if text.strip() else []
-    if line_sep:
-        raw = text.split(line_sep)
+        texts = pa.array([text] if text.strip() else [], pa.large_string())
     else:
-        raw = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]  # \n or \r\n, as for Spark
-    out = []
-    for i, line in enumerate(raw, 1):
-        if line.strip():
-            out.append((i, line, header and not out))
-    return out
+        texts = pc.split_pattern(pa.array([text], pa.large_string()), pattern=line_sep or "\n").flatten()
+        if not line_sep:
+            texts = pc.utf8_rtrim(texts, characters="\r")  # records end at \n or \r\n, as for Spark
+    nums = pa.array(np.arange(1, len(texts) + 1, dtype=np.int64))
+    keep = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0)
+    nums, texts = nums.filter(keep), texts.filter(keep)
+    heads = np.zeros(len(texts), dtype=bool)
+    if header and len(texts):
+        heads[0] = True
+    return nums, texts, pa.array(heads)
 
 
 def read_lines(opener: Callable[[], Callable[[str], bytes | None]], whole: bool, header: bool, encoding: str | None,
@@ -84,12 +91,11 @@ def read_lines(opener: Callable[[], Callable[[str], bytes | None]], whole: bool,
                 yield pa.RecordBatch.from_arrays([pa.array([name]), pa.nulls(1, pa.int64()), pa.nulls(1, pa.string()), pa.array([False]), pa.array([name])],
                                                  schema=schema)
                 continue
-            lines = split_text(body, name, whole, header, encoding, line_sep)
-            for start in range(0, len(lines), _BATCH_LINES):  # bounded batches: a big file stays under Arrow's 2 GB strings
-                nums, texts, heads = zip(*lines[start:start + _BATCH_LINES])
-                n = len(nums)
-                yield pa.RecordBatch.from_arrays([pa.array([name] * n), pa.array(nums, pa.int64()), pa.array(texts, pa.string()), pa.array(heads),
-                                                  pa.nulls(n, pa.string())], schema=schema)
+            nums, texts, heads = split_text(body, name, whole, header, encoding, line_sep)
+            for start in range(0, len(texts), _BATCH_LINES):  # bounded batches: a big file stays under Arrow's 2 GB strings
+                n = min(_BATCH_LINES, len(texts) - start)
+                yield pa.RecordBatch.from_arrays([pa.array([name] * n, pa.string()), nums.slice(start, n), texts.slice(start, n).cast(pa.string()),
+                                                  heads.slice(start, n), pa.nulls(n, pa.string())], schema=schema)
 
 
 def line_reader(spark, files: list[tuple[str, str]], opener, options: Mapping[str, Any], fmt: str):
@@ -136,12 +142,19 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
     opts = parse_options(options)
     typed_opts = {**opts, "columnNameOfCorruptRecord": CORRUPT}
     body = lines.where(~F.col(IS_HEADER))  # a file gone (MISSING) keeps its one row, to be counted
-    if fmt == "json" and flag(options, "multiLine"):
-        # a document holds one record or an array of them; each element's own JSON text is a record
+    comment = option(options, "comment") if fmt == "csv" else None
+    if comment:  # Spark's CSV reader skips comment lines
+        body = body.where(F.col(TEXT).isNull() | ~F.col(TEXT).startswith(comment))
+    if fmt == "json":
+        # a line (a multiLine document) holds one record or an array of them, as for Spark's
+        # reader; each element's own JSON text is a record, named by its position
+        is_array = F.ltrim(F.col(TEXT)).startswith("[")
         elements = F.from_json(F.col(TEXT), "array<string>", opts)
-        records = F.when(F.ltrim(F.col(TEXT)).startswith("[") & elements.isNotNull(), elements).otherwise(F.array(F.col(TEXT)))
-        body = body.select(FILE, MISSING, F.lit(None).cast("bigint").alias(LINE_NO), F.posexplode(records).alias(RECORD_NO, TEXT))
-        body = body.select(FILE, MISSING, LINE_NO, (F.col(RECORD_NO) + 1).alias(RECORD_NO), TEXT)
+        records = F.when(is_array & elements.isNotNull(), elements).otherwise(F.array(F.col(TEXT)))
+        body = body.select(FILE, MISSING, LINE_NO, is_array.alias("a"), F.posexplode(records).alias(RECORD_NO, TEXT))
+        whole = flag(options, "multiLine")
+        body = body.select(FILE, MISSING, (F.lit(None).cast("bigint") if whole else F.col(LINE_NO)).alias(LINE_NO),
+                           F.when(F.lit(whole) | F.col("a"), F.col(RECORD_NO) + 1).cast("bigint").alias(RECORD_NO), TEXT)
     else:
         body = body.select(FILE, MISSING, LINE_NO, F.lit(None).cast("bigint").alias(RECORD_NO), TEXT)
     with_corrupt = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields) + f", `{CORRUPT}` STRING"
@@ -149,8 +162,10 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
     extra = "_pipe_extra_field"
     as_text = ", ".join(f"`{f.name}` STRING" for f in fields) + (f", `{extra}` STRING" if fmt == "csv" else f", `{CORRUPT}` STRING")
     parser = F.from_json if fmt == "json" else F.from_csv
-    both = body.select(FILE, MISSING, LINE_NO, RECORD_NO, TEXT, parser(F.col(TEXT), with_corrupt, typed_opts).alias("t"),
-                       parser(F.col(TEXT), as_text, typed_opts if fmt == "json" else opts).alias("s"))
+    typed = body.select(FILE, MISSING, LINE_NO, RECORD_NO, TEXT, parser(F.col(TEXT), with_corrupt, typed_opts).alias("t"))
+    # a value that fails to convert marks the record corrupt: only those are parsed once more, as text
+    failed = F.col("t").isNull() | F.col("t").getField(CORRUPT).isNotNull()
+    both = typed.select("*", F.when(failed, parser(F.col(TEXT), as_text, typed_opts if fmt == "json" else opts)).alias("s"))
     checks = []
     for f in fields:
         if f.dataType.simpleString() == "string":
@@ -188,10 +203,13 @@ class Checked:
 
 
 def where(row) -> str:
-    """`file line N` or `file record N` of a sample row."""
+    """`file line N`, `file record N` (multiLine) or `file line N record M` (an array on a line)."""
+    parts = [row[FILE]]
     if row[LINE_NO] is not None:
-        return f"{row[FILE]} line {row[LINE_NO]}"
-    return f"{row[FILE]} record {row[RECORD_NO]}" if row[RECORD_NO] is not None else row[FILE]
+        parts.append(f"line {row[LINE_NO]}")
+    if row[RECORD_NO] is not None:
+        parts.append(f"record {row[RECORD_NO]}")
+    return " ".join(parts)
 
 
 def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache: list) -> Checked:
