@@ -734,7 +734,7 @@ def render_report(run: Run) -> str:
     w("- **floor (CSafeLoader)**: the same with libyaml's `CSafeLoader`. **This is the floor compile is compared against**: "
       "the compiler itself composes YAML with libyaml, so this is the least a Python compiler of this format can spend.")
     w("- **compile**: `compiler.api.compile_project(root)` in-process, then `plan.to_json()` written to `target/plan.json`. "
-      "Since issue 19 compile parses every table's SQL with sqlglot and checks its columns (compiler/sqlcheck.py), about 1.5 ms "
+      "Since issue 19 compile parses every table's SQL with sqlglot and checks its columns (compiler/sqlcheck.py), about 0.5 ms "
       "per table, and keeps each table's outcome in `target/sql_check_cache.json` by hash: three rows show compile without the "
       "SQL checks, with them and no cache (a first compile, or CI without target/), and with them cached (every later compile; "
       "an edited table alone is parsed again).")
@@ -873,7 +873,7 @@ def _conclusions(run: Run) -> str:
         f"(a first compile) {_s(cold)} s = **{cold / nosql:.2f}×** ({_s(cpu_cold)} = {cpu_cold / cpu_nosql:.2f}×)"
         + (f". For reference, the previous report (an idler machine, before the checks) had {_s(before)} s for the compile" if before else "")
         + f". **Cached compiles {'meet' if warm <= goal else 'miss'} the goal; first compiles {'meet' if cold <= goal else 'miss'} it**"
-        + ("" if cold <= goal else f": sqlglot's pure-Python parser costs about {_ms((cpu_cold - cpu_nosql) / ref.n)} ms of CPU per table, "
+        + ("" if cold <= goal else f": parsing (sqlglot's compiled build, `sqlglot[c]`) and pipe's column checks cost about {_ms((cpu_cold - cpu_nosql) / ref.n)} ms of CPU per table, "
            "which is why outcomes are cached by hash (a CI job keeps them by caching `target/sql_check_cache.json`)")
         + f". `pipe compile`: {_s(ref.m(CLI).median)} s cached, {_s(ref.m(CLI_COLD).median)} s uncached (sqlglot is imported only when a table must be parsed)."
     )

@@ -158,6 +158,9 @@ def test_the_workflow_runs_on_pull_requests_with_the_base_branch_and_no_third_pa
     assert str(uses["actions/setup-python"]["python-version"]) == "3.11"
     assert uses["actions/setup-java"] == {"distribution": "temurin", "java-version": "17"}
     assert "actions/github-script" in uses
+    # the SQL checks of earlier runs are restored before compiling (only changed tables are parsed)
+    assert uses["actions/cache"]["path"] == "target/sql_check_cache.json"
+    assert uses["actions/cache"]["restore-keys"] == "pipe-sql-checks-"
     assert all(name.startswith("actions/") for name in uses), f"a third-party action: {sorted(uses)}"
     [install] = [s for s in steps if "pip install" in s.get("run", "")]
     assert "PLACEHOLDER" in text and "pin the pipe version" in text
