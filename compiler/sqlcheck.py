@@ -277,7 +277,9 @@ def _line_col(text: str, offset: int) -> tuple[int, int]:
 
 
 def _token_finding(text: str, exc) -> Finding:
-    cause = str(exc.__cause__ or "")
+    # the inner error names the position: the cause in pure-Python sqlglot, the context in its
+    # compiled build (sqlglotc raises without `from`)
+    cause = str(exc.__cause__ or exc.__context__ or "")
     m = re.search(r"Missing (.+) from \d+:(\d+)", cause)
     if m:
         line, col = _line_col(text, int(m.group(2)))
