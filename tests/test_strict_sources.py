@@ -216,3 +216,25 @@ def test_lines_are_numbered_as_an_editor_counts_them_whatever_the_line_ends_and_
     assert lines(text.encode()) == [(1, "id,name", False), (2, "1,a", False), (5, "2,b", False)]
     assert lines(gzip.compress(text.encode()), "f.csv.gz", header=True) == [(1, "id,name", True), (2, "1,a", False), (5, "2,b", False)]
     assert lines(b"a|b||c", line_sep="|") == [(1, "a", False), (2, "b", False), (4, "c", False)]
+
+
+def test_a_file_read_in_small_pieces_is_numbered_as_when_read_at_once():
+    """Large files are read in pieces (memory stays bounded): a piece may end inside a line,
+    between \\r and \\n, or inside a multi-byte character, and the lines stay the same."""
+    import gzip
+    import io
+
+    from runtime.sources.records import split_stream
+
+    text = "\ufeffid,name\r\n" + "".join(f"{i},caf\u00e9 \u2603 {i}\r\n" + ("\r\n" if i % 7 == 0 else "") for i in range(1, 400)) + "400,last"
+    for body, name, sep in ((text.encode(), "f.csv", None), (gzip.compress(text.encode()), "f.csv.gz", None),
+                            (text.replace("\r\n", "|").encode(), "f.csv", "|")):
+        expected = None
+        for chunk in (1 << 20, 7, 64, 1000):
+            parts = list(split_stream(io.BytesIO(body), name, False, True, None, sep, chunk_bytes=chunk))
+            got = [(n, t, h) for nums, texts, heads in parts for n, t, h in zip(nums.to_pylist(), texts.to_pylist(), heads.to_pylist())]
+            expected = expected or got
+            assert got == expected, (name, sep, chunk)
+        assert expected[0] == (1, "id,name", True) and expected[-1][1] == "400,last"
+        assert [h for *_, h in expected].count(True) == 1
+        assert expected[-1][0] == 1 + 399 + 399 // 7 + 1  # header, data lines, blank lines (counted), the last line

@@ -47,26 +47,80 @@ def split_text(body: bytes, name: str, whole: bool, header: bool, encoding: str 
     """(line numbers, texts (large_string), is_header) of the non-blank lines of a file, as Arrow arrays, numbered
     as an editor does (from 1, blank lines counted). `whole`: the file is one record (multiLine
     JSON). Splitting and filtering run in Arrow's C++ kernels."""
-    import codecs
+    import io
 
+    parts = list(split_stream(io.BytesIO(body), name, whole, header, encoding, line_sep))
+    if len(parts) == 1:
+        return parts[0]
+    import pyarrow as pa
+
+    return tuple(pa.concat_arrays([p[i] for p in parts]) if parts else pa.array([], t)
+                 for i, t in enumerate((pa.int64(), pa.large_string(), pa.bool_())))
+
+
+CHUNK_BYTES = 32 * 1024 * 1024  # a file is read in pieces of this size: memory stays bounded however large it is
+
+
+def split_stream(stream, name: str, whole: bool, header: bool, encoding: str | None, line_sep: str | None,
+                 chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple]:
+    """split_text of a binary stream, read and decompressed `chunk_bytes` at a time: one
+    (line numbers, texts, is_header) triple per piece, lines cut only at their separator and
+    numbered across pieces. A `whole` file (one multiLine JSON record) is read at once."""
+    import codecs
+    import pyarrow as pa
+
+    for suffix, module in _COMPRESSED.items():
+        if name.endswith(suffix):
+            stream = {"gzip": lambda f: __import__("gzip").GzipFile(fileobj=f), "bz2": lambda f: __import__("bz2").BZ2File(f),
+                      "lzma": lambda f: __import__("lzma").LZMAFile(f)}[module](stream)
+            break
+    decoder = codecs.getincrementaldecoder(codecs.lookup(encoding).name if encoding else "utf-8")(errors="replace")
+    sep = line_sep or "\n"
+    carry, first_line, started, header_left = "", 1, False, header
+    while True:
+        chunk = stream.read(-1 if whole else chunk_bytes)
+        final = whole or not chunk
+        text = decoder.decode(chunk or b"", final=final)
+        if not started and text:
+            started = True
+            if text.startswith("\ufeff"):
+                text = text[1:]
+        text = carry + text
+        if whole:
+            texts = pa.array([text] if text.strip() else [], pa.large_string())
+            yield _numbered(texts, 1, header_left)
+            return
+        if not final:
+            cut = text.rfind(sep)
+            if cut < 0:  # no line ends in this piece yet
+                carry = text
+                continue
+            text, carry = text[:cut], text[cut + len(sep):]
+        nums, texts, heads = _lines(text, first_line, line_sep, header_left)
+        first_line += text.count(sep) + 1
+        header_left = header_left and len(texts) == 0
+        yield nums, texts, heads
+        if final:
+            return
+
+
+def _lines(text: str, first_line: int, line_sep: str | None, header: bool):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = pc.split_pattern(pa.array([text], pa.large_string()), pattern=line_sep or "\n").flatten()
+    if not line_sep:
+        texts = pc.utf8_rtrim(texts, characters="\r")  # records end at \n or \r\n, as for Spark
+    return _numbered(texts, first_line, header)
+
+
+def _numbered(texts, first_line: int, header: bool):
+    """Line numbers from `first_line`, blank lines left out, the first kept line the header."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    for suffix, module in _COMPRESSED.items():
-        if name.endswith(suffix):
-            body = __import__(module).decompress(body)
-            break
-    text = body.decode(codecs.lookup(encoding).name if encoding else "utf-8", errors="replace")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if whole:
-        texts = pa.array([text] if text.strip() else [], pa.large_string())
-    else:
-        texts = pc.split_pattern(pa.array([text], pa.large_string()), pattern=line_sep or "\n").flatten()
-        if not line_sep:
-            texts = pc.utf8_rtrim(texts, characters="\r")  # records end at \n or \r\n, as for Spark
-    nums = pa.array(np.arange(1, len(texts) + 1, dtype=np.int64))
+    nums = pa.array(np.arange(first_line, first_line + len(texts), dtype=np.int64))
     keep = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0)
     nums, texts = nums.filter(keep), texts.filter(keep)
     heads = np.zeros(len(texts), dtype=bool)
@@ -75,27 +129,30 @@ def split_text(body: bytes, name: str, whole: bool, header: bool, encoding: str 
     return nums, texts, pa.array(heads)
 
 
-def read_lines(opener: Callable[[], Callable[[str], bytes | None]], whole: bool, header: bool, encoding: str | None,
+def read_lines(opener: Callable[[], Callable[[str], Any]], whole: bool, header: bool, encoding: str | None,
                line_sep: str | None, batches: Iterator) -> Iterator:
     """mapInArrow: (name, locator) rows in, (file, line number, text, is_header, missing) out.
-    `opener()` is called once per task and returns a function reading one file's bytes by its
-    locator (None when the file is gone)."""
+    `opener()` is called once per task and returns a function opening one file by its locator
+    as a binary stream (None when the file is gone); the file is read in pieces."""
     import pyarrow as pa
 
     schema = pa.schema([(FILE, pa.string()), (LINE_NO, pa.int64()), (TEXT, pa.string()), (IS_HEADER, pa.bool_()), (MISSING, pa.string())])
-    read = opener()
+    open_file = opener()
     for batch in batches:
         for name, locator in zip(batch.column("name").to_pylist(), batch.column("locator").to_pylist()):
-            body = read(locator)
-            if body is None:
+            stream = open_file(locator)
+            if stream is None:
                 yield pa.RecordBatch.from_arrays([pa.array([name]), pa.nulls(1, pa.int64()), pa.nulls(1, pa.string()), pa.array([False]), pa.array([name])],
                                                  schema=schema)
                 continue
-            nums, texts, heads = split_text(body, name, whole, header, encoding, line_sep)
-            for start in range(0, len(texts), _BATCH_LINES):  # bounded batches: a big file stays under Arrow's 2 GB strings
-                n = min(_BATCH_LINES, len(texts) - start)
-                yield pa.RecordBatch.from_arrays([pa.array([name] * n, pa.string()), nums.slice(start, n), texts.slice(start, n).cast(pa.string()),
-                                                  heads.slice(start, n), pa.nulls(n, pa.string())], schema=schema)
+            try:
+                for nums, texts, heads in split_stream(stream, name, whole, header, encoding, line_sep):
+                    for start in range(0, len(texts), _BATCH_LINES):  # bounded batches: a big file stays under Arrow's 2 GB strings
+                        n = min(_BATCH_LINES, len(texts) - start)
+                        yield pa.RecordBatch.from_arrays([pa.array([name] * n, pa.string()), nums.slice(start, n), texts.slice(start, n).cast(pa.string()),
+                                                          heads.slice(start, n), pa.nulls(n, pa.string())], schema=schema)
+            finally:
+                stream.close()
 
 
 def line_reader(spark, files: list[tuple[str, str]], opener, options: Mapping[str, Any], fmt: str):
@@ -110,10 +167,10 @@ def line_reader(spark, files: list[tuple[str, str]], opener, options: Mapping[st
     return listing.mapInArrow(lambda it: read_lines(opener, whole, header, encoding, line_sep, it), LINES_DDL)
 
 
-def read_local(locator: str) -> bytes | None:
+def read_local(locator: str):
+    """The file as a binary stream, or None when it is gone."""
     try:
-        with open(locator, "rb") as f:
-            return f.read()
+        return open(locator, "rb")
     except FileNotFoundError:
         return None
 

@@ -233,14 +233,18 @@ def _get(client, bucket: str, key: str) -> bytes | None:
 
 
 def s3_opener(aws: Mapping[str, Any]):
-    """records.line_reader's opener: one client per task, objects read by "bucket/key"."""
+    """records.line_reader's opener: one client per task, objects opened by "bucket/key"."""
     client = _client(aws)
 
-    def read(name: str) -> bytes | None:
+    def open_object(name: str):
+        """The object's body as a stream (read in pieces), or None when it no longer exists."""
         bucket, _, key = name.partition("/")
-        return _get(client, bucket, key)
+        try:
+            return client.get_object(Bucket=bucket, Key=key)["Body"]
+        except client.exceptions.NoSuchKey:
+            return None
 
-    return read
+    return open_object
 
 
 def fetch_parquet(aws: Mapping[str, Any], arrow_schema, batches: Iterator) -> Iterator:
