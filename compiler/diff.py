@@ -307,6 +307,35 @@ def _retention_warnings(head: Plan, base: Plan) -> list[Warning_]:
     return out
 
 
+def rebuild_warnings(diff: PlanDiff, head: Plan) -> list[Warning_]:
+    """A table whose key, partitioning, type or precombine changes (class rewrite) is created
+    anew by `pipe run --full-refresh`: its instants start over, so every incremental consumer
+    (a `kind: table` or `s3_incremental` source reading it) loses its checkpoint. One warning
+    per such source, saying what its table's next run does (`pipe diff` adds them)."""
+    out = []
+    for d in diff.steps:
+        fields = [c.field for c in d.changes if c.field in REWRITE_KEYS]
+        if d.kind != "write" or d.status != "modified" or not fields:
+            continue
+        what = ", ".join(REWRITE_KEYS[f] for f in fields)
+        for src in head.steps:
+            if src.kind != "ingest" or (src.config.get("table") or src.config.get("metadata_table")) != d.name:
+                continue
+            if src.config.get("kind") not in ("table", "s3_incremental"):
+                continue
+            readers = [s.name for s in head.steps if s.kind == "write" and src.id in s.depends_on]
+            for reader in readers:
+                if src.config.get("on_checkpoint_lost") == "full_read":
+                    then = f"then reads all of {d.name} again (on_checkpoint_lost: full_read)"
+                else:
+                    then = (f"then stops with a lost checkpoint unless it is rebuilt in the same run "
+                            f"(`pipe run --select {d.name}+ --full-refresh`) or its source sets `on_checkpoint_lost: full_read`")
+                out.append(Warning_(src.id, f"the {what} of table {d.name} changes, so `pipe run --full-refresh` creates it anew and its "
+                                            f"instants start over: table {reader} reads it incrementally through source {src.name} and "
+                                            f"loses its checkpoint; its next run {then}"))
+    return out
+
+
 def _target_changes(base: Plan, head: Plan) -> list[Change]:
     out = []
     b, h = base.target, head.target

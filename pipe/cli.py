@@ -509,7 +509,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
 
     BASE_PLAN and HEAD_PLAN are plan.json files; HEAD_PLAN defaults to compiling the project
     now. Exit 0: no changes, 1: changes (with --fail-on: a change of that class), 2: error."""
-    from compiler.diff import diff_plans, fails
+    from compiler.diff import diff_plans, fails, rebuild_warnings
     from pipe import diff_output
 
     if base_ref is not None and base_plan is not None and head_plan is None:
@@ -526,7 +526,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     else:
         head, head_label = _compile(ctx, target, vars_text, cache_write=False).plan, "working tree"
     diff = diff_plans(base, head, base_label, head_label)
-    diff.warnings.extend(_rebuild_warnings(diff, head))
+    diff.warnings.extend(rebuild_warnings(diff, head))
     if fmt == "json":
         output.out.file.write(diff_output.render_json(diff))
     elif fmt == "markdown":
@@ -536,37 +536,6 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     output.out.file.flush()
     if fails(diff, fail_on) if fail_on else diff.has_changes:
         raise click.exceptions.Exit(EXIT_FAILED)
-
-
-def _rebuild_warnings(diff, head) -> list:
-    """A table whose key, partitioning, type or precombine changes (class rewrite) is created
-    anew by `pipe run --full-refresh`: its instants start over, so every incremental consumer
-    (a `kind: table` or `s3_incremental` source reading it) loses its checkpoint. One warning
-    per such source, saying what its table's next run does."""
-    from compiler.diff import REWRITE_KEYS, Warning_
-
-    out = []
-    for d in diff.steps:
-        fields = [c.field for c in d.changes if c.field in REWRITE_KEYS]
-        if d.kind != "write" or d.status != "modified" or not fields:
-            continue
-        what = ", ".join(REWRITE_KEYS[f] for f in fields)
-        for src in head.steps:
-            if src.kind != "ingest" or (src.config.get("table") or src.config.get("metadata_table")) != d.name:
-                continue
-            if src.config.get("kind") not in ("table", "s3_incremental"):
-                continue
-            readers = [s.name for s in head.steps if s.kind == "write" and src.id in s.depends_on]
-            for reader in readers:
-                if src.config.get("on_checkpoint_lost") == "full_read":
-                    then = f"then reads all of {d.name} again (on_checkpoint_lost: full_read)"
-                else:
-                    then = (f"then stops with a lost checkpoint unless it is rebuilt in the same run "
-                            f"(`pipe run --select {d.name}+ --full-refresh`) or its source sets `on_checkpoint_lost: full_read`")
-                out.append(Warning_(src.id, f"the {what} of table {d.name} changes, so `pipe run --full-refresh` creates it anew and its "
-                                            f"instants start over: table {reader} reads it incrementally through source {src.name} and "
-                                            f"loses its checkpoint; its next run {then}"))
-    return out
 
 
 def _read_plan(path_text: str):

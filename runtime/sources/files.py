@@ -184,8 +184,7 @@ def read_checked(spark, files: list[tuple[str, str]], config: Mapping[str, Any],
         return checked.df, checked.rows, checked.bad, checked.samples
     if declared and fmt == "parquet":
         check_parquet_footers(files, declared, name)
-    df, rows, bad, samples = read_with_spark(spark, [loc for _, loc in files], config, name, what, cache)
-    return df, rows, bad, samples
+    return read_with_spark(spark, [loc for _, loc in files], config, name, what, cache)
 
 
 _FAMILIES = (("string", ("string", "varchar", "char", "binary")), ("integer", ("tinyint", "smallint", "int", "bigint")),

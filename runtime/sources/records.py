@@ -286,14 +286,22 @@ def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache
         samples = [f"{where(r)}: {r[PROBLEM]}" for r in rows]
         if on_bad != "drop":
             raise SourceError(bad_message(name, what, bad, samples), bad_hint(samples))
-    missing = [r[0] for r in parsed.where(F.col(MISSING).isNotNull()).select(MISSING).limit(3).collect()] if gone else []
-    missing += [""] * (gone - len(missing))
+    missing = missing_names(parsed, gone)
     good = parsed.where(F.col(PROBLEM).isNull() & F.col(MISSING).isNull()) if bad or gone else parsed
     return Checked(good.select(*[F.col(f"`{c}`") for c in data_cols]), int(total) - int(bad) - int(gone), int(bad), samples, missing)
 
 
-def bad_message(name: str, what: str, bad: int, samples: list[str]) -> str:
-    head = f"source {name}: " + (samples[0] if bad == 1 else f"{bad} records of the new {what} do not fit the declared schema: " + "; ".join(samples))
+def missing_names(df, gone: int) -> list[str]:
+    """`gone` entries for the files or objects `df` marks MISSING: the first few named, the rest
+    blank (only a few names reach the driver)."""
+    from pyspark.sql import functions as F
+
+    names = [r[0] for r in df.where(F.col(MISSING).isNotNull()).select(MISSING).limit(3).collect()] if gone else []
+    return names + [""] * (gone - len(names))
+
+
+def bad_message(name: str, what: str, bad: int, samples: list[str], unit: str = "records") -> str:
+    head = f"source {name}: " + (samples[0] if bad == 1 else f"{bad} {unit} of the new {what} do not fit the declared schema: " + "; ".join(samples))
     if bad > len(samples) and bad != 1:
         head += f"; and {bad - len(samples)} more"
     return head

@@ -339,11 +339,10 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
             if bad:
                 rows = df.where(F.col(PROBLEM).isNotNull()).select(OBJECT, PROBLEM).orderBy(OBJECT).limit(records.SAMPLES).collect()
                 samples = [f"s3://{r[OBJECT]}: {r[PROBLEM]}" for r in rows]
-                raise SourceError(records.bad_message(name, "objects", bad, samples).replace("records of", "objects of"),
+                raise SourceError(records.bad_message(name, "objects", bad, samples, unit="objects"),
                                   "declare the column with the type the objects have (and cast it in the SQL), or fix the objects; "
                                   "nothing of this source was written and its checkpoint did not move")
-            missing = [r[MISSING] for r in df.where(F.col(MISSING).isNotNull()).select(MISSING).limit(3).collect()] if missing_n else []
-            missing += [""] * (missing_n - len(missing))
+            missing = records.missing_names(df, missing_n)
             rows_read = int(total) - int(missing_n)
             result = df.where(F.col(MISSING).isNull()).select(*[F.col(f"`{c}`") for c in data_cols])
         else:

@@ -64,8 +64,7 @@ def lost_checkpoint(checkpoint: str, done, table: str, storage=None) -> str | No
 
 def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
     from runtime.table import avro
-    from runtime.table.services import archived_instants
-    from runtime.table.timeline import HOODIE
+    from runtime.table.timeline import HOODIE, archived_instants
 
     timeline = Timeline.load(storage)
     for inst in reversed(timeline.completed(("rollback", "restore"))):

@@ -18,21 +18,19 @@ many commits changed it."""
 
 from __future__ import annotations
 
-from runtime.table.layout import completed_write_instants
+from runtime.table.layout import completed_write_instants, writes_archived_after
 from runtime.table.timeline import Timeline
 
 CHANGE_TYPE = "_change_type"
 COMMIT_TIME = "_commit_time"
 INSERT, UPDATE_PREIMAGE, UPDATE_POSTIMAGE, DELETE = "insert", "update_preimage", "update_postimage", "delete"
-CHANGE_COLUMNS = (CHANGE_TYPE, COMMIT_TIME)
 
 
 def touched_file_groups(timeline: Timeline, since: str | None, until: str | None) -> set[tuple[str, str]] | None:
     """(partition, file id) of every group a write in (since, until] wrote or replaced, or None
     when some of those writes were archived (their write stats are gone: every group counts).
     A compaction changes no record, so its commit does not count."""
-    done = timeline.completed()
-    if since is not None and done and since < done[0].time and timeline.instants and timeline.instants[0].time > since:
+    if writes_archived_after(timeline, since):
         return None
     groups: set[tuple[str, str]] = set()
     for inst in completed_write_instants(timeline, since, until):

@@ -231,3 +231,10 @@ class FileSystemView:
 
 def completed_write_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Instant]:
     return [i for i in timeline.completed(WRITE_ACTIONS) if (since is None or i.time > since) and (until is None or i.time <= until)]
+
+
+def writes_archived_after(timeline: Timeline, since: str | None) -> bool:
+    """Whether some completed writes after `since` have left the active timeline (archived):
+    their write stats are gone, so the file groups they touched cannot be named."""
+    done = timeline.completed()
+    return since is not None and bool(done) and since < done[0].time and timeline.instants[0].time > since

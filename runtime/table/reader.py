@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
 from runtime.table.errors import TableError
-from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants
+from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants, writes_archived_after
 from runtime.table.schema import META_COLUMNS, arrow_schema
 from runtime.table.timeline import Timeline
 
@@ -74,8 +74,7 @@ def slices_to_read(view: FileSystemView, timeline: Timeline, as_of: str | None, 
     (a merge-on-read log stat names its group too)."""
     if not incremental:
         return view.latest_slices(as_of)
-    first_active = timeline.completed()[0].time if timeline.completed() else None
-    if since is not None and first_active is not None and since < first_active and timeline.instants[0].time > since:
+    if writes_archived_after(timeline, since):
         # commits after `since` were archived: their write stats are gone, so every live
         # slice is scanned; rows keep the commit time that last wrote them
         return view.latest_slices(until)
