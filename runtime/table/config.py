@@ -37,6 +37,12 @@ class TableConfig:
     metadata_partitions: str = ""  # a Java writer's metadata table, which pipe does not maintain
     payload_class: str | None = None  # hoodie.compaction.payload.class, as read
     record_merge_mode: str | None = None  # hoodie.record.merge.mode, as read
+    # hoodie.table.complex.keygen.encoding: FIELD_PREFIXED (`id:1`) or VALUE_ONLY (`1`), for a
+    # ComplexKeyGenerator with one key field (keygen.py); None: undeclared (found from stored keys)
+    complex_key_encoding: str | None = None
+    # not a property: the table's stored keys hold Spark's text of timestamps, decimals and
+    # binary values (pipe's before it wrote Java's); found from a stored row (keygen.settle)
+    legacy_value_text: bool = False
 
     @property
     def is_partitioned(self) -> bool:
@@ -53,6 +59,11 @@ class TableConfig:
         else:
             cls = "ComplexKeyGenerator"
         return _KEYGEN + cls
+
+    @property
+    def complex_single_key(self) -> bool:
+        """A ComplexKeyGenerator with one record key field (whose key text Hudi versions disagree on)."""
+        return self.key_generator == _KEYGEN + "ComplexKeyGenerator" and len(self.record_key_fields) == 1
 
     @property
     def event_time_ordering(self) -> bool:
@@ -109,6 +120,8 @@ class TableConfig:
         }
         if self.precombine_field:
             props["hoodie.table.precombine.field"] = self.precombine_field
+        if self.complex_single_key:  # Java's current default text, declared for Java's validation
+            props["hoodie.table.complex.keygen.encoding"] = self.complex_key_encoding or "FIELD_PREFIXED"
         lines = ["#Properties saved on " + now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"]
         # values are written raw: hudi-rs does not unescape, and Java accepts them unescaped
         lines += [f"{k}={v}" for k, v in sorted(props.items())]
@@ -133,6 +146,7 @@ class TableConfig:
             metadata_partitions=props.get("hoodie.table.metadata.partitions", ""),
             payload_class=props.get("hoodie.compaction.payload.class") or None,
             record_merge_mode=props.get("hoodie.record.merge.mode") or None,
+            complex_key_encoding=(props.get("hoodie.table.complex.keygen.encoding") or "").strip().upper() or None,
         )
 
     def unwritable_reason(self) -> str | None:

@@ -63,12 +63,13 @@ _LAST_4_DIGIT_DAY = 2932896  # 9999-12-31, in days since 1970-01-01
 class Derived:
     """Meta columns a bulk task computes from the data columns instead of receiving them from
     Spark: every string column that does not cross from the JVM to Python saves a copy per
-    row. Only for types whose text pyarrow writes exactly as Spark's cast to string does."""
+    row. Only for types whose text pyarrow writes exactly as keygen.value_text does."""
 
     key_field: str | None = None  # the record key is this integer or string column as text
     partition_fields: tuple[str, ...] | None = None  # None: the partition path comes from Spark
     encoded_fields: frozenset[str] = frozenset()  # partition fields whose values are URL-encoded
     hive_style: bool = True
+    key_prefix: str = ""  # `field:` before the key (a FIELD_PREFIXED ComplexKeyGenerator, keygen.py)
 
     def with_key(self, batch):
         """`batch` with _hoodie_record_key appended, when the task computes it."""
@@ -78,6 +79,8 @@ class Derived:
         if self.key_field is None:
             return batch
         key = pc.cast(batch.column(self.key_field), pa.string())
+        if self.key_prefix:
+            key = pc.binary_join_element_wise(self.key_prefix, key, "")
         return pa.RecordBatch.from_arrays([*batch.columns, key], names=[*batch.schema.names, "_hoodie_record_key"])
 
     def split(self, batch) -> Iterator:
@@ -106,7 +109,7 @@ class Derived:
 
     def _path_texts(self, name: str, values) -> list[str]:
         """The partition path segment of each of `values` (a column's distinct values) as
-        writer._partition_expr makes it in Spark."""
+        keygen.partition_expr makes it in Spark."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -117,7 +120,7 @@ class Derived:
             late = pc.greater(values, pa.scalar(_LAST_4_DIGIT_DAY, pa.date32()).cast(values.type))
             text = pc.if_else(late, pc.binary_join_element_wise("+", text, ""), text)
         if name in self.encoded_fields:
-            for ch in ESCAPED:  # '%' first, as writer._url_encode does
+            for ch in ESCAPED:  # '%' first, as keygen.url_encode does
                 text = pc.replace_substring(text, ch, f"%{ord(ch):02X}")
             if pc.any(pc.match_substring_regex(text, CONTROL_PATTERN)).as_py():
                 for ch in CONTROL:

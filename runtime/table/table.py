@@ -26,6 +26,7 @@ from typing import Any, Iterator
 from runtime.storage import Storage, StorageSpec, open_storage
 from runtime.table import avro as _avro
 from runtime.table import cdc as _cdc
+from runtime.table import keygen as _keygen
 from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
@@ -93,11 +94,12 @@ class Table:
             raise TableError(f"table type {config.table_type} is not one pipe knows; use copy_on_write or merge_on_read")
         for d in _HOODIE_DIRS:
             storage.write_atomic(f"{HOODIE}/{d}/.keep", b"") if not hasattr(storage, "root") else os.makedirs(storage.full_path(f"{HOODIE}/{d}"), exist_ok=True)
-        if not storage.create_exclusive(PROPERTIES, config.to_properties().encode("utf-8")):
+        text = config.to_properties()
+        if not storage.create_exclusive(PROPERTIES, text.encode("utf-8")):
             table = cls.open(spark, uri, storage_options)  # created meanwhile by someone else
             table._check_same_definition(config)
             return table
-        return cls(spark, storage, config)
+        return cls(spark, storage, TableConfig.from_properties(text))  # as a later open reads it
 
     def _check_same_definition(self, wanted: TableConfig) -> None:
         what = self.definition_changes(wanted)
@@ -292,6 +294,9 @@ class Table:
             slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if operation == "delete_partition":
                 self._check_partitions_to_delete(opts.partitions_to_delete, slices)
+            stored_struct = self.schema(timeline, files_only=True)
+            # the text of record keys and partition paths the stored rows have (keygen.py)
+            self.config = _keygen.settle(self.spark, self.storage, self.config, slices, stored_struct)
             instant = Instant(new_instant_time(timeline.last_time()), action, REQUESTED)
             # Hudi's requested replacecommit is an empty HoodieRequestedReplaceMetadata (Avro)
             self._transition(instant, REQUESTED, _avro.to_bytes(_avro.REQUESTED_REPLACE_METADATA, _avro.EMPTY_REPLACE_REQUEST) if replacing else b"")
@@ -299,7 +304,7 @@ class Table:
             self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes())
             _services.fault("after_inflight")
             try:
-                staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, self.schema(timeline, files_only=True))
+                staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, stored_struct)
                 _services.fault("after_files")
                 self._remove_strays(instant.time, staged.stats, staged.log_prefixes)
                 self._check_conflicts(slices, staged.stats, staged.replaced)

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from runtime.table import keygen as _keygen
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
 from runtime.table import tombstones as _tombstones
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
-from runtime.table.layout import CONTROL, CONTROL_PATTERN, DEFAULT_PARTITION, ESCAPED, FileSlice, new_file_id
+from runtime.table.layout import FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, arrow_schema, avro_schema_json
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
@@ -72,39 +73,6 @@ class WriteCounts:
 # --- 0. prepare: key, partition path and delete flag on every row ----------------------------
 
 
-# Types whose string form never holds a character that URL encoding escapes (digits, signs,
-# '.', 'E', '-'): their partition values skip the 15 replacements per row.
-_PLAIN_TYPES = ("tinyint", "smallint", "int", "bigint", "date", "boolean", "decimal")
-
-
-def _partition_expr(F, config, types: dict[str, str] | None = None):
-    if not config.partition_fields:
-        return F.lit("")
-    parts = []
-    for name in config.partition_fields:
-        value = F.col(f"`{name}`").cast("string")
-        plain = (types or {}).get(name, "").split("(")[0] in _PLAIN_TYPES
-        value = F.when(value.isNull() | (value == ""), F.lit(DEFAULT_PARTITION)).otherwise(_url_encode(F, value) if config.url_encode and not plain else value)
-        parts.append(F.concat(F.lit(f"{name}="), value) if config.hive_style else value)
-    return F.concat_ws("/", *parts)
-
-
-def _url_encode(F, col):
-    for ch in ESCAPED:  # '%' first: the escapes below add more
-        col = F.replace(col, F.lit(ch), F.lit(f"%{ord(ch):02X}"))
-    controlled = col
-    for ch in CONTROL:
-        controlled = F.replace(controlled, F.lit(ch), F.lit(f"%{ord(ch):02X}"))
-    return F.when(col.rlike(CONTROL_PATTERN), controlled).otherwise(col)
-
-
-def _key_expr(F, config):
-    fields = config.record_key_fields
-    if len(fields) == 1:
-        return F.col(f"`{fields[0]}`").cast("string")
-    return F.concat_ws(",", *[F.concat(F.lit(f"{f}:"), F.coalesce(F.col(f"`{f}`").cast("string"), F.lit("__null__"))) for f in fields])
-
-
 def prepare(df, config, opts: WriteOptions):
     """Adds _hoodie_record_key, _hoodie_partition_path, the delete flag and the arrival order.
     Raises WriteError for input that does not fit the table."""
@@ -123,8 +91,9 @@ def prepare(df, config, opts: WriteOptions):
     if opts.operation in ("upsert", "delete") and not config.record_key_fields:
         raise WriteError(f"operation {opts.operation} needs a record key")
     flag = _delete_flag(F, columns, opts)
-    key = _key_expr(F, config) if config.record_key_fields else F.expr("uuid()")
-    partition = _partition_expr(F, config, dict(df.dtypes)) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
+    types = dict(df.dtypes)
+    key = _keygen.key_expr(F, config, types) if config.record_key_fields else F.expr("uuid()")
+    partition = _keygen.partition_expr(F, config, types) if opts.operation != "delete" or opts.index == "partition" or all(c in columns for c in config.partition_fields) else F.lit(None).cast("string")
     data_cols = [c for c in columns if c != IS_DELETED]
     return df.select(*[F.col(f"`{c}`") for c in data_cols], key.alias(KEY), partition.alias(PART), flag.alias(_DELETE), F.monotonically_increasing_id().alias(_SEQ))
 
@@ -329,9 +298,9 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     from pyspark.sql import functions as F
 
     prepare(df, config, opts)  # the input's columns are checked before they are used here
-    columns = {_TOMB_KEY: _key_expr(F, config)}
+    columns = {_TOMB_KEY: _keygen.key_expr(F, config, dict(df.dtypes))}
     if opts.index == "partition":
-        columns[_TOMB_PART] = _partition_expr(F, config, dict(df.dtypes))
+        columns[_TOMB_PART] = _keygen.partition_expr(F, config, dict(df.dtypes))
     keyed = df.withColumns(columns).withColumn(_TOMB_DELETE, _delete_flag(F, df.columns, opts))
     keyed = keyed.localCheckpoint(eager=False)  # the input is read once: filtered, written, its deletes kept
     if opts.operation != "insert_overwrite_table":
@@ -713,7 +682,8 @@ def _derived(config, struct) -> Derived | None:
     if key_field is None and partitions is None:
         return None
     encoded = frozenset(f for f in config.partition_fields if config.url_encode and isinstance(struct[f].dataType, T.StringType)) if partitions is not None else frozenset()
-    return Derived(key_field, partitions, encoded, config.hive_style)
+    prefix = f"{key_field}:" if key_field is not None and _keygen.single_key_prefixed(config) else ""
+    return Derived(key_field, partitions, encoded, config.hive_style, prefix)
 
 
 def _data_select(F, rows, struct, data_columns: list[str]) -> list:
