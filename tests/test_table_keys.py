@@ -79,7 +79,7 @@ def _java_complex_table(spark, path, prefixed: bool):
 def test_upsert_and_delete_keep_the_single_key_text_the_table_has(spark, tmp_path, prefixed):
     path = str(tmp_path / "t")
     table, s = _java_complex_table(spark, path, prefixed)
-    assert table.config.complex_key_encoding is None
+    assert "complex.keygen.encoding" not in open(f"{path}/.hoodie/hoodie.properties").read()
     table.write(spark.createDataFrame([(1, "a", 2, "v2"), (3, "a", 2, "v2")], s), "upsert")
     table.write(spark.createDataFrame([(2,)], "id long"), "delete")
     k = (lambda i: f"id:{i}") if prefixed else str

@@ -39,7 +39,23 @@ def ensure_partition_metadata(storage: Storage, partition: str, instant: str) ->
 
 
 def new_file_id() -> str:
-    return f"{uuid.uuid4()}-0"
+    while True:
+        fid = f"{uuid.uuid4()}-0"
+        if not _BUCKET_FILE_ID.match(fid):  # never one that reads as a bucket index's file id
+            return fid
+
+
+# A file id of Hudi's simple bucket index: a uuid whose first 8 characters are the bucket
+# number, zero-padded (BucketIdentifier.newBucketFileIdPrefix); bucket numbers are small, so
+# they start with zeros, which a random uuid's first group seldom does (about 1 in 40,000).
+_BUCKET_FILE_ID = re.compile(r"^000\d{5}-")
+
+
+def bucket_index_file_ids(file_ids: Iterable[str]) -> list[str]:
+    """The file ids, when every one of them is a bucket index's (a table Java's BUCKET index
+    writes); else []."""
+    ids = list(file_ids)
+    return ids if ids and all(_BUCKET_FILE_ID.match(f) for f in ids) else []
 
 
 def base_file_name(file_id: str, write_token: str, instant: str) -> str:

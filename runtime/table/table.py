@@ -33,7 +33,7 @@ from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
 from runtime.table.files import parquet_footer
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
-from runtime.table.layout import FileSystemView
+from runtime.table.layout import FileSystemView, bucket_index_file_ids
 from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, spark_struct
 from runtime.table.timeline import (
     COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
@@ -294,6 +294,12 @@ class Table:
             slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if operation == "delete_partition":
                 self._check_partitions_to_delete(opts.partitions_to_delete, slices)
+            bucketed = bucket_index_file_ids(s.file_id for s in slices)
+            if bucketed:
+                raise TableError(f"pipe cannot write into table {self.config.name}: its file groups are those of Hudi's bucket index "
+                                 f"(file ids start with an 8-digit bucket number, e.g. {bucketed[0]}), which routes every key to the "
+                                 "file group of its bucket; pipe's index does not, and its new file groups would break Java's",
+                                 "keep writing this table with Java Hudi (hoodie.index.type=BUCKET), or copy it into a new pipe table")
             stored_struct = self.schema(timeline, files_only=True)
             # the text of record keys and partition paths the stored rows have (keygen.py)
             self.config = _keygen.settle(self.spark, self.storage, self.config, slices, stored_struct)

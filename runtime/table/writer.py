@@ -179,6 +179,25 @@ def drop_stale(df, config):
     return df.where(newer_or_equal)
 
 
+_MOVE_IN = "_pipe_move_in"
+
+
+def one_insert_per_key(df):
+    """The global index's rule for a key stored in several partitions (which a partition-scoped
+    writer leaves, e.g. Java's default SIMPLE index when a key's partition value changes), as
+    Hudi's GLOBAL_SIMPLE index with hoodie.simple.index.update.partition.path=true: the key is
+    updated where it is stored in its incoming partition, every other stored copy is deleted,
+    and if none is in the incoming partition the key is inserted there once. Adds _MOVE_IN:
+    true on the one row per key (of those tagged with a stored location) that inserts it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    key = Window.partitionBy(KEY)
+    stays = F.max(F.coalesce(F.col(_OLD_PART) == F.col(PART), F.lit(False))).over(key)
+    first = F.col(_OLD_PART).eqNullSafe(F.min(F.col(_OLD_PART)).over(key))
+    return df.withColumn(_MOVE_IN, ~stays & first)
+
+
 # --- 3. assign_file_groups: file sizing for inserts -----------------------------------------
 
 
@@ -391,12 +410,15 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         rows = rows.where(F.col(_OLD_FILE).isNull())
     if opts.operation in ("upsert", "delete"):
         rows = drop_stale(rows, config)
+    scattered = lookup and opts.index != "partition"  # a key may be stored in several partitions
+    if scattered:
+        rows = one_insert_per_key(rows)
     # one materialised batch, computed by the summary below: later steps must see the same rows
     rows = rows.localCheckpoint(eager=False)
 
     same_place = F.col(_OLD_FILE).isNotNull() & ((F.col(_OLD_PART) == F.col(PART)) | F.col(PART).isNull())
     moved = F.col(_OLD_FILE).isNotNull() & F.col(PART).isNotNull() & (F.col(_OLD_PART) != F.col(PART))
-    is_insert = (F.col(_OLD_FILE).isNull() | moved) & ~F.col(_DELETE)
+    is_insert = (F.col(_OLD_FILE).isNull() | (moved & (F.col(_MOVE_IN) if scattered else F.lit(True)))) & ~F.col(_DELETE)
     # metadata only: inserts per partition, and the stored file groups the batch touches
     insert_counts: dict[str, int] = {}
     touched: set[tuple[str, str]] = set()
