@@ -79,8 +79,8 @@ class Derived:
         if self.key_field is None:
             return batch
         key = pc.cast(batch.column(self.key_field), pa.string())
-        if self.key_prefix:
-            key = pc.binary_join_element_wise(self.key_prefix, key, "")
+        if self.key_prefix:  # a null value is __null__, as in Spark's key text (keygen.key_expr)
+            key = pc.binary_join_element_wise(self.key_prefix, pc.fill_null(key, "__null__"), "")
         return pa.RecordBatch.from_arrays([*batch.columns, key], names=[*batch.schema.names, "_hoodie_record_key"])
 
     def split(self, batch) -> Iterator:
