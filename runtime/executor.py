@@ -558,7 +558,7 @@ class Executor:
                           "pipe.bootstrap.partitions": str(len(dataset.partitions)) if dataset.partitions != [""] else "0"})
         operation, options = _write_options(config, full and exists and (dataset is None or based_on is not None))
         if operation == "delete_partition" and df is not None:
-            options["partitions_to_delete"] = sorted(set(options["partitions_to_delete"]) | self._named_partitions(step, config, df))
+            options["partitions_to_delete"] = sorted(set(options["partitions_to_delete"]) | self._named_partitions(step, config, df, table))
             if not options["partitions_to_delete"]:
                 return "no_input", "no partition to delete (the SQL returned no rows)"
         if self._cancel.is_set():
@@ -583,17 +583,16 @@ class Executor:
             note = f", compacted (commit {w.compaction})" + note
         return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
 
-    def _named_partitions(self, step: Step, config: Mapping[str, Any], df) -> set[str]:
-        """delete_partition with SQL: each row names a partition by its partition_by columns.
-        Only the distinct partition values reach the driver."""
-        from runtime.table.layout import partition_path
-
+    def _named_partitions(self, step: Step, config: Mapping[str, Any], df, table) -> set[str]:
+        """delete_partition with SQL: each row names a partition by its partition_by columns,
+        whose text is the table's (timestamps, decimals: keygen.py). Only the distinct partition
+        paths reach the driver."""
         fields = list(config["partition_by"])
         missing = [c for c in fields if c not in df.columns]
         if missing:
             raise RunError(f"{step.sql_file}: the rows of table {step.name} name the partitions to delete, but its SELECT has no column(s) "
                            f"{', '.join(missing)}", f"select the partition_by column(s) {', '.join(fields)} of the partitions to delete")
-        return {partition_path(r.asDict(), fields, config["hive_style_partitioning"]) for r in df.select(*fields).distinct().collect()}
+        return table.partition_paths(df.select(*fields))
 
     def _bootstrap_dataset(self, step: Step, config: Mapping[str, Any]):
         from runtime.table import bootstrap

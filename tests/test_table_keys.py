@@ -169,3 +169,12 @@ def test_a_table_whose_key_text_pipe_cannot_make_is_refused(spark, tmp_path):
     assert "2024-01-01 02:00:00.0" in str(info.value) and "table t" in str(info.value)
     assert "consistent.logical.timestamp" in info.value.hint
     assert sorted(os.listdir(f"{path}/.hoodie")) == instants  # nothing written
+
+
+def test_partitions_named_by_rows_take_the_tables_text(spark, tmp_path):
+    """delete_partition with SQL names partitions by rows (executor): their paths are the text
+    the table writes, e.g. epoch micros for a timestamp."""
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="t", partition_fields=("ts", "d")))
+    df = spark.createDataFrame([(ROW_TS, Decimal("0.0000000001"))], "ts timestamp, d decimal(20,10)")
+    assert table.partition_paths(df) == {"ts=1704103200000000/d=1E-10"}

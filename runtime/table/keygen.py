@@ -144,7 +144,7 @@ def settle(spark, storage, config, slices, struct):
     if config.complex_single_key and config.complex_key_encoding not in (None, FIELD_PREFIXED, VALUE_ONLY):
         raise TableError(f"pipe cannot write into table {config.name}: {ENCODING_PROPERTY}={config.complex_key_encoding} is "
                          f"neither {FIELD_PREFIXED} nor {VALUE_ONLY}", f"set it to the text its stored record keys have in .hoodie/hoodie.properties")
-    if not config.record_key_fields or not config.populate_meta_fields or struct is None:
+    if not config.populate_meta_fields or struct is None:
         return config
     types = {f.name: f.dataType.simpleString() for f in struct.fields}
     encoding, legacy = _undecided(config, types)
@@ -163,8 +163,8 @@ def settle(spark, storage, config, slices, struct):
     encodings = [config.complex_key_encoding] if not encoding else [FIELD_PREFIXED, VALUE_ONLY]
     candidates = [dataclasses.replace(config, complex_key_encoding=e, legacy_value_text=old)
                   for e in encodings for old in ((False, True) if legacy else (config.legacy_value_text,))]
-    checks = [(key_expr(F, c, types) == F.col(KEY)) & (partition_expr(F, c, types).eqNullSafe(F.col(PART)) if config.partition_fields else F.lit(True))
-              for c in candidates]
+    checks = [((key_expr(F, c, types) == F.col(KEY)) if config.record_key_fields else F.lit(True))
+              & (partition_expr(F, c, types).eqNullSafe(F.col(PART)) if config.partition_fields else F.lit(True)) for c in candidates]
     row = sample.select(F.col(KEY), F.col(PART), *[ch.alias(f"_pipe_c{i}") for i, ch in enumerate(checks)]).first()
     if row is None:
         return config

@@ -338,6 +338,16 @@ class Table:
         return WriteResult(instant.time, action, "bootstrap" if bootstrap else operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced, service_error,
                            compacted)
 
+    def partition_paths(self, df) -> set[str]:
+        """The partition paths of `df`'s rows as this table writes them (keygen.py, in the text
+        its stored rows have); only the distinct paths reach the driver."""
+        from pyspark.sql import functions as F
+
+        timeline = self.timeline()
+        slices = FileSystemView.load(self.storage, timeline).latest_slices()
+        self.config = _keygen.settle(self.spark, self.storage, self.config, slices, self.schema(timeline, files_only=True))
+        return {r[0] for r in df.select(_keygen.partition_expr(F, self.config, dict(df.dtypes))).distinct().collect()}
+
     def _check_partitions_to_delete(self, patterns, slices) -> None:
         """delete_partition refuses patterns that match no partition (a typo would otherwise
         commit a replacecommit that deletes nothing, or less than meant)."""
