@@ -41,8 +41,9 @@ class TableConfig:
     # ComplexKeyGenerator with one key field (keygen.py); None: undeclared (found from stored keys)
     complex_key_encoding: str | None = None
     # not a property: the table's stored keys hold Spark's text of timestamps, decimals and
-    # binary values (pipe's before it wrote Java's); found from a stored row (keygen.settle)
-    legacy_value_text: bool = False
+    # binary values (pipe's before it wrote Java's); found from a stored row (keygen.settle);
+    # None: not looked at yet (Java's text is written)
+    legacy_value_text: bool | None = None
 
     @property
     def is_partitioned(self) -> bool:

@@ -80,7 +80,7 @@ def key_expr(F, config, types: dict[str, str]):
     """_hoodie_record_key: one field's value text (`field:value` under a FIELD_PREFIXED
     ComplexKeyGenerator); several fields as `f1:v1,f2:v2` with __null__ for a null."""
     fields = config.record_key_fields
-    legacy = config.legacy_value_text
+    legacy = bool(config.legacy_value_text)
 
     def text(f):
         return value_text(F, F.col(f"`{f}`"), types.get(f, "string"), legacy)
@@ -101,7 +101,7 @@ def partition_expr(F, config, types: dict[str, str]):
     parts = []
     for name in config.partition_fields:
         dtype = types.get(name, "string")
-        value = value_text(F, F.col(f"`{name}`"), dtype, config.legacy_value_text)
+        value = value_text(F, F.col(f"`{name}`"), dtype, bool(config.legacy_value_text))
         plain = _base_type(dtype) in _PLAIN_TYPES and not (config.legacy_value_text and _base_type(dtype) in _JAVA_TEXT_TYPES)
         value = F.when(value.isNull() | (value == ""), F.lit(DEFAULT_PARTITION)).otherwise(url_encode(F, value) if config.url_encode and not plain else value)
         parts.append(F.concat(F.lit(f"{name}="), value) if config.hive_style else value)
@@ -127,7 +127,7 @@ def _undecided(config, types: dict[str, str]) -> tuple[bool, bool]:
     """(is the single-key encoding undeclared, may the value text be pipe's old one)."""
     encoding = config.complex_single_key and not config.complex_key_encoding
     fields = set(config.record_key_fields) | set(config.partition_fields)
-    legacy = any(_base_type(types.get(f, "")) in _JAVA_TEXT_TYPES for f in fields)
+    legacy = config.legacy_value_text is None and any(_base_type(types.get(f, "")) in _JAVA_TEXT_TYPES for f in fields)
     return encoding, legacy
 
 
@@ -150,30 +150,32 @@ def settle(spark, storage, config, slices, struct):
     encoding, legacy = _undecided(config, types)
     if not encoding and not legacy:
         return config
-    based = [s for s in slices if s.base_file is not None]
+    based = [s.base_file for s in slices if s.base_file is not None]
     if not based:
         return config
     from runtime.table.writer import KEY, PART
 
-    columns = [c for c in dict.fromkeys([*config.record_key_fields, *config.partition_fields]) if c in types]
-    if len(columns) < len(set(config.record_key_fields) | set(config.partition_fields)):
+    columns = list(dict.fromkeys([*config.record_key_fields, *config.partition_fields]))
+    if not set(columns) <= set(types):
         return config  # a key column the table's schema lacks: nothing to compare with
-    path = storage.full_path(based[-1].base_file.path)
-    sample = spark.read.parquet(path).select(KEY, PART, *[F.col(f"`{c}`") for c in columns]).where(F.col(KEY).isNotNull()).limit(1)
+    sampled = max(based, key=lambda b: b.size)  # the largest file: one whose rows were not all deleted
+    sample = spark.read.parquet(storage.full_path(sampled.path)).select(KEY, PART, *[F.col(f"`{c}`") for c in columns])
+    sample = sample.where(F.col(KEY).isNotNull()).limit(1)
+    stored_types = dict(sample.dtypes)  # the row's own types (the table's may have widened since)
     encodings = [config.complex_key_encoding] if not encoding else [FIELD_PREFIXED, VALUE_ONLY]
     candidates = [dataclasses.replace(config, complex_key_encoding=e, legacy_value_text=old)
                   for e in encodings for old in ((False, True) if legacy else (config.legacy_value_text,))]
-    checks = [((key_expr(F, c, types) == F.col(KEY)) if config.record_key_fields else F.lit(True))
-              & (partition_expr(F, c, types).eqNullSafe(F.col(PART)) if config.partition_fields else F.lit(True)) for c in candidates]
+    checks = [((key_expr(F, c, stored_types) == F.col(KEY)) if config.record_key_fields else F.lit(True))
+              & (partition_expr(F, c, stored_types).eqNullSafe(F.col(PART)) if config.partition_fields else F.lit(True)) for c in candidates]
     row = sample.select(F.col(KEY), F.col(PART), *[ch.alias(f"_pipe_c{i}") for i, ch in enumerate(checks)]).first()
     if row is None:
         return config
     for i, c in enumerate(candidates):
         if row[f"_pipe_c{i}"]:
-            return c if encoding else dataclasses.replace(c, complex_key_encoding=config.complex_key_encoding)
+            return c
     raise TableError(
         f"pipe cannot write into table {config.name}: its stored record key {row[KEY]!r} (partition path {row[PART]!r}, "
-        f"in {based[-1].base_file.path}) is not the text pipe's key generator makes of that row's "
+        f"in {sampled.path}) is not the text pipe's key generator makes of that row's "
         f"{', '.join(columns)} (neither Hudi's Java key generators' text nor Spark's cast to string)",
         "a writer with other key generator settings made this table (for example "
         "hoodie.datasource.write.keygenerator.consistent.logical.timestamp.enabled=true, or a session time zone other than UTC); "
