@@ -177,6 +177,7 @@ def settle(spark, storage, config, slices, struct):
         f"pipe cannot write into table {config.name}: its stored record key {row[KEY]!r} (partition path {row[PART]!r}, "
         f"in {sampled.path}) is not the text pipe's key generator makes of that row's "
         f"{', '.join(columns)} (neither Hudi's Java key generators' text nor Spark's cast to string)",
-        "a writer with other key generator settings made this table (for example "
-        "hoodie.datasource.write.keygenerator.consistent.logical.timestamp.enabled=true, or a session time zone other than UTC); "
+        "a writer with other key generator settings made this table (for example Java Hudi with "
+        "hoodie.datasource.write.keygenerator.consistent.logical.timestamp.enabled=true or a bulk_insert with its row writer, "
+        "or pipe under a session time zone other than UTC); "
         "keep writing it with that writer, or rebuild it with pipe (pipe run --select TABLE --full-refresh)")
