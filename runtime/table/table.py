@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import socket
 import threading
@@ -31,7 +32,10 @@ from runtime.table import services as _services
 from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
 from runtime.table.files import parquet_footer
-from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
+from runtime.table.config import (
+    COPY_ON_WRITE, MERGE_ON_READ, METADATA_TABLE, PROPERTIES, PROPERTIES_BACKUP, TableConfig, read_properties, recover_properties,
+    update_properties,
+)
 from runtime.table.layout import FileSystemView
 from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, spark_struct
 from runtime.table.timeline import (
@@ -40,6 +44,7 @@ from runtime.table.timeline import (
 )
 
 LOCK_FILE = f"{HOODIE}/pipe.lock"
+log = logging.getLogger("pipe.table")
 # Empty folders Java writers create and expect (hudi-rs does not need them).
 _HOODIE_DIRS = ("archived", ".temp", ".aux/.bootstrap/.partitions", ".aux/.bootstrap/.fileids", ".schema")
 
@@ -57,6 +62,7 @@ class WriteResult:
     replaced_file_groups: int = 0  # replacecommits: file groups hidden (their rows are not counted as deletes)
     service_error: str | None = None  # inline clean or archive failed after the commit (the commit stands)
     compaction: str | None = None  # merge-on-read: the instant of the inline compaction that followed
+    retired: str | None = None  # what the write retired first (a Java writer's metadata table), for the user
 
 
 class Table:
@@ -65,27 +71,34 @@ class Table:
         self.storage = storage
         self.config = config
         self._file_schemas: dict[str, Any] = {}  # Spark schemas of base files, by Parquet schema (or path)
+        self.retired: str | None = None  # set when a change retired the table's metadata table (see _changing)
 
     # --- creating and opening --------------------------------------------------------------
 
     @classmethod
     def exists(cls, uri: str, storage_options: tuple = ()) -> bool:
-        return open_storage(StorageSpec(uri, storage_options)).exists(PROPERTIES)
+        storage = open_storage(StorageSpec(uri, storage_options))
+        return storage.exists(PROPERTIES) or storage.exists(PROPERTIES_BACKUP)  # the backup: an update under way
 
     @classmethod
     def open(cls, spark, uri: str, storage_options: tuple = ()) -> "Table":
+        """Opens the table for reading and writing; refuses one pipe cannot read (a table
+        version, timeline layout or Java feature it does not know: config.unreadable_reason)."""
         storage = open_storage(StorageSpec(uri, storage_options))
         try:
-            text = storage.read_bytes(PROPERTIES).decode("utf-8")
+            config = TableConfig.from_properties_map(read_properties(storage))
         except FileNotFoundError as exc:
             raise TableError(f"no Hudi table at {uri} ({PROPERTIES} is missing)") from exc
-        return cls(spark, storage, TableConfig.from_properties(text))
+        reason = config.unreadable_reason(storage)
+        if reason:
+            raise TableError(f"pipe cannot read or write table {config.name} at {uri}: {reason}")
+        return cls(spark, storage, config)
 
     @classmethod
     def create(cls, spark, uri: str, config: TableConfig, storage_options: tuple = ()) -> "Table":
         """Creates the table, or opens it when it exists with the same definition."""
         storage = open_storage(StorageSpec(uri, storage_options))
-        if storage.exists(PROPERTIES):
+        if storage.exists(PROPERTIES) or storage.exists(PROPERTIES_BACKUP):
             table = cls.open(spark, uri, storage_options)
             table._check_same_definition(config)
             return table
@@ -93,7 +106,7 @@ class Table:
             raise TableError(f"table type {config.table_type} is not one pipe knows; use copy_on_write or merge_on_read")
         for d in _HOODIE_DIRS:
             storage.write_atomic(f"{HOODIE}/{d}/.keep", b"") if not hasattr(storage, "root") else os.makedirs(storage.full_path(f"{HOODIE}/{d}"), exist_ok=True)
-        if not storage.create_exclusive(PROPERTIES, config.to_properties().encode("utf-8")):
+        if not storage.create_exclusive(PROPERTIES, config.to_properties().encode("iso-8859-1")):
             table = cls.open(spark, uri, storage_options)  # created meanwhile by someone else
             table._check_same_definition(config)
             return table
@@ -269,15 +282,13 @@ class Table:
             raise TableError(f"operation {operation} is not supported by this table engine yet")
         if opts.partitions_to_delete and operation != "delete_partition":
             raise TableError(f"partitions_to_delete applies to operation delete_partition, not to {operation}")
-        reason = self.config.unwritable_reason()
-        if reason:
-            raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
+        self._check_writable()
         reserved = sorted(set(opts.extra_metadata) & set(RESERVED_EXTRA))
         if reserved:
             raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
         replacing = operation in _writer.REPLACE_OPERATIONS
         action = REPLACECOMMIT if replacing else DELTACOMMIT if self.config.table_type == MERGE_ON_READ else COMMIT
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             timeline = self.timeline()
             if expect_latest is not ...:
@@ -303,6 +314,8 @@ class Table:
                 _services.fault("after_files")
                 self._remove_strays(instant.time, staged.stats, staged.log_prefixes)
                 self._check_conflicts(slices, staged.stats, staged.replaced)
+                if not timeline.completed(WRITE_ACTIONS) and not self.config.create_schema:
+                    self._set_create_schema(staged.schema_json)
             except BaseException:
                 # nothing half-written: the failed instant is rolled back before we report
                 self.rollback_pending()
@@ -325,7 +338,71 @@ class Table:
         c = staged.counts
         replaced = sum(len(ids) for ids in (staged.replaced or {}).values())
         return WriteResult(instant.time, action, "bootstrap" if bootstrap else operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced, service_error,
-                           compacted)
+                           compacted, self.retired)
+
+    # --- before any change: what pipe cannot write, and a Java writer's metadata table ---------
+
+    def _check_writable(self) -> None:
+        reason = self.config.unwritable_reason(self.storage)
+        if reason:
+            raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """The writer lock, for anything that changes a file of the table (writes and every
+        service). Under it: hoodie.properties as it is now (recovered if an update of it
+        crashed), refused if pipe cannot write the table, and a metadata table retired."""
+        with self.lock():
+            recover_properties(self.storage)
+            self.config = TableConfig.from_properties_map(read_properties(self.storage))
+            reason = self.config.unchangeable_reason(self.storage)
+            if reason:
+                raise TableError(f"pipe cannot change table {self.config.name}: {reason}")
+            self.retire_metadata_table()
+            yield
+
+    def retire_metadata_table(self) -> str | None:
+        """Retires the metadata table a Java writer keeps (Hudi's default since 0.11) exactly as
+        Hudi's writer does when it runs with hoodie.metadata.enable=false
+        (HoodieTable.maybeDeleteMetadataTable -> HoodieTableMetadataUtil.deleteMetadataTable):
+        first hoodie.table.metadata.partitions(.inflight) are cleared through the crash-safe
+        update of hoodie.properties, so no reader trusts it any more, then .hoodie/metadata is
+        deleted. pipe cannot keep it in step (its files are HFiles), and Java's next writer
+        with the default settings rebuilds it from a listing. A crash between the steps leaves
+        an unused folder, deleted by the next change. Call under the lock; returns what was
+        done (also in `self.retired` and logged), or None."""
+        leftover = self.storage.list_files(METADATA_TABLE, recursive=True)
+        if not self.config.has_metadata_table and not leftover:
+            return None
+        if self.config.has_metadata_table:
+            partitions = self.config.metadata_partitions or "inflight"
+            update_properties(self.storage, remove=("hoodie.table.metadata.partitions", "hoodie.table.metadata.partitions.inflight"))
+            self.config = self.config.without_metadata_table()
+            _services.fault("metadata_table_after_properties")
+            what = (f"retired the metadata table of {self.config.name} (partitions: {partitions}) as Hudi does with "
+                    "hoodie.metadata.enable=false: pipe does not maintain it; Java's next writer with default settings rebuilds it")
+        else:
+            what = f"deleted the unused metadata table folder of {self.config.name} (.hoodie/metadata, left by an interrupted retirement)"
+        # its own hoodie.properties first: a partial folder is then no table to anyone
+        for f in sorted(leftover, key=lambda f: (not f.path.endswith("/.hoodie/hoodie.properties"), f.path)):
+            self.storage.delete(f.path)
+        if hasattr(self.storage, "root"):  # local folders: the empty directories too, deepest first
+            top = self.storage.full_path(METADATA_TABLE)
+            for dirpath, _, _ in sorted(os.walk(top), key=lambda d: -d[0].count(os.sep)):
+                try:
+                    os.rmdir(dirpath)
+                except OSError:
+                    pass
+        log.warning(what)
+        self.retired = what
+        return what
+
+    def _set_create_schema(self, schema_json: str) -> None:
+        """hoodie.table.create.schema, as Java writes it when it creates a table: the Avro
+        schema of the first write (without meta fields), which Java readers fall back to while
+        the table has no commit. Written with the first write, whose schema pipe only then knows."""
+        update_properties(self.storage, {"hoodie.table.create.schema": schema_json})
+        self.config = TableConfig.from_properties_map(read_properties(self.storage))
 
     def _check_partitions_to_delete(self, patterns, slices) -> None:
         """delete_partition refuses patterns that match no partition (a typo would otherwise
@@ -385,7 +462,7 @@ class Table:
         returns the compaction's instant, or None when no slice has logs."""
         if self.config.table_type != MERGE_ON_READ:
             raise TableError(f"table {self.config.name} is copy-on-write; only merge-on-read tables are compacted")
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             return self._compact()
 
@@ -435,23 +512,23 @@ class Table:
     def clean(self, policy: str = _services.KEEP_LATEST_COMMITS, retain: int = 10, retain_from: str | None = None) -> _services.CleanResult:
         """Deletes file versions no retained commit, savepoint or consumer (`retain_from`: the
         oldest instant an incremental consumer has read up to) needs; see services.plan_clean."""
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             return _services.clean(self.storage, policy, retain, retain_from)
 
     def archive(self, min_instants: int = 20, max_instants: int = 30, keep_from: str | None = None) -> list[str]:
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             return _services.archive(self.storage, min_instants, max_instants, keep_from)
 
     def savepoint(self, instant: str | None = None, user: str = "", comment: str = "") -> str:
         """Savepoints a completed write (default: the latest); returns its instant time."""
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             return _services.savepoint(self.storage, instant, user or _user(), comment)
 
     def delete_savepoint(self, instant: str) -> None:
-        with self.lock():
+        with self._changing():
             _services.delete_savepoint(self.storage, instant)
 
     def savepoints(self) -> list[str]:
@@ -460,13 +537,13 @@ class Table:
     def restore(self, instant: str) -> tuple[str, list[str]]:
         """Returns the table to the completed write `instant` (see services.restore); returns
         the restore instant and the instants it undid, newest first."""
-        with self.lock():
+        with self._changing():
             return _services.restore(self.storage, instant)
 
     def rollback(self, instant: str) -> str:
         """Rolls back the latest completed write, which must be `instant`; returns the rollback
         instant."""
-        with self.lock():
+        with self._changing():
             return _services.rollback(self.storage, instant)
 
     # --- reading -----------------------------------------------------------------------------
