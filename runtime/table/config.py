@@ -172,9 +172,9 @@ class TableConfig:
         moved = props.get("hoodie.timeline.path") or (storage.list_files(".hoodie/timeline", recursive=False) and "timeline")
         if version > TABLE_VERSION or layout != TIMELINE_LAYOUT or moved:
             how = f"table version {version}" + (" (upgraded by Hudi 1.x)" if version >= 8 else "")
-            if layout != TIMELINE_LAYOUT or version <= TABLE_VERSION:
-                how += f" with timeline layout {layout}" + (f" in .hoodie/{moved}/" if moved else "")
-            return (f"it is a Hudi {how}; pipe reads and writes version 6 with timeline layout 1 (Hudi 0.14/0.15). "
+            how += f" with timeline layout {layout}" if layout != TIMELINE_LAYOUT else ""
+            how += f", its timeline in .hoodie/{moved}/ (Hudi 1.x's place)" if moved else ""
+            return (f"it is Hudi {how}; pipe reads and writes version 6 with timeline layout 1 (Hudi 0.14/0.15). "
                     "Downgrade it with Hudi 1.x (hudi-cli `downgrade table --toVersion SIX`, or Spark SQL "
                     "`CALL downgrade_table(table => '...', to_version => 'SIX')`), and keep Hudi 1.x writers on it at "
                     "hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")

@@ -342,7 +342,16 @@ class Table:
 
     # --- before any change: what pipe cannot write, and a Java writer's metadata table ---------
 
+    def _check_readable(self) -> None:
+        """Table.open's check again, for a Table opened before another writer changed the
+        table (Hudi 1.x upgrading it to version 8 would make it read as empty)."""
+        self.config = TableConfig.from_properties_map(read_properties(self.storage))
+        reason = self.config.unreadable_reason(self.storage)
+        if reason:
+            raise TableError(f"pipe cannot read or write table {self.config.name} at {self.storage.spec.uri}: {reason}")
+
     def _check_writable(self) -> None:
+        self.config = TableConfig.from_properties_map(read_properties(self.storage))  # as it is now
         reason = self.config.unwritable_reason(self.storage)
         if reason:
             raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
@@ -554,6 +563,7 @@ class Table:
         (an insert_overwrite_table may have changed it since). A merge-on-read table's log
         files are merged into its base files' rows, unless `read_optimized` (base files only:
         faster, but without the updates and deletes still in log files)."""
+        self._check_readable()
         timeline = self.timeline()
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
@@ -563,6 +573,7 @@ class Table:
         """The changes the writes in (since, until] made (cdc.py): the data columns of each
         changed record's image, `_change_type` (insert, update_preimage, update_postimage,
         delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
+        self._check_readable()
         timeline = self.timeline()
         until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
         from pyspark.sql import types as T
@@ -581,6 +592,7 @@ class Table:
                      read_optimized: bool = False):
         """The rows `read` returns, read in this process with pyarrow, without Spark: (Arrow
         schema, iterator of record batches). For small reads of a table on a local disk."""
+        self._check_readable()
         timeline = self.timeline()
         schema = self.arrow_schema(timeline, as_of=until or as_of)
         return _reader.read_batches(self.storage, schema, timeline, as_of=as_of, since=since, until=until, meta=meta,
