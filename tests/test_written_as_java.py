@@ -62,3 +62,20 @@ def test_savepoint_time_is_in_millis_and_the_clean_plan_names_files_java_resolve
     # (s3a://, s3://, hdfs://, file:), where a full path of pipe's (s3://) could be the wrong scheme
     assert plan["version"] == 1 and plan["filePathsToBeDeletedPerPartition"] is None
     assert deleted and {p: sorted(fs) for p, fs in plan["filesToBeDeletedPerPartition"].items()} == {"region=eu west": deleted}
+
+
+def test_columns_avro_refuses_are_refused_before_anything_is_written(spark, tmp_path):
+    """Audit exp3: `order-id`, `my col`, `1st` were written, and hudi-rs then failed with
+    "Invalid field name order-id" (Java's Schema.Parser refuses them too)."""
+    import pytest
+
+    from runtime.table.errors import TableError
+
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), TableConfig(name="orders", record_key_fields=("id",)))
+    before = sorted(p for p in path.rglob("*") if p.is_file())
+    df = spark.sql("select 1L as id, 2L as `order-id`, 'x' as `my col`, named_struct('1st', 1) as nested")
+    with pytest.raises(TableError) as info:
+        table.write(df, "upsert")
+    assert "'order-id', 'my col', 'nested.1st'" in str(info.value) and "rename them in the SELECT with `as`" in info.value.hint
+    assert sorted(p for p in path.rglob("*") if p.is_file()) == before

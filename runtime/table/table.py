@@ -37,7 +37,7 @@ from runtime.table.config import (
     update_properties,
 )
 from runtime.table.layout import FileSystemView
-from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, spark_struct
+from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, invalid_avro_names, spark_struct
 from runtime.table.timeline import (
     COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
     Timeline, WriteStat, new_instant_time,
@@ -283,6 +283,11 @@ class Table:
         if opts.partitions_to_delete and operation != "delete_partition":
             raise TableError(f"partitions_to_delete applies to operation delete_partition, not to {operation}")
         self._check_writable()
+        bad = invalid_avro_names(df.schema) if df is not None else []
+        if bad:
+            raise TableError(f"pipe cannot write into table {self.config.name}: column(s) {', '.join(repr(b) for b in bad)} "
+                             "are not valid Avro names, so Hudi readers (Java, hudi-rs) could not read the table",
+                             "names are letters, digits and _, not starting with a digit: rename them in the SELECT with `as`")
         reserved = sorted(set(opts.extra_metadata) & set(RESERVED_EXTRA))
         if reserved:
             raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
