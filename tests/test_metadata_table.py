@@ -133,3 +133,28 @@ def test_a_crash_after_the_properties_were_cleared_leaves_an_unused_folder_the_n
     table.savepoint()
     assert_retired(path)
     assert "left by an interrupted retirement" in table.retired
+
+
+def test_pipe_run_and_service_commands_say_they_retired_it(spark, tmp_path, capsys):
+    from tests.test_run import pipe, project, run_ok, steps
+    from tests.test_services_cli import FILES, add_batch
+
+    root = project(tmp_path, FILES)
+    add_batch(root, 1)
+    run_ok(capsys, root)
+    lake = Table.open(None, str(root / "lake/orders"))
+
+    def java_adds_its_metadata_table():
+        (root / "lake/orders/.hoodie/metadata/files").mkdir(parents=True)
+        (root / "lake/orders/.hoodie/metadata/files/.files-0000-0_00000000000000010.log.1_0-0-0").write_bytes(b"#HUDI#")
+        update_properties(lake.storage, {MDT_PROPS[0]: "files"})
+
+    java_adds_its_metadata_table()
+    code, out, err = pipe(capsys, root, "savepoint", "orders")
+    assert code == 0, err
+    assert "retired the metadata table of orders (partitions: files)" in out
+    java_adds_its_metadata_table()
+    add_batch(root, 2)
+    run_ok(capsys, root)
+    assert "first retired the metadata table of orders" in steps(root)["table.orders"]["message"]
+    assert not (root / "lake/orders/.hoodie/metadata").exists()
