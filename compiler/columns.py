@@ -25,6 +25,21 @@ _ATOMIC = {
 }
 _PARAMETRIC = {"decimal": "decimal", "dec": "decimal", "numeric": "decimal", "varchar": "varchar", "char": "char"}
 
+# Avro's rule for a field name (Hudi keeps a table's schema in Avro: commit metadata, log block
+# headers); Java's Schema.Parser and hudi-rs refuse any other name, so such a table is unreadable.
+_AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def avro_name_problem(name: str, what: str) -> tuple[str, str] | None:
+    """(message, hint) when column `name` of `what` cannot be an Avro field name, else None."""
+    if _AVRO_NAME.match(name):
+        return None
+    fixed = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    fixed = fixed if _AVRO_NAME.match(fixed) else "_" + fixed
+    return (f"column '{name}' of {what} is not a valid Avro name, so Hudi readers (Java, hudi-rs) could not read the table",
+            f"names are letters, digits and _, not starting with a digit: rename it with `as`, e.g. `{name}` as {fixed}")
+
+
 _TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|(.))")
 
 

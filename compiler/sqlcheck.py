@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from compiler.columns import avro_name_problem
 from compiler.errors import Collector, Location, did_you_mean
 from compiler.project import Project, Table
 from compiler.render import ENV_PLACEHOLDER_RE, RenderedTable
@@ -113,6 +114,8 @@ def check_sql(project: Project, rendered: Mapping[str, RenderedTable], order: It
         cols = {o.columns for o in outcomes}
         inferred = outcomes[0].columns if len(cols) == 1 else None
         _check_table_columns(table, inferred, errors)
+        if not table.columns:  # declared columns: validate.py checks their names
+            _check_avro_names(table, inferred, errors)
         _check_delete_when(table, r, inferred, cache, errors)
         known[name] = inferred if inferred is not None else _declared(table.columns)
     cache.save()
@@ -147,6 +150,18 @@ def _check_table_columns(table: Table, selected: tuple[str, ...] | None, errors:
                 continue  # validate.py reports it against the declared schema
             hint = did_you_mean(col, selected) or "columns it selects: " + ", ".join(selected)
             errors.error(_item_at(table, setting, i), f"{setting} column '{col}' of table '{table.name}' is not selected by {table.sql_file}", hint)
+
+
+def _check_avro_names(table: Table, selected: tuple[str, ...] | None, errors: Collector) -> None:
+    """The columns the SQL selects become Avro field names; reported where the SQL names them
+    (the first place the name appears in the file), or at the file when a `*` brings them."""
+    for name in selected or ():
+        problem = avro_name_problem(name, f"table '{table.name}'")
+        if problem is None:
+            continue
+        at = table.sql_text.find(name)
+        line, col = _line_col(table.sql_text, at) if at >= 0 else (None, None)
+        errors.error(Location(table.sql_file, line, col), *problem)
 
 
 def _check_delete_when(table: Table, r: RenderedTable, selected: tuple[str, ...] | None, cache: "_Cache", errors: Collector) -> None:

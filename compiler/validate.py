@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from compiler.columns import avro_name_problem
 from compiler.errors import Collector, did_you_mean
 from compiler.project import Project, Source, Table
 
@@ -118,6 +119,11 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
 
     # Columns named in settings must exist when the output columns are declared.
     cols = table.columns
+    by_name = isinstance(table.doc.value_at(table.path + ("schema",)), dict)
+    for col in cols or ():
+        problem = avro_name_problem(col["name"], what)
+        if problem:
+            errors.error(table.at("schema", col["name"]) if by_name else table.at("schema"), *problem)
     for key_name in ("key", "partition_by", "precombine"):
         names = c[key_name] if isinstance(c[key_name], list) else ([c[key_name]] if c[key_name] else [])
         for i, col in enumerate(names):

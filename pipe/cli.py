@@ -688,6 +688,12 @@ def _naming(table_name: str):
         raise
 
 
+def _report_retired(table) -> None:
+    """A change that retired a Java writer's metadata table says so (Table.retire_metadata_table)."""
+    if table.retired:
+        output.line(f"[yellow]![/] {table.retired}")
+
+
 def _downstream_warning(table_name: str, consumers: dict[str, str], instant: str) -> None:
     """Consumers that have read past the instant the table now ends at fail on their next run."""
     past = {who: cp for who, cp in consumers.items() if cp > instant}
@@ -717,6 +723,7 @@ def clean_cmd(ctx: _Context, table_name, policy, retain, target) -> None:
     with _naming(table_name):
         result = table.clean(policy, retain, retain_from=oldest)
         archived = table.archive(archive_cfg.get("min_instants", 20), archive_cfg.get("max_instants", 30), keep_from=oldest)
+    _report_retired(table)
     what = f"{policy}, retain {retain}"
     if result.instant:
         output.line(f"[green]✓[/] cleaned {table_name}: deleted {result.files_deleted} file(s) no retained commit needs "
@@ -753,6 +760,7 @@ def compact_cmd(ctx: _Context, table_name, target) -> None:
         if before:
             table.spark = _spark_factory(plan, ctx.debug)()
         done = table.compact() if before else None
+    _report_retired(table)
     if done is None:
         output.line(f"[green]✓[/] nothing to compact in {table_name}: no file group has log files")
         return
@@ -779,10 +787,12 @@ def savepoint_cmd(ctx: _Context, table_name, instant, delete, comment, target) -
             raise ProjectError([_cli("--delete needs the INSTANT of the savepoint", f"savepoints of {table_name}: {', '.join(table.savepoints()) or 'none'}")])
         with _naming(table_name):
             table.delete_savepoint(instant)
+        _report_retired(table)
         output.line(f"[green]✓[/] deleted the savepoint of {table_name} at {instant}; cleaning may now remove its files")
         return
     with _naming(table_name):
         done = table.savepoint(instant, comment=comment)
+    _report_retired(table)
     output.line(f"[green]✓[/] savepointed {table_name} at {done}: cleaning keeps its files, and `pipe restore {table_name} {done}` returns the table to it")
 
 
@@ -799,6 +809,7 @@ def restore_cmd(ctx: _Context, table_name, instant, target) -> None:
     table, _, consumers = _service_context(ctx, table_name, target)
     with _naming(table_name):
         restored, undone = table.restore(instant)
+    _report_retired(table)
     output.line(f"[green]✓[/] restored {table_name} to {instant}: undid {len(undone)} write(s) ({', '.join(undone)}); restore instant {restored}")
     _downstream_warning(table_name, consumers, instant)
 
@@ -816,6 +827,7 @@ def rollback_cmd(ctx: _Context, table_name, instant, target) -> None:
     table, _, consumers = _service_context(ctx, table_name, target)
     with _naming(table_name):
         rolled = table.rollback(instant)
+    _report_retired(table)
     latest = table.timeline().latest_completed()
     now = f"the table is as of {latest.time}" if latest else "the table has no commit now"
     output.line(f"[green]✓[/] rolled back {table_name} {instant} (rollback instant {rolled}); {now}")

@@ -581,6 +581,8 @@ class Executor:
         note = f"; the commit stands, but compacting, cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
         if w.compaction:
             note = f", compacted (commit {w.compaction})" + note
+        if w.retired:
+            note += f"; first {w.retired}"
         return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
 
     def _named_partitions(self, step: Step, config: Mapping[str, Any], df, table) -> set[str]:

@@ -187,7 +187,7 @@ def test_macro_defined_twice_is_an_error(project):
     root = project({
         "macros/a.sql": "{% macro m() %}1{% endmacro %}",
         "macros/b.sql": "{# second #}\n{% macro m() %}2{% endmacro %}",
-        "tables/t.sql": "select {{ m() }}",
+        "tables/t.sql": "select {{ m() }} as one",
     })
     [d] = compile_errors(root)
     assert str(d.location) == "macros/b.sql:2"

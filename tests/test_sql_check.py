@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from compiler.api import compile_project
-from tests.conftest import REPO, compile_errors
+from tests.conftest import REPO, compile_errors, write_project
 
 ORDERS = """
 sources:
@@ -260,7 +260,7 @@ VALID = {
     'in_subquery_and_scalar': "select * from {{ source('raw_orders') }} where customer_id in (select customer_id from {{ source('raw_customers') }} where country = 'NL') and amount > (select avg(amount) from {{ source('raw_orders') }})",
     'nested_ctes_shadowing': "with raw_orders as (select order_id as id from {{ source('raw_orders') }}) select id from raw_orders",
     'struct_functions': "select struct(order_id, amount).amount as a, named_struct('x', 1).x as x, address.city as city, o.address.zip as zip from {{ source('raw_orders') }} o",
-    'quoted_identifiers': "select `order_id`, `o`.`amount` as `the amount`, o.`status` from {{ source('raw_orders') }} `o`",
+    'quoted_identifiers': "select `order_id`, `o`.`amount` as `the_amount`, o.`status` from {{ source('raw_orders') }} `o`",
     'values_only': "select * from values (1, 'a'), (2, 'b') as t(id, name)",
     'explode_in_select': "select order_id, explode(items) as item from {{ source('raw_orders') }}",
     'posexplode_select': "select posexplode(items) as (pos, item) from {{ source('raw_orders') }}",
@@ -271,7 +271,7 @@ VALID = {
     'try_and_nullif': "select try_divide(amount, 0) as d, nullif(status, '') as s, coalesce(address.city, 'x') as c from {{ source('raw_orders') }}",
     'union_by_name': "select order_id, amount from {{ source('raw_orders') }} union all select customer_id as order_id, 0 as amount from {{ source('raw_customers') }}",
     'order_by_alias_in_union': "(select order_id as x from {{ source('raw_orders') }}) union (select customer_id from {{ source('raw_customers') }}) order by x",
-    "named_args_and_try": "select try_cast(amount as int) as i, coalesce(status, 'x') as s, `order_id` as `id with space` from {{ source('raw_orders') }}",
+    "named_args_and_try": "select try_cast(amount as int) as i, coalesce(status, 'x') as s, `order_id` as `id_copy` from {{ source('raw_orders') }}",
 }
 
 
@@ -379,3 +379,25 @@ def test_a_key_typo_only_spark_can_find_is_reported_at_the_yaml(spark, project, 
     assert code == 1
     assert "tables/t.yml:2: table.t: the input lacks column(s) order_idd" in err, err
     assert "check key, partition_by and precombine in tables/t.yml against the columns tables/t.sql selects" in err, err
+
+
+# --- column names Avro refuses (Hudi keeps the schema in Avro) --------------------------------------
+
+
+def test_a_selected_column_avro_refuses_is_an_error_where_the_sql_names_it(project):
+    sql = "select order_id,\n       amount as `order-total`,\n       status as `my status`,\n       region as `1st_region`\nfrom {{ source('raw_orders') }}\n"
+    diags = compile_errors(project(files({"t": sql})))
+    assert [(str(d.location), d.message.split(" of ")[0]) for d in diags] == [
+        ("tables/t.sql:2:19", "column 'order-total'"), ("tables/t.sql:3:19", "column 'my status'"), ("tables/t.sql:4:19", "column '1st_region'")]
+    assert "not a valid Avro name" in diags[0].message and "`order-total` as order_total" in diags[0].hint
+    assert "`1st_region` as _1st_region" in diags[2].hint
+
+
+def test_a_star_over_a_source_with_an_avro_refused_name_is_an_error_at_the_file(project, tmp_path):
+    src = ORDERS.replace("schema: {customer_id: BIGINT, name: STRING, country: STRING}", "schema: {customer_id: BIGINT, \"full name\": STRING}")
+    root = project({**files({"t": "select * from {{ source('raw_customers') }}\n"}), "sources/s.yml": src})
+    only(compile_errors(root), "column 'full name' of table 't' is not a valid Avro name", "tables/t.sql")
+    # renamed in the SELECT, the source's name is fine
+    fixed = write_project(tmp_path / "fixed", {**files({"t": "select customer_id, `full name` as full_name from {{ source('raw_customers') }}\n"}),
+                                               "sources/s.yml": src})
+    assert compile_project(fixed).plan.step("table.t") is not None

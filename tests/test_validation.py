@@ -1320,3 +1320,18 @@ def test_all_errors_are_reported_in_one_go(project):
         ("tables/b.sql:3", "var('min_amount') is not defined"),
     ]
     assert all(d.hint for d in diags)
+
+
+def test_declared_columns_avro_refuses_are_errors_at_their_line(project):
+    root = project({"sources/s.yml": RAW, **table("t", """
+key: [id]
+schema:
+  id: BIGINT
+  order-id: BIGINT
+  "my col": STRING
+""", sql="select 1 as id, 2 as order_id, 'x' as my_col\n")})
+    diags = compile_errors(root)
+    check(diags, "column 'order-id' of table 't' is not a valid Avro name", "tables/t.yml:6:17", "`order-id` as order_id")
+    check(diags, "column 'my col' of table 't' is not a valid Avro name", "tables/t.yml:7:17", "`my col` as my_col")
+    root = project({"sources/s.yml": RAW, **table("u", 'key: [id]\nschema: "id BIGINT, `1st` STRING"\n', sql="select 1 as id, 'x' as `1st`\n")})
+    check([d for d in compile_errors(root) if "Avro" in d.message], "column '1st' of table 'u'", "tables/u.yml:4:13", "`1st` as _1st")

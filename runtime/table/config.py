@@ -1,15 +1,26 @@
-"""hoodie.properties: what a table is (name, type, keys, partitioning, merge mode), written once
-at creation with every key Hudi readers expect (HUDI_FORMAT.md section 1.1)."""
+"""hoodie.properties: what a table is (name, type, keys, partitioning, merge mode), written at
+creation with every key Hudi readers expect (HUDI_FORMAT.md section 1.1), in Java's
+`Properties.store` encoding; which tables pipe can read and write (table version, timeline
+layout, Java features it does not reproduce); and Hudi's crash-safe update of the file
+(`HoodieTableConfig.modify`: a backup first, readers fall back to it)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 from runtime.table.errors import TableError
 
 PROPERTIES = ".hoodie/hoodie.properties"
+PROPERTIES_BACKUP = ".hoodie/hoodie.properties.backup"
+METADATA_TABLE = ".hoodie/metadata"
+# the table version and timeline layout pipe writes (Hudi 0.14/0.15); it reads 4 and 5 too
+# (Hudi 0.11 to 0.13: the same files and timeline; see docs/tables.md)
+TABLE_VERSION, TIMELINE_LAYOUT = 6, 1
+READABLE_VERSIONS = (4, 5, 6)
+_METADATA_PARTITIONS = ("hoodie.table.metadata.partitions", "hoodie.table.metadata.partitions.inflight")
 DATABASE = "default"
 
 COPY_ON_WRITE, MERGE_ON_READ = "COPY_ON_WRITE", "MERGE_ON_READ"
@@ -44,6 +55,9 @@ class TableConfig:
     # binary values (pipe's before it wrote Java's); found from a stored row (keygen.settle);
     # None: not looked at yet (Java's text is written)
     legacy_value_text: bool | None = None
+    create_schema: str | None = None  # hoodie.table.create.schema: the Avro schema of the first write
+    # every property as read (None: a config pipe is about to create)
+    properties: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_partitioned(self) -> bool:
@@ -123,14 +137,16 @@ class TableConfig:
             props["hoodie.table.precombine.field"] = self.precombine_field
         if self.complex_single_key:  # Java's current default text, declared for Java's validation
             props["hoodie.table.complex.keygen.encoding"] = self.complex_key_encoding or "FIELD_PREFIXED"
-        lines = ["#Properties saved on " + now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"]
-        # values are written raw: hudi-rs does not unescape, and Java accepts them unescaped
-        lines += [f"{k}={v}" for k, v in sorted(props.items())]
-        return "\n".join(lines) + "\n"
+        if self.create_schema:
+            props["hoodie.table.create.schema"] = self.create_schema
+        return store_properties(props, "Properties saved on " + now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z")
 
     @classmethod
     def from_properties(cls, text: str) -> "TableConfig":
-        props = parse_properties(text)
+        return cls.from_properties_map(parse_properties(text))
+
+    @classmethod
+    def from_properties_map(cls, props: Mapping[str, str]) -> "TableConfig":
         split = lambda v: tuple(x for x in (v or "").split(",") if x)  # noqa: E731
         keygen = props.get("hoodie.table.keygenerator.class", "")
         partitions = () if keygen.endswith("NonpartitionedKeyGenerator") else split(props.get("hoodie.table.partition.fields"))
@@ -148,11 +164,81 @@ class TableConfig:
             payload_class=props.get("hoodie.compaction.payload.class") or None,
             record_merge_mode=props.get("hoodie.record.merge.mode") or None,
             complex_key_encoding=(props.get("hoodie.table.complex.keygen.encoding") or "").strip().upper() or None,
+            create_schema=props.get("hoodie.table.create.schema") or None,
+            properties=props,
         )
 
-    def unwritable_reason(self) -> str | None:
-        """Why pipe cannot write into this table (one Hudi made with features pipe does not
-        reproduce), or None."""
+    @property
+    def table_version(self) -> int:
+        return _int((self.properties or {}).get("hoodie.table.version"), TABLE_VERSION)
+
+    @property
+    def has_metadata_table(self) -> bool:
+        """A Java writer's metadata table (Hudi's default since 0.11), complete or being built."""
+        return any((self.properties or {}).get(k) for k in _METADATA_PARTITIONS) or bool(self.metadata_partitions)
+
+    def unreadable_reason(self, storage) -> str | None:
+        """Why pipe cannot read this table (a table version or timeline layout it does not
+        know, or a Java feature that changes what the files mean), or None. `storage` is
+        the table's, for the folders some features leave under .hoodie."""
+        props = self.properties or {}
+        version = self.table_version
+        layout = _int(props.get("hoodie.timeline.layout.version"), TIMELINE_LAYOUT)
+        moved = props.get("hoodie.timeline.path") or (storage.list_files(".hoodie/timeline", recursive=False) and "timeline")
+        if version > TABLE_VERSION or layout != TIMELINE_LAYOUT or moved:
+            how = f"table version {version}" + (" (upgraded by Hudi 1.x)" if version >= 8 else "")
+            how += f" with timeline layout {layout}" if layout != TIMELINE_LAYOUT else ""
+            how += f", its timeline in .hoodie/{moved}/ (Hudi 1.x's place)" if moved else ""
+            return (f"it is Hudi {how}; pipe reads and writes version 6 with timeline layout 1 (Hudi 0.14/0.15). "
+                    "Downgrade it with Hudi 1.x (hudi-cli `downgrade table --toVersion SIX`, or Spark SQL "
+                    "`CALL downgrade_table(table => '...', to_version => 'SIX')`), and keep Hudi 1.x writers on it at "
+                    "hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")
+        if version not in READABLE_VERSIONS:
+            return (f"it is Hudi table version {version} (Hudi 0.10 or older); pipe reads versions 4 to 6: "
+                    "upgrade it by writing to it once with Hudi 0.14 or 0.15")
+        if props.get("hoodie.bootstrap.base.path"):
+            return (f"it is a metadata-only bootstrap of {props['hoodie.bootstrap.base.path']} (hoodie.bootstrap.base.path): "
+                    "its base files hold only keys, the data stays in the source files, which pipe does not join")
+        fmt = (props.get("hoodie.table.base.file.format") or props.get("hoodie.table.ro.file.format") or "PARQUET").upper()
+        if fmt != "PARQUET":
+            return f"its base files are {fmt} (hoodie.table.base.file.format); pipe reads and writes Parquet only"
+        if props.get("hoodie.datasource.write.drop.partition.columns", "false").lower() == "true":
+            return ("its files leave out the partition columns (hoodie.datasource.write.drop.partition.columns=true), "
+                    "which pipe would read as missing")
+        if [f for f in storage.list_files(".hoodie/.schema", recursive=True) if not f.path.endswith("/.keep")]:
+            return ("it uses Hudi's schema-on-read evolution (.hoodie/.schema/): columns renamed or dropped that way "
+                    "match by id, not by name, which pipe does not do")
+        return None
+
+    def unchangeable_reason(self, storage=None) -> str | None:
+        """Why pipe must change no file of this table, neither by a write nor by a service
+        (compact, clean, archive, savepoint, restore, rollback): a table version it only
+        reads, or a Java feature whose files pipe would not keep in step. None otherwise. A
+        metadata table is not a reason: it is retired first (Table.retire_metadata_table)."""
+        if storage is not None:
+            unreadable = self.unreadable_reason(storage)
+            if unreadable:
+                return unreadable
+        props = self.properties or {}
+        if self.table_version != TABLE_VERSION:
+            return (f"it is Hudi table version {self.table_version}, which pipe reads but does not write (it writes version 6): "
+                    "upgrade it by writing to it once with Hudi 0.14 or 0.15")
+        if props.get("hoodie.table.cdc.enabled", "false").lower() == "true":
+            return ("it keeps a change data capture log (hoodie.table.cdc.enabled=true), which pipe does not write, "
+                    "so Java's CDC queries would fail on pipe's commits")
+        index = (props.get("hoodie.index.type") or "").upper()
+        if index == "BUCKET" or (storage is not None and storage.list_files(".hoodie/.bucket_index", recursive=True)):
+            engine = (props.get("hoodie.index.bucket.engine") or ("CONSISTENT_HASHING" if index != "BUCKET" else "SIMPLE")).upper()
+            return (f"it uses a bucket index ({engine.lower().replace('_', ' ')}), whose file groups are numbered buckets "
+                    "that pipe's writer does not assign")
+        return None
+
+    def unwritable_reason(self, storage=None) -> str | None:
+        """Why pipe cannot write into this table (unchangeable_reason, or one Hudi made with
+        a key generator, merge or meta-field setting pipe does not reproduce), or None."""
+        reason = self.unchangeable_reason(storage)
+        if reason:
+            return reason
         keygen = self.key_generator.rsplit(".", 1)[-1]
         if keygen not in ("SimpleKeyGenerator", "ComplexKeyGenerator", "NonpartitionedKeyGenerator"):
             return f"its key generator {keygen} derives partition paths pipe does not compute"
@@ -165,19 +251,168 @@ class TableConfig:
                 self.read_merge_mode()
             except TableError as exc:  # its log files would be merged in a way pipe cannot apply
                 return str(exc)
-        if self.metadata_partitions:
-            return ("it has a metadata table (hoodie.table.metadata.partitions), which Java readers trust and pipe "
-                    "does not maintain; disable it in Hudi first (hoodie.metadata.enable=false)")
         return None
+
+    def without_metadata_table(self) -> "TableConfig":
+        props = {k: v for k, v in (self.properties or {}).items() if k not in _METADATA_PARTITIONS}
+        return replace(self, metadata_partitions="", properties=props)
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value not in (None, "") else default
+    except ValueError:
+        return -1
+
+
+# --- the file format: java.util.Properties ---------------------------------------------------
+
+def _escape(text: str, is_key: bool) -> str:
+    """java.util.Properties.saveConvert: what store() writes for a key or a value (ISO-8859-1
+    output: every character outside printable ASCII as \\uXXXX)."""
+    out = []
+    for i, ch in enumerate(text):
+        code = ord(ch)
+        if ch == " ":
+            out.append("\\ " if (i == 0 or is_key) else " ")
+        elif ch in "\\=:#!":
+            out.append("\\" + ch)
+        elif ch in "\t\n\r\f":
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}[ch])
+        elif code < 0x20 or code > 0x7E:
+            out.extend(f"\\u{unit:04X}" for unit in _utf16(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf16(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def store_properties(props: Mapping[str, str], comment: str, now: dt.datetime | None = None) -> str:
+    """The text java.util.Properties.store writes (as HoodieTableConfig does): a comment line,
+    a date line, then `key=value` lines escaped by _escape. Encode it as ISO-8859-1 (it is
+    ASCII)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    lines = ["#" + comment, "#" + now.strftime("%a %b %d %H:%M:%S UTC %Y")]
+    lines += [f"{_escape(k, True)}={_escape(v, False)}" for k, v in sorted(props.items())]
+    return "\n".join(lines) + "\n"
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Java properties as Hudi writes them: `key=value` lines, `#` comments, `\\:` for `:`."""
-    props = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")) or "=" not in line:
+    """java.util.Properties.load: `key=value`, `key:value` or `key value` lines, `#` and `!`
+    comments, lines continued by a trailing backslash, and every escape (\\uXXXX, \\t, \\n, \\r,
+    \\f, and a backslash before any other character stands for that character)."""
+    props: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
             continue
-        key, _, value = line.partition("=")
-        props[key.strip()] = value.strip().replace("\\:", ":").replace("\\=", "=")
+        while _continues(line) and i < len(lines):  # an odd number of trailing backslashes
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        if _continues(line):
+            line = line[:-1]
+        key_end, j = len(line), 0
+        while j < len(line):
+            ch = line[j]
+            if ch == "\\":
+                j += 2
+                continue
+            if ch in "=: \t\f":
+                key_end = j
+                break
+            j += 1
+        rest = line[key_end:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        props[_unescape(line[:key_end])] = _unescape(rest)
     return props
+
+
+def _continues(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _unescape(text: str) -> str:
+    out, j = [], 0
+    while j < len(text):
+        ch = text[j]
+        if ch != "\\" or j + 1 >= len(text):
+            out.append(ch)
+            j += 1
+            continue
+        nxt = text[j + 1]
+        if nxt == "u" and j + 6 <= len(text):
+            try:
+                out.append(chr(int(text[j + 2:j + 6], 16)))
+                j += 6
+                continue
+            except ValueError:
+                raise TableError(f"hoodie.properties has a malformed \\u escape: {text[j:j + 6]!r}") from None
+        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+        j += 2
+    # \\uD83D\\uDE00 pairs: Java strings are UTF-16
+    return "".join(out).encode("utf-16-be", "surrogatepass").decode("utf-16-be")
+
+
+def decode_properties(data: bytes) -> str:
+    """hoodie.properties bytes as text. Java reads ISO-8859-1 (and writes only ASCII, with
+    \\u escapes); pipe before 2026-11 wrote raw UTF-8, which is read as such."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("iso-8859-1")
+
+
+def read_properties(storage) -> dict[str, str]:
+    """hoodie.properties as Hudi's readers load it (HoodieTableConfig.fetchConfigs): the file,
+    or, while an update is under way or after a crash in it, its backup."""
+    for path in (PROPERTIES, PROPERTIES_BACKUP):
+        try:
+            return parse_properties(decode_properties(storage.read_bytes(path)))
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(PROPERTIES)
+
+
+def update_properties(storage, set_props: Mapping[str, str] = {}, remove: tuple[str, ...] = ()) -> dict[str, str]:
+    """Changes hoodie.properties as HoodieTableConfig.update/delete do, so that a crash at any
+    point leaves a file Java and pipe read (read_properties): recover from an earlier crash
+    (no file: the backup becomes it; the backup is dropped), back the file up, delete it,
+    write the new one, check it, drop the backup. The caller holds the writer lock."""
+    recover_properties(storage)
+    props = read_properties(storage)
+    comment = "Updated at " + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if not storage.create_exclusive(PROPERTIES_BACKUP, store_properties(props, comment).encode("iso-8859-1")):
+        raise TableError("hoodie.properties.backup appeared during an update of hoodie.properties: another writer is active")
+    storage.delete(PROPERTIES)
+    _fault("properties_after_backup")  # readers now read the backup
+    props = {k: v for k, v in {**props, **set_props}.items() if k not in remove}
+    storage.write_atomic(PROPERTIES, store_properties(props, comment).encode("iso-8859-1"))
+    if read_properties(storage).get("hoodie.table.checksum") != props.get("hoodie.table.checksum"):
+        storage.delete(PROPERTIES)  # readers keep using the backup; the next update recovers
+        raise TableError("hoodie.properties did not read back as written; the table is as it was (its backup)")
+    storage.delete(PROPERTIES_BACKUP)
+    return props
+
+
+def _fault(point: str) -> None:
+    from runtime.table.services import fault
+
+    fault(point)
+
+
+def recover_properties(storage) -> None:
+    """HoodieTableConfig.recoverIfNeeded: after a crash during an update, the backup (the file
+    as it was) becomes hoodie.properties again."""
+    if not storage.exists(PROPERTIES_BACKUP):
+        return
+    if not storage.exists(PROPERTIES):
+        storage.create_exclusive(PROPERTIES, storage.read_bytes(PROPERTIES_BACKUP))
+    storage.delete(PROPERTIES_BACKUP)

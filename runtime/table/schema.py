@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 META_COLUMNS = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name")
@@ -61,6 +62,33 @@ def avro_type(data_type: Any, name: str, namespace: str) -> Any:
 
 def _field(f: Any, namespace: str) -> dict[str, Any]:
     return {"name": f.name, "type": ["null", avro_type(f.dataType, f.name, namespace)], "default": None}
+
+
+# Avro's rule for names (compiler/columns.py has the same one for compile time): Java's
+# Schema.Parser and hudi-rs refuse a table schema with any other field name.
+_AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def invalid_avro_names(struct: Any, prefix: str = "") -> list[str]:
+    """The column and nested field names of `struct` that Avro refuses, as dotted paths."""
+    from pyspark.sql import types as T
+
+    out = []
+
+    def visit(t: Any, path: str) -> None:
+        if isinstance(t, T.StructType):
+            for f in t.fields:
+                where = f"{path}.{f.name}" if path else f.name
+                if not _AVRO_NAME.match(f.name):
+                    out.append(where)
+                visit(f.dataType, where)
+        elif isinstance(t, T.ArrayType):
+            visit(t.elementType, path)
+        elif isinstance(t, T.MapType):
+            visit(t.valueType, path)
+
+    visit(struct, prefix)
+    return out
 
 
 def avro_schema_json(struct: Any, table_name: str, meta: bool = False) -> str:

@@ -243,7 +243,7 @@ def savepoint(storage, instant: str | None, user: str, comment: str = "") -> str
         by_partition.setdefault(sl.partition, []).extend(names)
     meta = {
         "savepointedBy": user,
-        "savepointedAt": int(time.time()),
+        "savepointedAt": int(time.time() * 1000),  # millis, as Java's TimelineMetadataUtils.convertSavepointMetadata
         "comments": comment,
         "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": sorted(fs)} for p, fs in sorted(by_partition.items())},
         "version": 1,
@@ -415,9 +415,12 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_f
     plan = {
         "earliestInstantToRetain": {"timestamp": earliest_inst.time, "action": earliest_inst.action, "state": "COMPLETED"} if earliest_inst else None,
         "policy": java_policy,
-        "filesToBeDeletedPerPartition": None,
-        "version": 2,
-        "filePathsToBeDeletedPerPartition": {p: [{"filePath": storage.full_path(f), "isBootstrapBaseFile": False} for f in fs] for p, fs in doomed.items()},
+        # version 1 (file names by partition), not 2 (full paths): a Java cleaner that finishes
+        # this plan resolves the names against its own base path (CleanPlanV2MigrationHandler),
+        # whose scheme (s3a://, s3://, hdfs://, file:) pipe cannot know
+        "filesToBeDeletedPerPartition": {p: [f.rpartition("/")[2] for f in fs] for p, fs in doomed.items()},
+        "version": 1,
+        "filePathsToBeDeletedPerPartition": None,
         "partitionsToBeDeleted": [],
     }
     plan_bytes = avro.to_bytes(avro.CLEANER_PLAN, plan)

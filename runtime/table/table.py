@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import socket
 import threading
@@ -32,15 +33,19 @@ from runtime.table import services as _services
 from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
 from runtime.table.files import parquet_footer
-from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, PROPERTIES, TableConfig
+from runtime.table.config import (
+    COPY_ON_WRITE, MERGE_ON_READ, METADATA_TABLE, PROPERTIES, PROPERTIES_BACKUP, TableConfig, read_properties, recover_properties,
+    update_properties,
+)
 from runtime.table.layout import FileSystemView, bucket_index_file_ids
-from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, spark_struct
+from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, invalid_avro_names, spark_struct
 from runtime.table.timeline import (
     COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
     Timeline, WriteStat, new_instant_time,
 )
 
 LOCK_FILE = f"{HOODIE}/pipe.lock"
+log = logging.getLogger("pipe.table")
 # Empty folders Java writers create and expect (hudi-rs does not need them).
 _HOODIE_DIRS = ("archived", ".temp", ".aux/.bootstrap/.partitions", ".aux/.bootstrap/.fileids", ".schema")
 
@@ -58,6 +63,7 @@ class WriteResult:
     replaced_file_groups: int = 0  # replacecommits: file groups hidden (their rows are not counted as deletes)
     service_error: str | None = None  # inline clean or archive failed after the commit (the commit stands)
     compaction: str | None = None  # merge-on-read: the instant of the inline compaction that followed
+    retired: str | None = None  # what the write retired first (a Java writer's metadata table), for the user
 
 
 class Table:
@@ -66,27 +72,34 @@ class Table:
         self.storage = storage
         self.config = config
         self._file_schemas: dict[str, Any] = {}  # Spark schemas of base files, by Parquet schema (or path)
+        self.retired: str | None = None  # set when a change retired the table's metadata table (see _changing)
 
     # --- creating and opening --------------------------------------------------------------
 
     @classmethod
     def exists(cls, uri: str, storage_options: tuple = ()) -> bool:
-        return open_storage(StorageSpec(uri, storage_options)).exists(PROPERTIES)
+        storage = open_storage(StorageSpec(uri, storage_options))
+        return storage.exists(PROPERTIES) or storage.exists(PROPERTIES_BACKUP)  # the backup: an update under way
 
     @classmethod
     def open(cls, spark, uri: str, storage_options: tuple = ()) -> "Table":
+        """Opens the table for reading and writing; refuses one pipe cannot read (a table
+        version, timeline layout or Java feature it does not know: config.unreadable_reason)."""
         storage = open_storage(StorageSpec(uri, storage_options))
         try:
-            text = storage.read_bytes(PROPERTIES).decode("utf-8")
+            config = TableConfig.from_properties_map(read_properties(storage))
         except FileNotFoundError as exc:
             raise TableError(f"no Hudi table at {uri} ({PROPERTIES} is missing)") from exc
-        return cls(spark, storage, TableConfig.from_properties(text))
+        reason = config.unreadable_reason(storage)
+        if reason:
+            raise TableError(f"pipe cannot read or write table {config.name} at {uri}: {reason}")
+        return cls(spark, storage, config)
 
     @classmethod
     def create(cls, spark, uri: str, config: TableConfig, storage_options: tuple = ()) -> "Table":
         """Creates the table, or opens it when it exists with the same definition."""
         storage = open_storage(StorageSpec(uri, storage_options))
-        if storage.exists(PROPERTIES):
+        if storage.exists(PROPERTIES) or storage.exists(PROPERTIES_BACKUP):
             table = cls.open(spark, uri, storage_options)
             table._check_same_definition(config)
             return table
@@ -95,7 +108,7 @@ class Table:
         for d in _HOODIE_DIRS:
             storage.write_atomic(f"{HOODIE}/{d}/.keep", b"") if not hasattr(storage, "root") else os.makedirs(storage.full_path(f"{HOODIE}/{d}"), exist_ok=True)
         text = config.to_properties()
-        if not storage.create_exclusive(PROPERTIES, text.encode("utf-8")):
+        if not storage.create_exclusive(PROPERTIES, text.encode("iso-8859-1")):
             table = cls.open(spark, uri, storage_options)  # created meanwhile by someone else
             table._check_same_definition(config)
             return table
@@ -271,15 +284,18 @@ class Table:
             raise TableError(f"operation {operation} is not supported by this table engine yet")
         if opts.partitions_to_delete and operation != "delete_partition":
             raise TableError(f"partitions_to_delete applies to operation delete_partition, not to {operation}")
-        reason = self.config.unwritable_reason()
-        if reason:
-            raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
+        self._check_writable()
+        bad = invalid_avro_names(df.schema) if df is not None else []
+        if bad:
+            raise TableError(f"pipe cannot write into table {self.config.name}: column(s) {', '.join(repr(b) for b in bad)} "
+                             "are not valid Avro names, so Hudi readers (Java, hudi-rs) could not read the table",
+                             "names are letters, digits and _, not starting with a digit: rename them in the SELECT with `as`")
         reserved = sorted(set(opts.extra_metadata) & set(RESERVED_EXTRA))
         if reserved:
             raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
         replacing = operation in _writer.REPLACE_OPERATIONS
         action = REPLACECOMMIT if replacing else DELTACOMMIT if self.config.table_type == MERGE_ON_READ else COMMIT
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             timeline = self.timeline()
             if expect_latest is not ...:
@@ -314,6 +330,8 @@ class Table:
                 _services.fault("after_files")
                 self._remove_strays(instant.time, staged.stats, staged.log_prefixes)
                 self._check_conflicts(slices, staged.stats, staged.replaced)
+                if not timeline.completed(WRITE_ACTIONS) and not self.config.create_schema:
+                    self._set_create_schema(staged.schema_json)
             except BaseException:
                 # nothing half-written: the failed instant is rolled back before we report
                 self.rollback_pending()
@@ -336,7 +354,80 @@ class Table:
         c = staged.counts
         replaced = sum(len(ids) for ids in (staged.replaced or {}).values())
         return WriteResult(instant.time, action, "bootstrap" if bootstrap else operation, c.inserts, c.updates, c.deletes, c.files, c.bytes, replaced, service_error,
-                           compacted)
+                           compacted, self.retired)
+
+    # --- before any change: what pipe cannot write, and a Java writer's metadata table ---------
+
+    def _check_readable(self) -> None:
+        """Table.open's check again, for a Table opened before another writer changed the
+        table (Hudi 1.x upgrading it to version 8 would make it read as empty)."""
+        self.config = TableConfig.from_properties_map(read_properties(self.storage))
+        reason = self.config.unreadable_reason(self.storage)
+        if reason:
+            raise TableError(f"pipe cannot read or write table {self.config.name} at {self.storage.spec.uri}: {reason}")
+
+    def _check_writable(self) -> None:
+        self.config = TableConfig.from_properties_map(read_properties(self.storage))  # as it is now
+        reason = self.config.unwritable_reason(self.storage)
+        if reason:
+            raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """The writer lock, for anything that changes a file of the table (writes and every
+        service). Under it: hoodie.properties as it is now (recovered if an update of it
+        crashed), refused if pipe cannot write the table, and a metadata table retired."""
+        with self.lock():
+            recover_properties(self.storage)
+            self.config = TableConfig.from_properties_map(read_properties(self.storage))
+            reason = self.config.unchangeable_reason(self.storage)
+            if reason:
+                raise TableError(f"pipe cannot change table {self.config.name}: {reason}")
+            self.retire_metadata_table()
+            yield
+
+    def retire_metadata_table(self) -> str | None:
+        """Retires the metadata table a Java writer keeps (Hudi's default since 0.11) exactly as
+        Hudi's writer does when it runs with hoodie.metadata.enable=false
+        (HoodieTable.maybeDeleteMetadataTable -> HoodieTableMetadataUtil.deleteMetadataTable):
+        first hoodie.table.metadata.partitions(.inflight) are cleared through the crash-safe
+        update of hoodie.properties, so no reader trusts it any more, then .hoodie/metadata is
+        deleted. pipe cannot keep it in step (its files are HFiles), and Java's next writer
+        with the default settings rebuilds it from a listing. A crash between the steps leaves
+        an unused folder, deleted by the next change. Call under the lock; returns what was
+        done (also in `self.retired` and logged), or None."""
+        leftover = self.storage.list_files(METADATA_TABLE, recursive=True)
+        if not self.config.has_metadata_table and not leftover:
+            return None
+        if self.config.has_metadata_table:
+            partitions = self.config.metadata_partitions or "inflight"
+            update_properties(self.storage, remove=("hoodie.table.metadata.partitions", "hoodie.table.metadata.partitions.inflight"))
+            self.config = self.config.without_metadata_table()
+            _services.fault("metadata_table_after_properties")
+            what = (f"retired the metadata table of {self.config.name} (partitions: {partitions}) as Hudi does with "
+                    "hoodie.metadata.enable=false: pipe does not maintain it; Java's next writer with default settings rebuilds it")
+        else:
+            what = f"deleted the unused metadata table folder of {self.config.name} (.hoodie/metadata, left by an interrupted retirement)"
+        # its own hoodie.properties first: a partial folder is then no table to anyone
+        for f in sorted(leftover, key=lambda f: (not f.path.endswith("/.hoodie/hoodie.properties"), f.path)):
+            self.storage.delete(f.path)
+        if hasattr(self.storage, "root"):  # local folders: the empty directories too, deepest first
+            top = self.storage.full_path(METADATA_TABLE)
+            for dirpath, _, _ in sorted(os.walk(top), key=lambda d: -d[0].count(os.sep)):
+                try:
+                    os.rmdir(dirpath)
+                except OSError:
+                    pass
+        log.warning(what)
+        self.retired = what
+        return what
+
+    def _set_create_schema(self, schema_json: str) -> None:
+        """hoodie.table.create.schema, as Java writes it when it creates a table: the Avro
+        schema of the first write (without meta fields), which Java readers fall back to while
+        the table has no commit. Written with the first write, whose schema pipe only then knows."""
+        update_properties(self.storage, {"hoodie.table.create.schema": schema_json})
+        self.config = TableConfig.from_properties_map(read_properties(self.storage))
 
     def partition_paths(self, df) -> set[str]:
         """The partition paths of `df`'s rows as this table writes them (keygen.py, in the text
@@ -406,7 +497,7 @@ class Table:
         returns the compaction's instant, or None when no slice has logs."""
         if self.config.table_type != MERGE_ON_READ:
             raise TableError(f"table {self.config.name} is copy-on-write; only merge-on-read tables are compacted")
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             return self._compact()
 
@@ -456,23 +547,23 @@ class Table:
     def clean(self, policy: str = _services.KEEP_LATEST_COMMITS, retain: int = 10, retain_from: str | None = None) -> _services.CleanResult:
         """Deletes file versions no retained commit, savepoint or consumer (`retain_from`: the
         oldest instant an incremental consumer has read up to) needs; see services.plan_clean."""
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             return _services.clean(self.storage, policy, retain, retain_from)
 
     def archive(self, min_instants: int = 20, max_instants: int = 30, keep_from: str | None = None) -> list[str]:
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             return _services.archive(self.storage, min_instants, max_instants, keep_from)
 
     def savepoint(self, instant: str | None = None, user: str = "", comment: str = "") -> str:
         """Savepoints a completed write (default: the latest); returns its instant time."""
-        with self.lock():
+        with self._changing():
             self.rollback_pending()
             return _services.savepoint(self.storage, instant, user or _user(), comment)
 
     def delete_savepoint(self, instant: str) -> None:
-        with self.lock():
+        with self._changing():
             _services.delete_savepoint(self.storage, instant)
 
     def savepoints(self) -> list[str]:
@@ -481,13 +572,13 @@ class Table:
     def restore(self, instant: str) -> tuple[str, list[str]]:
         """Returns the table to the completed write `instant` (see services.restore); returns
         the restore instant and the instants it undid, newest first."""
-        with self.lock():
+        with self._changing():
             return _services.restore(self.storage, instant)
 
     def rollback(self, instant: str) -> str:
         """Rolls back the latest completed write, which must be `instant`; returns the rollback
         instant."""
-        with self.lock():
+        with self._changing():
             return _services.rollback(self.storage, instant)
 
     # --- reading -----------------------------------------------------------------------------
@@ -498,6 +589,7 @@ class Table:
         (an insert_overwrite_table may have changed it since). A merge-on-read table's log
         files are merged into its base files' rows, unless `read_optimized` (base files only:
         faster, but without the updates and deletes still in log files)."""
+        self._check_readable()
         timeline = self.timeline()
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
@@ -507,6 +599,7 @@ class Table:
         """The changes the writes in (since, until] made (cdc.py): the data columns of each
         changed record's image, `_change_type` (insert, update_preimage, update_postimage,
         delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
+        self._check_readable()
         timeline = self.timeline()
         until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
         from pyspark.sql import types as T
@@ -525,6 +618,7 @@ class Table:
                      read_optimized: bool = False):
         """The rows `read` returns, read in this process with pyarrow, without Spark: (Arrow
         schema, iterator of record batches). For small reads of a table on a local disk."""
+        self._check_readable()
         timeline = self.timeline()
         schema = self.arrow_schema(timeline, as_of=until or as_of)
         return _reader.read_batches(self.storage, schema, timeline, as_of=as_of, since=since, until=until, meta=meta,

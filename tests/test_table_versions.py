@@ -1,0 +1,144 @@
+"""Which Hudi tables pipe opens: the table version and timeline layout it reads and writes (6,
+layout 1; versions 4 and 5 read only), and the Java features it neither reads nor writes,
+refused with a message before anything is read or written."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from runtime.table import Table, TableConfig
+from runtime.table.config import PROPERTIES, read_properties, update_properties
+from runtime.table.errors import TableError
+
+CONFIG = TableConfig(name="orders", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
+SCHEMA = "id long, region string, ts long, v string"
+
+
+def built(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), CONFIG)
+    table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_000, "a"), (2, "us", 1_700_000_000_000, "b")], SCHEMA), "upsert")
+    return table, path
+
+
+def files(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != "pipe.lock")
+
+
+def upgrade_to_v8(path):
+    """What Hudi 1.x's SixToEightUpgradeHandler leaves (audit exp4 B): instants moved to
+    .hoodie/timeline/ (completed ones named <requested>_<completed>.<action>), version 8,
+    layout 2."""
+    hoodie = path / ".hoodie"
+    (hoodie / "timeline" / "history").mkdir(parents=True)
+    for f in os.listdir(hoodie):
+        m = re.match(r"^(\d{17})\.commit$", f)
+        if m:
+            os.rename(hoodie / f, hoodie / "timeline" / f"{m.group(1)}_{int(m.group(1)) + 5}.commit")
+        elif re.match(r"^\d{17}\.", f):
+            os.rename(hoodie / f, hoodie / "timeline" / f)
+    text = (hoodie / "hoodie.properties").read_text()
+    text = text.replace("hoodie.table.version=6", "hoodie.table.version=8").replace("hoodie.timeline.layout.version=1", "hoodie.timeline.layout.version=2")
+    (hoodie / "hoodie.properties").write_text(text + "hoodie.table.initial.version=6\nhoodie.timeline.path=timeline\n")
+
+
+def test_a_table_hudi_1x_upgraded_to_version_8_is_refused_for_reads_and_writes(spark, tmp_path):
+    table, path = built(spark, tmp_path)  # opened before the upgrade, as a long-running process would have
+    upgrade_to_v8(path)
+    before = files(path)
+    with pytest.raises(TableError) as info:
+        Table.open(spark, str(path))
+    message = str(info.value)
+    assert "table orders" in message and "table version 8 (upgraded by Hudi 1.x)" in message
+    assert "downgrade table --toVersion SIX" in message and "hoodie.write.table.version=6" in message
+    # the open Table re-reads hoodie.properties: no read of [], no write beside the v8 timeline
+    with pytest.raises(TableError, match="table version 8"):
+        table.read()
+    with pytest.raises(TableError, match="table version 8"):
+        table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")
+    with pytest.raises(TableError, match="table version 8"):
+        table.clean(retain=1)
+    assert files(path) == before
+
+
+def test_a_version_6_properties_file_beside_a_moved_timeline_is_refused(spark, tmp_path):
+    _, path = built(spark, tmp_path)
+    upgrade_to_v8(path)
+    text = (path / ".hoodie/hoodie.properties").read_text()
+    (path / ".hoodie/hoodie.properties").write_text(
+        text.replace("hoodie.table.version=8", "hoodie.table.version=6").replace("hoodie.timeline.layout.version=2", "hoodie.timeline.layout.version=1")
+        .replace("hoodie.timeline.path=timeline\n", ""))
+    with pytest.raises(TableError, match=r"table version 6, its timeline in \.hoodie/timeline/"):
+        Table.open(spark, str(path))
+
+
+def test_a_version_5_table_is_read_but_not_written(spark, tmp_path):
+    """Hudi 0.12/0.13 (version 5) write the same files and timeline as version 6 (0.14's
+    FiveToSixUpgradeHandler only drops compaction plans from .aux), so pipe reads them; it
+    writes only version 6 and leaves the upgrade to Hudi."""
+    _, path = built(spark, tmp_path)
+    update_properties(Table.open(spark, str(path)).storage, {"hoodie.table.version": "5"})
+    table = Table.open(spark, str(path))
+    assert sorted((r["id"], r["v"]) for r in table.read().collect()) == [(1, "a"), (2, "b")]
+    before = files(path)
+    with pytest.raises(TableError, match="version 5, which pipe reads but does not write.*Hudi 0.14 or 0.15"):
+        table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")
+    with pytest.raises(TableError, match="version 5"):
+        table.savepoint()
+    assert files(path) == before
+
+
+# --- Java features pipe neither reads nor writes ---------------------------------------------------
+
+UNREADABLE = [
+    ({"hoodie.bootstrap.base.path": "s3a://lake/raw/orders"}, None, "metadata-only bootstrap of s3a://lake/raw/orders"),
+    ({"hoodie.table.base.file.format": "ORC"}, None, "base files are ORC"),
+    ({"hoodie.table.base.file.format": "HFILE"}, None, "base files are HFILE"),
+    ({"hoodie.datasource.write.drop.partition.columns": "true"}, None, "drop.partition.columns=true"),
+    ({}, ".hoodie/.schema/20250101000000000.schemacommit", "schema-on-read"),
+]
+
+
+@pytest.mark.parametrize("props,leftover,why", UNREADABLE, ids=["bootstrap", "orc", "hfile", "drop_partition_columns", "schema_on_read"])
+def test_java_features_that_change_what_the_files_mean_are_refused_before_any_read(tmp_path, props, leftover, why):
+    path = tmp_path / "orders"
+    table = Table.create(None, str(path), CONFIG)
+    if props:
+        update_properties(table.storage, props)
+    if leftover:
+        (path / leftover).write_text("{}")
+    with pytest.raises(TableError) as info:
+        Table.open(None, str(path))
+    assert "table orders" in str(info.value) and why in str(info.value)
+    with pytest.raises(TableError, match=re.escape(why)):  # an already open Table refuses every change too
+        table.archive()
+
+
+UNWRITABLE = [
+    ({"hoodie.table.cdc.enabled": "true"}, None, "change data capture"),
+    ({}, ".hoodie/.bucket_index/consistent_hashing_metadata/00000000000000.hashing_meta", "bucket index (consistent hashing)"),
+    ({"hoodie.index.type": "BUCKET"}, None, "bucket index (simple)"),
+]
+
+
+@pytest.mark.parametrize("props,leftover,why", UNWRITABLE, ids=["cdc", "consistent_hashing", "bucket"])
+def test_java_features_pipe_does_not_write_are_read_but_refused_for_changes(spark, tmp_path, props, leftover, why):
+    table, path = built(spark, tmp_path)
+    if props:
+        update_properties(table.storage, props)
+    if leftover:
+        (path / leftover).parent.mkdir(parents=True)
+        (path / leftover).write_text("{}")
+    table = Table.open(spark, str(path))
+    assert sorted((r["id"], r["v"]) for r in table.read().collect()) == [(1, "a"), (2, "b")]
+    before = files(path)
+    with pytest.raises(TableError) as info:
+        table.write(spark.createDataFrame([(3, "eu", 1_700_000_000_000, "c")], SCHEMA), "upsert")
+    assert "pipe cannot write into table orders" in str(info.value) and why in str(info.value)
+    with pytest.raises(TableError, match=re.escape(why)):
+        table.clean(retain=1)
+    assert files(path) == before
+    assert read_properties(table.storage)["hoodie.table.name"] == "orders" and (path / PROPERTIES).exists()
