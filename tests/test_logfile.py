@@ -107,15 +107,23 @@ def test_blocks_pipe_builds_decode_to_what_went_in():
     assert r.is_rollback and r.header[L.TARGET_INSTANT_TIME] == "20260101000000001"
 
 
-def test_damaged_log_files_are_refused_with_the_offset():
-    block = L.encode_block(L.rollback_block("20260101000000002", "20260101000000001"))
-    with pytest.raises(L.LogFormatError, match=r"x.log: no block magic at byte 105"):
-        L.read_blocks(block + b"\0" * 8, "x.log")  # a file ending in junk
-    with pytest.raises(L.LogFormatError, match="at byte 0"):
-        L.read_blocks(block[:-3], "x.log")
-    damaged = block[:-8] + (999).to_bytes(8, "big")
-    with pytest.raises(L.LogFormatError, match="lengths disagree"):
-        L.read_blocks(damaged, "x.log")
+def test_torn_and_corrupt_blocks_are_skipped_as_javas_reader_skips_them():
+    a, b, c = (L.encode_block(L.rollback_block(f"2026010100000000{i}", "20260101000000000")) for i in (1, 2, 3))
+    kinds = lambda data: [blk.type if blk.type == L.CORRUPT else blk.instant[-1] for blk in L.read_blocks(data, "x.log")]  # noqa: E731
+    # a torn append (a writer died mid-block), then a later writer's block: both sound blocks are read
+    assert kinds(a + b[:40] + c) == ["1", L.CORRUPT, "3"]
+    # a truncated last block
+    assert kinds(a + b + c[:-5]) == ["1", "2", L.CORRUPT]
+    assert kinds(a + c[:10]) == ["1", L.CORRUPT]
+    # a block whose trailing length disagrees with its leading one
+    assert kinds(a + b[:-8] + (999).to_bytes(8, "big") + c) == ["1", L.CORRUPT, "3"]
+    # stray bytes (no magic) after a block: Java finds no magic after it, so that block and the
+    # bytes up to the next magic are one corrupt block
+    assert kinds(a + b"\0" * 20 + c) == [L.CORRUPT, "3"]
+    # fewer than 6 bytes after the last block end the file (Java's hasNext meets the end)
+    assert kinds(a + b"\0" * 5) == ["1"]
+    with pytest.raises(L.LogFormatError, match=r"x.log: no block magic at byte 0"):
+        L.read_blocks(b"\0" * 8 + a, "x.log")  # not a log file
 
 
 def test_log_file_names():

@@ -194,11 +194,21 @@ def test_without_meta_fields_rows_are_appended_not_merged(tmp_path):
         assert sorted(r["v"] for b in merge_slice(spec, storage, base, [log]) for r in b.to_pylist()) == expected
 
 
-def test_a_damaged_log_file_is_refused_with_its_path(tmp_path):
+def test_a_torn_block_is_skipped_and_the_blocks_around_it_count(tmp_path):
+    base = write_base(tmp_path, rows(BASE, ("a", "base", 1), ("b", "base", 1), ("c", "base", 1)))
+    blocks = [L.encode_block(b) for b in (update(C1, ("a", "one", 2)), update(C2, ("b", "torn", 2)), update(C3, ("c", "three", 2)))]
+    log = write_log(tmp_path, 1)
+    (tmp_path / log).write_bytes(blocks[0] + blocks[1][:len(blocks[1]) // 2] + blocks[2])  # an append that died, then another
+    assert merged(tmp_path, base, [log]) == {"a": ("one", C1), "b": ("base", BASE), "c": ("three", C3)}
+    (tmp_path / log).write_bytes(blocks[0] + blocks[1] + blocks[2][:-5])  # the last block cut short
+    assert merged(tmp_path, base, [log]) == {"a": ("one", C1), "b": ("torn", C2), "c": ("base", BASE)}
+
+
+def test_a_file_that_is_no_log_file_is_refused_with_its_path(tmp_path):
     base = write_base(tmp_path, rows(BASE, ("a", "base", 1)))
     log = write_log(tmp_path, 1, update(C1, ("a", "x", 2)))
-    (tmp_path / log).write_bytes((tmp_path / log).read_bytes()[:-5])
-    with pytest.raises(TableError, match=rf"damaged log file {log}: block at byte 0 .*; restore the file") as err:
+    (tmp_path / log).write_bytes(b"PAR1" + (tmp_path / log).read_bytes())
+    with pytest.raises(TableError, match=rf"damaged log file {log}: no block magic at byte 0; restore the file") as err:
         merged(tmp_path, base, [log])
     assert "roll back" in err.value.hint
 
@@ -245,11 +255,11 @@ def test_a_damaged_log_file_found_in_a_spark_task_is_reported_without_the_traceb
     with zipfile.ZipFile(REPO.parent / "shared" / "fixtures" / "hudi" / "mor_parquet_v6_nonpartitioned.zip") as z:
         z.extractall(tmp_path)
     (log,) = (tmp_path / "v6_nonpartitioned").glob(".*.log.*")
-    log.write_bytes(log.read_bytes()[:-4])
+    log.write_bytes(b"\0" * 6 + log.read_bytes())
     with pytest.raises(Exception) as err:
         Table.open(spark, str(tmp_path / "v6_nonpartitioned")).read().collect()
     message = _spark_message(err.value)
-    assert message.startswith(f"table at {tmp_path / 'v6_nonpartitioned'}: damaged log file {log.name}: block at byte 0")
+    assert message.startswith(f"table at {tmp_path / 'v6_nonpartitioned'}: damaged log file {log.name}: no block magic at byte 0")
     assert "Traceback" not in message and "roll back" in message
 
 

@@ -140,34 +140,86 @@ def encode_block(block: Block) -> bytes:
 
 
 def read_blocks(data: bytes, where: str = "log file") -> list[Block]:
-    blocks, pos = [], 0
-    while pos < len(data):
-        if data[pos:pos + 6] != MAGIC:
-            raise LogFormatError(f"{where}: no block magic at byte {pos}")
-        try:
-            (length,) = struct.unpack_from(">q", data, pos + 6)
-            start = pos + 14
-            end = start + length
-            if end > len(data):
-                raise LogFormatError(f"{where}: block at byte {pos} runs past the end of the file")
-            version, kind = struct.unpack_from(">ii", data, start)
-            cur = start + 8
-            header, cur = _read_map(data, cur)
-            (content_length,) = struct.unpack_from(">q", data, cur)
-            cur += 8
-            content = data[cur:cur + content_length]
-            cur += content_length
-            footer, cur = _read_map(data, cur)
-            (total,) = struct.unpack_from(">q", data, end - 8)
-        except struct.error as exc:
-            raise LogFormatError(f"{where}: block at byte {pos} is truncated") from exc
-        if total != length + len(MAGIC) or cur != end - 8:
-            raise LogFormatError(f"{where}: block at byte {pos} is corrupt (its lengths disagree)")
-        if version != 1:
-            raise LogFormatError(f"{where}: block at byte {pos} has format version {version}; only 1 is known")
-        blocks.append(Block(kind, header, content, footer))
-        pos = end
+    """Every block of a log file in order; a torn or corrupt stretch is one CORRUPT block (no
+    header, no content), which readers skip, as Java's reader does (block_spans)."""
+    blocks = []
+    for start, end, corrupt in block_spans(lambda a, b: data[a:b], len(data), where):
+        blocks.append(Block(CORRUPT, {}, b"") if corrupt else _parse_block(data, start, end, where))
     return blocks
+
+
+def block_spans(read_at, size: int, where: str = "log file"):
+    """(start, end, corrupt) of each block of a log file of `size` bytes, `read_at(a, b)` giving
+    bytes [a, b). Java's rule (HoodieLogFileReader.readBlock, isBlockCorrupted, 0.14 to 1.x):
+    a block is sound when its int64 length is readable, the int64 at its end repeats it (plus
+    the magic's 6 bytes), and the next 6 bytes are a magic or run past the end of the file.
+    Otherwise everything from the block to the next "#HUDI#" (or the end) is one corrupt block:
+    a torn append, or a sound block followed by stray bytes. Fewer than 6 bytes left end the
+    file; a file that does not start with the magic is no log file (Java fails too)."""
+    pos = 0
+    while size - pos >= len(MAGIC):
+        if read_at(pos, pos + len(MAGIC)) != MAGIC:
+            raise LogFormatError(f"{where}: no block magic at byte {pos}")
+        start = pos + len(MAGIC)
+        end = _sound_block_end(read_at, size, start)
+        if end is None:
+            end = _next_magic(read_at, size, start)
+            yield pos, end, True
+        else:
+            yield pos, end, False
+        pos = end
+
+
+def _sound_block_end(read_at, size: int, start: int) -> int | None:
+    """The end of the block whose length field is at `start`, or None when Java deems it corrupt."""
+    if size - start < 8:
+        return None
+    (length,) = struct.unpack(">q", read_at(start, start + 8))
+    length = (length + 2**31) % 2**32 - 2**31  # Java reads it as (int) readLong()
+    footer_at = start + length  # the trailing int64, 8 bytes before the block's end
+    if length < 8 or footer_at + 8 > size:
+        return None
+    tail = read_at(footer_at, min(size, footer_at + 8 + len(MAGIC)))
+    (total,) = struct.unpack_from(">q", tail, 0)
+    if total - len(MAGIC) != length:
+        return None
+    if len(tail) == 8 + len(MAGIC) and tail[8:] != MAGIC:
+        return None
+    return footer_at + 8
+
+
+def _next_magic(read_at, size: int, start: int, chunk: int = 1 << 20) -> int:
+    """Where the next "#HUDI#" at or after `start` begins, or `size`."""
+    pos = start
+    while pos < size:
+        piece = read_at(pos, min(size, pos + chunk))
+        found = piece.find(MAGIC)
+        if found >= 0:
+            return pos + found
+        if pos + len(piece) >= size:
+            break
+        pos += len(piece) - len(MAGIC) + 1
+    return size
+
+
+def _parse_block(data: bytes, pos: int, end: int, where: str) -> Block:
+    """The sound block in data[pos:end] (its framing checked by block_spans)."""
+    try:
+        version, kind = struct.unpack_from(">ii", data, pos + 14)
+        cur = pos + 22
+        header, cur = _read_map(data, cur)
+        (content_length,) = struct.unpack_from(">q", data, cur)
+        cur += 8
+        content = data[cur:cur + content_length]
+        cur += content_length
+        footer, cur = _read_map(data, cur)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise LogFormatError(f"{where}: block at byte {pos} is truncated") from exc
+    if cur != end - 8:
+        raise LogFormatError(f"{where}: block at byte {pos} is corrupt (its lengths disagree)")
+    if version != 1:
+        raise LogFormatError(f"{where}: block at byte {pos} has format version {version}; only 1 is known")
+    return Block(kind, header, content, footer)
 
 
 def _read_map(data: bytes, pos: int) -> tuple[dict[int, str], int]:
@@ -183,26 +235,28 @@ def _read_map(data: bytes, pos: int) -> tuple[dict[int, str], int]:
 
 
 def block_headers(storage, rel_path: str, size: int) -> list[tuple[int, dict[int, str]]]:
-    """(type, header) of every block of a log file, read without the blocks' contents: two
-    small ranged reads per block."""
-    out, pos = [], 0
-    while pos < size:
-        head = storage.read_range(rel_path, pos, min(size, pos + 4096))
-        if head[:6] != MAGIC:
-            raise LogFormatError(f"{rel_path}: no block magic at byte {pos}")
+    """(type, header) of every block of a log file, read without the blocks' contents: a few
+    small ranged reads per block. A corrupt stretch is (CORRUPT, {})."""
+    def read_at(a: int, b: int) -> bytes:
+        return storage.read_range(rel_path, a, b)
+
+    out = []
+    for pos, end, corrupt in block_spans(read_at, size, rel_path):
+        if corrupt:
+            out.append((CORRUPT, {}))
+            continue
+        head = read_at(pos, min(end, pos + 4096))
         try:
-            (length,) = struct.unpack_from(">q", head, 6)
             (kind,) = struct.unpack_from(">i", head, 18)
             try:
-                header, end = _read_map(head, 22)
+                header, stop = _read_map(head, 22)
             except (struct.error, UnicodeDecodeError):
-                end = len(head) + 1
-            if end > len(head):  # a header longer than the first read: read the whole block
-                header, _ = _read_map(storage.read_range(rel_path, pos, min(size, pos + 14 + length)), 22)
+                stop = len(head) + 1
+            if stop > len(head):  # a header longer than the first read: read the whole block
+                header, _ = _read_map(read_at(pos, end), 22)
         except (struct.error, UnicodeDecodeError) as exc:
             raise LogFormatError(f"{rel_path}: block at byte {pos} is truncated") from exc
         out.append((kind, header))
-        pos += 14 + length
     return out
 
 
