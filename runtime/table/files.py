@@ -19,6 +19,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from runtime.storage import temp_name
+
 FILE_ID = "_pipe_file_id"
 KIND = "_pipe_kind"  # I insert, U update, D delete
 # one row per file written; a group left with no row has path "" (the driver writes it empty)
@@ -172,7 +174,7 @@ class _OpenFile:
             # local: written beside its final place under a hidden name, renamed when complete
             self.final = self.storage.full_path(self.rel_path)
             os.makedirs(os.path.dirname(self.final), exist_ok=True)
-            self.local = os.path.join(os.path.dirname(self.final), f".{self.name}.{uuid.uuid4().hex}.tmp")
+            self.local = os.path.join(os.path.dirname(self.final), temp_name(spec.instant))
         else:
             fd, self.local = tempfile.mkstemp(prefix="pipe-", suffix=".parquet")
             os.close(fd)
@@ -223,6 +225,9 @@ class _OpenFile:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            from runtime.table.services import fault
+
+            fault("task_before_rename")  # tests: a task dies with its file under the temporary name
             os.replace(self.local, self.final)
         else:
             with open(self.local, "rb") as src:
