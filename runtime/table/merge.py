@@ -202,8 +202,8 @@ def _winners(spec: MergeSpec, stored: list, steps: list) -> Iterator:
 
     Every row and delete becomes an event with its position in that order. Commit time: a
     key's last event wins. Event time: a delete by commit time (Java's default IntWrapper(0),
-    or a value of another class than the field's, see _delete_kind) wipes what came before it, so only a key's events after its
-    last such delete count; of those, the largest ordering value wins (null below every
+    or a value of another class than the field's, see _delete_kind) wipes what came before
+    it, so only a key's events after its last such delete count; of those, the largest ordering value wins (null below every
     value) and a tie goes to the later event. A winning delete leaves no row."""
     import numpy as np
     import pyarrow as pa
