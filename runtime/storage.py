@@ -57,6 +57,23 @@ class Storage(Protocol):
     def full_path(self, path: str) -> str: ...
 
 
+# A file being written sits under a hidden temporary name beside its final place, renamed when
+# complete. The name must be nothing Hudi lists or parses: Java 0.x lists a partition's files
+# whose extension is a file format's or whose name contains ".log", takes as a base file any
+# name containing ".parquet", and finds a log file with an unanchored regex
+# (FSUtils.LOG_FILE_PATTERN `^\.(.+)_(.*)\.(log|archive)\.(\d+)...`), so a temp name built from
+# a log file's name was a phantom file group. `.pipe_<tag>_<hex>.tmp` has none of these; the
+# tag of a data file is the instant writing it, so that rollback finds what a dead task left.
+TEMP_PREFIX, TEMP_SUFFIX = ".pipe_", ".tmp"
+
+
+def temp_name(tag: str = "") -> str:
+    """A fresh temporary file name, with `tag` (digits: an instant) in it."""
+    if tag and not tag.isdigit():
+        raise ValueError(f"temp file tag {tag!r} is not an instant")
+    return f"{TEMP_PREFIX}{tag + '_' if tag else ''}{uuid.uuid4().hex}{TEMP_SUFFIX}"
+
+
 def open_storage(spec: StorageSpec) -> Storage:
     if spec.is_s3:
         return S3Storage(spec)
@@ -84,10 +101,10 @@ class LocalStorage:
 
     def _temp_beside(self, full: str, data: bytes, tag: str = "") -> str:
         """A hidden temp file holding `data`, synced, in the same folder as `full` so that
-        rename and link stay on one file system: `.<name>[.<tag>].<hex>.tmp`."""
-        folder, name = os.path.split(full)
+        rename and link stay on one file system (see temp_name)."""
+        folder = os.path.dirname(full)
         os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".{name}{'.' + tag if tag else ''}.{uuid.uuid4().hex}.tmp")
+        tmp = os.path.join(folder, temp_name(tag))
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()

@@ -72,14 +72,15 @@ def test_delete_block_names_the_keys_hudi_rs_no_longer_shows():
     assert {k for k, _, _ in deleted} == before - after
 
 
-def test_delete_records_keep_the_avro_type_of_their_ordering_value():
+def test_the_fixtures_delete_block_is_javas_int_wrapper_zero():
     (data,) = fixture_logs("mor_avro_v6_trips_8i3d").values()
     (block,) = L.read_blocks(data)
-    # the union branch says `long`, the type of the table's ordering field ts (deleted_keys only gives 0)
-    assert {d.ordering for d in L.delete_records(block)} == {L.OrderingValue("long", 0)}
-    typed = L.typed_delete_block("20260101000000001", [("a", "p", L.OrderingValue("long", 0)), ("b", "p", None)])
-    assert [d.ordering for d in L.delete_records(L.read_blocks(L.encode_block(typed))[0])] == [L.OrderingValue("long", 0), None]
-    assert L.deleted_keys(typed) == [("a", "p", 0), ("b", "p", None)]
+    # the bytes after each partition path are `04 00`: union branch 2, Java's IntWrapper, value 0
+    assert block.content.count(b"city=san_francisco\x04\x00") == 3
+    assert {d.ordering for d in L.delete_records(block)} == {L.OrderingValue("int", 0)} == {L.NATURAL_ORDER}
+    # and pipe writes a delete without an ordering value exactly so
+    ours = L.delete_block("20260101000000001", [("k", "city=san_francisco", None)])
+    assert ours.content.endswith(b"city=san_francisco\x04\x00\x00")
 
 
 def test_rollback_block_targets_the_failed_delta_commit():
@@ -96,24 +97,33 @@ def test_blocks_pipe_builds_decode_to_what_went_in():
     table = pa.table({"_hoodie_commit_time": ["20260101000000000"] * 2, "_hoodie_record_key": ["a", "b"], "v": [1, 2]})
     schema = json.dumps({"type": "record", "name": "t_record", "fields": [{"name": "v", "type": ["null", "long"]}]})
     parquet = L.parquet_block("20260101000000000", schema, table)
-    deletes = L.delete_block("20260101000000001", [("a", "p=1", 5), ("b", "p=1", None), ("c", "", "x")])
+    deletes = L.delete_block("20260101000000001", [("a", "p=1", L.OrderingValue("long", 1_700_000_000_000)),
+                                                    ("b", "p=1", None), ("c", "", L.OrderingValue("string", "x"))])
     rollback = L.rollback_block("20260101000000002", "20260101000000001")
     data = b"".join(L.encode_block(b) for b in (parquet, deletes, rollback))
     p, d, r = L.read_blocks(data)
     assert L.data_rows(p).equals(table) and p.header[L.SCHEMA] == schema
-    assert L.deleted_keys(d) == [("a", "p=1", 5), ("b", "p=1", None), ("c", "", "x")]
+    assert L.deleted_keys(d) == [("a", "p=1", 1_700_000_000_000), ("b", "p=1", 0), ("c", "", "x")]
     assert r.is_rollback and r.header[L.TARGET_INSTANT_TIME] == "20260101000000001"
 
 
-def test_damaged_log_files_are_refused_with_the_offset():
-    block = L.encode_block(L.rollback_block("20260101000000002", "20260101000000001"))
-    with pytest.raises(L.LogFormatError, match=r"x.log: no block magic at byte 105"):
-        L.read_blocks(block + b"\0" * 8, "x.log")  # a file ending in junk
-    with pytest.raises(L.LogFormatError, match="at byte 0"):
-        L.read_blocks(block[:-3], "x.log")
-    damaged = block[:-8] + (999).to_bytes(8, "big")
-    with pytest.raises(L.LogFormatError, match="lengths disagree"):
-        L.read_blocks(damaged, "x.log")
+def test_torn_and_corrupt_blocks_are_skipped_as_javas_reader_skips_them():
+    a, b, c = (L.encode_block(L.rollback_block(f"2026010100000000{i}", "20260101000000000")) for i in (1, 2, 3))
+    kinds = lambda data: [blk.type if blk.type == L.CORRUPT else blk.instant[-1] for blk in L.read_blocks(data, "x.log")]  # noqa: E731
+    # a torn append (a writer died mid-block), then a later writer's block: both sound blocks are read
+    assert kinds(a + b[:40] + c) == ["1", L.CORRUPT, "3"]
+    # a truncated last block
+    assert kinds(a + b + c[:-5]) == ["1", "2", L.CORRUPT]
+    assert kinds(a + c[:10]) == ["1", L.CORRUPT]
+    # a block whose trailing length disagrees with its leading one
+    assert kinds(a + b[:-8] + (999).to_bytes(8, "big") + c) == ["1", L.CORRUPT, "3"]
+    # stray bytes (no magic) after a block: Java finds no magic after it, so that block and the
+    # bytes up to the next magic are one corrupt block
+    assert kinds(a + b"\0" * 20 + c) == [L.CORRUPT, "3"]
+    # fewer than 6 bytes after the last block end the file (Java's hasNext meets the end)
+    assert kinds(a + b"\0" * 5) == ["1"]
+    with pytest.raises(L.LogFormatError, match=r"x.log: no block magic at byte 0"):
+        L.read_blocks(b"\0" * 8 + a, "x.log")  # not a log file
 
 
 def test_log_file_names():
@@ -161,3 +171,101 @@ def test_a_log_file_is_attributed_to_one_instant_only_when_all_its_blocks_are_th
     assert written_by(storage, "ours", size("ours")) == "20250101000000001"
     assert written_by(storage, "appended", size("appended")) is None
     assert written_by(storage, "rollback", size("rollback")) is None
+
+
+# --- delete blocks on Java's wire schema ----------------------------------------------------------
+
+# hudi-common/src/main/avro/HoodieDeleteRecordList.avsc of Hudi 0.14/0.15/1.0 (the wrappers are
+# defined in HoodieMetadata.avsc), written out here independently of logfile.py's copy.
+_W = "org.apache.hudi.avro.model."
+JAVA_WRAPPERS = [("BooleanWrapper", "boolean"), ("IntWrapper", "int"), ("LongWrapper", "long"), ("FloatWrapper", "float"),
+                 ("DoubleWrapper", "double"), ("BytesWrapper", "bytes"), ("StringWrapper", "string"), ("DateWrapper", "int"),
+                 ("DecimalWrapper", {"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 15}),
+                 ("TimeMicrosWrapper", {"type": "long", "logicalType": "time-micros"}), ("TimestampMicrosWrapper", "long")]
+JAVA_DELETE_RECORD_LIST = {
+    "type": "record", "name": "HoodieDeleteRecordList", "namespace": "org.apache.hudi.avro.model",
+    "fields": [{"name": "deleteRecordList", "type": {"type": "array", "items": {
+        "type": "record", "name": "HoodieDeleteRecord", "fields": [
+            {"name": "recordKey", "type": ["null", "string"], "default": None},
+            {"name": "partitionPath", "type": ["null", "string"], "default": None},
+            {"name": "orderingVal", "default": None, "type": ["null"] + [
+                {"type": "record", "name": n, "fields": [{"name": "value", "type": t}]} for n, t in JAVA_WRAPPERS]}]}}}],
+}
+
+
+def java_view(block: L.Block) -> list[tuple]:
+    """(key, wrapper record, value) of each delete, decoded as Java's HoodieDeleteBlock does."""
+    import io
+    import struct
+
+    import fastavro
+
+    version, size = struct.unpack_from(">ii", block.content, 0)
+    assert version == 3 and len(block.content) == 8 + size
+    schema = fastavro.parse_schema(JAVA_DELETE_RECORD_LIST, named_schemas={})
+    body = io.BytesIO(block.content[8:])
+    record = fastavro.schemaless_reader(body, schema, None, return_record_name=True)
+    assert body.read() == b""  # every byte consumed: the stream stayed aligned
+    return [(r["recordKey"], r["orderingVal"][0].rsplit(".", 1)[-1], r["orderingVal"][1]["value"]) for r in record["deleteRecordList"]]
+
+
+def test_pipes_deletes_are_wrapped_as_java_wraps_each_precombine_type():
+    import datetime as dt
+    from decimal import Decimal
+
+    columns = {  # a precombine column of each type -> the wrapper and value Java's Spark writer gives it
+        "bigint epoch millis": (pa.array([1_700_000_000_000], pa.int64()), "LongWrapper", 1_700_000_000_000),
+        "int version": (pa.array([7], pa.int32()), "IntWrapper", 7),
+        "timestamp": (pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)], pa.timestamp("us", tz="UTC")),
+                      "LongWrapper", 1_704_067_200_000_000),  # epoch micros: Hudi's default, non-"consistent" logical timestamps
+        "double": (pa.array([2.5]), "DoubleWrapper", 2.5),
+        "float": (pa.array([1.5], pa.float32()), "FloatWrapper", 1.5),
+        "string": (pa.array(["2024-01-01 10:00"]), "StringWrapper", "2024-01-01 10:00"),
+        "date": (pa.array([dt.date(2024, 1, 1)]), "DateWrapper", 19723),
+        "decimal": (pa.array([Decimal("-12.34")], pa.decimal128(10, 2)), "DecimalWrapper", Decimal("-12.340000000000000")),
+        "boolean": (pa.array([True]), "BooleanWrapper", True),
+        "binary": (pa.array([b"\x00\xff"]), "BytesWrapper", b"\x00\xff"),
+    }
+    for what, (column, wrapper, value) in columns.items():
+        (ordering,) = L.ordering_values(column)
+        block = L.delete_block("20260101000000001", [("id:1,region:EU", "region=EU", ordering), ("id:2,region:EU", "region=EU", None)])
+        assert java_view(block) == [("id:1,region:EU", wrapper, value), ("id:2,region:EU", "IntWrapper", 0)], what
+        assert [d.ordering for d in L.delete_records(block)] == [ordering, L.NATURAL_ORDER], what
+
+
+def test_a_decimal_is_encoded_as_javas_big_integer_bytes():
+    from decimal import Decimal
+
+    # BigInteger.toByteArray of the value at scale 15: minimal two's complement, big-endian
+    for value, unscaled in ((Decimal("-0.000000000000128"), -128), (Decimal("0.000000000000128"), 128), (Decimal("1"), 10 ** 15)):
+        (ordering,) = L.ordering_values(pa.array([value], pa.decimal128(38, 15)))
+        block = L.delete_block("20260101000000001", [("k", "", ordering)])
+        expected = unscaled.to_bytes(((unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8) + 1, "big", signed=True)
+        assert block.content.endswith(bytes([18]) + bytes([len(expected) * 2]) + expected + b"\x00"), value
+    # more than 15 decimals, which Java's tryUpcastDecimal refuses: Java's default value instead
+    assert L.ordering_values(pa.array([Decimal("1.0000000000000001")], pa.decimal128(38, 16))) == [L.NATURAL_ORDER]
+
+
+def test_java_wrapped_deletes_are_decoded_by_their_branch():
+    import datetime as dt
+    import io
+    import struct
+
+    import fastavro
+
+    java = {  # what Java writes (HoodieAvroUtils.wrapValueIntoAvro) -> what pipe reads
+        "LongWrapper": (1_700_000_000_002, L.OrderingValue("long", 1_700_000_000_002)),
+        "TimestampMicrosWrapper": (1_704_067_200_000_000, L.OrderingValue("timestamp-micros", dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))),
+        "DoubleWrapper": (2.5, L.OrderingValue("double", 2.5)),
+        "StringWrapper": ("2024-01-01", L.OrderingValue("string", "2024-01-01")),
+        "IntWrapper": (0, L.NATURAL_ORDER),
+        "DateWrapper": (19723, L.OrderingValue("date", dt.date(2024, 1, 1))),
+    }
+    schema = fastavro.parse_schema(JAVA_DELETE_RECORD_LIST, named_schemas={})
+    for wrapper, (value, expected) in java.items():
+        out = io.BytesIO()
+        records = [{"recordKey": k, "partitionPath": "city=san_francisco", "orderingVal": (_W + wrapper, {"value": value})} for k in ("k1", "k2")]
+        fastavro.schemaless_writer(out, schema, {"deleteRecordList": records})
+        block = L.Block(L.DELETE, {L.INSTANT_TIME: "20250101000000000"}, struct.pack(">ii", 3, len(out.getvalue())) + out.getvalue())
+        assert [(d.record_key, d.partition_path, d.ordering) for d in L.delete_records(block)] == [
+            ("k1", "city=san_francisco", expected), ("k2", "city=san_francisco", expected)], wrapper

@@ -102,7 +102,7 @@ def test_a_log_only_slice_merges_its_blocks(tmp_path):
 
 
 def deletes(instant: str, *records: tuple[str, L.OrderingValue | None]) -> L.Block:
-    return L.typed_delete_block(instant, [(k, "p", v) for k, v in records])
+    return L.delete_block(instant, [(k, "p", v) for k, v in records])
 
 
 def test_delete_without_ordering_value_deletes_by_commit_time(tmp_path):
@@ -118,17 +118,26 @@ def test_delete_with_an_ordering_value_of_the_fields_type_is_compared(tmp_path):
     assert merged(tmp_path, base, [log], mode=COMMIT_TIME) == {}
 
 
-def test_delete_with_an_ordering_value_of_another_type_is_ignored(tmp_path):
-    base = write_base(tmp_path, rows(BASE, ("a", "base", 5)))
-    int_zero = write_log(tmp_path, 1, deletes(C1, ("a", L.OrderingValue("int", 0))))  # ts is a long
-    assert merged(tmp_path, base, [int_zero]) == {"a": ("base", BASE)}
-    assert merged(tmp_path, base, [int_zero], mode=COMMIT_TIME) == {}
+def test_javas_default_ordering_value_deletes_whatever_the_field_type(tmp_path):
+    # Spark SQL DELETE and DeleteRecord.create(key) write IntWrapper(0); ts here is a long
+    base = write_base(tmp_path, rows(BASE, ("a", "base", 1_700_000_000_000)))
+    logs = [write_log(tmp_path, 1, update(C1, ("a", "newer", 1_700_000_000_005))), write_log(tmp_path, 2, deletes(C2, ("a", L.NATURAL_ORDER)))]
+    assert merged(tmp_path, base, logs) == {}
+    assert merged(tmp_path, base, logs[:1]) == {"a": ("newer", C1)}
 
 
-def test_delete_with_the_zero_of_the_fields_type_deletes_by_commit_time(tmp_path):
-    base = write_base(tmp_path, rows(BASE, ("a", "base", 5)))
-    log = write_log(tmp_path, 1, deletes(C1, ("a", L.OrderingValue("long", 0))))
-    assert merged(tmp_path, base, [log]) == {}
+def test_a_delete_whose_value_is_of_another_class_deletes_regardless(tmp_path):
+    # Java compares only values of the same class (ReflectionUtils.isSameClass): a DoubleWrapper
+    # or an IntWrapper on a long field is never compared, so it deletes
+    for other in (L.OrderingValue("double", 2.5), L.OrderingValue("int", 3), L.OrderingValue("string", "1")):
+        logs = [write_log(tmp_path, 1, update(C1, ("a", "newer", 1_700_000_000_005))), write_log(tmp_path, 2, deletes(C2, ("a", other)))]
+        assert merged(tmp_path, None, logs) == {}, other
+
+
+def test_a_long_zero_is_compared_like_any_long(tmp_path):
+    # only Integer 0 means "natural order" to Java; a LongWrapper(0) is older than any positive ts
+    logs = [write_log(tmp_path, 1, update(C1, ("a", "newer", 5))), write_log(tmp_path, 2, deletes(C2, ("a", L.OrderingValue("long", 0))))]
+    assert merged(tmp_path, None, logs) == {"a": ("newer", C1)}
 
 
 def test_a_write_after_a_delete_brings_the_key_back(tmp_path):
@@ -185,11 +194,21 @@ def test_without_meta_fields_rows_are_appended_not_merged(tmp_path):
         assert sorted(r["v"] for b in merge_slice(spec, storage, base, [log]) for r in b.to_pylist()) == expected
 
 
-def test_a_damaged_log_file_is_refused_with_its_path(tmp_path):
+def test_a_torn_block_is_skipped_and_the_blocks_around_it_count(tmp_path):
+    base = write_base(tmp_path, rows(BASE, ("a", "base", 1), ("b", "base", 1), ("c", "base", 1)))
+    blocks = [L.encode_block(b) for b in (update(C1, ("a", "one", 2)), update(C2, ("b", "torn", 2)), update(C3, ("c", "three", 2)))]
+    log = write_log(tmp_path, 1)
+    (tmp_path / log).write_bytes(blocks[0] + blocks[1][:len(blocks[1]) // 2] + blocks[2])  # an append that died, then another
+    assert merged(tmp_path, base, [log]) == {"a": ("one", C1), "b": ("base", BASE), "c": ("three", C3)}
+    (tmp_path / log).write_bytes(blocks[0] + blocks[1] + blocks[2][:-5])  # the last block cut short
+    assert merged(tmp_path, base, [log]) == {"a": ("one", C1), "b": ("torn", C2), "c": ("base", BASE)}
+
+
+def test_a_file_that_is_no_log_file_is_refused_with_its_path(tmp_path):
     base = write_base(tmp_path, rows(BASE, ("a", "base", 1)))
     log = write_log(tmp_path, 1, update(C1, ("a", "x", 2)))
-    (tmp_path / log).write_bytes((tmp_path / log).read_bytes()[:-5])
-    with pytest.raises(TableError, match=rf"damaged log file {log}: block at byte 0 .*; restore the file") as err:
+    (tmp_path / log).write_bytes(b"PAR1" + (tmp_path / log).read_bytes())
+    with pytest.raises(TableError, match=rf"damaged log file {log}: no block magic at byte 0; restore the file") as err:
         merged(tmp_path, base, [log])
     assert "roll back" in err.value.hint
 
@@ -236,9 +255,56 @@ def test_a_damaged_log_file_found_in_a_spark_task_is_reported_without_the_traceb
     with zipfile.ZipFile(REPO.parent / "shared" / "fixtures" / "hudi" / "mor_parquet_v6_nonpartitioned.zip") as z:
         z.extractall(tmp_path)
     (log,) = (tmp_path / "v6_nonpartitioned").glob(".*.log.*")
-    log.write_bytes(log.read_bytes()[:-4])
+    log.write_bytes(b"\0" * 6 + log.read_bytes())
     with pytest.raises(Exception) as err:
         Table.open(spark, str(tmp_path / "v6_nonpartitioned")).read().collect()
     message = _spark_message(err.value)
-    assert message.startswith(f"table at {tmp_path / 'v6_nonpartitioned'}: damaged log file {log.name}: block at byte 0")
+    assert message.startswith(f"table at {tmp_path / 'v6_nonpartitioned'}: damaged log file {log.name}: no block magic at byte 0")
     assert "Traceback" not in message and "roll back" in message
+
+
+# --- Java-written deletes on every precombine type ---------------------------------------------
+
+UTC = __import__("datetime").timezone.utc
+_dt = __import__("datetime")
+_dec = __import__("decimal")
+FEB, JAN, MAR = (_dt.datetime(2024, m, 1, tzinfo=UTC) for m in (2, 1, 3))
+MICROS = lambda t: int(t.timestamp()) * 1_000_000  # noqa: E731
+
+# (precombine type, the stored version's value, the delete's wrapped value, does the row stay?)
+# What Java's HoodieMergedLogRecordScanner.processNextDeletedRecord decides for a delete that
+# follows that version in the log: the stored version stays only if the delete's value is not
+# Integer 0, is of the stored value's class (a timestamp is stored as its epoch micros, a Long)
+# and is smaller.
+JAVA_DELETES = [
+    (pa.int64(), 1_700_000_000_005, L.OrderingValue("long", 1_700_000_000_001), True),
+    (pa.int64(), 1_700_000_000_005, L.OrderingValue("long", 1_700_000_000_005), False),
+    (pa.int64(), 1_700_000_000_005, L.OrderingValue("long", 1_700_000_000_009), False),
+    (pa.int64(), 1_700_000_000_005, L.OrderingValue("int", 0), False),
+    (pa.int64(), 1_700_000_000_005, L.OrderingValue("long", 0), True),
+    (pa.int32(), 7, L.OrderingValue("int", 3), True),
+    (pa.int32(), 7, L.OrderingValue("int", 0), False),
+    (pa.int32(), 7, L.OrderingValue("long", 3), False),
+    (pa.timestamp("us", tz="UTC"), FEB, L.OrderingValue("long", MICROS(JAN)), True),
+    (pa.timestamp("us", tz="UTC"), FEB, L.OrderingValue("long", MICROS(MAR)), False),
+    (pa.timestamp("us", tz="UTC"), FEB, L.OrderingValue("timestamp-micros", JAN), False),  # an Instant is no Long
+    (pa.timestamp("us", tz="UTC"), FEB, L.OrderingValue("int", 0), False),
+    (pa.float64(), 2.5, L.OrderingValue("double", 1.5), True),
+    (pa.float64(), 2.5, L.OrderingValue("double", 3.5), False),
+    (pa.float64(), 2.5, L.OrderingValue("float", 1.5), False),
+    (pa.string(), "2024-02-01", L.OrderingValue("string", "2024-01-01"), True),
+    (pa.string(), "2024-02-01", L.OrderingValue("string", "2024-03-01"), False),
+    (pa.string(), "2024-02-01", L.OrderingValue("int", 0), False),
+]
+
+
+@pytest.mark.parametrize("arrow_type, stored, delete, stays", JAVA_DELETES,
+                         ids=[f"{t}-{d.type}-{i}" for i, (t, _, d, _) in enumerate(JAVA_DELETES)])
+def test_java_written_deletes_follow_javas_rule_for_every_precombine_type(tmp_path, arrow_type, stored, delete, stays):
+    schema = SCHEMA.set(SCHEMA.get_field_index("ts"), pa.field("ts", arrow_type))
+    version = pa.Table.from_pylist([{"_hoodie_commit_time": C1, "_hoodie_commit_seqno": f"{C1}_0_0", "_hoodie_record_key": "a",
+                                     "_hoodie_partition_path": "p", "_hoodie_file_name": FID, "v": "stored", "ts": stored}], schema=schema)
+    log = write_log(tmp_path, 1, L.parquet_block(C1, SCHEMA_JSON, version), deletes(C2, ("a", delete)))
+    spec = MergeSpec(str(tmp_path), (), schema, EVENT_TIME, "ts", InstantValidity(frozenset((C1, C2)), first_active=C1))
+    out = [r["v"] for b in merge_slice(spec, open_storage(StorageSpec(str(tmp_path))), None, [log]) for r in b.to_pylist()]
+    assert out == (["stored"] if stays else [])

@@ -94,3 +94,52 @@ def test_a_live_lock_keeps_a_second_writer_out_and_an_expired_one_does_not(spark
     with other.lock(wait_s=2):
         pass
     assert not (tmp_path / "orders/.hoodie/pipe.lock").exists()
+
+
+# What Java Hudi makes of a file name in a partition folder (hudi-common FSUtils and
+# AbstractTableFileSystemView): 0.15 lists names whose extension is a file format's or that
+# contain ".log", takes a listed name containing ".parquet" as a base file, and one its
+# unanchored LOG_FILE_PATTERN finds as a log file; 1.1 anchors the pattern.
+JAVA_LOG_FILE_0_15 = __import__("re").compile(r"^\.(.+)_(.*)\.(log|archive)\.(\d+)(_((\d+)-(\d+)-(\d+))(.cdc)?)?")
+JAVA_LOG_FILE_1_1 = __import__("re").compile(r"^\.([^._]+)_([^.]*)\.(log|archive)\.(\d+)(_((\d+)-(\d+)-(\d+))(\.cdc)?)?$")
+
+
+def java_sees(name: str) -> str | None:
+    listed = name.rsplit(".", 1)[-1] in ("parquet", "log", "hfile", "orc") or ".log" in name
+    if listed and ".parquet" in name:
+        return "base file"
+    if (listed and JAVA_LOG_FILE_0_15.search(name)) or JAVA_LOG_FILE_1_1.search(name):
+        return "log file"
+    return None
+
+
+def test_temporary_names_are_nothing_java_lists_as_a_data_file():
+    from runtime.storage import temp_name
+    from runtime.table.services import partial_file_instant
+
+    dead = "20260101000000001"
+    # the names pipe wrote before: Java took the log one for file group `.<file id>`
+    assert java_sees("..0f0f0f0f-1111-2222-3333-444444444444-0_20260101000000000.log.1_0-209-0.20260101000000001.0a1b.tmp") == "log file"
+    assert java_sees(".0f0f0f0f-1111-2222-3333-444444444444-0_20260101000000000.log.1_0-209-0") == "log file"  # a real one
+    for tag in ("", dead):  # every temp name pipe makes: timeline and lock files, and data files tagged with their instant
+        name = temp_name(tag)
+        assert java_sees(name) is None, name
+        assert partial_file_instant(name) == (tag or None)
+
+
+def test_a_task_killed_while_writing_leaves_a_temp_file_that_rollback_removes(spark, tmp_path):
+    from runtime.table import avro
+
+    path = str(tmp_path / "orders")
+    table = Table.create(spark, path, CONFIG)
+    table.write(spark.createDataFrame([(1, "EU", 1, "a"), (2, "US", 1, "b")], "id long, region string, ts long, v string"), "upsert")
+    proc = crash_writer(path, "task_before_rename")  # the Python worker dies before renaming its file
+    assert proc.returncode != 0 and "WROTE" not in proc.stdout
+    # the failed write rolled itself back, and with it the file its task left half-written
+    (rollback,) = (tmp_path / "orders/.hoodie").glob("*.rollback.requested")
+    plan = avro.from_bytes(rollback.read_bytes())
+    dead = plan["instantToRollback"]["commitTime"]
+    left = [f.rsplit("/", 1)[-1] for r in plan["RollbackRequests"] for f in r["filesToBeDeleted"]]
+    assert left and all(name.startswith(f".pipe_{dead}_") and java_sees(name) is None for name in left)
+    assert list((tmp_path / "orders").rglob("*.tmp")) == [] and table.timeline().pending() == []
+    assert hudi_rows(path) == [(1, "a"), (2, "b")]

@@ -19,6 +19,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from runtime.storage import temp_name
+
 FILE_ID = "_pipe_file_id"
 KIND = "_pipe_kind"  # I insert, U update, D delete
 # one row per file written; a group left with no row has path "" (the driver writes it empty)
@@ -175,7 +177,7 @@ class _OpenFile:
             # local: written beside its final place under a hidden name, renamed when complete
             self.final = self.storage.full_path(self.rel_path)
             os.makedirs(os.path.dirname(self.final), exist_ok=True)
-            self.local = os.path.join(os.path.dirname(self.final), f".{self.name}.{uuid.uuid4().hex}.tmp")
+            self.local = os.path.join(os.path.dirname(self.final), temp_name(spec.instant))
         else:
             fd, self.local = tempfile.mkstemp(prefix="pipe-", suffix=".parquet")
             os.close(fd)
@@ -226,6 +228,9 @@ class _OpenFile:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            from runtime.table.services import fault
+
+            fault("task_before_rename")  # tests: a task dies with its file under the temporary name
             os.replace(self.local, self.final)
         else:
             with open(self.local, "rb") as src:
@@ -526,7 +531,7 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
         table = _conform(table, parquet_schema(storage, log.base_path, log.base_size), log.base_path)
         blocks.append(logfile.parquet_block(spec.instant, spec.log_schema, table))
     if deletes.num_rows:
-        blocks.append(logfile.typed_delete_block(spec.instant, _delete_records(deletes, partition, spec.ordering_field)))
+        blocks.append(logfile.delete_block(spec.instant, _delete_records(deletes, partition, spec.ordering_field)))
     name = logfile.LogFileName(file_id, log.base_instant, log.version, task.token).name
     rel = f"{partition}/{name}" if partition else name
     data = b"".join(logfile.encode_block(b) for b in blocks)
@@ -535,22 +540,18 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
 
 
 def _delete_records(deletes, partition: str, ordering_field: str | None) -> list[tuple]:
-    """(key, partition, ordering value) of each delete. Under event time a delete row's
-    precombine value goes with it, typed as the field (a reader applies it only over older
-    versions, as the writer does with stored rows); a delete by key has none, and deletes
+    """(key, partition, ordering value) of each delete, as Java writes them. Under event time a
+    delete row's precombine value goes with it, wrapped as Java wraps the column's values (a
+    reader applies it only over older versions, as the writer does with stored rows); a delete
+    by key, or on a commit-time table, carries Java's default IntWrapper(0): it deletes
     whatever came before."""
     from runtime.table import logfile
-    from runtime.table.merge import ordering_type
 
     keys = deletes.column("_hoodie_record_key").to_pylist()
     if not ordering_field or ordering_field not in deletes.column_names:
-        return [(k, partition, None) for k in keys]
-    column = deletes.column(ordering_field)
-    kind = ordering_type(column.type)
-    if kind == "decimal":
-        kind = None  # the union's decimal has one scale (15); such deletes go by commit time
-    values = column.to_pylist()
-    return [(k, partition, logfile.OrderingValue(kind, v) if v is not None and kind else None) for k, v in zip(keys, values)]
+        return [(k, partition, logfile.NATURAL_ORDER) for k in keys]
+    values = logfile.ordering_values(deletes.column(ordering_field).combine_chunks())
+    return list(zip(keys, [partition] * len(keys), values))
 
 
 class LogSchemaMismatch(RuntimeError):

@@ -8,8 +8,6 @@ Only the keys the log blocks name are held in memory; the base file is streamed.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -203,9 +201,9 @@ def _winners(spec: MergeSpec, stored: list, steps: list) -> Iterator:
     first, then each block in log order, folded with pyarrow (no per-row Python).
 
     Every row and delete becomes an event with its position in that order. Commit time: a
-    key's last event wins. Event time: a delete by commit time (no ordering value, or the
-    zero of the field's type) wipes what came before it, so only a key's events after its
-    last such delete count; of those, the largest ordering value wins (null below every
+    key's last event wins. Event time: a delete by commit time (Java's default IntWrapper(0),
+    or a value of another class than the field's, see _delete_kind) wipes what came before
+    it, so only a key's events after its last such delete count; of those, the largest ordering value wins (null below every
     value) and a tie goes to the later event. A winning delete leaves no row."""
     import numpy as np
     import pyarrow as pa
@@ -213,16 +211,15 @@ def _winners(spec: MergeSpec, stored: list, steps: list) -> Iterator:
 
     event_time = spec.mode == EVENT_TIME
     order_type = spec.schema.field(spec.ordering_field).type if event_time else pa.null()
-    field_type = ordering_type(order_type) if event_time else None
+    field_kind = L.ordering_kind(order_type) if event_time else None
     sources = [pa.Table.from_batches(stored, schema=spec.schema)] + [s for s in steps if not isinstance(s, list)]
     events, seq, n_source = [], 0, 0
     for step in [sources[0]] + steps:
         if isinstance(step, list):  # a delete block
-            kept = [(d, _delete_kind(d.ordering, field_type) if event_time else "by_commit_time") for d in step]
-            kept = [(d, kind) for d, kind in kept if kind != "ignored"]
+            kept = [(d, _delete_kind(d.ordering, field_kind) if event_time else "by_commit_time") for d in step]
             events.append(pa.table({
                 "key": pa.array([d.record_key for d, _ in kept], pa.string()),
-                "ord": pa.array([d.ordering.value if kind == "ordered" else None for d, kind in kept], order_type),
+                "ord": _ordering_array([d.ordering.value if kind == "ordered" else None for d, kind in kept], order_type),
                 "seq": pa.array(np.arange(seq, seq + len(kept), dtype=np.int64)),
                 "src": pa.array([-1] * len(kept), pa.int32()),
                 "row": pa.array([-1] * len(kept), pa.int64()),
@@ -281,56 +278,30 @@ def last_per_key(table, key: str, order: list[str]):
     return table.select([c for c in table.column_names if not c.startswith("_pipe_has_")])
 
 
-def _delete_kind(ordering: L.OrderingValue | None, field_type: str | None) -> str:
-    """Under event time: a delete without an ordering value, or with the zero of the ordering
-    field's Avro type, deletes by commit time; one of the field's type is compared with the
-    stored value; one of another type (an `int` on a `long` field) is ignored."""
-    if ordering is None or ordering.value is None:
+def _delete_kind(ordering: L.OrderingValue | None, field_kind: str | None) -> str:
+    """Under event time, Java's rule for a delete that follows a version of its key
+    (HoodieMergedLogRecordScanner.processNextDeletedRecord, 0.14 to 1.x): an ordering value
+    equal to Integer 0 (Java's default, Spark SQL DELETE's IntWrapper(0)) or of another class
+    than the stored value's deletes whatever came before; one of the same class is compared
+    with it (the stored version stays only if greater). A null (never written by Java) counts
+    as the default."""
+    if ordering is None or ordering.value is None or ordering == L.NATURAL_ORDER:
         return "by_commit_time"
-    if ordering.type != field_type:
-        return "ignored"
-    return "by_commit_time" if _is_zero(ordering.value) else "ordered"
+    return "ordered" if ordering.type == field_kind else "by_commit_time"
 
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+def _ordering_array(values: list, arrow_type):
+    """Delete ordering values as an array of the ordering column's type (a LongWrapper of a
+    timestamp column holds its epoch micros); a value that does not fit is null."""
+    import pyarrow as pa
 
-
-def _is_zero(value: Any) -> bool:
-    if isinstance(value, dt.datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)) == _EPOCH
-    if isinstance(value, dt.date):
-        return value == dt.date(1970, 1, 1)
-    if isinstance(value, dt.time):
-        return value == dt.time(0)
-    if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool):
-        return value == 0
-    return False
-
-
-def ordering_type(arrow_type) -> str | None:
-    """The Avro type Hudi gives a column of this Arrow type (the delete orderingVal branch)."""
-    import pyarrow.types as t
-
-    if t.is_int8(arrow_type) or t.is_int16(arrow_type) or t.is_int32(arrow_type):
-        return "int"
-    if t.is_int64(arrow_type):
-        return "long"
-    if t.is_float32(arrow_type):
-        return "float"
-    if t.is_float64(arrow_type):
-        return "double"
-    if t.is_string(arrow_type) or t.is_large_string(arrow_type):
-        return "string"
-    if t.is_binary(arrow_type) or t.is_large_binary(arrow_type):
-        return "bytes"
-    if t.is_decimal(arrow_type):
-        return "decimal"
-    if t.is_date32(arrow_type):
-        return "date"
-    if t.is_timestamp(arrow_type):
-        return "timestamp-millis" if arrow_type.unit == "ms" else "timestamp-micros"
-    if t.is_time32(arrow_type):
-        return "time-millis"
-    if t.is_time64(arrow_type):
-        return "time-micros"
-    return None
+    try:
+        return pa.array(values).cast(arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        out = []
+        for v in values:
+            try:
+                out.append(pa.array([v]).cast(arrow_type)[0].as_py())
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                out.append(None)
+        return pa.array(out, arrow_type)

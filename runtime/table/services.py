@@ -22,15 +22,18 @@ from runtime.table.timeline import (  # noqa: F401 - archived_instants: used by 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
 
 
-# a base file a task was still writing when it died: `.<base file name>.<hex>.tmp`, or a log
-# file: `.<log file name>.<writing instant>.<hex>.tmp` (files.py)
-_PARTIAL = re.compile(r"^\..+_(\d{17})\.parquet\.[0-9a-f]+\.tmp$")
-_PARTIAL_LOG = re.compile(r"^\.\..+\.log\.\d+_\d+-\d+-\d+\.(\d{17})\.[0-9a-f]+\.tmp$")
+# a data file a task was still writing when it died, under its hidden temporary name tagged
+# with the writing instant (storage.temp_name): `.pipe_<instant>_<hex>.tmp`; and the names
+# pipe used before, which Java took for file groups: `.<base file name>.<hex>.tmp`,
+# `.<log file name>.<instant>.<hex>.tmp`
+_PARTIAL = re.compile(r"^\.pipe_(\d{14,17})_[0-9a-f]{32}\.tmp$")
+_PARTIAL_BASE_BEFORE = re.compile(r"^\..+_(\d{17})\.parquet\.[0-9a-f]+\.tmp$")
+_PARTIAL_LOG_BEFORE = re.compile(r"^\.\..+\.log\.\d+_\d+-\d+-\d+\.(\d{17})\.[0-9a-f]+\.tmp$")
 
 
 def partial_file_instant(name: str) -> str | None:
     """The instant of a partial data file's hidden temporary name, or None."""
-    m = _PARTIAL.match(name) or _PARTIAL_LOG.match(name)
+    m = _PARTIAL.match(name) or _PARTIAL_BASE_BEFORE.match(name) or _PARTIAL_LOG_BEFORE.match(name)
     return m.group(1) if m else None
 
 
