@@ -104,12 +104,18 @@ class BloomFilter:
         return np.where(index < end, index // nr, np.where(index == end, 0, (index - end - 1) % full))
 
     def might_contain(self, key: str) -> bool:
-        """BloomFilter.mightContain: every bit of the key is set in one of the rows."""
+        """BloomFilter.mightContain."""
         import pyarrow as pa
 
-        positions = np.concatenate([p for _, p in _bit_positions(pa.array([key], pa.string()), self.hash_count, self.vector_size)])
-        set_ = (self.bits[:, positions >> 3] >> (positions & 7).astype(np.uint8)) & 1
-        return bool(set_.all(axis=1).any())
+        return bool(self.might_contain_keys(pa.array([key], pa.string()))[0])
+
+    def might_contain_keys(self, keys):
+        """mightContain of each key of a pyarrow string array: every bit of the key is set in
+        one of the filter's rows."""
+        found = np.ones((len(keys), len(self.bits)), dtype=bool)
+        for which, positions in _bit_positions(keys, self.hash_count, self.vector_size):
+            found[which] &= ((self.bits[:, positions >> 3] >> (positions & 7).astype(np.uint8)) & 1).T.astype(bool)
+        return found.any(axis=1)
 
     def serialize_to_string(self) -> str:
         """SimpleBloomFilter / HoodieDynamicBoundedBloomFilter.serializeToString: the filter
@@ -202,7 +208,8 @@ def _murmur_positions(rows, length: int, hash_count: int, vector_size: int) -> I
     m, size = _M, np.uint32(vector_size)
     with np.errstate(over="ignore"):
         blocks = length // 4
-        k = np.ascontiguousarray(np.ascontiguousarray(rows[:, : blocks * 4]).view("<u4").T)  # (blocks, keys)
+        # (blocks, keys), always a copy: `rows` may be the Arrow array's own memory
+        k = np.array(rows[:, : blocks * 4], dtype=np.uint8, order="C", copy=True).view("<u4").T.copy()
         k *= m
         k ^= k >> np.uint32(24)
         k *= m
