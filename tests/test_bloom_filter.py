@@ -17,8 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.table import Table, TableConfig
-from runtime.table import bloom
+from runtime.table import Table, TableConfig, bloom
 from runtime.table.config import MERGE_ON_READ
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +25,7 @@ HOME = REPO / ".java-hudi"
 BUNDLE = "org.apache.hudi:hudi-spark3.5-bundle_2.12:0.15.0"
 JAR = HOME / "jars" / "hudi-spark3.5-bundle_2.12-0.15.0.jar"
 SOURCE = Path(__file__).with_name("java") / "BloomFilterCheck.java"
-FIXTURES = Path("/work/shared/fixtures/hudi")
+FIXTURES = REPO.parent / "shared" / "fixtures" / "hudi"  # as tests/test_fixtures.py finds them
 
 # keys as users have them: several fields, punctuation, accents, a euro sign (3 UTF-8 bytes), and
 # characters past U+FFFF beside U+FF21, whose order differs between code points and Java's UTF-16
@@ -126,6 +125,10 @@ def test_java_finds_every_key_of_every_base_file_pipe_writes(spark, tmp_path, ja
     rows = [(k, "US", 1700000000000 + i, Decimal(i) / 4) for i, k in enumerate(SPECIAL_KEYS)]
     cow.write(spark.createDataFrame(rows + [(f"order-{i}/é", "EU", 1700000000000 + i, None) for i in range(300)], schema), "bulk_insert")
     cow.write(spark.createDataFrame([("€100", "US", 1700000000009, Decimal("5.10")), ("new/ключ", "US", 1700000000009, None)], schema), "upsert")
+
+    # a write's bytes per record leave the footers' filters out: a later insert of many rows
+    # is not cut into files of a few thousand rows (431 KB over 10 rows is 43 KB a row)
+    assert cow.record_size_estimate(1024) < 10_000
 
     mor = Table.create(spark, str(tmp_path / "trips"), TableConfig("trips", table_type=MERGE_ON_READ, record_key_fields=("key",),
                                                                    partition_fields=("region",), precombine_field="ts"))

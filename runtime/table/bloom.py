@@ -291,6 +291,16 @@ class BloomFilterWriteSupport:
         return meta
 
 
+def footer_bytes(num_keys: int) -> int:
+    """About how many bytes the bloom filter adds to the footer of a base file of `num_keys`
+    keys (Java's defaults, as pipe and Java write them): a write's bytes per record are
+    estimated without it, or every small file would look like large records."""
+    bits = bit_size(NUM_ENTRIES, FPP)
+    rows = min(max(1, -(-DYNAMIC_MAX_ENTRIES // NUM_ENTRIES)), max(1, -(-num_keys // NUM_ENTRIES)))
+    raw = 13 + 12 + rows * (13 + (bits + 7) // 8)
+    return 4 * -(-raw // 3)
+
+
 def footer_bloom_filter(metadata: dict) -> BloomFilter | None:
     """The bloom filter of a base file's footer key-value metadata (bytes or str keys), as
     ParquetUtils.readBloomFilterFromMetadata finds it; None without one."""
