@@ -245,7 +245,6 @@ def utf16_min_max(keys) -> tuple[str, str] | tuple[None, None]:
     (UTF-16 code units). It is code point order unless a key holds a character past U+FFFF
     (four UTF-8 bytes), whose surrogates sort below U+E000..U+FFFF: then keys are compared as
     UTF-16."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     if not len(keys):
@@ -254,8 +253,8 @@ def utf16_min_max(keys) -> tuple[str, str] | tuple[None, None]:
     if not astral:
         mm = pc.min_max(keys)
         return mm["min"].as_py(), mm["max"].as_py()
-    values = keys.to_pylist() if not isinstance(keys, pa.ChunkedArray) else keys.to_pylist()
-    return (min(values, key=_utf16), max(values, key=_utf16))
+    values = keys.to_pylist()
+    return min(values, key=_utf16), max(values, key=_utf16)
 
 
 def _utf16(text: str) -> bytes:
