@@ -400,9 +400,9 @@ def test_inserts_fill_small_files_unless_small_file_limit_is_zero(spark, tmp_pat
     r1 = table.write(spark.createDataFrame([(1, "EU", "a"), (2, "EU", "b")], IDX), "insert")
     (first,) = slices(path).values()
     size = (path / first.base_file_relative_path()).stat().st_size
-    assert size < 16 * 1024  # a few rows: a small file
+    assert size < 1024 * 1024  # a few rows (and the footer's 431 KB bloom filter, as Java writes it): a small file
 
-    r2 = table.write(spark.createDataFrame([(3, "EU", "c")], IDX), "insert", max_file_size=64 * 1024, small_file_limit=32 * 1024)
+    r2 = table.write(spark.createDataFrame([(3, "EU", "c")], IDX), "insert", max_file_size=4 * 1024 * 1024, small_file_limit=2 * 1024 * 1024)
     (second,) = slices(path).values()  # still one file group ...
     assert second.file_id == first.file_id
     assert second.creation_instant_time == r2.instant  # ... with a new base file
@@ -411,7 +411,7 @@ def test_inserts_fill_small_files_unless_small_file_limit_is_zero(spark, tmp_pat
     assert (stat["fileId"], stat["prevCommit"], stat["numInserts"], stat["numWrites"]) == (first.file_id, r1.instant, 1, 3)
     assert (path / first.base_file_relative_path()).exists()  # the old slice stays for time travel
 
-    r3 = table.write(spark.createDataFrame([(4, "EU", "d")], IDX), "insert", max_file_size=64 * 1024, small_file_limit=0)
+    r3 = table.write(spark.createDataFrame([(4, "EU", "d")], IDX), "insert", max_file_size=4 * 1024 * 1024, small_file_limit=0)
     now = slices(path)
     assert len(now) == 2
     (new_id,) = {fid for _, fid in now} - {first.file_id}

@@ -161,6 +161,7 @@ def _token() -> tuple[str, int]:
 
 class _OpenFile:
     def __init__(self, spec: FileWriteSpec, partition: str, file_id: str, task: _Task):
+        from runtime.table.bloom import BloomFilterWriteSupport
         from runtime.table.layout import ensure_partition_metadata
 
         self.spec = spec
@@ -188,6 +189,8 @@ class _OpenFile:
         self.pending: list = []
         self.pending_bytes = 0
         self.flushed_arrow_bytes = 0
+        # the footer's bloom filter and key range (Java's BLOOM indexes need them)
+        self.keys = BloomFilterWriteSupport()
 
     def write(self, table) -> None:
         self.pending.append(table)
@@ -209,6 +212,7 @@ class _OpenFile:
             # readers see the columns' plain types: constants passed as dictionaries are strings
             self.writer.add_key_value_metadata({"ARROW:schema": _arrow_schema_text(table.schema)})
         self.writer.write_table(table, row_group_size=table.num_rows)
+        self.keys.add_keys(table.column("_hoodie_record_key"))
         self.flushed_arrow_bytes += self.pending_bytes
         self.pending, self.pending_bytes = [], 0
 
@@ -220,6 +224,7 @@ class _OpenFile:
 
     def close(self) -> tuple:
         self._flush()
+        self.writer.add_key_value_metadata(self.keys.finalize_metadata())
         self.writer.close()
         size = os.path.getsize(self.local)
         if self.final is not None:  # local: durable before the commit that names it, then renamed

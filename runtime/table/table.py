@@ -222,11 +222,16 @@ class Table:
         return None
 
     def record_size_estimate(self, default: int, timeline: Timeline | None = None) -> int:
+        """Bytes per record of the latest write's base files, less their footers' bloom filters
+        (431 KB a file whatever its rows); a file no larger than its filter tells nothing."""
+        from runtime.table.bloom import footer_bytes
+
         timeline = timeline or self.timeline()
         for inst in reversed(timeline.completed()):
             stats = [s for s in timeline.commit_metadata(inst).write_stats if not s.is_log]
-            rows = sum(s.num_writes for s in stats)
-            size = sum(s.file_size for s in stats)
+            sized = [(s.num_writes, s.file_size - footer_bytes(s.num_writes)) for s in stats if s.num_writes > 0]
+            rows = sum(n for n, size in sized if size > 0)
+            size = sum(size for n, size in sized if size > 0)
             if rows > 0 and size > 0:
                 return max(1, size // rows)
         return default

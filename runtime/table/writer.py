@@ -654,9 +654,13 @@ def write_empty_base_file(storage, partition: str, file_id: str, instant: str, s
 
     import pyarrow.parquet as pq
 
+    from runtime.table.bloom import BloomFilterWriteSupport
+
     schema = arrow_schema(with_meta_struct(struct))
     buf = io.BytesIO()
-    pq.write_table(schema.empty_table(), buf)
+    with pq.ParquetWriter(buf, schema) as out:
+        out.write_table(schema.empty_table())
+        out.add_key_value_metadata(BloomFilterWriteSupport().finalize_metadata())  # an empty filter, no key range
     name = f"{file_id}_0-0-0_{instant}.parquet"
     path = f"{partition}/{name}" if partition else name
     storage.write_atomic(path, buf.getvalue())
