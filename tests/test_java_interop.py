@@ -532,3 +532,29 @@ def test_java_compaction_clean_and_archive_on_a_pipe_merge_on_read_table(spark, 
     table.write(spark.createDataFrame(orders(range(4, 1000, 6), 5).to_pylist(), ORDERS_SQL), "upsert")
     expected.update(as_expected(orders(range(4, 1000, 6), 5)))
     three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+def test_java_rollback_savepoint_and_restore_on_a_pipe_table(spark, tmp_path, java_hudi_015):
+    """Java 0.15's CALL rollback_to_instant of pipe's latest commit, create_savepoint on a pipe
+    commit and, after a pipe upsert, rollback_to_savepoint (a restore): after each, pipe,
+    hudi-rs and Java read the rows of the instant the table went back to. The procedures run with
+    hoodie.metadata.enable=false, so that pipe may write in between."""
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, COPY_ON_WRITE)
+    first = table.timeline().completed()[-1].time
+    expected = as_expected(orders(range(1000), 1))
+    table.write(spark.createDataFrame(orders(range(0, 1000, 2), 2).to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(orders(range(0, 1000, 2), 2)))
+    last = table.write(spark.createDataFrame(orders(range(0, 1000, 3), 3).to_pylist(), ORDERS_SQL), "upsert").instant
+    java_hudi_015.sql(f"CREATE TABLE IF NOT EXISTS pipe_restore USING hudi LOCATION '{path}'")
+    java_hudi_015.sql("SET hoodie.metadata.enable=false")
+    try:
+        java_hudi_015.sql(f"CALL rollback_to_instant(table => 'pipe_restore', instant_time => '{last}')")
+        three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+        java_hudi_015.sql(f"CALL create_savepoint(table => 'pipe_restore', commit_time => '{first}')")
+        Table.open(spark, str(path)).write(spark.createDataFrame(orders(range(1, 1000, 4), 4).to_pylist(), ORDERS_SQL), "upsert")
+        java_hudi_015.sql(f"CALL rollback_to_savepoint(table => 'pipe_restore', instant_time => '{first}')")
+    finally:
+        java_hudi_015.sql("RESET hoodie.metadata.enable")
+    assert not (path / ".hoodie" / "metadata").exists()
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, as_expected(orders(range(1000), 1)))
