@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +32,7 @@ META = ["_hoodie_commit_time", "_hoodie_record_key", "_hoodie_partition_path"]
 
 def typed_row(i: int, version: int) -> tuple:
     return (i, REGIONS[i % len(REGIONS)], BASE_MS + version * 60_000 + i, i % 1000 - 500,
-            decimal.Decimal(f"{i * 7 % 100000}.{i % 100:02d}"), decimal.Decimal(f"{i}.{i:018d}"[:40]) if i < 10 ** 6 else decimal.Decimal(0),
+            decimal.Decimal(f"{i * 7 % 100000}.{i % 100:02d}"), decimal.Decimal(f"{i}.{i:018d}"),
             i / 7.0, dt.date(2024, 1, 1) + dt.timedelta(days=i % 400),
             dt.datetime(2024, 11, 19, 7, 6, 40, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i * 37 + version),
             f"v{version} row {i} – ünïcode" if i % 11 else None, bytes([i % 256, version % 256, 0, 255]),

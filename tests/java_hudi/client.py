@@ -9,7 +9,6 @@ import itertools
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -84,7 +83,7 @@ class JavaHudi:
     def write(self, path, rows: pa.Table, options: dict, mode: str = "append") -> None:
         """Writes `rows` into the table at `path` with Java Hudi's DataFrame writer and `options`
         (hoodie.* keys; Java's defaults for everything not given)."""
-        src = self._scratch("input") .with_suffix(".parquet")
+        src = self._scratch("input").with_suffix(".parquet")
         pq.write_table(rows, src)
         self.call({"op": "write", "path": str(path), "input": str(src), "options": {k: str(v) for k, v in options.items()},
                    "mode": mode})
@@ -155,7 +154,3 @@ def pipe_read(table, **read) -> pa.Table:
     """pipe's reader (in-process, pyarrow) of a runtime.table.Table."""
     schema, batches = table.read_batches(**read)
     return pa.Table.from_batches(list(batches), schema=schema)
-
-
-def scratch() -> Path:
-    return Path(tempfile.mkdtemp(prefix="java-hudi-"))
