@@ -92,3 +92,29 @@ def s3_bucket(moto_server, request):
     name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + "-b"
     boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket=name)
     return name, moto_server
+
+
+def _java_hudi(bundle, tmp_path_factory):
+    from tests.java_hudi.client import JavaHudi
+    from tests.java_hudi.env import ensure
+
+    ensure()
+    java = JavaHudi(bundle, tmp_path_factory.mktemp(f"java-hudi-{bundle.hudi}"))
+    yield java
+    java.close()
+
+
+@pytest.fixture(scope="session")
+def java_hudi_015(tmp_path_factory):
+    """Java Hudi 0.15.0 on Spark 3.5 (writes table version 6), one process for the session."""
+    from tests.java_hudi.env import HUDI_015
+
+    yield from _java_hudi(HUDI_015, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def java_hudi_11(tmp_path_factory):
+    """Java Hudi 1.1.x on Spark 3.5 (reads version 6; its writers upgrade by default)."""
+    from tests.java_hudi.env import HUDI_11
+
+    yield from _java_hudi(HUDI_11, tmp_path_factory)

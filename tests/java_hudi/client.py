@@ -1,0 +1,156 @@
+"""The tests' side of driver.py: one long-lived Java Hudi process per bundle, and helpers that
+turn its answers (and pipe's and hudi-rs's reads) into comparable rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import itertools
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.java_hudi.env import Bundle
+
+DRIVER = Path(__file__).with_name("driver.py")
+META = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name")
+
+
+class JavaError(AssertionError):
+    """A command Java Hudi answered with an exception; its text is Java's."""
+
+    def __init__(self, op: str, answer: dict):
+        self.answer = answer
+        self.java = answer.get("java") or ""
+        super().__init__(f"Java Hudi {op} failed: {answer.get('error')}\n{self.java}")
+
+
+class JavaHudi:
+    """A Java Hudi Spark session in its own process (driver.py), for a whole pytest session."""
+
+    def __init__(self, bundle: Bundle, workdir: Path):
+        self.bundle = bundle
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log = self.workdir / "driver.log"
+        self._count = itertools.count()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME", "PYTHONPATH"))}
+        env["PYSPARK_PYTHON"] = str(bundle.python)
+        self._stderr = open(self.log, "w")
+        self.proc = subprocess.Popen([str(bundle.python), str(DRIVER), str(bundle.jar)], cwd=self.workdir, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1)
+        ready = self._answer()
+        if not ready.get("ready"):
+            raise RuntimeError(f"Java Hudi {bundle.hudi} did not start: {ready}\n{self.log_tail()}")
+        self.version = self.call({"op": "version"})
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def _answer(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the Java Hudi {self.bundle.hudi} process ended (exit {self.proc.poll()}):\n{self.log_tail()}")
+        return json.loads(line)
+
+    def call(self, cmd: dict) -> dict:
+        """Sends one command; returns the answer, or raises JavaError with Java's message."""
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        answer = self._answer()
+        if not answer.get("ok"):
+            raise JavaError(cmd.get("op", "?"), answer)
+        return answer
+
+    def _scratch(self, stem: str) -> Path:
+        return self.workdir / f"{stem}-{next(self._count)}"
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def read(self, path, query: str = "snapshot", as_of: str | None = None, begin: str | None = None,
+             end: str | None = None, **options) -> pa.Table:
+        """A Java Hudi read of the table at `path` (snapshot, read_optimized, incremental
+        (begin, end], or time travel as of an instant), as an Arrow table."""
+        out = self._scratch("read")
+        self.call({"op": "read", "path": str(path), "query": query, "as_of": as_of, "begin": begin, "end": end,
+                   "options": {k: str(v) for k, v in options.items()}, "out": str(out)})
+        return pq.read_table(out)
+
+    def write(self, path, rows: pa.Table, options: dict, mode: str = "append") -> None:
+        """Writes `rows` into the table at `path` with Java Hudi's DataFrame writer and `options`
+        (hoodie.* keys; Java's defaults for everything not given)."""
+        src = self._scratch("input").with_suffix(".parquet")
+        pq.write_table(rows, src)
+        self.call({"op": "write", "path": str(path), "input": str(src), "options": {k: str(v) for k, v in options.items()},
+                   "mode": mode})
+
+    def sql(self, text: str) -> list[list]:
+        return self.call({"op": "sql", "sql": text})["rows"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+
+
+# --- comparable rows ---------------------------------------------------------------------------
+
+def canon(value):
+    """One spelling for a value whichever reader produced it: timestamps as UTC, maps as sorted
+    pairs, structs as sorted items."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return ("ts", value.isoformat())
+    if isinstance(value, decimal.Decimal):
+        return ("dec", str(value))
+    if isinstance(value, dict):
+        return tuple(sorted((k, canon(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):  # a map as Arrow gives it
+            return ("map", tuple(sorted((canon(k), canon(v)) for k, v in value)))
+        return tuple(canon(v) for v in value)
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    return value
+
+
+def rows(table: pa.Table, columns) -> list[tuple]:
+    """The rows of an Arrow table as sorted tuples of `columns`, canonical values."""
+    data = table.select(list(columns)).to_pylist()
+    return sorted((tuple(canon(r[c]) for c in columns) for r in data), key=repr)
+
+
+def hudi_rs(path, as_of: str | None = None, since: str | None = None, until: str | None = None) -> pa.Table:
+    """hudi-rs's read of the table (snapshot, time travel or incremental)."""
+    import hudi
+
+    table = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
+    if since is not None:
+        opts = hudi.HudiReadOptions().with_query_type(hudi.HudiQueryType.Incremental).with_start_timestamp(since)
+        if until:
+            opts = opts.with_end_timestamp(until)
+        batches = table.read(opts)
+    elif as_of is not None:
+        batches = table.read(hudi.HudiReadOptions().with_as_of_timestamp(as_of))
+    else:
+        batches = table.read()
+    if not batches:
+        return None
+    return pa.Table.from_batches(batches)
+
+
+def pipe_read(table, **read) -> pa.Table:
+    """pipe's reader (in-process, pyarrow) of a runtime.table.Table."""
+    schema, batches = table.read_batches(**read)
+    return pa.Table.from_batches(list(batches), schema=schema)

@@ -1,0 +1,559 @@
+"""Differential tests against Apache Hudi's own Java code (tests/java_hudi): Hudi 0.15.0 and
+1.1.1 on Spark 3.5, each in its own process, read and write the same table folders as pipe, and
+every reader (pipe, hudi-rs, Java) must see the same rows. The cases follow the interop audit
+(shared/interop-audit/README.md, "Cases to cover"). Run alone with `pytest -m java_hudi`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fastavro
+import pyarrow as pa
+import pytest
+
+from runtime.table import Table, TableConfig
+from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ
+from runtime.table.errors import TableError
+from tests.java_hudi.client import JavaError, hudi_rs, pipe_read, rows
+
+pytestmark = [pytest.mark.java_hudi, pytest.mark.spark]
+
+JAVA = ["java_hudi_015", "java_hudi_11"]
+BASE_MS = 1_732_000_000_000  # epoch millis, Nov 2024: the precombine values users have
+REGIONS = ["EU/West", "US:East", "k=v", "50%", "#1", "New York", "plain"]
+TYPES = ("id bigint, region string, ts bigint, qty int, price decimal(10,2), amount decimal(38,18), ratio double, "
+         "day date, at timestamp, note string, payload binary, items array<struct<sku:string,n:int>>, "
+         "attrs map<string,string>, address struct<city:string,geo:struct<lat:double,lon:double>>")
+META = ["_hoodie_commit_time", "_hoodie_record_key", "_hoodie_partition_path"]
+
+
+def typed_row(i: int, version: int) -> tuple:
+    return (i, REGIONS[i % len(REGIONS)], BASE_MS + version * 60_000 + i, i % 1000 - 500,
+            decimal.Decimal(f"{i * 7 % 100000}.{i % 100:02d}"), decimal.Decimal(f"{i}.{i:018d}"),
+            i / 7.0, dt.date(2024, 1, 1) + dt.timedelta(days=i % 400),
+            dt.datetime(2024, 11, 19, 7, 6, 40, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i * 37 + version),
+            f"v{version} row {i} – ünïcode" if i % 11 else None, bytes([i % 256, version % 256, 0, 255]),
+            [(f"sku-{i}-{k}", k + version) for k in range(i % 3)], {"source": f"s{i % 5}", "v": str(version)},
+            (f"city {i % 13}", (48.1 + i / 1e4, 11.5 - i / 1e4)))
+
+
+@dataclass
+class Built:
+    """A pipe table built for the tests, with the instants of its timeline, oldest first."""
+
+    table: Table
+    path: Path
+    columns: list[str]
+    instants: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)  # the completed write instants (time travel points)
+    retained_from: str = ""  # the earliest instant the latest clean kept files for ("" before any clean)
+
+
+def _instants(built: Built) -> None:
+    timeline = built.table.timeline()
+    built.instants = [i.time for i in timeline.completed()]
+    built.writes = [i.time for i in timeline.completed() if i.action in ("commit", "deltacommit", "replacecommit")]
+    cleans = sorted(built.path.glob(".hoodie/*.clean"))
+    if cleans:
+        with open(cleans[-1], "rb") as f:
+            built.retained_from = next(iter(fastavro.reader(f)))["earliestCommitToRetain"]
+
+
+def build_cow_types(spark, root: Path) -> Built:
+    """COW, hive-style partitions with / : = % # and spaces, every column type; upsert, update, delete."""
+    config = TableConfig(name="cow_types", table_type=COPY_ON_WRITE, record_key_fields=("id",), partition_fields=("region",),
+                         precombine_field="ts")
+    table = Table.create(spark, str(root), config)
+    table.write(spark.createDataFrame([typed_row(i, 1) for i in range(3000)], TYPES), "upsert")
+    table.write(spark.createDataFrame([typed_row(i, 2) for i in range(0, 3000, 10)] + [typed_row(i, 2) for i in range(3000, 3200)], TYPES), "upsert")
+    table.write(spark.createDataFrame([typed_row(i, 3) for i in range(5, 3000, 31)], TYPES), "delete")
+    built = Built(table, root, [f.name for f in spark.createDataFrame([], TYPES).schema.fields])
+    _instants(built)
+    return built
+
+
+MULTI = "order_id bigint, line int, country string, day string, ts bigint, amount decimal(10,2), status string"
+
+
+def _order(i: int, version: int) -> tuple:
+    return (100_000 + i // 3, i % 3, ["DE", "US", "FR"][i % 3], f"2024-11-{1 + i % 4:02d}", BASE_MS + version * 1000 + i,
+            decimal.Decimal(i % 5000) / 100, f"s{version}")
+
+
+def build_mor_multi(spark, root: Path) -> Built:
+    """MOR, 2-field key, multi-level hive-style partitions, bigint precombine: inserts, updates in
+    log files, compaction, more updates, clean."""
+    config = TableConfig(name="mor_multi", table_type=MERGE_ON_READ, record_key_fields=("order_id", "line"),
+                         partition_fields=("country", "day"), precombine_field="ts")
+    table = Table.create(spark, str(root), config)
+    table.write(spark.createDataFrame([_order(i, 1) for i in range(2400)], MULTI), "upsert")
+    table.write(spark.createDataFrame([_order(i, 2) for i in range(0, 2400, 7)], MULTI), "upsert")
+    table.write(spark.createDataFrame([_order(i, 3) for i in range(0, 2400, 11)], MULTI), "upsert")
+    table.compact()
+    table.write(spark.createDataFrame([_order(i, 4) for i in range(0, 2400, 13)] + [_order(i, 4) for i in range(2400, 2500)], MULTI), "upsert")
+    table.write(spark.createDataFrame([_order(i, 5) for i in range(0, 2400, 17)], MULTI), "upsert")
+    table.clean(retain=2)
+    built = Built(table, root, ["order_id", "line", "country", "day", "ts", "amount", "status"])
+    _instants(built)
+    return built
+
+
+PLAIN = "id bigint, ts bigint, v string"
+
+
+def build_mor_nonpartitioned(spark, root: Path) -> Built:
+    """MOR, non-partitioned, no precombine field (commit-time order): updates in logs,
+    compaction, updates on the compacted slice."""
+    config = TableConfig(name="mor_plain", table_type=MERGE_ON_READ, record_key_fields=("id",))
+    table = Table.create(spark, str(root), config)
+    table.write(spark.createDataFrame([(i, BASE_MS + i, f"a{i}") for i in range(2000)], PLAIN), "upsert")
+    table.write(spark.createDataFrame([(i, BASE_MS + i, f"b{i}") for i in range(0, 2000, 5)], PLAIN), "upsert")
+    table.write(spark.createDataFrame([(i, BASE_MS + i, f"b{i}") for i in range(1, 2000, 6)], PLAIN), "upsert")
+    table.compact()
+    table.write(spark.createDataFrame([(i, BASE_MS + i, f"c{i}") for i in range(0, 2000, 17)], PLAIN), "upsert")
+    built = Built(table, root, ["id", "ts", "v"])
+    _instants(built)
+    return built
+
+
+def build_mor_deletes(spark, root: Path) -> Built:
+    """MOR, non-partitioned, no precombine field: keys updated, then deleted by key in the same
+    file slice (delete blocks with no ordering value)."""
+    config = TableConfig(name="mor_deletes", table_type=MERGE_ON_READ, record_key_fields=("id",))
+    table = Table.create(spark, str(root), config)
+    table.write(spark.createDataFrame([(i, BASE_MS + i, f"a{i}") for i in range(1000)], PLAIN), "upsert")
+    table.write(spark.createDataFrame([(i, BASE_MS + i, f"b{i}") for i in range(0, 1000, 5)], PLAIN), "upsert")
+    table.write(spark.createDataFrame([(i, BASE_MS + i, None) for i in range(0, 1000, 9)], PLAIN), "delete")
+    built = Built(table, root, ["id", "ts", "v"])
+    _instants(built)
+    return built
+
+
+def build_cow_nonhive(spark, root: Path) -> Built:
+    """COW, multi-level partitions that are not hive-style, insert_overwrite of one partition."""
+    config = TableConfig(name="cow_nonhive", table_type=COPY_ON_WRITE, record_key_fields=("order_id", "line"),
+                         partition_fields=("country", "day"), precombine_field="ts", hive_style=False)
+    table = Table.create(spark, str(root), config)
+    table.write(spark.createDataFrame([_order(i, 1) for i in range(1500)], MULTI), "upsert")
+    table.write(spark.createDataFrame([_order(i, 2) for i in range(0, 1500, 4)], MULTI), "upsert")
+    table.write(spark.createDataFrame([_order(i, 3) for i in range(0, 300, 3)], MULTI), "insert_overwrite")
+    built = Built(table, root, ["order_id", "line", "country", "day", "ts", "amount", "status"])
+    _instants(built)
+    return built
+
+
+def build_mor_delete_when(spark, root: Path) -> Built:
+    """MOR, bigint epoch-millis precombine, deletes flagged by delete_when (typed delete blocks)."""
+    config = TableConfig(name="mor_delete_when", table_type=MERGE_ON_READ, record_key_fields=("id",),
+                         partition_fields=("region",), precombine_field="ts")
+    schema = "id bigint, region string, ts bigint, v string, op string"
+    table = Table.create(spark, str(root), config)
+    table.write(spark.createDataFrame([(i, REGIONS[i % 3], BASE_MS + i, f"a{i}", "I") for i in range(1000)], schema), "upsert")
+    table.write(spark.createDataFrame([(i, REGIONS[i % 3], BASE_MS + 10_000 + i, f"b{i}", "D" if i % 4 == 0 else "U")
+                                       for i in range(0, 1000, 3)], schema), "upsert", delete_when="op = 'D'")
+    built = Built(table, root, ["id", "region", "ts", "v", "op"])
+    _instants(built)
+    return built
+
+
+BUILDERS = {"cow_types": build_cow_types, "mor_multi": build_mor_multi, "mor_plain": build_mor_nonpartitioned,
+            "cow_nonhive": build_cow_nonhive, "mor_delete_when": build_mor_delete_when, "mor_deletes": build_mor_deletes}
+
+
+@pytest.fixture(scope="module")
+def pipe_tables(spark, tmp_path_factory):
+    """pipe tables built once for the module, on first use: name -> Built."""
+    cache: dict[str, Built] = {}
+
+    def get(name: str) -> Built:
+        if name not in cache:
+            cache[name] = BUILDERS[name](spark, tmp_path_factory.mktemp(name) / name)
+        return cache[name]
+
+    return get
+
+
+def _cols(built: Built) -> list[str]:
+    return META + built.columns
+
+
+def _pipe(built: Built, **read) -> list[tuple]:
+    return rows(pipe_read(built.table, **read), _cols(built))
+
+
+def _rs(built: Built, **read) -> list[tuple]:
+    got = hudi_rs(built.path, **read)
+    return [] if got is None else rows(got, _cols(built))
+
+
+# --- a. Java reads what pipe writes -----------------------------------------------------------
+
+@pytest.mark.parametrize("java", JAVA)
+@pytest.mark.parametrize("name", ["cow_types", "mor_multi", "mor_plain", "cow_nonhive"])
+def test_java_snapshot_and_time_travel_equal_pipe_and_hudi_rs(request, pipe_tables, java, name):
+    """Java's snapshot read, and its time travel to every write instant, return the rows (meta
+    columns included) that pipe's reader and hudi-rs return."""
+    built, java = pipe_tables(name), request.getfixturevalue(java)
+    expected = _pipe(built)
+    assert len(expected) > 1000
+    assert _rs(built) == expected
+    assert rows(java.read(built.path), _cols(built)) == expected
+    for instant in built.writes:
+        if instant < built.retained_from:  # the clean deleted the files of this instant
+            with pytest.raises(JavaError, match="Cleaner cleaned up the timestamp of interest"):
+                java.read(built.path, as_of=instant)
+            continue
+        expected = _pipe(built, as_of=instant)
+        assert _rs(built, as_of=instant) == expected, f"hudi-rs as of {instant}"
+        assert rows(java.read(built.path, as_of=instant), _cols(built)) == expected, f"Java as of {instant}"
+
+
+@pytest.mark.parametrize("java", JAVA)
+@pytest.mark.parametrize("name", ["cow_types", "mor_multi", "mor_plain"])
+def test_java_incremental_reads_equal_pipe_and_hudi_rs(request, pipe_tables, java, name):
+    """Java's incremental query over (a, b] for consecutive write instants, and from the first
+    instant to the latest, returns what pipe's and hudi-rs's incremental reads return."""
+    built, fixture = pipe_tables(name), java
+    java = request.getfixturevalue(fixture)
+    writes = [w for w in built.writes if w >= built.retained_from]  # before it, the clean deleted the files
+    pairs = list(zip(writes, writes[1:])) + [(writes[0], writes[-1])]
+    assert _pipe(built, since=writes[0], until=writes[-1]), "nothing to compare"
+    for begin, end in pairs:
+        expected = _pipe(built, since=begin, until=end)
+        assert _rs(built, since=begin, until=end) == expected, f"hudi-rs ({begin}, {end}]"
+        got = rows(java.read(built.path, query="incremental", begin=begin, end=end), _cols(built))
+        if fixture == "java_hudi_11":
+            expected = _partition_values_as_in_path(built, expected)
+        assert got == expected, f"Java ({begin}, {end}]"
+
+
+def _partition_values_as_in_path(built: Built, expected: list[tuple]) -> list[tuple]:
+    """Java Hudi 1.1's incremental query fills the partition columns from the URL-encoded
+    partition path (region '%231' for '#1'), where its snapshot query and 0.15 give the stored
+    value. It does the same on tables Java 1.1 writes itself (hive-style, urlencode=true), so it
+    is Java's bug, not pipe's; no apache/hudi issue for it was found. This asserts Java's
+    behaviour: the day it is fixed, this test fails and the special case goes."""
+    fields = list(built.table.config.partition_fields)
+    cols = _cols(built)
+    out = []
+    for row in expected:
+        row = list(row)
+        segments = row[cols.index("_hoodie_partition_path")].split("/")
+        for name, segment in zip(fields, segments):
+            row[cols.index(name)] = segment.split("=", 1)[1] if built.table.config.hive_style else segment
+        out.append(tuple(row))
+    return sorted(out, key=repr)
+
+
+@pytest.mark.parametrize("java", JAVA)
+@pytest.mark.parametrize("name", ["mor_multi", "mor_plain"])
+def test_java_read_optimized_equals_pipe(request, pipe_tables, java, name):
+    """Java's read-optimized query of a merge-on-read table returns the rows of the latest base
+    files, as pipe's read_optimized read does."""
+    built, java = pipe_tables(name), request.getfixturevalue(java)
+    expected = _pipe(built, read_optimized=True)
+    assert len(expected) > 1000
+    assert rows(java.read(built.path, query="read_optimized"), _cols(built)) == expected
+
+
+@pytest.mark.parametrize("java", JAVA)
+def test_java_reads_pipes_delete_when_deletes_on_an_epoch_millis_precombine(request, pipe_tables, java):
+    """Audit finding #1 (delete-block orderingVal union): pipe's typed delete blocks on a bigint
+    epoch-millis precombine must decode in Java and hudi-rs, with the deleted keys gone. Fails
+    until the deletes fix lands."""
+    built, java = pipe_tables("mor_delete_when"), request.getfixturevalue(java)
+    expected = _pipe(built)
+    deleted = {i for i in range(0, 1000, 12)}
+    assert {r[3] for r in expected} == set(range(1000)) - deleted  # id column
+    assert rows(java.read(built.path), _cols(built)) == expected
+    assert _rs(built) == expected
+
+
+@pytest.mark.parametrize("java", JAVA)
+def test_java_reads_pipes_deletes_by_key_of_keys_updated_in_the_same_slice(request, pipe_tables, java):
+    """Audit finding #12: pipe's delete blocks carry a null ordering value; Java 0.15's merged
+    log reader then fails ("Ordering value is null") when a key updated in a log is deleted in a
+    later one of the same slice (1.1 reads it). Fails on 0.15 until the deletes fix lands."""
+    built, java = pipe_tables("mor_deletes"), request.getfixturevalue(java)
+    expected = _pipe(built)
+    assert {r[3] for r in expected} == set(range(1000)) - set(range(0, 1000, 9))
+    assert _rs(built) == expected
+    assert rows(java.read(built.path), _cols(built)) == expected
+
+
+# --- b. Java writes into pipe tables ------------------------------------------------------------
+
+ORDERS = pa.schema([("id", pa.int64()), ("region", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
+ORDERS_SQL = "id bigint, region string, ts bigint, v string"
+ORDER_COLS = ["id", "region", "ts", "v"]
+
+
+def java_options(config: TableConfig, operation: str, **extra) -> dict:
+    """What a Java Spark user passes to write into an existing table: its key, partition and
+    precombine fields and key generator; everything else (metadata table, index) Java's default."""
+    opts = {"hoodie.table.name": config.name, "hoodie.datasource.write.operation": operation,
+            "hoodie.datasource.write.table.type": config.table_type,
+            "hoodie.datasource.write.recordkey.field": ",".join(config.record_key_fields),
+            "hoodie.datasource.write.partitionpath.field": ",".join(config.partition_fields),
+            "hoodie.datasource.write.keygenerator.class": config.key_generator,
+            "hoodie.datasource.write.hive_style_partitioning": str(config.hive_style).lower(),
+            "hoodie.datasource.write.partitionpath.urlencode": str(config.url_encode).lower()}
+    if config.precombine_field:
+        opts["hoodie.datasource.write.precombine.field"] = config.precombine_field
+    opts.update(extra)
+    return opts
+
+
+def orders(ids, version: int, region=lambda i: REGIONS[i % 4]) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": ids, "region": [region(i) for i in ids], "ts": [BASE_MS + version * 100_000 + i for i in ids],
+                     "v": [f"v{version}-{i}" for i in ids]}, schema=ORDERS)
+
+
+def pipe_orders(spark, root: Path, table_type: str) -> Table:
+    config = TableConfig(name="orders", table_type=table_type, record_key_fields=("id",), partition_fields=("region",),
+                         precombine_field="ts")
+    table = Table.create(spark, str(root), config)
+    table.write(spark.createDataFrame(orders(range(1000), 1).to_pylist(), ORDERS_SQL), "upsert")
+    return table
+
+
+def three_readers_agree(table: Table, path: Path, java, expected: dict[int, tuple]) -> None:
+    """pipe, hudi-rs and Java read the same rows, each key once, and the rows are `expected`
+    (id -> (region, ts, v))."""
+    cols = ["_hoodie_record_key", "_hoodie_partition_path"] + ORDER_COLS
+    mine = rows(pipe_read(table), cols)
+    ids = [r[2] for r in mine]
+    assert len(ids) == len(set(ids)), "a key twice in pipe's read"
+    assert {r[2]: r[3:] for r in mine} == expected
+    assert rows(hudi_rs(path), cols) == mine, "hudi-rs"
+    assert rows(java.read(path), cols) == mine, "Java"
+
+
+def as_expected(table: pa.Table) -> dict[int, tuple]:
+    return {r["id"]: (r["region"], r["ts"], r["v"]) for r in table.to_pylist()}
+
+
+@pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_java_defaults_upsert_and_delete_into_a_pipe_table_then_pipe_writes_on(spark, tmp_path, java_hudi_015, table_type):
+    """Java 0.15 upserts (updates and new keys) and deletes into a pipe table with its defaults
+    (metadata table on, SIMPLE index); every reader agrees; then pipe writes again, and every
+    reader, Java included, sees pipe's write. Fails until pipe writes into tables with a metadata
+    table (issue 20 part 2: the config helper retires the metadata table as Hudi does)."""
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, table_type)
+    expected = as_expected(orders(range(1000), 1))
+    java_hudi_015.write(path, orders(list(range(0, 1000, 10)) + list(range(1000, 1050)), 2), java_options(table.config, "upsert"))
+    expected.update(as_expected(orders(list(range(0, 1000, 10)) + list(range(1000, 1050)), 2)))
+    java_hudi_015.write(path, orders(range(5, 1000, 25), 3), java_options(table.config, "delete"))
+    for i in range(5, 1000, 25):
+        del expected[i]
+    assert (path / ".hoodie" / "metadata").is_dir()  # Java's default: a metadata table
+    table = Table.open(spark, str(path))
+    three_readers_agree(table, path, java_hudi_015, expected)
+
+    table.write(spark.createDataFrame(orders(range(1, 1000, 50), 4).to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(orders(range(1, 1000, 50), 4)))
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+def test_java_writes_without_a_metadata_table_then_pipe_upserts_and_all_agree(spark, tmp_path, java_hudi_015):
+    """Java 0.15 with hoodie.metadata.enable=false: upsert, delete, insert_overwrite of one
+    partition into a pipe merge-on-read table; pipe upserts after it; the three readers agree."""
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, MERGE_ON_READ)
+    off = {"hoodie.metadata.enable": "false"}
+    expected = as_expected(orders(range(1000), 1))
+    java_hudi_015.write(path, orders(range(0, 1000, 3), 2), java_options(table.config, "upsert", **off))
+    expected.update(as_expected(orders(range(0, 1000, 3), 2)))
+    java_hudi_015.write(path, orders(range(1, 1000, 7), 3), java_options(table.config, "delete", **off))
+    for i in range(1, 1000, 7):
+        expected.pop(i, None)
+    plain = [i for i in range(2000, 2030)]
+    overwrite = orders(plain, 5, region=lambda i: "plain")
+    java_hudi_015.write(path, overwrite, java_options(table.config, "insert_overwrite", **off))
+    expected = {k: v for k, v in expected.items() if v[0] != "plain"}
+    expected.update(as_expected(overwrite))
+    assert not (path / ".hoodie" / "metadata").exists()
+    table = Table.open(spark, str(path))
+    three_readers_agree(table, path, java_hudi_015, expected)
+    table.write(spark.createDataFrame(orders(range(2, 1000, 9), 6).to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(orders(range(2, 1000, 9), 6)))
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+def test_java_keys_that_change_partition(spark, tmp_path, java_hudi_015):
+    """A Java upsert that moves keys to another partition. With Java's default SIMPLE index (not
+    global) Hudi keeps the old copy too: a documented property of non-global indexes, not a bug,
+    which every reader must show alike. With GLOBAL_SIMPLE and update.partition.path the key
+    moves; pipe's next upsert of a moved key keeps it once."""
+    off = {"hoodie.metadata.enable": "false"}
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, COPY_ON_WRITE)
+    moved = orders(range(0, 40, 4), 2, region=lambda i: "moved")
+    java_hudi_015.write(path, moved, java_options(table.config, "upsert", **off))
+    cols = ["_hoodie_partition_path"] + ORDER_COLS
+    table = Table.open(spark, str(path))
+    mine = rows(pipe_read(table), cols)
+    assert rows(java_hudi_015.read(path), cols) == mine and rows(hudi_rs(path), cols) == mine
+    twice = sorted(r[1] for r in mine if r[1] in range(0, 40, 4))
+    assert twice == sorted(list(range(0, 40, 4)) * 2)  # SIMPLE index: old and new partition
+
+    path = tmp_path / "global"
+    table = pipe_orders(spark, path, COPY_ON_WRITE)
+    java_hudi_015.write(path, moved, java_options(table.config, "upsert", **off, **{
+        "hoodie.index.type": "GLOBAL_SIMPLE", "hoodie.simple.index.update.partition.path": "true"}))
+    expected = as_expected(orders(range(1000), 1))
+    expected.update(as_expected(moved))
+    table = Table.open(spark, str(path))
+    three_readers_agree(table, path, java_hudi_015, expected)
+    again = orders(range(0, 40, 8), 3, region=lambda i: "moved")
+    table.write(spark.createDataFrame(again.to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(again))
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+# --- c. pipe on tables Java wrote -----------------------------------------------------------------
+
+def java_table_options(table_type: str, **extra) -> dict:
+    config = TableConfig(name="orders", table_type=table_type, record_key_fields=("id",), partition_fields=("region",),
+                         precombine_field="ts")
+    return java_options(config, "upsert", **extra)
+
+
+def test_pipe_reads_java_avro_log_blocks_and_is_deleted_deletes_on_a_long_precombine(spark, tmp_path, java_hudi_015):
+    """Java 0.15 writes a merge-on-read table (Avro log blocks) and deletes with
+    `_hoodie_is_deleted` on a bigint epoch-millis precombine (LongWrapper ordering values).
+    pipe's and hudi-rs's reads equal Java's. Audit finding #1: fails until the deletes fix lands."""
+    path = tmp_path / "orders"
+    opts = java_table_options(MERGE_ON_READ)
+    java_hudi_015.write(path, orders(range(1000), 1).append_column("_hoodie_is_deleted", pa.array([False] * 1000)), opts)
+    change = orders(range(0, 1000, 4), 2)
+    flags = [i % 8 == 0 for i in range(0, 1000, 4)]
+    java_hudi_015.write(path, change.append_column("_hoodie_is_deleted", pa.array(flags)), opts)
+    logs = list(path.rglob(".*.log.*"))
+    assert logs, "Java wrote no log files"
+    expected = as_expected(orders(range(1000), 1))
+    expected.update(as_expected(change))
+    for i in range(0, 1000, 8):
+        del expected[i]
+    cols = ["_hoodie_record_key", "_hoodie_partition_path"] + ORDER_COLS
+    java_rows = rows(java_hudi_015.read(path), cols)
+    assert {r[2]: r[3:] for r in java_rows} == expected
+    table = Table.open(spark, str(path))
+    assert rows(pipe_read(table), cols) == java_rows
+    assert rows(hudi_rs(path), cols) == java_rows
+
+
+def test_pipe_reads_and_writes_across_a_pending_java_compaction(spark, tmp_path, java_hudi_015):
+    """Java 0.15 schedules a compaction without running it (hoodie.compact.schedule.inline) and
+    upserts again: the new logs are named with the pending compaction's instant. pipe must read
+    the upsert, and its next write must keep it (never roll back the plan). Audit finding #2:
+    fails until the timeline fix lands."""
+    path = tmp_path / "orders"
+    opts = java_table_options(MERGE_ON_READ, **{"hoodie.metadata.enable": "false"})
+    java_hudi_015.write(path, orders(range(600), 1), opts)
+    java_hudi_015.write(path, orders(range(0, 600, 5), 2), opts)
+    schedule = dict(opts, **{"hoodie.compact.schedule.inline": "true", "hoodie.compact.inline": "false",
+                             "hoodie.compact.inline.max.delta.commits": "1"})
+    java_hudi_015.write(path, orders(range(1, 600, 5), 3), schedule)
+    pending = sorted(p.name for p in (path / ".hoodie").glob("*.compaction.requested"))
+    assert pending and not list((path / ".hoodie").glob("*.commit")), "Java left no pending compaction"
+    # Java's batch writers compact merge-on-read tables inline by default, which would run the plan
+    java_hudi_015.write(path, orders(range(2, 600, 5), 4), dict(opts, **{"hoodie.compact.inline": "false"}))
+    assert not list((path / ".hoodie").glob("*.commit")), "the compaction is still pending"
+    assert any(p.name.split("_")[1].startswith(pending[0].split(".")[0]) for p in path.rglob(".*.log.*")), \
+        "Java named its new logs with the pending compaction's instant"
+    expected = as_expected(orders(range(600), 1))
+    for ids, version in ((range(0, 600, 5), 2), (range(1, 600, 5), 3), (range(2, 600, 5), 4)):
+        expected.update(as_expected(orders(ids, version)))
+    cols = ["_hoodie_record_key", "_hoodie_partition_path"] + ORDER_COLS
+    java_rows = rows(java_hudi_015.read(path), cols)
+    assert {r[2]: r[3:] for r in java_rows} == expected
+    table = Table.open(spark, str(path))
+    assert rows(pipe_read(table), cols) == java_rows, "pipe reads across the pending compaction"
+    table.write(spark.createDataFrame(orders(range(3, 600, 5), 5).to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(orders(range(3, 600, 5), 5)))
+    assert sorted(p.name for p in (path / ".hoodie").glob("*.compaction.requested")) == pending, "the plan is kept"
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+# --- d. Java 1.x upgrades a pipe table --------------------------------------------------------------
+
+def test_pipe_refuses_a_table_java_1_1_upgraded(spark, tmp_path, java_hudi_11):
+    """A Java 1.1 upsert with its defaults upgrades a pipe table (version 6) to its own version;
+    Java reads every row after the upgrade, and pipe refuses to read or write the table with a
+    message naming hoodie.table.version. Audit finding #4: fails until the config fix lands."""
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, MERGE_ON_READ)
+    java_hudi_11.write(path, orders(range(0, 1000, 10), 2), java_options(table.config, "upsert"))
+    props = (path / ".hoodie" / "hoodie.properties").read_text()
+    assert "hoodie.table.version=6" not in props
+    expected = as_expected(orders(range(1000), 1))
+    expected.update(as_expected(orders(range(0, 1000, 10), 2)))
+    got = java_hudi_11.read(path).to_pylist()
+    assert {r["id"]: (r["region"], r["ts"], r["v"]) for r in got} == expected
+    with pytest.raises(TableError, match="hoodie.table.version"):
+        pipe_read(Table.open(spark, str(path)))
+    with pytest.raises(TableError, match="hoodie.table.version"):
+        Table.open(spark, str(path)).write(spark.createDataFrame(orders([1], 3).to_pylist(), ORDERS_SQL), "upsert")
+
+
+# --- e. Java services on pipe tables ------------------------------------------------------------------
+
+def test_java_compaction_clean_and_archive_on_a_pipe_merge_on_read_table(spark, tmp_path, java_hudi_015):
+    """Java 0.15's CALL run_compaction (schedule, then run), run_clean and archive_commits on a
+    pipe merge-on-read table, with Java's defaults (so Java also builds a metadata table);
+    afterwards pipe, hudi-rs and Java read the same rows, and pipe writes on. The last step
+    fails until pipe writes into tables with a metadata table (issue 20 part 2, the config
+    helper's metadata-table retirement)."""
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, MERGE_ON_READ)
+    expected = as_expected(orders(range(1000), 1))
+    for version, ids in ((2, range(0, 1000, 3)), (3, range(1, 1000, 4)), (4, range(2, 1000, 5))):
+        table.write(spark.createDataFrame(orders(ids, version).to_pylist(), ORDERS_SQL), "upsert")
+        expected.update(as_expected(orders(ids, version)))
+    java_hudi_015.sql(f"CREATE TABLE IF NOT EXISTS pipe_orders USING hudi LOCATION '{path}'")
+    java_hudi_015.sql("SET hoodie.compact.inline.max.delta.commits=1")  # Java's default: 5 deltacommits
+    try:
+        java_hudi_015.sql("CALL run_compaction(op => 'schedule', table => 'pipe_orders')")
+    finally:
+        java_hudi_015.sql("RESET hoodie.compact.inline.max.delta.commits")
+    java_hudi_015.sql("CALL run_compaction(op => 'run', table => 'pipe_orders')")
+    assert list((path / ".hoodie").glob("*.commit")), "Java completed no compaction"
+    java_hudi_015.sql("CALL run_clean(table => 'pipe_orders', retain_commits => 1)")
+    java_hudi_015.sql("CALL archive_commits(table => 'pipe_orders', min_commits => 2, max_commits => 3, retain_commits => 1)")
+    table = Table.open(spark, str(path))
+    three_readers_agree(table, path, java_hudi_015, expected)
+    table.write(spark.createDataFrame(orders(range(4, 1000, 6), 5).to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(orders(range(4, 1000, 6), 5)))
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+def test_java_rollback_savepoint_and_restore_on_a_pipe_table(spark, tmp_path, java_hudi_015):
+    """Java 0.15's CALL rollback_to_instant of pipe's latest commit, create_savepoint on a pipe
+    commit and, after a pipe upsert, rollback_to_savepoint (a restore): after each, pipe,
+    hudi-rs and Java read the rows of the instant the table went back to. The procedures run with
+    hoodie.metadata.enable=false, so that pipe may write in between."""
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, COPY_ON_WRITE)
+    first = table.timeline().completed()[-1].time
+    expected = as_expected(orders(range(1000), 1))
+    table.write(spark.createDataFrame(orders(range(0, 1000, 2), 2).to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(orders(range(0, 1000, 2), 2)))
+    last = table.write(spark.createDataFrame(orders(range(0, 1000, 3), 3).to_pylist(), ORDERS_SQL), "upsert").instant
+    java_hudi_015.sql(f"CREATE TABLE IF NOT EXISTS pipe_restore USING hudi LOCATION '{path}'")
+    java_hudi_015.sql("SET hoodie.metadata.enable=false")
+    try:
+        java_hudi_015.sql(f"CALL rollback_to_instant(table => 'pipe_restore', instant_time => '{last}')")
+        three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+        java_hudi_015.sql(f"CALL create_savepoint(table => 'pipe_restore', commit_time => '{first}')")
+        Table.open(spark, str(path)).write(spark.createDataFrame(orders(range(1, 1000, 4), 4).to_pylist(), ORDERS_SQL), "upsert")
+        java_hudi_015.sql(f"CALL rollback_to_savepoint(table => 'pipe_restore', instant_time => '{first}')")
+    finally:
+        java_hudi_015.sql("RESET hoodie.metadata.enable")
+    assert not (path / ".hoodie" / "metadata").exists()
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, as_expected(orders(range(1000), 1)))
