@@ -4,10 +4,12 @@ readers still see the right rows afterwards."""
 from __future__ import annotations
 
 import hudi
+import pytest
 import pyarrow as pa
 
 from runtime.table import Table, TableConfig
 from runtime.table import avro
+from runtime.table.errors import TableError
 from runtime.table.services import archived_instants
 from runtime.table.timeline import new_instant_time
 
@@ -44,6 +46,10 @@ def test_clean_keeps_the_versions_the_retained_commits_need(spark, tmp_path):
     assert hudi_rows(path) == [(1, 3), (2, 3)]
     assert hudi_rows(path, as_of=instants[2]) == [(1, 2), (2, 2)]
     assert sorted((r["id"], r["v"]) for r in table.read(as_of=instants[2]).collect()) == [(1, 2), (2, 2)]
+    # commit 1's version was cleaned: reading it is refused (as Java refuses), not an empty result
+    for read in (table.read, table.read_batches):
+        with pytest.raises(TableError, match=f"as of {instants[0]} cannot be read: the cleaner removed 2 of the files"):
+            read(as_of=instants[0])
 
 
 def test_keep_latest_file_versions(spark, tmp_path):

@@ -371,6 +371,20 @@ class Table:
         if reason:
             raise TableError(f"pipe cannot read or write table {self.config.name} at {self.storage.spec.uri}: {reason}")
 
+    def _check_not_cleaned(self, timeline: Timeline, as_of: str | None) -> None:
+        """A time travel read of a version whose files the cleaner removed would return only
+        the rows of its surviving file groups: refuse it, as Java's reader does ("Cleaner
+        cleaned up the timestamp of interest")."""
+        latest = timeline.latest_completed()
+        if as_of is None or latest is None or as_of >= latest.time:
+            return
+        gone = _services.missing_files(self.storage, timeline, as_of)
+        if gone:
+            raise TableError(f"table {self.config.name} as of {as_of} cannot be read: the cleaner removed "
+                             f"{len(gone)} of the files that version reads (e.g. {gone[0]})",
+                             "read a later instant (`pipe timeline TABLE` lists them), or keep more versions with "
+                             "`clean: {policy: keep_latest_commits, retain: N}`")
+
     def _check_writable(self) -> None:
         self.config = TableConfig.from_properties_map(read_properties(self.storage))  # as it is now
         reason = self.config.unwritable_reason(self.storage)
@@ -596,6 +610,7 @@ class Table:
         faster, but without the updates and deletes still in log files)."""
         self._check_readable()
         timeline = self.timeline()
+        self._check_not_cleaned(timeline, as_of)
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
                             config=self.config, read_optimized=read_optimized)
@@ -625,6 +640,7 @@ class Table:
         schema, iterator of record batches). For small reads of a table on a local disk."""
         self._check_readable()
         timeline = self.timeline()
+        self._check_not_cleaned(timeline, as_of)
         schema = self.arrow_schema(timeline, as_of=until or as_of)
         return _reader.read_batches(self.storage, schema, timeline, as_of=as_of, since=since, until=until, meta=meta,
                                     config=self.config, read_optimized=read_optimized)
