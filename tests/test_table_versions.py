@@ -52,7 +52,7 @@ def test_a_table_hudi_1x_upgraded_to_version_8_is_refused_for_reads_and_writes(s
     with pytest.raises(TableError) as info:
         Table.open(spark, str(path))
     message = str(info.value)
-    assert "table orders" in message and "table version 8 (upgraded by Hudi 1.x)" in message
+    assert "table orders" in message and "table version 8 (hoodie.table.version=8, upgraded by Hudi 1.x)" in message
     assert "downgrade table --toVersion SIX" in message and "hoodie.write.table.version=6" in message
     # the open Table re-reads hoodie.properties: no read of [], no write beside the v8 timeline
     with pytest.raises(TableError, match="table version 8"):
