@@ -16,14 +16,13 @@ import hudi
 import pyarrow as pa
 import pytest
 
-from runtime.storage import StorageSpec, open_storage
 from runtime.table import Table, TableConfig
 from runtime.table import avro
 from runtime.table import compaction as C
 from runtime.table import logfile as L
 from runtime.table.config import MERGE_ON_READ
 from runtime.table.errors import TableError
-from runtime.table.timeline import Timeline
+from runtime.table.timeline import Timeline, new_instant_time
 
 CONFIG = TableConfig(name="trips", table_type=MERGE_ON_READ, record_key_fields=("trip_id", "city"), partition_fields=("city",),
                      precombine_field="ts_ms")
@@ -51,11 +50,15 @@ def timeline_files(path):
     return sorted(p.name for p in (path / ".hoodie").iterdir() if p.is_file())
 
 
+def next_instant(table) -> str:
+    return new_instant_time(table.timeline().last_time())
+
+
 def schedule_compaction(table) -> str:
     """What a Java writer with hoodie.compact.schedule.inline=true leaves: a requested
     compaction plan over the latest slices (base file and logs so far)."""
     timeline = table.timeline()
-    t = timeline.new_instant_time()
+    t = next_instant(table)
     slices = table.view(timeline).latest_slices()
     table.storage.write_atomic(f".hoodie/{t}.compaction.requested", avro.to_bytes(avro.COMPACTION_PLAN, C.plan(slices)))
     return t
@@ -76,7 +79,7 @@ def test_logs_named_with_a_pending_compaction_are_read_and_the_compaction_surviv
     """Java (v6) names the log of a deltacommit D made after compaction T was scheduled with T.
     Readers merge it into the slice before T; pipe's next write keeps T and its plan."""
     table, path = trips
-    t = table.timeline().new_instant_time()  # the compaction's instant, before D's
+    t = next_instant(table)  # the compaction's instant, before D's
     d = table.write(spark.createDataFrame([row(1, "São Paulo", 2, "11.00", "a2")], SCHEMA), "upsert").instant
     b = table.timeline().completed()[0].time
     # the plan covers the slice as it was at T: the base file, no log yet
@@ -148,7 +151,7 @@ def test_a_pending_plan_pipe_cannot_execute_is_refused_and_kept(spark, trips):
 
 
 def java_pending_deltacommit(table, path) -> str:
-    t = table.timeline().new_instant_time()
+    t = next_instant(table)
     (path / ".hoodie" / f"{t}.deltacommit.requested").write_bytes(b"")
     (path / ".hoodie" / f"{t}.deltacommit.inflight").write_bytes(b"")
     return t
@@ -177,15 +180,15 @@ def test_a_live_java_write_is_not_rolled_back_and_an_expired_one_is(spark, trips
 def test_pending_table_services_of_java_are_not_rolled_back_but_a_clustering_blocks_writes(spark, trips):
     table, path = trips
     hoodie = path / ".hoodie"
-    t1 = table.timeline().new_instant_time()
+    t1 = next_instant(table)
     (hoodie / f"{t1}.logcompaction.requested").write_bytes(b"")
-    t2 = Timeline.load(table.storage).new_instant_time()
+    t2 = next_instant(table)
     (hoodie / f"{t2}.indexing.requested").write_bytes(b"")
     table.write(spark.createDataFrame([row(1, "São Paulo", 2, "11.00", "a2")], SCHEMA), "upsert")
     assert {f"{t1}.logcompaction.requested", f"{t2}.indexing.requested"} <= set(timeline_files(path))
     assert not [n for n in timeline_files(path) if n.endswith(".rollback")]
 
-    t3 = table.timeline().new_instant_time()
+    t3 = next_instant(table)
     plan = {"operationType": "CLUSTER", "clusteringPlan": None, "extraMetadata": None, "version": 1}
     (hoodie / f"{t3}.replacecommit.requested").write_bytes(avro.to_bytes(avro.REQUESTED_REPLACE_METADATA, plan))
     with pytest.raises(TableError) as err:
@@ -294,7 +297,8 @@ def _close(instant: str, now: dt.datetime) -> bool:
 
 def test_instants_follow_the_table_timeline_time_zone(spark, tmp_path, west_of_utc):
     pipe_table = Table.create(spark, str(tmp_path / "pipe_made"), CONFIG)
-    assert _close(pipe_table.timeline().new_instant_time(), dt.datetime.now(dt.timezone.utc))  # pipe's own: UTC
+    r = pipe_table.write(spark.createDataFrame([row(1, "São Paulo", 1, "10.50", "a")], SCHEMA), "upsert")
+    assert _close(r.instant, dt.datetime.now(dt.timezone.utc))  # pipe's own: UTC
 
     java = tmp_path / "java_made"
     table = Table.create(spark, str(java), CONFIG)
