@@ -757,9 +757,10 @@ def compact_cmd(ctx: _Context, table_name, target) -> None:
                          "only tables with `type: merge_on_read` are compacted")
     with _naming(table_name):
         before = [s for s in table.view().latest_slices() if s.has_logs]
-        if before:
+        pending = table.timeline().pending_compactions()  # a Java writer's plan is executed too
+        if before or pending:
             table.spark = _spark_factory(plan, ctx.debug)()
-        done = table.compact() if before else None
+        done = table.compact() if before or pending else None
     _report_retired(table)
     if done is None:
         output.line(f"[green]✓[/] nothing to compact in {table_name}: no file group has log files")

@@ -234,14 +234,16 @@ def test_view_attaches_log_files_to_the_slice_of_their_base_instant(tmp_path):
     assert [(lf.path, lf.version, lf.file_id, lf.base_instant) for lf in sl.log_files] == [(logs[1], 1, FID, BASE), (logs[0], 2, FID, BASE)]
 
 
-def test_view_keeps_log_only_groups_and_drops_logs_of_an_invalid_base_instant(tmp_path):
+def test_view_keeps_log_only_groups_and_logs_named_with_a_pending_compaction(tmp_path):
     write_log(tmp_path, 1, update(C1))  # named with BASE: a log-only group
-    pending = f"p/.{FID.replace('0f0f', 'abab')}_{C2}.log.1_0-1-1"
+    pending = f"p/.{FID.replace('0f0f', 'abab')}_{C2}.log.1_0-1-1"  # Java names logs with a pending compaction
     (tmp_path / pending).write_bytes(L.encode_block(update(C3)))
+    (tmp_path / f"p/.{FID.replace('0f0f', 'cdcd')}_{C4}.log.1_0-1-1").write_bytes(L.encode_block(update(C4)))  # of no valid instant
     storage = open_storage(StorageSpec(str(tmp_path)))
     view = FileSystemView.load(storage, timeline_with(tmp_path, (BASE, "deltacommit"), (C1, "deltacommit"), (C2, "compaction.requested"), (C3, "deltacommit")))
-    (sl,) = view.latest_slices()
-    assert (sl.file_id, sl.base_file, sl.base_instant, len(sl.log_files)) == (FID, None, BASE, 1)
+    (sl, under) = view.latest_slices()
+    assert (sl.file_id, sl.base_file, sl.base_instant, len(sl.log_files), sl.pending_compaction) == (FID, None, BASE, 1, None)
+    assert (under.base_file, under.base_instant, [lf.path for lf in under.log_files], under.pending_compaction) == (None, C2, [pending], C2)
     assert view.latest_slices(as_of="20251231000000000") == []
 
 

@@ -36,7 +36,8 @@ def pipe_rows(table, **read):
 
 
 def logs(root):
-    return sorted(p for p in root.rglob(".*.log.*"))
+    """The table's log files (not the markers naming them under .hoodie/.temp)."""
+    return sorted(p for p in root.rglob(".*.log.*") if ".hoodie" not in p.relative_to(root).parts)
 
 
 def deltacommit(root, instant):

@@ -58,3 +58,31 @@ def test_timeline_on_storage(storage):
 def test_instant_times_strictly_increase_back_to_back():
     times = [new_instant_time() for _ in range(2000)]
     assert times == sorted(set(times))
+
+
+def test_markers_and_heartbeats_work_the_same_on_both_storages(storage):
+    import time
+
+    from runtime.table import heartbeat, markers
+
+    markers.create(storage, "20260101000000001", "city=S%C3%A3o Paulo/f1_0-1-0_20260101000000001.parquet", markers.CREATE)
+    markers.create(storage, "20260101000000001", ".f2_20251231000000000.log.1_0-1-0", markers.APPEND)
+    # Java's timeline-server markers for another instant
+    storage.write_atomic(".hoodie/.temp/20260101000000002/MARKERS.type", b"TIMELINE_SERVER_BASED")
+    storage.write_atomic(".hoodie/.temp/20260101000000002/MARKERS0", b"p/f3_1-0-1_20260101000000002.parquet.marker.MERGE\n")
+    assert [(m.path, m.io_type) for m in markers.read(storage, "20260101000000001")] == [
+        (".f2_20251231000000000.log.1_0-1-0", "APPEND"), ("city=S%C3%A3o Paulo/f1_0-1-0_20260101000000001.parquet", "CREATE")]
+    assert [(m.path, m.io_type) for m in markers.read(storage, "20260101000000002")] == [("p/f3_1-0-1_20260101000000002.parquet", "MERGE")]
+    names = [f.path for f in storage.list_files(".hoodie/.temp")]
+    assert not [n for n in names if n.endswith(".tmp")]  # Java takes every file there for a marker
+    markers.delete_dir(storage, "20260101000000001")
+    assert markers.read(storage, "20260101000000001") == [] and markers.read(storage, "20260101000000002")
+
+    storage.write_atomic(".hoodie/.heartbeat/20260101000000003", b"")  # a Java writer's
+    heartbeat.beat(storage, "20260101000000004", "host:1:abc")  # a (dead) pipe writer's
+    now = int(time.time() * 1000)
+    live = heartbeat.live_foreign(storage, ["20260101000000003", "20260101000000004", "20260101000000005"], now)
+    assert list(live) == ["20260101000000003"]
+    assert heartbeat.live_foreign(storage, ["20260101000000003"], now + heartbeat.EXPIRY_MS + 5_000) == {}
+    heartbeat.stop(storage, "20260101000000004")
+    assert not storage.exists(".hoodie/.heartbeat/20260101000000004")

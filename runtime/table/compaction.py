@@ -6,16 +6,20 @@ log blocks, as the snapshot reader merges them) into a new base file of its file
         -> executors write <fileId>_<token>_T.parquet -> T.commit (compacted: true, COMPACT)
 
 The records keep their meta columns (commit time, sequence number); only `_hoodie_file_name`
-names the new file. pipe compacts under the table's lock, with no write in between (inline
-after a deltacommit, or `pipe compact`), so a pending compaction never hides later logs."""
+names the new file. A compaction left pending (a Java writer scheduled it, or a compactor died)
+is executed as its plan says: the plan's base file and log files of each group, merged into
+`<fileId>_<token>_T.parquet`. Logs written into those groups after the plan are named with T
+(readers merge them into the slice before T meanwhile, layout.py) and form the new slice with
+the compaction's base file."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterator
 
+from runtime.table.errors import TableError
 from runtime.table.files import STATS_SCHEMA, FileWriteSpec, _OpenFile, _Task, stats_batch
-from runtime.table.layout import FileSlice
+from runtime.table.layout import BaseFile, FileSlice, LogFile, parse_base_file, parse_log_file
 from runtime.table.merge import MergeSpec, merge_slice
 from runtime.table.reader import slice_descriptors
 
@@ -42,6 +46,44 @@ def plan(slices: list[FileSlice]) -> dict:
         "extraMetadata": None,
         "version": 2,
     }
+
+
+def planned_slices(storage, table_name: str, instant: str, plan: dict) -> list[FileSlice]:
+    """The file slices a pending compaction plan (pipe's or Java's, version 1 with full paths or
+    2 with names) folds: each operation's base file and log files, as found on storage.
+    Refuses what pipe cannot execute, naming the compaction, with nothing changed."""
+    def refuse(what: str) -> TableError:
+        return TableError(f"table {table_name} has a pending compaction {instant} that pipe cannot execute: {what}",
+                          "execute it with Hudi (e.g. HoodieCompactor, or a Spark writer with hoodie.compact.inline=true); "
+                          "pipe never rolls back a pending compaction")
+
+    listed: dict[str, dict[str, int]] = {}
+    out = []
+    for op in plan.get("operations") or ():
+        part = op.get("partitionPath") or ""
+        if op.get("bootstrapFilePath"):
+            raise refuse(f"file group {op.get('fileId')} has a bootstrap base file")
+        if part not in listed:
+            listed[part] = {i.path.rpartition("/")[2]: i.size for i in storage.list_files(part, recursive=False)}
+        sizes = listed[part]
+        name = (op.get("dataFilePath") or "").rpartition("/")[2]
+        base: BaseFile | None = None
+        if name:
+            base = parse_base_file(part, name, sizes.get(name, -1))
+            if base is None:
+                raise refuse(f"its base file {name} is not a Parquet base file")
+            if name not in sizes:
+                raise refuse(f"its base file {part}/{name} is missing")
+        logs: list[LogFile] = []
+        for path in op.get("deltaFilePaths") or ():
+            log_name = path.rpartition("/")[2]
+            log = parse_log_file(part, log_name, sizes.get(log_name, -1))
+            if log is None or log_name not in sizes:
+                raise refuse(f"its log file {part}/{log_name} is missing")
+            logs.append(log)
+        logs.sort(key=lambda lf: (lf.version, lf.token))
+        out.append(FileSlice(part, op.get("fileId") or (base.file_id if base else logs[0].file_id), base, tuple(logs)))
+    return out
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from runtime.storage import temp_name
+from runtime.table import markers
 
 FILE_ID = "_pipe_file_id"
 KIND = "_pipe_kind"  # I insert, U update, D delete
@@ -173,6 +174,8 @@ class _OpenFile:
         if partition not in task.known:  # checked once per partition by a task
             ensure_partition_metadata(self.storage, partition, spec.instant)
             task.known.add(partition)
+        # Hudi's write marker, before the file (markers.py): Java's rollback finds it by it
+        markers.create(self.storage, spec.instant, self.rel_path, markers.CREATE)
         self.final = None
         if hasattr(self.storage, "root"):
             # local: written beside its final place under a hidden name, renamed when complete
@@ -540,6 +543,7 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
     name = logfile.LogFileName(file_id, log.base_instant, log.version, task.token).name
     rel = f"{partition}/{name}" if partition else name
     data = b"".join(logfile.encode_block(b) for b in blocks)
+    markers.create(storage, spec.instant, rel, markers.APPEND)  # Java's log writers mark APPEND
     _put_once(storage, rel, data, spec.instant)
     return (file_id, partition, rel, updates.num_rows, len(data), 0, updates.num_rows, deletes.num_rows)
 

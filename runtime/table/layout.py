@@ -147,6 +147,10 @@ class FileSlice:
     file_id: str
     base_file: BaseFile | None
     log_files: tuple[LogFile, ...] = ()
+    # the pending compaction the group is under, if any: its logs named with that instant are
+    # merged into this slice (as Java's getLatestMergedFileSlicesBeforeOrOn does), and new log
+    # files of the group are named with it (Java's HoodieAppendHandle, table version 6)
+    pending_compaction: str | None = None
 
     @property
     def base_instant(self) -> str:
@@ -166,11 +170,12 @@ class InstantValidity:
     committed: frozenset[str]
     pending: frozenset[str] = frozenset()
     first_active: str | None = None
+    compacting: frozenset[str] = frozenset()  # pending compactions: logs named with them count
 
     @classmethod
     def of(cls, timeline: Timeline) -> "InstantValidity":
         return cls(frozenset(i.time for i in timeline.completed(WRITE_ACTIONS)), frozenset(i.time for i in timeline.pending()),
-                   timeline.instants[0].time if timeline.instants else None)
+                   timeline.instants[0].time if timeline.instants else None, frozenset(timeline.pending_compactions()))
 
     def __call__(self, instant: str) -> bool:
         if instant in self.committed:
@@ -187,13 +192,17 @@ class FileSystemView:
     files: list[BaseFile]
     replaced: dict[tuple[str, str], str] = field(default_factory=dict)  # (partition, file id) -> replacing instant
     logs: list[LogFile] = field(default_factory=list)
+    compacting: frozenset[str] = frozenset()  # pending compaction instants
+    # (partition, file id) -> the pending compaction whose plan names the group
+    compacted_groups: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, storage: Storage, timeline: Timeline, partitions: Iterable[str] | None = None) -> "FileSystemView":
         """Lists base and log files (all partitions, or only `partitions`). Keeps base files
         written by a valid instant (InstantValidity), and every log file whose base instant is
-        valid: which of its blocks count is decided by the reader from their headers. (Logs
-        named with a pending compaction's instant are left out, as hudi-rs does.)"""
+        valid or a pending compaction (Java names the logs it writes into a group under a
+        pending compaction with the compaction's instant): which of its blocks count is decided
+        by the reader from their headers."""
         valid = InstantValidity.of(timeline)
         files: list[BaseFile] = []
         logs: list[LogFile] = []
@@ -205,7 +214,7 @@ class FileSystemView:
                     continue
                 if name.startswith("."):  # log files; .hoodie_partition_metadata and hidden temp files are skipped
                     log = parse_log_file(folder, name, info.size)
-                    if log is not None and valid(log.base_instant):
+                    if log is not None and (valid(log.base_instant) or log.base_instant in valid.compacting):
                         logs.append(log)
                     continue
                 bf = parse_base_file(folder, name, info.size)
@@ -217,32 +226,62 @@ class FileSystemView:
             for part, ids in (meta.get("partitionToReplaceFileIds") or {}).items():
                 for fid in ids:
                     replaced[(part, fid)] = inst.time
-        return cls(timeline, files, replaced, logs)
+        return cls(timeline, files, replaced, logs, frozenset(valid.compacting), _pending_compaction_groups(storage, timeline))
 
     def latest_slices(self, as_of: str | None = None) -> list[FileSlice]:
         """The latest slice of every file group as of `as_of` (inclusive), minus replaced
         groups. A slice's base instant is that of a base file, or, for a group whose logs
-        name an instant no base file has (a log-only group), that of the logs."""
+        name an instant no base file has (a log-only group), that of the logs. A slice opened
+        by a pending compaction (logs only: its base file does not exist yet) is merged into
+        the slice before it, whose base file and logs the compaction will fold."""
         bases: dict[tuple[str, str, str], BaseFile] = {(bf.partition, bf.file_id, bf.instant): bf for bf in self.files}
         logs: dict[tuple[str, str, str], list[LogFile]] = {}
         for lf in self.logs:
             logs.setdefault((lf.partition, lf.file_id, lf.base_instant), []).append(lf)
-        best: dict[tuple[str, str], str] = {}
+        candidates: dict[tuple[str, str], list[str]] = {}
         for part, fid, instant in set(bases) | set(logs):
             if as_of is not None and instant > as_of:
                 continue
             r = self.replaced.get((part, fid))
             if r is not None and (as_of is None or r <= as_of):
                 continue
-            if instant > best.get((part, fid), ""):
-                best[(part, fid)] = instant
-        return [
-            FileSlice(p, fid, bases.get((p, fid, b)), tuple(sorted(logs.get((p, fid, b), ()), key=lambda lf: (lf.version, lf.token))))
-            for (p, fid), b in sorted(best.items())
-        ]
+            candidates.setdefault((part, fid), []).append(instant)
+
+        def ordered(p: str, fid: str, b: str) -> list[LogFile]:
+            return sorted(logs.get((p, fid, b), ()), key=lambda lf: (lf.version, lf.token))
+
+        out = []
+        for (p, fid), instants in sorted(candidates.items()):
+            instants.sort()
+            b = instants[-1]
+            pending = self.compacted_groups.get((p, fid))
+            if pending is not None and as_of is not None and pending > as_of:
+                pending = None
+            if b in self.compacting and len(instants) > 1:
+                prev = instants[-2]
+                out.append(FileSlice(p, fid, bases.get((p, fid, prev)), tuple(ordered(p, fid, prev) + ordered(p, fid, b)), b))
+            else:
+                out.append(FileSlice(p, fid, bases.get((p, fid, b)), tuple(ordered(p, fid, b)), b if b in self.compacting else pending))
+        return out
 
     def slices_of(self, as_of: str | None = None) -> dict[tuple[str, str], FileSlice]:
         return {(s.partition, s.file_id): s for s in self.latest_slices(as_of)}
+
+
+def _pending_compaction_groups(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
+    """The file groups each pending compaction's plan names (Java's view opens a new slice at
+    the compaction's instant for them, which its writers name new logs with)."""
+    from runtime.table import avro
+
+    out: dict[tuple[str, str], str] = {}
+    for t in timeline.pending_compactions():
+        try:
+            plan = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{t}.compaction.requested"))
+        except Exception:  # noqa: BLE001 - missing or unreadable: executing it reports that; reads go on
+            continue
+        for op in plan.get("operations") or ():
+            out[(op.get("partitionPath") or "", op.get("fileId") or "")] = t
+    return out
 
 
 def completed_write_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Instant]:

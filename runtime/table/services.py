@@ -10,13 +10,14 @@ import time
 from dataclasses import dataclass
 
 from runtime.table import avro
+from runtime.table import heartbeat, markers
 from runtime.table.errors import TableError
 from runtime.table import tombstones
 from runtime.table.layout import FileSystemView
 from runtime.table.timeline import WRITE_ACTIONS
 from runtime.table.timeline import (  # noqa: F401 - archived_instants: used by callers of this module
     ARCHIVED, CLEAN, COMMIT, COMPACTION, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT, Instant,
-    Timeline, archived_instants, new_instant_time,
+    Timeline, archived_instants,
 )
 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
@@ -37,14 +38,16 @@ def partial_file_instant(name: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _data_files_by_instant(storage, known_logs: set[str] = frozenset()) -> dict[str, list[str]]:
+def _data_files_by_instant(storage, known_logs: set[str] = frozenset(), appended: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
     """Data files of the table by the instant that wrote them (one listing): base files by the
     instant in their name, log files by the instant in their blocks' headers (their name has
     the slice's base instant; a log with blocks of several instants, or a rollback block, is
     never attributed to one), and the partial files a dead task left under a
     hidden temporary name. Logs in `known_logs` (named by completed commits) are skipped:
-    their headers need not be read."""
-    from runtime.table.logfile import LogFormatError, parse_name, written_by
+    their headers need not be read. `appended`, if given, receives the logs shared by several
+    instants (Java appends blocks to a log on file systems that can append), by each instant
+    with data or delete blocks in them: those are undone with a rollback command block."""
+    from runtime.table.logfile import COMMAND, INSTANT_TIME, LogFormatError, block_headers, parse_name
 
     out: dict[str, list[str]] = {}
     for f in storage.list_files(""):
@@ -58,48 +61,120 @@ def _data_files_by_instant(storage, known_logs: set[str] = frozenset()) -> dict[
             out.setdefault(name[-len("20240101000000000.parquet"):-len(".parquet")], []).append(f.path)
         elif parse_name(name) is not None and f.size > 0 and f.path not in known_logs:
             try:
-                instant = written_by(storage, f.path, f.size)
+                headers = block_headers(storage, f.path, f.size)
             except LogFormatError:
                 continue  # not ours to judge here; readers report a damaged log
-            if instant is not None:
-                out.setdefault(instant, []).append(f.path)
+            instants = {h.get(INSTANT_TIME) for _, h in headers}
+            if len(instants) == 1 and not any(kind == COMMAND for kind, _ in headers):
+                out.setdefault(instants.pop(), []).append(f.path)
+            elif appended is not None:
+                for t in sorted({h.get(INSTANT_TIME) for kind, h in headers if kind != COMMAND} - {None}):
+                    appended.setdefault(t, []).append(f.path)
     return out
 
 
-def _rollback_plan(storage, target: Instant, by_partition: dict[str, list[str]]) -> dict:
+def _marked_files(storage, target: str) -> tuple[list[str], list[str]]:
+    """What the markers of `target` name (markers.py): files it created or merged, and the log
+    files it appended to, as (files to delete, shared logs to undo with a rollback block). A
+    log holding nothing but `target`'s blocks is deleted; one that holds older blocks too is
+    shared. Files that are gone (a task died before creating them) are left out."""
+    from runtime.table.logfile import COMMAND, INSTANT_TIME, LogFormatError, block_headers
+
+    found = markers.read(storage, target)
+    if not found:
+        return [], []
+    sizes: dict[str, int] = {}
+    for folder in {m.path.rpartition("/")[0] for m in found}:
+        sizes.update({i.path: i.size for i in storage.list_files(folder, recursive=False)})
+    delete, shared = [], []
+    for m in found:
+        if m.path not in sizes:
+            continue
+        if m.io_type != markers.APPEND:
+            delete.append(m.path)
+            continue
+        try:
+            headers = block_headers(storage, m.path, sizes[m.path]) if sizes[m.path] else []
+        except LogFormatError:
+            headers = [(COMMAND, {})]  # a torn append: keep the file, hide the instant's blocks
+        instants = {h.get(INSTANT_TIME) for kind, h in headers if kind != COMMAND}
+        if instants <= {target} and not any(kind == COMMAND for kind, _ in headers):
+            delete.append(m.path)
+        else:
+            shared.append(m.path)
+    return delete, shared
+
+
+def _write_rollback_blocks(storage, target: str, rollback_time: str, logs: list[str]) -> dict[str, dict[str, int]]:
+    """Undoes `target`'s blocks in shared logs as Java's rollback does in table version 6: one
+    rollback command block (its instant: the rollback's; its target: `target`) in a new log
+    file of each slice, after every log of it, so no reader applies those blocks, even once
+    `target` is older than the active timeline. Returns partition -> {new log path: size}."""
+    from runtime.table.logfile import LogFileName, encode_block, parse_name, rollback_block
+
+    slices = sorted({(p.rpartition("/")[0], parse_name(p.rpartition("/")[2]).file_id, parse_name(p.rpartition("/")[2]).base_instant)
+                     for p in logs})
+    written: dict[str, dict[str, int]] = {}
+    data = encode_block(rollback_block(rollback_time, target))
+    for partition, fid, base in slices:
+        versions = [parse_name(i.path.rpartition("/")[2]) for i in storage.list_files(partition, recursive=False)]
+        version = max((n.version for n in versions if n is not None and n.file_id == fid and n.base_instant == base), default=0) + 1
+        name = LogFileName(fid, base, version, "0-0-0").name
+        path = f"{partition}/{name}" if partition else name
+        if not storage.create_exclusive(path, data):
+            raise TableError(f"log file {path} appeared while rolling back {target}; run again")
+        written.setdefault(partition, {})[storage.full_path(path)] = len(data)
+    return written
+
+
+def _rollback_plan(storage, target: Instant, by_partition: dict[str, list[str]], shared: list[str] = ()) -> dict:
+    from runtime.table.logfile import parse_name
+
+    requests = [
+        {"partitionPath": p, "fileId": None, "latestBaseInstant": None,
+         "filesToBeDeleted": [storage.full_path(f) for f in fs], "logBlocksToBeDeleted": None}
+        for p, fs in sorted(by_partition.items())
+    ]
+    for log in sorted(shared):  # as Java's marker-based plan has them: a rollback block per log
+        name = parse_name(log.rpartition("/")[2])
+        requests.append({"partitionPath": log.rpartition("/")[0], "fileId": name.file_id, "latestBaseInstant": name.base_instant,
+                         "filesToBeDeleted": [], "logBlocksToBeDeleted": {storage.full_path(log): 1}})
     return {
         "instantToRollback": {"commitTime": target.time, "action": target.action},
-        "RollbackRequests": [
-            {"partitionPath": p, "fileId": None, "latestBaseInstant": None,
-             "filesToBeDeleted": [storage.full_path(f) for f in fs], "logBlocksToBeDeleted": None}
-            for p, fs in sorted(by_partition.items())
-        ],
+        "RollbackRequests": requests,
         "version": 1,
     }
 
 
-def _undo(storage, target: Instant, files: list[str], started: float, rollback_time: str) -> dict:
+def _undo(storage, target: Instant, files: list[str], started: float, rollback_time: str, shared: list[str] = ()) -> dict:
     """Undoes one write instant: unpublishes it if completed (its completed file goes first, so
-    readers fall back to the previous state at once), deletes its data files, and returns the
-    HoodieRollbackMetadata. The caller removes the instant's requested/inflight files after it
-    has recorded the rollback."""
+    readers fall back to the previous state at once), deletes its data files, hides its blocks
+    in logs it shares with other instants (`shared`) behind rollback command blocks, and
+    returns the HoodieRollbackMetadata. The caller removes the instant's requested/inflight
+    files after it has recorded the rollback."""
     if target.is_completed:
         if not storage.exists(f"{HOODIE}/{target.with_state(INFLIGHT).file_name()}"):
             storage.write_atomic(f"{HOODIE}/{target.with_state(INFLIGHT).file_name()}", b"")  # stays pending if we die now
         storage.delete(f"{HOODIE}/{target.file_name()}")
     for path in files:
         storage.delete(path)
+    blocks = _write_rollback_blocks(storage, target.time, rollback_time, list(shared)) if shared else {}
     tombstones.delete_files_of(storage, target.time)
+    markers.delete_dir(storage, target.time)
+    heartbeat.stop(storage, target.time)  # as Java's rollback of failed writes deletes it
     by_partition = _by_partition(files)
+    failed_logs = {}
+    for log in shared:
+        failed_logs.setdefault(log.rpartition("/")[0], {})[storage.full_path(log)] = 1
     return {
         "startRollbackTime": rollback_time,
         "timeTakenInMillis": int((time.time() - started) * 1000),
         "totalFilesDeleted": len(files),
         "commitsRollback": [target.time],
         "partitionMetadata": {
-            p: {"partitionPath": p, "successDeleteFiles": [storage.full_path(f) for f in fs], "failedDeleteFiles": [],
-                "rollbackLogFiles": None, "logFilesFromFailedCommit": None}
-            for p, fs in sorted(by_partition.items())
+            p: {"partitionPath": p, "successDeleteFiles": [storage.full_path(f) for f in by_partition.get(p, ())], "failedDeleteFiles": [],
+                "rollbackLogFiles": blocks.get(p), "logFilesFromFailedCommit": failed_logs.get(p)}
+            for p in sorted(set(by_partition) | set(blocks))
         },
         "version": 1,
         "instantsRollback": [{"commitTime": target.time, "action": target.action}],
@@ -116,43 +191,100 @@ def _by_partition(files: list[str]) -> dict[str, list[str]]:
 def _forget(storage, target: Instant) -> None:
     for state in (INFLIGHT, REQUESTED):
         storage.delete(f"{HOODIE}/{target.with_state(state).file_name()}")
-    if target.action == COMMIT:  # a compaction's plan and inflight file go with its commit
+    if target.action == COMMIT and target.is_completed:
+        # a completed compaction undone: its plan and inflight file go with its commit (a
+        # pending compaction's plan is never deleted here: the logs named with it need it)
         for state in (INFLIGHT, REQUESTED):
             storage.delete(f"{HOODIE}/{target.time}.{COMPACTION}.{state}")
 
 
-def _rollback(storage, target: Instant, by_instant: dict[str, list[str]]) -> str:
+def _undo_files(storage, target: Instant, by_instant: dict[str, list[str]], appended: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """What undoing `target` deletes, and the shared logs it hides blocks of: found by listing
+    (by_instant, appended) and by the instant's markers (a Java writer's files)."""
+    marked, marked_shared = _marked_files(storage, target.time)
+    return sorted(set(by_instant.get(target.time, ())) | set(marked)), sorted(set(appended.get(target.time, ())) | set(marked_shared))
+
+
+def _rollback(storage, target: Instant, by_instant: dict[str, list[str]], appended: dict[str, list[str]] | None = None) -> str:
     """One rollback instant undoing `target` (pending or completed): plan (Avro), undo,
     completed rollback (Avro metadata), and only then the target's own remaining timeline files
     go. (Removing those first could make the failed files look committed to a reader.)"""
     started = time.time()
-    files = sorted(by_instant.get(target.time, ()))
-    now = Instant(new_instant_time(Timeline.load(storage).last_time()), ROLLBACK, REQUESTED)
-    storage.write_atomic(f"{HOODIE}/{now.file_name()}", avro.to_bytes(avro.ROLLBACK_PLAN, _rollback_plan(storage, target, _by_partition(files))))
+    files, shared = _undo_files(storage, target, by_instant, appended or {})
+    now = Instant(Timeline.load(storage).new_instant_time(), ROLLBACK, REQUESTED)
+    storage.write_atomic(f"{HOODIE}/{now.file_name()}", avro.to_bytes(avro.ROLLBACK_PLAN, _rollback_plan(storage, target, _by_partition(files), shared)))
     storage.write_atomic(f"{HOODIE}/{now.with_state(INFLIGHT).file_name()}", b"")
-    meta = _undo(storage, target, files, started, now.time)
+    meta = _undo(storage, target, files, started, now.time, shared)
     storage.create_exclusive(f"{HOODIE}/{now.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.ROLLBACK_METADATA, meta))
     _forget(storage, target)
     return now.time
 
 
+def revert_compaction(storage, instant: str) -> None:
+    """A compaction attempt that failed: its files go and it is requested again, its plan kept
+    (as Java's rollbackInflightCompaction leaves it), for the next `compact` to execute."""
+    files, _ = _undo_files(storage, Instant(instant, COMPACTION, INFLIGHT), _data_files_by_instant(storage), {})
+    for path in files:
+        storage.delete(path)
+    markers.delete_dir(storage, instant)
+    storage.delete(f"{HOODIE}/{instant}.{COMPACTION}.{INFLIGHT}")
+
+
+def is_clustering(storage, instant: Instant) -> bool:
+    """A pending replacecommit that is a clustering (its requested file holds a
+    HoodieRequestedReplaceMetadata with operationType CLUSTER), not an insert_overwrite."""
+    if instant.action != REPLACECOMMIT:
+        return False
+    try:
+        data = storage.read_bytes(f"{HOODIE}/{instant.with_state(REQUESTED).file_name()}")
+    except FileNotFoundError:
+        return False
+    if not data:
+        return False
+    try:
+        return (avro.from_bytes(data) or {}).get("operationType") == "CLUSTER"
+    except Exception:  # noqa: BLE001 - not an Avro plan: not a clustering
+        return False
+
+
+def failed_writes(storage, timeline: Timeline) -> list[Instant]:
+    """The pending instants a writer rolls back before it writes, as Java's failed-writes
+    cleaning picks them (BaseHoodieTableServiceClient.getInstantsToRollback): commits,
+    deltacommits and replacecommits. Never a compaction (its plan names the logs written
+    since: Java executes it later), a clustering, a log compaction or an indexing."""
+    return [i for i in timeline.pending() if i.action in WRITE_ACTIONS and not is_clustering(storage, i)]
+
+
 def rollback_pending(storage) -> list[str]:
-    """Rolls back every requested or inflight write, each with its own rollback instant. An
-    unfinished restore is finished first (it knows which instants it was undoing)."""
+    """Rolls back every failed write (failed_writes), each with its own rollback instant. An
+    unfinished restore is finished first (it knows which instants it was undoing). Refused,
+    with nothing changed, while one of them has a fresh heartbeat of another writer
+    (heartbeat.py): that writer is running."""
     timeline = Timeline.load(storage)
     restores = [i for i in timeline.pending() if i.action == RESTORE]
     for r in restores:
         _finish_restore(storage, r)
     if restores:
         timeline = Timeline.load(storage)
+    failed = failed_writes(storage, timeline)
+    live = heartbeat.live_foreign(storage, [i.time for i in failed])
+    if live:
+        t, age = sorted(live.items())[0]
+        inst = next(i for i in failed if i.time == t)
+        raise TableError(f"instant {t} ({inst.action}, {inst.state}) of the table at {storage.spec.uri} is being written by another "
+                         f"writer: its heartbeat {heartbeat.path(t)} was updated {age / 1000:.0f} s ago; pipe does not roll back a "
+                         "live write",
+                         f"wait for that writer to finish; if it is dead, its heartbeat expires {heartbeat.EXPIRY_MS // 1000} s "
+                         "after its last update and the next run rolls the instant back")
+    for pending in timeline.pending():
+        if pending.action in (CLEAN, ROLLBACK, SAVEPOINT):
+            _finish_service(storage, pending)
     rolled = []
-    by_instant = _data_files_by_instant(storage) if timeline.pending() else {}
-    for failed in timeline.pending():
-        if failed.action in (CLEAN, ROLLBACK, SAVEPOINT):
-            _finish_service(storage, failed)
-            continue
-        _rollback(storage, failed, by_instant)
-        rolled.append(failed.time)
+    appended: dict[str, list[str]] = {}
+    by_instant = _data_files_by_instant(storage, appended=appended) if failed else {}
+    for inst in failed:
+        _rollback(storage, inst, by_instant, appended)
+        rolled.append(inst.time)
     return rolled
 
 
@@ -202,7 +334,8 @@ def rollback(storage, instant: str) -> str:
     if gone:
         raise TableError(f"the files of the version before {instant} have been cleaned (e.g. {gone[0]}); rolling back would lose rows",
                            "clean keeps them with `clean: {policy: keep_latest_commits}`; nothing was changed")
-    return _rollback(storage, latest, _data_files_by_instant(storage))
+    appended: dict[str, list[str]] = {}
+    return _rollback(storage, latest, _data_files_by_instant(storage, appended=appended), appended)
 
 
 # --- savepoints -------------------------------------------------------------------------------
@@ -294,7 +427,10 @@ def restore(storage, instant: str) -> tuple[str, list[str]]:
     if gone:
         raise TableError(f"the table as of {instant} can no longer be restored: {len(gone)} of its files have been cleaned (e.g. {gone[0]})",
                            "savepoint an instant (`pipe savepoint TABLE INSTANT`) to keep it restorable; nothing was changed")
-    inst = Instant(new_instant_time(timeline.last_time()), RESTORE, REQUESTED)
+    inst = Instant(timeline.new_instant_time(), RESTORE, REQUESTED)
+    # as Java's restore plan has them: pending compactions after the instant go too (their
+    # plans name logs this restore deletes)
+    later = sorted(later + [i for i in timeline.pending() if i.action == COMPACTION and i.time > instant])
     plan = {
         "instantsToRollback": [{"commitTime": i.time, "action": i.action} for i in reversed(later)],
         "version": 2,
@@ -314,14 +450,16 @@ def _finish_restore(storage, inst: Instant) -> list[str]:
     plan = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.with_state(REQUESTED).file_name()}"))
     timeline = Timeline.load(storage)
     present = {(i.time, i.action): i for i in timeline.instants}
-    by_instant = _data_files_by_instant(storage)
+    appended: dict[str, list[str]] = {}
+    by_instant = _data_files_by_instant(storage, appended=appended)
     undone: dict[str, list] = {}
     infos = []
     for info in plan["instantsToRollback"]:
         target = present.get((info["commitTime"], info["action"]))
         infos.append(info)
         if target is not None:
-            undone[target.time] = [_undo(storage, target, sorted(by_instant.get(target.time, ())), time.time(), inst.time)]
+            files, shared = _undo_files(storage, target, by_instant, appended)
+            undone[target.time] = [_undo(storage, target, files, time.time(), inst.time, shared)]
             _forget(storage, target)
             fault("restore_undid_one")
         else:
@@ -413,7 +551,7 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_f
         return CleanResult(None, 0, earliest)
     started = time.time()
     java_policy = policy.upper()
-    inst = Instant(new_instant_time(timeline.last_time()), CLEAN, REQUESTED)
+    inst = Instant(timeline.new_instant_time(), CLEAN, REQUESTED)
     earliest_inst = timeline.find(earliest) if earliest else None
     plan = {
         "earliestInstantToRetain": {"timestamp": earliest_inst.time, "action": earliest_inst.action, "state": "COMPLETED"} if earliest_inst else None,

@@ -28,6 +28,8 @@ from runtime.storage import Storage, StorageSpec, open_storage
 from runtime.table import avro as _avro
 from runtime.table import cdc as _cdc
 from runtime.table import keygen as _keygen
+from runtime.table import heartbeat as _heartbeat
+from runtime.table import markers as _markers
 from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
@@ -41,7 +43,7 @@ from runtime.table.layout import FileSystemView, bucket_index_file_ids
 from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, invalid_avro_names, spark_struct
 from runtime.table.timeline import (
     COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
-    Timeline, WriteStat, new_instant_time,
+    Timeline, WriteStat,
 )
 
 LOCK_FILE = f"{HOODIE}/pipe.lock"
@@ -303,6 +305,7 @@ class Table:
         with self._changing():
             self.rollback_pending()
             timeline = self.timeline()
+            self._refuse_pending_clustering(timeline)
             if expect_latest is not ...:
                 writes = timeline.completed(WRITE_ACTIONS)
                 latest = writes[-1].time if writes else None
@@ -324,7 +327,8 @@ class Table:
             stored_struct = self.schema(timeline, files_only=True)
             # the text of record keys and partition paths the stored rows have (keygen.py)
             self.config = _keygen.settle(self.spark, self.storage, self.config, slices, stored_struct)
-            instant = Instant(new_instant_time(timeline.last_time()), action, REQUESTED)
+            instant = Instant(timeline.new_instant_time(), action, REQUESTED)
+            self._start_heartbeat(instant.time)  # before the instant exists, as Java's writers start theirs
             # Hudi's requested replacecommit is an empty HoodieRequestedReplaceMetadata (Avro)
             self._transition(instant, REQUESTED, _avro.to_bytes(_avro.REQUESTED_REPLACE_METADATA, _avro.EMPTY_REPLACE_REQUEST) if replacing else b"")
             op_type = "BOOTSTRAP" if bootstrap else _writer.OPERATION_TYPES[operation]
@@ -339,6 +343,7 @@ class Table:
                     self._set_create_schema(staged.schema_json)
             except BaseException:
                 # nothing half-written: the failed instant is rolled back before we report
+                self._stop_heartbeat(instant.time)
                 self.rollback_pending()
                 raise
             extra = {"schema": staged.schema_json, **opts.extra_metadata}
@@ -346,6 +351,9 @@ class Table:
             self._check_lock()
             if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
                 raise TableError(f"instant {instant.time} was completed by someone else")
+            # as Java's post-commit: the markers and the heartbeat of a completed instant go
+            self._stop_heartbeat(instant.time)
+            _markers.delete_dir(self.storage, instant.time)
             _services.fault("after_commit")
             service_error, compacted = None, None
             try:  # the commit stands whatever happens here; the next write cleans and archives again
@@ -468,6 +476,27 @@ class Table:
             listed = ", ".join(repr(p) for p in existing) if existing else "none (the table has no live file groups)"
             raise TableError(f"delete_partition on table {self.config.name}: {what}; its partitions are: {listed}")
 
+    def _refuse_pending_clustering(self, timeline: Timeline) -> None:
+        """A clustering Java scheduled replaces its file groups when it completes: a write into
+        them now would be lost then (Java's own writers reject such updates), and pipe does not
+        execute clustering."""
+        pending = [i.time for i in timeline.pending() if _services.is_clustering(self.storage, i)]
+        if pending:
+            raise TableError(f"table {self.config.name} has a pending clustering {pending[0]} (replacecommit): pipe does not execute "
+                             "clustering, and a write now could be lost when it completes",
+                             "complete it with Hudi (HoodieClusteringJob, or a Java writer with clustering enabled), or roll it back "
+                             "with Hudi's CLI, then run again")
+
+    def _start_heartbeat(self, instant: str) -> None:
+        """Hudi's heartbeat of an in-flight write (heartbeat.py): beaten with the lock's
+        until the instant completes or is rolled back."""
+        _heartbeat.beat(self.storage, instant, getattr(self, "_owner", None) or "")
+        self._beating = getattr(self, "_beating", set()) | {instant}
+
+    def _stop_heartbeat(self, instant: str) -> None:
+        self._beating = getattr(self, "_beating", set()) - {instant}
+        _heartbeat.stop(self.storage, instant)
+
     def _transition(self, instant: Instant, state: str, data: bytes) -> None:
         name = f"{HOODIE}/{instant.with_state(state).file_name()}"
         if not self.storage.create_exclusive(name, data):
@@ -529,16 +558,32 @@ class Table:
         return n
 
     def _compact(self) -> str | None:
+        """Executes every pending compaction (oldest first: a Java writer's plan, or one whose
+        compactor died), then plans and executes one over the other slices with logs."""
         from runtime.table import compaction as _compaction
 
         timeline = self.timeline()
-        slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.has_logs]
+        done = None
+        for t in timeline.pending_compactions():
+            plan = _avro.from_bytes(self.storage.read_bytes(f"{HOODIE}/{t}.{COMPACTION}.{REQUESTED}"))
+            slices = _compaction.planned_slices(self.storage, self.config.name, t, plan)
+            done = self._execute_compaction(timeline, Instant(t, COMPACTION, REQUESTED), slices)
+            timeline = self.timeline()
+        slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.has_logs and s.pending_compaction is None]
         if not slices:
-            return None
-        struct = self.schema(timeline)
-        instant = Instant(new_instant_time(timeline.last_time()), COMPACTION, REQUESTED)
+            return done
+        instant = Instant(timeline.new_instant_time(), COMPACTION, REQUESTED)
         self._transition(instant, REQUESTED, _avro.to_bytes(_avro.COMPACTION_PLAN, _compaction.plan(slices)))
-        self._transition(instant, INFLIGHT, b"")
+        return self._execute_compaction(timeline, instant, slices)
+
+    def _execute_compaction(self, timeline: Timeline, instant: Instant, slices) -> str:
+        """Runs the requested compaction `instant` over `slices` and commits it. A failure
+        leaves it requested, its files gone (services.revert_compaction), for the next try."""
+        from runtime.table import compaction as _compaction
+
+        struct = self.schema(timeline)
+        if not self.storage.exists(f"{HOODIE}/{instant.with_state(INFLIGHT).file_name()}"):
+            self._transition(instant, INFLIGHT, b"")
         try:
             spec = _reader.merge_spec(self.storage, _writer.with_meta_struct(struct), timeline, self.config)
             written = _compaction.run(self.spark, self.storage, instant.time, slices, spec)
@@ -551,12 +596,13 @@ class Table:
                 stats.append(WriteStat(fid, path, part, by_group[(part, fid)].base_instant, nrows, 0, nrows, 0, size))
             self._remove_strays(instant.time, stats)
         except BaseException:
-            self.rollback_pending()
+            _services.revert_compaction(self.storage, instant.time)
             raise
         meta = CommitMetadata("COMPACT", stats, {"schema": avro_schema_json(struct, self.config.name)}, compacted=True)
         self._check_lock()
         if not self.storage.create_exclusive(f"{HOODIE}/{instant.time}.{COMMIT}", meta.to_bytes()):
             raise TableError(f"compaction {instant.time} was completed by someone else")
+        _markers.delete_dir(self.storage, instant.time)
         return instant.time
 
     def rollback_pending(self) -> list[str]:
@@ -678,6 +724,9 @@ class Table:
                     if self._lock_owner() != owner:
                         return  # taken over: the commit will notice and refuse
                     self.storage.write_atomic(LOCK_FILE, body())
+                    for t in list(getattr(self, "_beating", ())):  # Hudi's heartbeats of our in-flight instants
+                        if t in self._beating:
+                            _heartbeat.beat(self.storage, t, owner)
                 except Exception:  # noqa: BLE001 - a failed beat is retried at the next one
                     continue
 

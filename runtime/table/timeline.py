@@ -2,8 +2,10 @@
 
 An instant moves requested -> inflight -> completed. Completion is one atomic create of the
 completed file (`Storage.create_exclusive`); before it exists every reader ignores the
-instant's files, afterwards all of them are visible. Instant times are UTC with millisecond
-precision, unique and strictly increasing across every action, pending ones included."""
+instant's files, afterwards all of them are visible. Instant times have millisecond precision,
+are unique and strictly increasing across every action, pending ones included, and follow the
+table's `hoodie.table.timeline.timezone`: UTC (pipe's own tables), or the process's local time
+(LOCAL, Hudi's default when the key is absent, as in tables Java made)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ COMMIT, DELTACOMMIT, REPLACECOMMIT = "commit", "deltacommit", "replacecommit"
 CLEAN, ROLLBACK, COMPACTION, SAVEPOINT, RESTORE = "clean", "rollback", "compaction", "savepoint", "restore"
 # Actions whose completion makes data files visible.
 WRITE_ACTIONS = (COMMIT, DELTACOMMIT, REPLACECOMMIT)
-_ACTIONS = (COMMIT, DELTACOMMIT, REPLACECOMMIT, CLEAN, ROLLBACK, COMPACTION, SAVEPOINT, RESTORE, "indexing", "logcompaction")
+LOGCOMPACTION, INDEXING = "logcompaction", "indexing"
+_ACTIONS = (COMMIT, DELTACOMMIT, REPLACECOMMIT, CLEAN, ROLLBACK, COMPACTION, SAVEPOINT, RESTORE, INDEXING, LOGCOMPACTION)
+TIMEZONE_KEY = "hoodie.table.timeline.timezone"
 _NAME = re.compile(r"^(\d{14,17})\.([a-z]+)(?:\.(requested|inflight))?$")
 
 # Keys of pipe's own in extraMetadata. Checkpoints of sources live under this prefix, one key
@@ -106,6 +110,15 @@ class Timeline:
     def last_time(self) -> str | None:
         return self.instants[-1].time if self.instants else None
 
+    def pending_compactions(self) -> list[str]:
+        """Times of the compactions planned (requested) or running (inflight), not committed."""
+        return [i.time for i in self.instants if i.action == COMPACTION and not i.is_completed]
+
+    def new_instant_time(self) -> str:
+        """A new instant time, later than every instant of this timeline, in the table's
+        timeline time zone (hoodie.table.timeline.timezone)."""
+        return new_instant_time(self.last_time(), local=timeline_is_local(self.storage))
+
     def find(self, time: str) -> Instant | None:
         for i in self.instants:
             if i.time == time:
@@ -125,26 +138,39 @@ class Timeline:
 # --- instant times ----------------------------------------------------------------------------
 
 _clock_lock = threading.Lock()
-_last_issued = ""
+_last_issued = {False: "", True: ""}  # by zone (local?): a UTC table's times must not push a LOCAL one's
 
 
 def _format(t: dt.datetime) -> str:
     return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
 
 
-def new_instant_time(after: str | None = None) -> str:
-    """Now in UTC with ms precision, strictly greater than `after` and than any time issued by
-    this process, even for back-to-back calls (the clock is nudged forward by 1 ms)."""
-    global _last_issued
+def timeline_is_local(storage) -> bool:
+    """Whether the table's instant times are the local time of the writing process: Hudi's
+    hoodie.table.timeline.timezone is LOCAL, or absent (Hudi's default; pipe writes UTC into
+    every table it creates), as Java's HoodieInstantTimeGenerator reads it."""
+    from runtime.table.config import PROPERTIES, parse_properties
+
+    try:
+        text = storage.read_bytes(PROPERTIES).decode("latin-1")
+    except FileNotFoundError:
+        return False  # no table yet: pipe creates it with UTC
+    return parse_properties(text).get(TIMEZONE_KEY, "LOCAL").strip().upper() != "UTC"
+
+
+def new_instant_time(after: str | None = None, local: bool = False) -> str:
+    """Now (UTC, or the process's local time when `local`, as Hudi's LOCAL timeline time zone
+    has it) with ms precision, strictly greater than `after` and than any time issued by this
+    process, even for back-to-back calls (the clock is nudged forward by 1 ms)."""
     with _clock_lock:
-        now = dt.datetime.now(dt.timezone.utc)
-        floor = max(after or "", _last_issued)
+        now = dt.datetime.now() if local else dt.datetime.now(dt.timezone.utc)
+        floor = max(after or "", _last_issued[local])
         candidate = _format(now)
         if floor and candidate <= floor:
-            base = dt.datetime.strptime(floor[:14], "%Y%m%d%H%M%S").replace(tzinfo=dt.timezone.utc)
+            base = dt.datetime.strptime(floor[:14], "%Y%m%d%H%M%S")
             base += dt.timedelta(milliseconds=int(floor[14:17] or 0) + 1)
             candidate = _format(base)
-        _last_issued = candidate
+        _last_issued[local] = candidate
         return candidate
 
 

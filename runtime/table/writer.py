@@ -18,6 +18,7 @@ from typing import Any
 from runtime.table import keygen as _keygen
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
+from runtime.table import markers
 from runtime.table import tombstones as _tombstones
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
@@ -221,8 +222,9 @@ def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: W
         shares: list[tuple[str, int, FileSlice | None]] = []
         left = count
         # a merge-on-read slice with log files is not a small file: its base alone is stale
+        # nor is a group under a pending compaction (a new base version would race its plan)
         small = sorted((s for s in slices if s.partition == partition and s.base_file is not None and not s.log_files
-                        and s.base_file.size < opts.small_file_limit), key=lambda s: s.base_file.size)
+                        and s.pending_compaction is None and s.base_file.size < opts.small_file_limit), key=lambda s: s.base_file.size)
         for s in small:
             if left <= 0:
                 break
@@ -619,17 +621,25 @@ def partition_task_threads(master: str, parallelism: int, python_memory: str | N
 
 
 def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:
-    """The next log file of each group's latest slice (versions continue the slice's logs)."""
+    """The next log file of each group's latest slice (versions continue the slice's logs).
+    A group under a pending compaction gets a log named with the compaction's instant, as
+    Java's writers name it (HoodieAppendHandle, table version 6): when that compaction
+    completes, its new base file and these logs make the group's latest slice."""
     out = {}
     for p, fid in groups:
         s = existing.get((p, fid))
         if s is None:
             continue
-        version = max((lf.version for lf in s.log_files), default=0) + 1
+        named = _log_base_instant(s)
+        version = max((lf.version for lf in s.log_files if lf.base_instant == named), default=0) + 1
         base = s.base_file
-        out[f"{p}/{fid}"] = LogTarget(base.path if base else None, base.size if base else 0, s.base_instant, version,
+        out[f"{p}/{fid}"] = LogTarget(base.path if base else None, base.size if base else 0, named, version,
                                       tuple(lf.path for lf in s.log_files))
     return out
+
+
+def _log_base_instant(s: FileSlice) -> str:
+    return s.pending_compaction or s.base_instant
 
 
 def _log_prefix(file_id: str, target: LogTarget) -> str:
@@ -642,9 +652,11 @@ def _log_stat(slice_: FileSlice, target: LogTarget, path: str, inserts: int, upd
     from runtime.table.timeline import WriteStat
 
     name = path.rsplit("/", 1)[-1]
-    logs = tuple(lf.name for lf in slice_.log_files) + (name,)
-    return WriteStat(slice_.file_id, path, slice_.partition, slice_.base_instant, updates, inserts, updates, deletes, size,
-                     base_file=slice_.base_file.name if slice_.base_file else "", log_files=logs, log_version=target.version)
+    named = _log_base_instant(slice_)
+    logs = tuple(lf.name for lf in slice_.log_files if lf.base_instant == named) + (name,)
+    base = slice_.base_file.name if slice_.base_file and slice_.pending_compaction is None else ""  # the compaction's base is not written yet
+    return WriteStat(slice_.file_id, path, slice_.partition, named, updates, inserts, updates, deletes, size,
+                     base_file=base, log_files=logs, log_version=target.version)
 
 
 def write_empty_base_file(storage, partition: str, file_id: str, instant: str, struct) -> tuple[str, int]:
@@ -663,6 +675,7 @@ def write_empty_base_file(storage, partition: str, file_id: str, instant: str, s
         out.add_key_value_metadata(BloomFilterWriteSupport().finalize_metadata())  # an empty filter, no key range
     name = f"{file_id}_0-0-0_{instant}.parquet"
     path = f"{partition}/{name}" if partition else name
+    markers.create(storage, instant, path, markers.CREATE)
     storage.write_atomic(path, buf.getvalue())
     return path, len(buf.getvalue())
 
