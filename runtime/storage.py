@@ -80,6 +80,18 @@ def open_storage(spec: StorageSpec) -> Storage:
     return LocalStorage(spec)
 
 
+def _drop_checksum(full: str) -> None:
+    """Java Hudi on a local disk writes through Hadoop's LocalFileSystem, which keeps a CRC of
+    each file beside it (`.<name>.crc`) and fails every later read of a file whose bytes no
+    longer match it ("Could not load Hoodie properties"). A file pipe replaces, or deletes,
+    loses its stale sidecar."""
+    folder, name = os.path.split(full)
+    try:
+        os.unlink(os.path.join(folder, f".{name}.crc"))
+    except FileNotFoundError:
+        pass
+
+
 class LocalStorage:
     def __init__(self, spec: StorageSpec):
         self.spec = spec
@@ -116,12 +128,14 @@ class LocalStorage:
         then renamed into place."""
         full = self.full_path(path)
         os.replace(self._temp_beside(full, data, temp_tag), full)
+        _drop_checksum(full)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
         full = self.full_path(path)
         tmp = self._temp_beside(full, data)
         try:
             os.link(tmp, full)  # fails if `full` exists; the name appears with all its bytes
+            _drop_checksum(full)
             return True
         except FileExistsError:
             return False
@@ -132,10 +146,12 @@ class LocalStorage:
         return os.path.exists(self.full_path(path))
 
     def delete(self, path: str) -> None:
+        full = self.full_path(path)
         try:
-            os.unlink(self.full_path(path))
+            os.unlink(full)
         except FileNotFoundError:
             pass
+        _drop_checksum(full)
 
     def list_files(self, prefix: str = "", recursive: bool = True) -> list[FileInfo]:
         base = self.full_path(prefix)

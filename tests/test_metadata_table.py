@@ -39,7 +39,7 @@ def java_table_with_metadata(spark, tmp_path):
     (mdt / ".hoodie" / f"{second.instant}.deltacommit").write_text("{}")
     (mdt / "files").mkdir()
     (mdt / "files/.hoodie_partition_metadata").write_text("#partition metadata\ncommitTime=00000000000000010\npartitionDepth=1\n")
-    (mdt / f"files/.files-0000-0_00000000000000010.log.1_0-0-0").write_bytes(b"#HUDI#")
+    (mdt / "files/.files-0000-0_00000000000000010.log.1_0-0-0").write_bytes(b"#HUDI#")
     update_properties(table.storage, {MDT_PROPS[0]: "files", MDT_PROPS[1]: ""})
     return path, [first.instant, second.instant]
 

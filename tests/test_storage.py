@@ -86,3 +86,21 @@ def test_markers_and_heartbeats_work_the_same_on_both_storages(storage):
     assert heartbeat.live_foreign(storage, ["20260101000000003"], now + heartbeat.EXPIRY_MS + 5_000) == {}
     heartbeat.stop(storage, "20260101000000004")
     assert not storage.exists(".hoodie/.heartbeat/20260101000000004")
+
+
+def test_a_file_pipe_replaces_or_deletes_loses_the_crc_javas_local_file_system_kept(tmp_path):
+    """Java Hudi on a local disk (Hadoop's LocalFileSystem) writes `.<name>.crc` beside each file
+    and refuses to read a file that no longer matches it: after pipe rewrote hoodie.properties of
+    a table Java had written, Java failed with "Could not load Hoodie properties"."""
+    storage = open_storage(StorageSpec(str(tmp_path)))
+    hoodie = tmp_path / ".hoodie"
+    hoodie.mkdir()
+    for name in ("hoodie.properties", "20240101000000000.commit", "gone.parquet"):
+        (hoodie / name).write_bytes(b"java's bytes")
+        (hoodie / f".{name}.crc").write_bytes(b"crc of java's bytes")
+    storage.write_atomic(".hoodie/hoodie.properties", b"pipe's bytes")
+    assert storage.create_exclusive(".hoodie/new.commit", b"{}")
+    storage.delete(".hoodie/gone.parquet")
+    assert (hoodie / "hoodie.properties").read_bytes() == b"pipe's bytes"
+    assert sorted(p.name for p in hoodie.iterdir()) == [".20240101000000000.commit.crc", "20240101000000000.commit",
+                                                         "hoodie.properties", "new.commit"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np

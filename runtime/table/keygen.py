@@ -143,7 +143,7 @@ def settle(spark, storage, config, slices, struct):
 
     if config.complex_single_key and config.complex_key_encoding not in (None, FIELD_PREFIXED, VALUE_ONLY):
         raise TableError(f"pipe cannot write into table {config.name}: {ENCODING_PROPERTY}={config.complex_key_encoding} is "
-                         f"neither {FIELD_PREFIXED} nor {VALUE_ONLY}", f"set it to the text its stored record keys have in .hoodie/hoodie.properties")
+                         f"neither {FIELD_PREFIXED} nor {VALUE_ONLY}", "set it to the text its stored record keys have in .hoodie/hoodie.properties")
     if not config.populate_meta_fields or struct is None:
         return config
     types = {f.name: f.dataType.simpleString() for f in struct.fields}

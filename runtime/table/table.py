@@ -42,7 +42,7 @@ from runtime.table.config import (
 from runtime.table.layout import FileSystemView, bucket_index_file_ids
 from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, invalid_avro_names, spark_struct
 from runtime.table.timeline import (
-    COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
+    CLEAN, COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
     Timeline, WriteStat,
 )
 
@@ -386,12 +386,19 @@ class Table:
         latest = timeline.latest_completed()
         if as_of is None or latest is None or as_of >= latest.time:
             return
+        hint = ("read a later instant (`pipe timeline TABLE` lists them), or keep more versions with "
+                "`clean: {policy: keep_latest_commits, retain: N}`")
+        last_clean = timeline.latest_completed((CLEAN,))
+        if last_clean is not None:  # Java's rule (TimelineUtils.validateTimestampAsOf)
+            meta = _avro.from_bytes(self.storage.read_bytes(f"{HOODIE}/{last_clean.file_name()}"))
+            earliest = meta.get("earliestCommitToRetain") or ""
+            if earliest and as_of < earliest:
+                raise TableError(f"table {self.config.name} as of {as_of} cannot be read: the clean at {last_clean.time} "
+                                 f"kept only the versions from {earliest} on", hint)
         gone = _services.missing_files(self.storage, timeline, as_of)
-        if gone:
+        if gone:  # a keep_latest_file_versions clean names no earliest commit
             raise TableError(f"table {self.config.name} as of {as_of} cannot be read: the cleaner removed "
-                             f"{len(gone)} of the files that version reads (e.g. {gone[0]})",
-                             "read a later instant (`pipe timeline TABLE` lists them), or keep more versions with "
-                             "`clean: {policy: keep_latest_commits, retain: N}`")
+                             f"{len(gone)} of the files that version reads (e.g. {gone[0]})", hint)
 
     def _check_writable(self) -> None:
         self.config = TableConfig.from_properties_map(read_properties(self.storage))  # as it is now
