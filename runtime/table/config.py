@@ -186,7 +186,7 @@ class TableConfig:
         layout = _int(props.get("hoodie.timeline.layout.version"), TIMELINE_LAYOUT)
         moved = props.get("hoodie.timeline.path") or (storage.list_files(".hoodie/timeline", recursive=False) and "timeline")
         if version > TABLE_VERSION or layout != TIMELINE_LAYOUT or moved:
-            how = f"table version {version} (hoodie.table.version={version}" + (", upgraded by Hudi 1.x)" if version >= 8 else ")")
+            how = f"table version {version}" + (f" (hoodie.table.version={version}, upgraded by Hudi 1.x)" if version >= 8 else "")
             how += f" with timeline layout {layout}" if layout != TIMELINE_LAYOUT else ""
             how += f", its timeline in .hoodie/{moved}/ (Hudi 1.x's place)" if moved else ""
             return (f"it is Hudi {how}; pipe reads and writes version 6 with timeline layout 1 (Hudi 0.14/0.15). "
