@@ -138,7 +138,9 @@ class Timeline:
 # --- instant times ----------------------------------------------------------------------------
 
 _clock_lock = threading.Lock()
-_last_issued = {False: "", True: ""}  # by zone (local?): a UTC table's times must not push a LOCAL one's
+# the last time issued, by zone (UTC, or the local zone's UTC offset): a UTC table's times must
+# not push a LOCAL one's ahead, nor times issued before the process's zone changed
+_last_issued: dict[object, str] = {}
 
 
 def _format(t: dt.datetime) -> str:
@@ -164,13 +166,14 @@ def new_instant_time(after: str | None = None, local: bool = False) -> str:
     process, even for back-to-back calls (the clock is nudged forward by 1 ms)."""
     with _clock_lock:
         now = dt.datetime.now() if local else dt.datetime.now(dt.timezone.utc)
-        floor = max(after or "", _last_issued[local])
+        zone = now.astimezone().utcoffset() if local else "UTC"
+        floor = max(after or "", _last_issued.get(zone, ""))
         candidate = _format(now)
         if floor and candidate <= floor:
             base = dt.datetime.strptime(floor[:14], "%Y%m%d%H%M%S")
             base += dt.timedelta(milliseconds=int(floor[14:17] or 0) + 1)
             candidate = _format(base)
-        _last_issued[local] = candidate
+        _last_issued[zone] = candidate
         return candidate
 
 
