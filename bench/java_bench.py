@@ -414,6 +414,7 @@ def main() -> None:
     checks: dict[tuple[str, str], list] = collections.defaultdict(list)
     phases: dict[str, list[list[float]]] = collections.defaultdict(list)
     profiles: dict[str, str] = {}  # pipe's Spark jobs in the last run of each case
+    done = 0
     try:
         t0 = time.perf_counter()
         data = generate(spark, work / "data", args.rows, args.small)
@@ -444,32 +445,6 @@ def main() -> None:
                 side.scan(f"warm-{table_type}")
 
         cow, mor = "COPY_ON_WRITE", "MERGE_ON_READ"
-        for r in range(args.repeats):
-            print(f"repeat {r + 1}/{args.repeats}", flush=True)
-            order = sides if r % 2 == 0 else sides[::-1]  # who goes first alternates
-            t, m = f"cow{r}", f"mor{r}"
-            steps = [
-                ("bulk_insert", lambda s: s.write(t, cow, "bulk_insert", data["base"])),
-                ("upsert 1% in 1 partition", lambda s: s.write(t, cow, "upsert", data["upsert_partition"])),
-                ("delete 1%", lambda s: s.write(t, cow, "delete", data["delete"])),
-                ("upsert 1% spread", lambda s: s.write(t, cow, "upsert", data["upsert_spread"])),
-            ]
-            for case, fn in steps:
-                for who, side in order:
-                    measure(case, who, side, lambda: fn(side))
-            for who, side in order:
-                before, last = side.commits(t)[-2:]
-                checks[("incremental read", who)].append(measure("incremental read (last commit)", who, side,
-                                                                 lambda: side.scan(t, begin=before, end=last)))
-            for who, side in order:
-                checks[("snapshot read", who)].append(measure("snapshot read (copy-on-write)", who, side, lambda: side.scan(t)))
-            for who, side in order:
-                measure("bulk_insert (merge-on-read)", who, side, lambda: side.write(m, mor, "bulk_insert", data["base"]))
-            for who, side in order:
-                measure("merge-on-read upsert 1%", who, side, lambda: side.write(m, mor, "upsert", data["mor_upsert"]))
-            for who, side in order:
-                checks[("merge-on-read snapshot read", who)].append(measure("merge-on-read snapshot read", who, side, lambda: side.scan(m)))
-
         # the first write of a small batch in a fresh process, process start-up included
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         for r in range(args.fresh_repeats):
@@ -516,6 +491,36 @@ def main() -> None:
                         run_java()
                     results.setdefault(("first write of a small batch, fresh process", who), Runs()).add(meas)
                     print(f"  fresh process                            Java         {meas.seconds:7.2f} s  peak {meas.peak:6.0f} MB", flush=True)
+        for r in range(args.repeats):
+            print(f"repeat {r + 1}/{args.repeats}", flush=True)
+            order = sides if r % 2 == 0 else sides[::-1]  # who goes first alternates
+            t, m = f"cow{r}", f"mor{r}"
+            steps = [
+                ("bulk_insert", lambda s: s.write(t, cow, "bulk_insert", data["base"])),
+                ("upsert 1% in 1 partition", lambda s: s.write(t, cow, "upsert", data["upsert_partition"])),
+                ("delete 1%", lambda s: s.write(t, cow, "delete", data["delete"])),
+                ("upsert 1% spread", lambda s: s.write(t, cow, "upsert", data["upsert_spread"])),
+            ]
+            for case, fn in steps:
+                for who, side in order:
+                    measure(case, who, side, lambda: fn(side))
+            for who, side in order:
+                before, last = side.commits(t)[-2:]
+                checks[("incremental read", who)].append(measure("incremental read (last commit)", who, side,
+                                                                 lambda: side.scan(t, begin=before, end=last)))
+            for who, side in order:
+                checks[("snapshot read", who)].append(measure("snapshot read (copy-on-write)", who, side, lambda: side.scan(t)))
+            for who, side in order:
+                measure("bulk_insert (merge-on-read)", who, side, lambda: side.write(m, mor, "bulk_insert", data["base"]))
+            for who, side in order:
+                measure("merge-on-read upsert 1%", who, side, lambda: side.write(m, mor, "upsert", data["mor_upsert"]))
+            for who, side in order:
+                checks[("merge-on-read snapshot read", who)].append(measure("merge-on-read snapshot read", who, side, lambda: side.scan(m)))
+            done = r + 1
+            # the section after every repeat: a run cut short still leaves what it measured
+            report(args, results, checks, phases, profiles, [w for w, _ in sides], gen_seconds, time.perf_counter() - started, load_before,
+                   os.getloadavg(), done)
+
     finally:
         if java is not None:
             java.close()
@@ -525,8 +530,7 @@ def main() -> None:
         else:
             print(f"kept {work}")
     whole = time.perf_counter() - started
-    load_after = os.getloadavg()
-    report(args, results, checks, phases, profiles, [w for w, _ in sides], gen_seconds, whole, load_before, load_after)
+    report(args, results, checks, phases, profiles, [w for w, _ in sides], gen_seconds, whole, load_before, os.getloadavg(), done, final=True)
 
 
 # why pipe is slower than Java in a case, as the profiles of the runs show (bench/RESULTS.md)
@@ -539,8 +543,9 @@ WHY = {
     "merge-on-read snapshot read": (
         "the merge of base and log files runs in Python workers (mapInArrow over the file slices: pyarrow reads each base file and its log "
         "files and merges them by key), and produces every column of every row, which Spark then converts from Arrow; Spark cannot push the "
-        "query's two columns into that merge. Java merges in the JVM with Spark's vectorized Parquet reader and reads only the columns the "
-        "query needs (the key, the precombine field and `amount`)."),
+        "query's two columns into that merge. Java merges in the JVM, and Spark asks its relation for the query's column only (its "
+        "plan: `MergeOnReadSnapshotRelation`, `ReadSchema: struct<amount:double>`): it reads that column with the key and precombine fields it "
+        "merges on."),
     "snapshot read (copy-on-write)": (
         "a short read's fixed costs: pipe loads the timeline and the file listing in Python, then hands Spark the base files to scan; Java does "
         "the same in the JVM. The scan itself is Spark's Parquet reader on both sides."),
@@ -552,8 +557,8 @@ WHY = {
 TARGETS = {"bulk_insert": 1.0, "upsert 1% in 1 partition": 0.5, "upsert 1% spread": 0.5, "delete 1%": 0.5, "merge-on-read upsert 1%": 0.5}
 
 
-def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, load_before, load_after) -> None:
-    cases = list(dict.fromkeys(case for case, _ in results))
+def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, load_before, load_after, done: int, final: bool = False) -> None:
+    cases = sorted(dict.fromkeys(case for case, _ in results), key=lambda c: c.startswith("first write"))  # the fresh process last
     pipe_index = args.index
     java_index = "GLOBAL_SIMPLE" if args.index == "global" else "SIMPLE"
     lines = [
@@ -580,7 +585,8 @@ def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, lo
          if args.index == "global" else
          "- Index: Java's default, SIMPLE (keys unique per partition: incoming keys are joined with the stored keys of the partitions in the batch), "
          "against its counterpart in pipe, `index: partition`; pipe's default, the global index, is compared with GLOBAL_SIMPLE by `--index global`."),
-        f"- Each repeat ({args.repeats}) writes its own pair of tables: bulk_insert, upsert 1% in partition 3 (every file group of it), delete 1%, "
+        *([] if final else [f"- **Partial: written after repeat {done} of {args.repeats}; the run did not finish.**"]),
+        f"- Each repeat ({done}) writes its own pair of tables: bulk_insert, upsert 1% in partition 3 (every file group of it), delete 1%, "
         "upsert 1% spread (every file group of the table), the incremental read of that last commit; then a merge-on-read table: bulk_insert, upsert "
         "1% spread, snapshot read. The two sides take turns going first. Reads are count(*) and sum(amount) of the read, so every row is produced "
         "(Java: a temporary view `USING hudi`, made inside the timing).",
@@ -631,8 +637,8 @@ def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, lo
         lines.append(f"- {what}, {who}: " + "; ".join(f"{c:,} rows, sum(amount) {s:,.2f}" for c, s in values[:1]) +
                      ("" if len({(c, round(s, 2)) for c, s in values}) == 1 else " (differs between repeats!)"))
     write_section(args.section, "\n".join(lines))
-    print("\n".join(lines))
-    return verdicts
+    if final:
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
