@@ -1,0 +1,645 @@
+#!/usr/bin/env python
+"""pipe's table engine against Java Hudi 0.15.0's Spark writer, side by side in one run, on the
+same data, the same machine and the same core count (both Spark local[2]):
+
+  bulk_insert        N rows into a new copy-on-write table
+  upsert 1%          into that table: N/100 changed rows in one of the 10 partitions, then
+                     N/100 spread over all 10 partitions
+  delete 1%          N/100 keys spread over all partitions
+  incremental read   the changes of the table's last commit (a 1% spread upsert), count + sum
+  merge-on-read      a 1% spread upsert into a merge-on-read table of N rows (bulk-inserted
+                     first, timed too) and its snapshot read (count + sum of a column, so
+                     every row is merged and produced)
+  first write        of a small batch (upsert into a new table) in a fresh process: a new
+                     `python` for pipe, a new Java Hudi driver (JVM + SparkSession) for Java;
+                     process start-up included
+
+The data is generated once, as Parquet files both sides read (`spark.read.parquet` in pipe's
+session; the driver's own `spark.read.parquet` on the Java side). pipe runs in this process
+(runtime.table.Table on PySpark 4); Java Hudi runs in the long-lived driver of
+tests/java_hudi (pyspark 3.5.9 + hudi-spark3.5-bundle_2.12 0.15.0), started once before the
+measurements. Each repeat builds its own pair of tables; in each case the two sides take turns
+going first. Results go to the `java` section of bench/RESULTS.md.
+
+    python bench/java_bench.py                    # 5,000,000 rows
+    python bench/java_bench.py --rows 100000      # quick
+    python bench/java_bench.py --mdt              # also Java with its metadata table (its default)
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH_DIR))
+
+from report import write_section  # noqa: E402
+
+MEMORY = "3g"  # both drivers (local mode: the driver's JVM also runs the executors)
+BASE_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch millis
+DAY = 86_400_000
+KEY, PARTITION, PRECOMBINE = "id", "part", "ts"
+
+# pipe's engine: its defaults for local[2] (spark.sql.shuffle.partitions 4, default.parallelism 2),
+# the drivers' memory, and timestamps written as Parquet's TIMESTAMP_MICROS (as the Java driver does)
+PIPE_CONF = {"spark.driver.memory": MEMORY, "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+
+# --- processes: peak RSS and CPU time of a process tree ------------------------------------------
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds incl. reaped children) of a process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[1]), sum(int(x) for x in fields[11:15]) / ticks  # utime stime cutime cstime
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree(roots: list[int]) -> list[int]:
+    """`roots` and all their descendants."""
+    children = collections.defaultdict(list)
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st:
+                children[st[0]].append(int(name))
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def cpu_of(pids: list[int]) -> float:
+    return sum((_stat(p) or (0, 0.0))[1] for p in pids)
+
+
+class Measure:
+    """Wall time of a block, peak RSS of a set of processes (sampled every 100 ms) and their CPU
+    seconds (user + system, with reaped children) over the block. `pids` gives the processes
+    (called at every sample: processes come and go)."""
+
+    def __init__(self, pids):
+        self.pids = pids
+
+    def __enter__(self):
+        self.stop = threading.Event()
+        self.peak = sum(_rss_mb(p) for p in self.pids())
+        self.cpu0 = cpu_of(self.pids())
+        self.last_cpu = self.cpu0
+
+        def sample():
+            while not self.stop.wait(0.1):
+                pids = self.pids()
+                self.peak = max(self.peak, sum(_rss_mb(p) for p in pids))
+                # a process that ended (a fresh driver) leaves the sum: keep the largest seen
+                self.last_cpu = max(self.last_cpu, cpu_of(pids))
+
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.t0
+        self.stop.set()
+        self.thread.join()
+        end = cpu_of(self.pids())
+        # a process started and ended inside the block (a fresh driver) is only in the samples
+        self.cpu = max(end, self.last_cpu) - self.cpu0
+
+
+class Runs:
+    def __init__(self):
+        self.seconds: list[float] = []
+        self.cpu: list[float] = []
+        self.peak = 0.0
+
+    def add(self, m: Measure) -> None:
+        self.seconds.append(m.seconds)
+        self.cpu.append(m.cpu)
+        self.peak = max(self.peak, m.peak)
+
+    @property
+    def median(self) -> float:
+        return _median(self.seconds)
+
+    @property
+    def median_cpu(self) -> float:
+        return _median(self.cpu)
+
+
+def _median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+# --- where pipe's time goes: its Spark jobs ------------------------------------------------------
+
+def spark_jobs(spark, after: int = -1) -> list[tuple[int, str, float, float]]:
+    """The finished Spark jobs of this session with an id above `after`: (id, call site (the
+    line of pipe's code that ran it), start, end) in epoch seconds, from Spark's status store."""
+    seq = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    jobs = []
+    for k in range(seq.length()):
+        j = seq.apply(k)
+        sub, end = j.submissionTime(), j.completionTime()
+        if j.jobId() > after and sub.isDefined() and end.isDefined():
+            jobs.append((j.jobId(), j.name(), sub.get().getTime() / 1000, end.get().getTime() / 1000))
+    return sorted(jobs)
+
+
+def job_profile(jobs, wall: float) -> str:
+    """Spark jobs by call site (count, seconds), and the wall time outside any job."""
+    by_site: dict[str, list[float]] = {}
+    for _, name, start, end in jobs:
+        site = name.replace(str(REPO) + "/", "")
+        if "withThreadLocalCaptured" in site:
+            site = "a broadcast (Spark's BroadcastExchange)"
+        elif site.startswith("parquet at "):
+            site = "spark.read.parquet of the input (listing, schema)"
+        by_site.setdefault(site, []).append(end - start)
+    covered, last = 0.0, None
+    for _, _, start, end in sorted(jobs, key=lambda j: j[2]):  # the union of the jobs' intervals
+        if last is None or start > last:
+            covered += end - start
+            last = end
+        elif end > last:
+            covered += end - last
+            last = end
+    parts = [f"{site if site.startswith(('a ', 'spark.')) else f'`{site}`'}{f' ×{len(d)}' if len(d) > 1 else ''} {sum(d):.2f} s" for site, d in sorted(by_site.items(), key=lambda kv: -sum(kv[1]))]
+    return "; ".join(parts) + f"; outside Spark jobs (the driver: planning each job, py4j calls, the timeline, the commit) {max(0.0, wall - covered):.2f} s"
+
+
+# --- the data --------------------------------------------------------------------------------
+
+def _rows(F, ids, ts_shift: int, label: str):
+    """Rows for the keys in `ids` (a one-column DataFrame `id`): 10 partitions (part = id % 10),
+    an epoch-millis precombine `ts`, and a few typed columns."""
+    i = F.col("id")
+    ts = F.lit(BASE_TS + ts_shift) + i
+    return ids.select(
+        i.alias("id"),
+        (i % 10).cast("int").alias("part"),
+        ts.alias("ts"),
+        F.concat(F.lit(label), F.sha2(i.cast("string"), 256).substr(1, 16)).alias("name"),
+        (F.rand(7) * 1000).alias("amount"),
+        (i % 97).cast("int").alias("qty"),
+        ((i % 100_000) / 100).cast("decimal(12,2)").alias("price"),
+        F.timestamp_millis(ts).alias("updated_at"),
+    )
+
+
+def generate(spark, data: Path, rows: int, small: int) -> dict[str, Path]:
+    """The Parquet files of every case; returns their folders by name."""
+    from pyspark.sql import functions as F
+
+    n = rows // 100
+    i = F.col("id")
+    sets = {
+        # 5,000,000 rows in 2 files (the two input tasks of a bulk_insert on 2 cores)
+        "base": (spark.range(0, rows, numPartitions=2), 0, "r-"),
+        # 1%, all in partition 3, across its keys (so every file group of it)
+        "upsert_partition": (spark.range(n).select((i * 100 + 23).alias("id")), DAY, "p-"),
+        # 1% over all 10 partitions (every file group of the table)
+        "upsert_spread": (spark.range(n).select((i * 100 + i % 10).alias("id")), 2 * DAY, "s-"),
+        # 1% over all 10 partitions, other keys than the upserts'
+        "delete": (spark.range(n).select((i * 100 + 10 + i % 10).alias("id")), 3 * DAY, "d-"),
+        # 1% over all partitions, into the merge-on-read table
+        "mor_upsert": (spark.range(n).select((i * 100 + 30 + i % 10).alias("id")), 4 * DAY, "m-"),
+        # a first write: new keys
+        "small": (spark.range(small).select((i + rows).alias("id")), 0, "f-"),
+    }
+    out = {}
+    for name, (ids, shift, label) in sets.items():
+        path = data / name
+        df = _rows(F, ids, shift, label)
+        (df if name == "base" else df.coalesce(1)).write.mode("overwrite").parquet(str(path))
+        out[name] = path
+    return out
+
+
+# --- the two sides -----------------------------------------------------------------------------
+
+def java_options(table: str, table_type: str, operation: str, index: str, mdt: bool) -> dict[str, str]:
+    """Java Hudi's options: the same table definition as pipe's (key, partition, precombine,
+    hive-style partition paths, SimpleKeyGenerator), parallelism matched to 2 cores, snappy and
+    the same file sizes as pipe (both default to 120 MB files and a 100 MB small-file limit);
+    everything else Java's defaults (the row writer for bulk_insert, inline clean and archive)."""
+    return {
+        "hoodie.table.name": table,
+        "hoodie.datasource.write.table.type": table_type,
+        "hoodie.datasource.write.operation": operation,
+        "hoodie.datasource.write.recordkey.field": KEY,
+        "hoodie.datasource.write.partitionpath.field": PARTITION,
+        "hoodie.datasource.write.precombine.field": PRECOMBINE,
+        "hoodie.datasource.write.hive_style_partitioning": "true",
+        "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator",
+        "hoodie.metadata.enable": str(mdt).lower(),
+        "hoodie.index.type": index,
+        "hoodie.bulkinsert.shuffle.parallelism": "2",
+        "hoodie.insert.shuffle.parallelism": "2",
+        "hoodie.upsert.shuffle.parallelism": "2",
+        "hoodie.delete.shuffle.parallelism": "2",
+        "hoodie.simple.index.parallelism": "2",
+        "hoodie.global.simple.index.parallelism": "2",
+        "hoodie.parquet.compression.codec": "snappy",
+        "hoodie.parquet.max.file.size": str(120 * 1024 * 1024),
+        "hoodie.parquet.small.file.limit": str(100 * 1024 * 1024),
+    }
+
+
+def write_commits(table: Path) -> list[str]:
+    """The completed commits and deltacommits of a table, oldest first (its timeline's files)."""
+    return sorted(p.name.split(".")[0] for p in (table / ".hoodie").iterdir() if p.name.endswith((".commit", ".deltacommit")) and p.name[0].isdigit())
+
+
+class JavaSide:
+    """Java Hudi 0.15.0 through the long-lived driver of tests/java_hudi."""
+
+    def __init__(self, java, work: Path, index: str, mdt: bool, label: str):
+        self.java, self.work, self.index, self.mdt, self.label = java, work, index, mdt, label
+        self.views = 0
+
+    def pids(self) -> list[int]:
+        return tree([self.java.proc.pid])
+
+    def write(self, table: str, table_type: str, operation: str, source: Path) -> None:
+        opts = java_options(table, table_type, operation, self.index, self.mdt)
+        self.java.call({"op": "write", "path": str(self.work / table), "input": str(source), "options": opts, "mode": "append"})
+
+    def scan(self, table: str, **read) -> tuple[int, float]:
+        """count and sum(amount) of a snapshot (or incremental, `begin`/`end`) read."""
+        self.views += 1
+        view = f"bench_{self.views}"
+        opts = {"path": str(self.work / table)}
+        if "begin" in read:
+            opts.update({"hoodie.datasource.query.type": "incremental", "hoodie.datasource.read.begin.instanttime": read["begin"],
+                         "hoodie.datasource.read.end.instanttime": read["end"]})
+        options = ", ".join(f"`{k}` '{v}'" for k, v in opts.items())
+        self.java.sql(f"CREATE OR REPLACE TEMPORARY VIEW {view} USING hudi OPTIONS ({options})")
+        count, total = self.java.sql(f"SELECT count(*), sum(amount) FROM {view}")[0]
+        return count, total or 0.0
+
+    def commits(self, table: str) -> list[str]:
+        return write_commits(self.work / table)
+
+
+class PipeSide:
+    """pipe's engine (runtime.table.Table) in this process."""
+
+    def __init__(self, spark, work: Path, index: str):
+        from runtime.table import TableConfig
+        from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ
+
+        self.spark, self.work, self.index = spark, work, index
+        self.configs = {t: TableConfig(name="bench", table_type=t, record_key_fields=(KEY,), partition_fields=(PARTITION,), precombine_field=PRECOMBINE)
+                        for t in (COPY_ON_WRITE, MERGE_ON_READ)}
+        self.types = {"COPY_ON_WRITE": COPY_ON_WRITE, "MERGE_ON_READ": MERGE_ON_READ}
+        self.jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+
+    def pids(self) -> list[int]:
+        # this process (not its other children: the Java driver) and the JVM with its Python workers
+        return [os.getpid(), *tree([self.jvm_pid])]
+
+    def table(self, name: str, table_type: str):
+        from runtime.table import Table
+
+        return Table.create(self.spark, str(self.work / name), self.configs[self.types[table_type]])
+
+    def write(self, name: str, table_type: str, operation: str, source: Path) -> None:
+        self.table(name, table_type).write(self.spark.read.parquet(str(source)), operation, index=self.index)
+
+    def scan(self, name: str, **read) -> tuple[int, float]:
+        from pyspark.sql import functions as F
+        from runtime.table import Table
+
+        table = Table.open(self.spark, str(self.work / name))
+        if "begin" in read:
+            df = table.read(since=read["begin"], until=read["end"], meta=False)
+        else:
+            df = table.read(meta=False)
+        row = df.agg(F.count(F.lit(1)), F.sum("amount")).first()
+        return row[0], row[1] or 0.0
+
+    def commits(self, name: str) -> list[str]:
+        return write_commits(self.work / name)
+
+
+FRESH_PIPE = """
+import time
+marks = [time.time()]
+import json, sys
+from runtime.session import get_spark
+from runtime.table import Table, TableConfig
+marks.append(time.time())
+src, path, conf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+spark = get_spark("local[2]", conf, app_name="pipe-bench-fresh")
+marks.append(time.time())
+config = TableConfig(name="bench", record_key_fields=("id",), partition_fields=("part",), precombine_field="ts")
+Table.create(spark, path, config).write(spark.read.parquet(src), "upsert")
+marks.append(time.time())
+seq = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+jobs = [(seq.apply(k).jobId(), seq.apply(k).name(), seq.apply(k).submissionTime().get().getTime() / 1000,
+         seq.apply(k).completionTime().get().getTime() / 1000) for k in range(seq.length())]
+spark.stop()
+marks.append(time.time())
+print(json.dumps([marks, [j for j in jobs if j[2] >= marks[2]]]))
+"""
+# the phases of a fresh process, by side
+PHASES = {
+    "pipe": ("python start", "imports (runtime.session, runtime.table)", "Spark start (get_spark)", "the write", "Spark stop", "exit"),
+    "Java": ("driver start (python, JVM, SparkSession, Hudi bundle)", "the write", "quit and exit"),
+}
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--small", type=int, default=1000, help="rows of the first write in a fresh process")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fresh-repeats", type=int, default=3)
+    ap.add_argument("--index", default="global", choices=("global", "partition"),
+                    help="pipe's index; Java's is GLOBAL_SIMPLE for global, SIMPLE for partition")
+    ap.add_argument("--mdt", action="store_true", help="also run Java with its metadata table on (Java's default)")
+    ap.add_argument("--section", default="java")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = ap.parse_args()
+
+    os.environ.setdefault("JAVA_HUDI_MEMORY", MEMORY)
+    from tests.java_hudi.client import JavaHudi
+    from tests.java_hudi.env import HUDI_015, ensure
+
+    from runtime.session import get_spark
+
+    ensure((HUDI_015,))
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="pipe-java-bench-"))
+    spark = get_spark("local[2]", PIPE_CONF, app_name="pipe-bench")
+    java = None
+    results: dict[tuple[str, str], Runs] = {}
+    checks: dict[tuple[str, str], list] = collections.defaultdict(list)
+    phases: dict[str, list[list[float]]] = collections.defaultdict(list)
+    profiles: dict[str, str] = {}  # pipe's Spark jobs in the last run of each case
+    done = 0
+    try:
+        t0 = time.perf_counter()
+        data = generate(spark, work / "data", args.rows, args.small)
+        gen_seconds = time.perf_counter() - t0
+        java = JavaHudi(HUDI_015, work / "java-driver")
+        java_index = "GLOBAL_SIMPLE" if args.index == "global" else "SIMPLE"
+        pipe = PipeSide(spark, work / "pipe", args.index)
+        sides = [("pipe", pipe), ("Java", JavaSide(java, work / "java", java_index, False, "Java"))]
+        if args.mdt:
+            sides.append(("Java + MDT", JavaSide(java, work / "java-mdt", java_index, True, "Java + MDT")))
+
+        def measure(case: str, who: str, side, fn):
+            last_job = spark_jobs(spark)[-1][0] if who == "pipe" and spark_jobs(spark) else -1
+            with Measure(side.pids) as m:
+                out = fn()
+            results.setdefault((case, who), Runs()).add(m)
+            if who == "pipe":
+                profiles[case] = job_profile(spark_jobs(spark, last_job), m.seconds)
+            print(f"  {case:<40} {who:<12} {m.seconds:7.2f} s  cpu {m.cpu:6.1f} s  peak {m.peak:6.0f} MB", flush=True)
+            return out
+
+        # warm-up, not reported: each side's first write and read pays JIT and class loading
+        for who, side in sides:
+            for table_type in ("COPY_ON_WRITE", "MERGE_ON_READ"):
+                side.write(f"warm-{table_type}", table_type, "bulk_insert", data["small"])
+                side.write(f"warm-{table_type}", table_type, "upsert", data["small"])
+                side.write(f"warm-{table_type}", table_type, "delete", data["small"])
+                side.scan(f"warm-{table_type}")
+
+        cow, mor = "COPY_ON_WRITE", "MERGE_ON_READ"
+        # the first write of a small batch in a fresh process, process start-up included
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        for r in range(args.fresh_repeats):
+            for who, _ in (sides[:2] if r % 2 == 0 else sides[:2][::-1]):
+                if who == "pipe":
+                    target = work / "pipe" / f"fresh{r}"
+                    proc: list = []
+
+                    def run_pipe():
+                        t0 = time.time()
+                        p = subprocess.Popen([sys.executable, "-c", FRESH_PIPE, str(data["small"]), str(target), json.dumps(PIPE_CONF)],
+                                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                        proc.append(p)
+                        out, err = p.communicate()
+                        t1 = time.time()
+                        if p.returncode:
+                            raise RuntimeError(f"pipe's fresh write failed:\n{err[-3000:]}")
+                        marks, jobs = json.loads(out.strip().splitlines()[-1])
+                        marks = [t0, *marks, t1]
+                        phases["pipe"].append([b - a for a, b in zip(marks, marks[1:])])
+                        profiles["first write of a small batch, fresh process"] = job_profile(jobs, marks[4] - marks[3])
+
+                    with Measure(lambda: tree([p.pid for p in proc if p.poll() is None])) as meas:
+                        run_pipe()
+                    results.setdefault(("first write of a small batch, fresh process", who), Runs()).add(meas)
+                    print(f"  fresh process                            pipe         {meas.seconds:7.2f} s  peak {meas.peak:6.0f} MB", flush=True)
+                else:
+                    target = work / "java" / f"fresh{r}"
+                    holder: list = []
+
+                    def run_java():
+                        marks = [time.time()]
+                        j = JavaHudi.__new__(JavaHudi)
+                        holder.append(j)
+                        JavaHudi.__init__(j, HUDI_015, work / f"java-fresh-{r}")
+                        marks.append(time.time())
+                        JavaSide(j, work / "java", java_index, False, "Java").write(f"fresh{r}", cow, "upsert", data["small"])
+                        marks.append(time.time())
+                        j.close()
+                        marks.append(time.time())
+                        phases["Java"].append([b - a for a, b in zip(marks, marks[1:])])
+
+                    with Measure(lambda: tree([j.proc.pid for j in holder if getattr(j, "proc", None) and j.proc.poll() is None])) as meas:
+                        run_java()
+                    results.setdefault(("first write of a small batch, fresh process", who), Runs()).add(meas)
+                    print(f"  fresh process                            Java         {meas.seconds:7.2f} s  peak {meas.peak:6.0f} MB", flush=True)
+        for r in range(args.repeats):
+            print(f"repeat {r + 1}/{args.repeats}", flush=True)
+            order = sides if r % 2 == 0 else sides[::-1]  # who goes first alternates
+            t, m = f"cow{r}", f"mor{r}"
+            steps = [
+                ("bulk_insert", lambda s: s.write(t, cow, "bulk_insert", data["base"])),
+                ("upsert 1% in 1 partition", lambda s: s.write(t, cow, "upsert", data["upsert_partition"])),
+                ("delete 1%", lambda s: s.write(t, cow, "delete", data["delete"])),
+                ("upsert 1% spread", lambda s: s.write(t, cow, "upsert", data["upsert_spread"])),
+            ]
+            for case, fn in steps:
+                for who, side in order:
+                    measure(case, who, side, lambda: fn(side))
+            for who, side in order:
+                before, last = side.commits(t)[-2:]
+                checks[("incremental read", who)].append(measure("incremental read (last commit)", who, side,
+                                                                 lambda: side.scan(t, begin=before, end=last)))
+            for who, side in order:
+                checks[("snapshot read", who)].append(measure("snapshot read (copy-on-write)", who, side, lambda: side.scan(t)))
+            for who, side in order:
+                measure("bulk_insert (merge-on-read)", who, side, lambda: side.write(m, mor, "bulk_insert", data["base"]))
+            for who, side in order:
+                measure("merge-on-read upsert 1%", who, side, lambda: side.write(m, mor, "upsert", data["mor_upsert"]))
+            for who, side in order:
+                checks[("merge-on-read snapshot read", who)].append(measure("merge-on-read snapshot read", who, side, lambda: side.scan(m)))
+            done = r + 1
+            # the section after every repeat: a run cut short still leaves what it measured
+            report(args, results, checks, phases, profiles, [w for w, _ in sides], gen_seconds, time.perf_counter() - started, load_before,
+                   os.getloadavg(), done)
+
+    finally:
+        if java is not None:
+            java.close()
+        spark.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"kept {work}")
+    whole = time.perf_counter() - started
+    report(args, results, checks, phases, profiles, [w for w, _ in sides], gen_seconds, whole, load_before, os.getloadavg(), done, final=True)
+
+
+# why pipe is slower than Java in a case, as the profiles of the runs show (bench/RESULTS.md)
+WHY = {
+    "first write of a small batch, fresh process": (
+        "the start-up. pipe's process starts PySpark 4 (`get_spark`: the JVM, the SparkContext, the session) and then runs its write as several "
+        "small Spark jobs in a cold JVM (the batch's size and null checks, the index lookup, the file-group summary, the write); the write's job "
+        "starts the Python workers (mapInArrow), each importing pyarrow and pipe's runtime before it encodes a row. Java's driver starts Spark 3.5 "
+        "with the Hudi bundle and writes inside the JVM, with no Python worker to start."),
+    "merge-on-read snapshot read": (
+        "the merge of base and log files runs in Python workers (mapInArrow over the file slices: pyarrow reads each base file and its log "
+        "files and merges them by key), and produces every column of every row, which Spark then converts from Arrow; Spark cannot push the "
+        "query's two columns into that merge. Java merges in the JVM, and Spark asks its relation for the query's column only (its "
+        "plan: `MergeOnReadSnapshotRelation`, `ReadSchema: struct<amount:double>`): it reads that column with the key and precombine fields it "
+        "merges on."),
+    "snapshot read (copy-on-write)": (
+        "a short read's fixed costs: pipe loads the timeline and the file listing in Python, then hands Spark the base files to scan; Java does "
+        "the same in the JVM. The scan itself is Spark's Parquet reader on both sides."),
+    "incremental read (last commit)": (
+        "a short read's fixed costs: pipe loads the timeline and the commit's write stats in Python, then Spark scans the files the commit "
+        "wrote and keeps its rows."),
+}
+
+TARGETS = {"bulk_insert": 1.0, "upsert 1% in 1 partition": 0.5, "upsert 1% spread": 0.5, "delete 1%": 0.5, "merge-on-read upsert 1%": 0.5}
+
+
+def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, load_before, load_after, done: int, final: bool = False) -> None:
+    cases = sorted(dict.fromkeys(case for case, _ in results), key=lambda c: c.startswith("first write"))  # the fresh process last
+    pipe_index = args.index
+    java_index = "GLOBAL_SIMPLE" if args.index == "global" else "SIMPLE"
+    lines = [
+        "## pipe against Java Hudi 0.15.0: bulk_insert, upserts, delete, merge-on-read, reads, a fresh process"
+        + ("" if args.rows == 5_000_000 else f" ({args.rows:,} rows)"),
+        "",
+        "Generated by `python bench/java_bench.py` — do not edit by hand; run the script again.",
+        "",
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; Python {platform.python_version()}; whole run {whole:.0f} s "
+        f"(data generated in {gen_seconds:.0f} s)",
+        f"- Load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)}, after: {' / '.join(f'{x:.2f}' for x in load_after)}"
+        + (" — **above 3: the machine was shared during the run; read the times with that in mind**" if max(load_before[0], load_after[0]) > 3 else ""),
+        f"- **{args.rows:,} rows** (id bigint key, part int = id % 10: 10 partitions, ts bigint epoch millis as precombine, name string, amount double, "
+        "qty int, price decimal(12,2), updated_at timestamp), generated once as Parquet files that both sides read",
+        "- pipe: runtime.table.Table on PySpark 4 in the benchmark's process, Spark local[2] with pipe's defaults for it (4 shuffle partitions), "
+        f"driver memory {MEMORY}; index `{pipe_index}`; snappy, 120 MB files",
+        f"- Java: Hudi 0.15.0 (hudi-spark3.5-bundle_2.12) on pyspark 3.5.9, Spark local[2], driver memory {MEMORY}, one long-lived driver "
+        f"(tests/java_hudi/driver.py) started before the measurements; `hoodie.metadata.enable=false`, `hoodie.index.type={java_index}`, "
+        "shuffle and index parallelism 2, snappy, 120 MB files and a 100 MB small-file limit (pipe's too), SimpleKeyGenerator, hive-style partitions, "
+        "Java's defaults otherwise (the row writer for bulk_insert, inline clean and archive, the embedded timeline server)",
+        ("- Index: pipe's default index is global (a key is unique across the table; an update may move a key to another partition), so Java "
+         "runs its global counterpart, GLOBAL_SIMPLE (a join of the incoming keys with every stored key): the same semantics, the same answers. "
+         "Java's default index, SIMPLE, keeps keys unique per partition only; its counterpart is pipe's `index: partition` (`--index partition`)."
+         if args.index == "global" else
+         "- Index: Java's default, SIMPLE (keys unique per partition: incoming keys are joined with the stored keys of the partitions in the batch), "
+         "against its counterpart in pipe, `index: partition`; pipe's default, the global index, is compared with GLOBAL_SIMPLE by `--index global`."),
+        *([] if final else [f"- **Partial: written after repeat {done} of {args.repeats}; the run did not finish.**"]),
+        f"- Each repeat ({done}) writes its own pair of tables: bulk_insert, upsert 1% in partition 3 (every file group of it), delete 1%, "
+        "upsert 1% spread (every file group of the table), the incremental read of that last commit; then a merge-on-read table: bulk_insert, upsert "
+        "1% spread, snapshot read. The two sides take turns going first. Reads are count(*) and sum(amount) of the read, so every row is produced "
+        "(Java: a temporary view `USING hudi`, made inside the timing).",
+        *(["- Java + MDT: the same Java options with `hoodie.metadata.enable=true` (Java's default: the metadata table with its files index), "
+           "on tables of its own, in turn with the other two (not in the fresh-process case)."] if args.mdt else []),
+        f"- First write in a fresh process ({args.fresh_repeats} runs): an upsert of {args.small:,} rows into a new table; pipe: a new `python` "
+        "(imports, Spark start, write, Spark stop); Java: a new driver (python, JVM, SparkSession with the Hudi bundle), the write, quit.",
+        "- Peak RSS: the process tree of each side (pipe: this process, its JVM and the JVM's Python workers; Java: the driver and its JVM), sampled "
+        "every 100 ms; a JVM keeps the heap it grew, so later cases carry earlier peaks. CPU: user + system seconds of the same tree.",
+        "",
+        "| case | pipe s (median) | Java s (median) | pipe / Java | target | pipe runs s | Java runs s | pipe CPU s | Java CPU s | pipe peak RSS MB | Java peak RSS MB |"
+        + ("" if len(whos) < 3 else " Java + MDT s (median) |"),
+        "|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|" + ("" if len(whos) < 3 else "---:|"),
+    ]
+    verdicts = {}
+    for case in cases:
+        p, j = results[(case, "pipe")], results[(case, "Java")]
+        ratio = p.median / j.median
+        target = TARGETS.get(case)
+        if target is not None:
+            verdicts[case] = (ratio, target)
+        tgt = f"≤ {target:.1f}x: **{'met' if ratio <= target else 'missed'}**" if target is not None else ""
+        row = (f"| {case} | {p.median:.2f} | {j.median:.2f} | **{ratio:.2f}** | {tgt} | {', '.join(f'{x:.1f}' for x in p.seconds)} | "
+               f"{', '.join(f'{x:.1f}' for x in j.seconds)} | {p.median_cpu:.1f} | {j.median_cpu:.1f} | {p.peak:.0f} | {j.peak:.0f} |")
+        if len(whos) >= 3:
+            mdt = results.get((case, whos[2]))
+            row += f" {mdt.median:.2f} |" if mdt else " |"
+        lines.append(row)
+    lines += ["", "Against the targets (pipe at most 0.5x Java for upserts and deletes, at most 1.0x for bulk_insert):", ""]
+    for case, (ratio, target) in verdicts.items():
+        lines.append(f"- {case}: **{ratio:.2f}x, {'met' if ratio <= target else 'missed'}**")
+    slower = [case for case in cases if results[(case, "pipe")].median > results[(case, "Java")].median * TARGETS.get(case, 1.0)]
+    lines += ["", "Where pipe misses a target, or is slower than Java where there is none, and why (pipe's Spark jobs in the last run, by the "
+              "line of pipe's code that ran them, from Spark's status store; the rest of the wall time is the driver's own work):", ""]
+    if not slower:
+        lines.append("- nowhere in this run")
+    for case in slower:
+        p, j = results[(case, "pipe")].median, results[(case, "Java")].median
+        lines.append(f"- **{case}** ({p:.2f} s against {j:.2f} s): {WHY.get(case, '')}")
+        if case.startswith("first write"):
+            for who, runs in phases.items():
+                lines.append(f"  - {who}, phases (median s): " + "; ".join(f"{name} {_median([r[k] for r in runs]):.2f}" for k, name in enumerate(PHASES[who])))
+            lines.append(f"  - pipe's write in it, by Spark job (last run): {profiles.get(case, '')}")
+        elif case in profiles:
+            lines.append(f"  - pipe, by Spark job (last run): {profiles[case]}")
+    lines += ["", "Checks (the same answers on both sides, every repeat):"]
+    for (what, who), values in sorted(checks.items()):
+        lines.append(f"- {what}, {who}: " + "; ".join(f"{c:,} rows, sum(amount) {s:,.2f}" for c, s in values[:1]) +
+                     ("" if len({(c, round(s, 2)) for c, s in values}) == 1 else " (differs between repeats!)"))
+    write_section(args.section, "\n".join(lines))
+    if final:
+        print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
