@@ -47,7 +47,7 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH_DIR))
 
-from report import write_section  # noqa: E402
+from report import rss_mb as _rss_mb, write_section  # noqa: E402
 
 MEMORY = "3g"  # both drivers (local mode: the driver's JVM also runs the executors)
 BASE_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch millis
@@ -70,17 +70,6 @@ def _stat(pid: int) -> tuple[int, float] | None:
         return None
     ticks = os.sysconf("SC_CLK_TCK")
     return int(fields[1]), sum(int(x) for x in fields[11:15]) / ticks  # utime stime cutime cstime
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def tree(roots: list[int]) -> list[int]:

@@ -22,3 +22,15 @@ def write_section(name: str, body: str, path: Path = RESULTS) -> None:
             text = HEADER  # an old single-benchmark file: start over
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text, encoding="utf-8")
+
+
+def rss_mb(pid: int) -> float:
+    """The resident memory of process `pid` in MB (Linux /proc), 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
