@@ -568,3 +568,37 @@ def test_java_rollback_savepoint_and_restore_on_a_pipe_table(spark, tmp_path, ja
         java_hudi_015.sql("RESET hoodie.metadata.enable")
     assert not (path / ".hoodie" / "metadata").exists()
     three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, as_expected(orders(range(1000), 1)))
+
+
+# --- f. where Java itself is wrong --------------------------------------------------------------------
+
+def test_a_late_java_delete_does_not_remove_a_newer_stored_row(spark, tmp_path, java_hudi_015, java_hudi_11):
+    """Event-time ordering: a delete whose ordering value is older than the stored row's is
+    obsolete. Java 0.15 writes such deletes (`_hoodie_is_deleted` rows into a merge-on-read
+    table) as delete blocks, and its own reader then lets every log delete win over the base file,
+    whatever its ordering value: HUDI-7610 (fixed in the 1.x file group reader; the 0.x payload
+    path in apache/hudi#17713). Java 1.1, pipe and hudi-rs keep the newer row; a delete newer than
+    the stored row removes it for every reader. pipe's compaction keeps what its reader shows."""
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, MERGE_ON_READ)
+    table.write(spark.createDataFrame(orders(range(0, 200), 3).to_pylist(), ORDERS_SQL), "upsert")
+    table.compact()
+    late, fresh = orders(range(0, 100), 2), orders(range(100, 200), 5)  # older, newer than version 3
+    deletes = pa.concat_tables([late, fresh])
+    java_hudi_015.write(path, deletes.append_column("_hoodie_is_deleted", pa.array([True] * 200)),
+                        java_options(table.config, "upsert", **{"hoodie.metadata.enable": "false", "hoodie.compact.inline": "false"}))
+    assert list(path.rglob(".*.log.*")), "Java wrote its deletes into log files"
+    expected = as_expected(orders(range(1000), 1))
+    expected.update(as_expected(orders(range(0, 100), 3)))
+    for i in range(100, 200):
+        del expected[i]
+    cols = ["_hoodie_record_key", "_hoodie_partition_path"] + ORDER_COLS
+    table = Table.open(spark, str(path))
+    mine = rows(pipe_read(table), cols)
+    assert {r[2]: r[3:] for r in mine} == expected
+    assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1"
+    assert rows(hudi_rs(path), cols) == mine, "hudi-rs"
+    java_015 = {r[2] for r in rows(java_hudi_015.read(path), cols)}
+    assert java_015 == set(expected) - set(range(0, 100)), "Java 0.15 drops the newer rows too (HUDI-7610)"
+    table.compact()
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
