@@ -602,3 +602,90 @@ def test_a_late_java_delete_does_not_remove_a_newer_stored_row(spark, tmp_path, 
     assert java_015 == set(expected) - set(range(0, 100)), "Java 0.15 drops the newer rows too (HUDI-7610)"
     table.compact()
     three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+# --- g. Java 1.x: version 6 writers, upgrade and downgrade ------------------------------------------
+
+OP_SQL = ORDERS_SQL + ", op string"
+
+
+def _op(batch: pa.Table, op: str = "U") -> pa.Table:
+    """A batch with the `op` column of the tables `delete_when` wrote (Java's writers refuse a
+    batch that lacks a column of the table)."""
+    return batch.append_column("op", pa.array([op] * batch.num_rows))
+
+
+def _lived_pipe_table(spark, path: Path) -> tuple[Table, dict[int, tuple]]:
+    """A pipe merge-on-read table with a history: updates in logs, `delete_when` deletes (typed
+    delete blocks on a bigint epoch-millis precombine), a compaction, a clean and archived
+    instants. Returns the table and its rows (id -> (region, ts, v))."""
+    table = pipe_orders(spark, path, MERGE_ON_READ)
+    expected = as_expected(orders(range(1000), 1))
+    for version in range(2, 7):
+        ids = range(version, 1000, 9)
+        batch = orders(ids, version)
+        ops = ["D" if i % 5 == 0 else "U" for i in ids]
+        table.write(spark.createDataFrame(batch.append_column("op", pa.array(ops)).to_pylist(), OP_SQL), "upsert",
+                    delete_when="op = 'D'")
+        for i, op, row in zip(ids, ops, batch.to_pylist()):
+            if op == "D":
+                expected.pop(i, None)
+            else:
+                expected[i] = (row["region"], row["ts"], row["v"])
+        if version == 4:
+            table.compact()
+    table.clean(retain=2)
+    assert table.archive(min_instants=3, max_instants=4), "pipe archived nothing"
+    return table, expected
+
+
+def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_one(spark, tmp_path, java_hudi_11):
+    """Hudi 1.x beside pipe (audit case 5). With `hoodie.write.table.version=6` and
+    `hoodie.write.auto.upgrade=false`, Java 1.1 upserts and deletes into a lived pipe table (typed
+    delete blocks, compaction, clean, archived instants) and keeps it at version 6: pipe reads what
+    Java reads and writes on. Java 1.1 with its defaults upgrades another such table; pipe refuses
+    it; `CALL downgrade_table(..., to_version => 'SIX')` takes it back, and pipe then reads the
+    rows Java read and writes on, and Java 1.1 reads pipe's write."""
+    cols = ["_hoodie_record_key", "_hoodie_partition_path"] + ORDER_COLS
+    v6 = {"hoodie.write.table.version": "6", "hoodie.write.auto.upgrade": "false", "hoodie.metadata.enable": "false",
+          "hoodie.compact.inline": "false"}
+    path = tmp_path / "v6"
+    table, expected = _lived_pipe_table(spark, path)
+    java_hudi_11.write(path, _op(orders(range(0, 1000, 7), 10)), java_options(table.config, "upsert", **v6))
+    expected.update(as_expected(orders(range(0, 1000, 7), 10)))
+    java_hudi_11.write(path, _op(orders(range(3, 1000, 13), 11)), java_options(table.config, "delete", **v6))
+    for i in range(3, 1000, 13):
+        expected.pop(i, None)
+    assert "hoodie.table.version=6" in (path / ".hoodie" / "hoodie.properties").read_text()
+    table = Table.open(spark, str(path))
+    mine = rows(pipe_read(table), cols)
+    assert {r[2]: r[3:] for r in mine} == expected
+    assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1"
+    assert rows(hudi_rs(path), cols) == mine, "hudi-rs"
+    table.write(spark.createDataFrame(_op(orders(range(1, 1000, 11), 12)).to_pylist(), OP_SQL), "upsert")
+    expected.update(as_expected(orders(range(1, 1000, 11), 12)))
+    table.compact()
+    mine = rows(pipe_read(Table.open(spark, str(path))), cols)
+    assert {r[2]: r[3:] for r in mine} == expected
+    assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 after pipe's upsert and compaction"
+
+    path = tmp_path / "upgraded"
+    table, expected = _lived_pipe_table(spark, path)
+    java_hudi_11.write(path, _op(orders(range(0, 1000, 7), 10)), java_options(table.config, "upsert", **{"hoodie.compact.inline": "false"}))
+    expected.update(as_expected(orders(range(0, 1000, 7), 10)))
+    assert "hoodie.table.version=6" not in (path / ".hoodie" / "hoodie.properties").read_text()
+    with pytest.raises(TableError, match="hoodie.table.version"):
+        pipe_read(Table.open(spark, str(path)))
+    java_rows = rows(java_hudi_11.read(path), cols)
+    assert {r[2]: r[3:] for r in java_rows} == expected
+    java_hudi_11.sql(f"CREATE TABLE IF NOT EXISTS upgraded_orders USING hudi LOCATION '{path}'")
+    java_hudi_11.sql("CALL downgrade_table(table => 'upgraded_orders', to_version => 'SIX')")
+    assert "hoodie.table.version=6" in (path / ".hoodie" / "hoodie.properties").read_text()
+    table = Table.open(spark, str(path))
+    assert rows(pipe_read(table), cols) == java_rows, "pipe reads the downgraded table as Java read it"
+    assert rows(hudi_rs(path), cols) == java_rows, "hudi-rs"
+    table.write(spark.createDataFrame(_op(orders(range(2, 1000, 11), 13)).to_pylist(), OP_SQL), "upsert")
+    expected.update(as_expected(orders(range(2, 1000, 11), 13)))
+    mine = rows(pipe_read(Table.open(spark, str(path))), cols)
+    assert {r[2]: r[3:] for r in mine} == expected
+    assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 reads pipe's write"

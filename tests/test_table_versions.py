@@ -75,6 +75,19 @@ def test_a_version_6_properties_file_beside_a_moved_timeline_is_refused(spark, t
         Table.open(spark, str(path))
 
 
+def test_a_table_hudi_1x_downgraded_to_version_6_is_read_and_written(spark, tmp_path):
+    """Hudi 1.1's `downgrade_table(to_version => 'SIX')` moves the instants back to .hoodie/ but
+    leaves `hoodie.timeline.path=timeline` and an empty .hoodie/timeline/history/ behind; Java
+    reads a version 6 table's timeline from .hoodie/ whatever the property says, and so does pipe
+    (it refused such tables before; checked with real Java in test_java_interop)."""
+    table, path = built(spark, tmp_path)
+    (path / ".hoodie" / "timeline" / "history").mkdir(parents=True)
+    update_properties(table.storage, {"hoodie.timeline.path": "timeline", "hoodie.table.initial.version": "6"})
+    table = Table.open(spark, str(path))
+    table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")
+    assert sorted((r["id"], r["v"]) for r in table.read().collect()) == [(1, "a2"), (2, "b")]
+
+
 def test_a_version_5_table_is_read_but_not_written(spark, tmp_path):
     """Hudi 0.12/0.13 (version 5) write the same files and timeline as version 6 (0.14's
     FiveToSixUpgradeHandler only drops compaction plans from .aux), so pipe reads them; it

@@ -184,7 +184,11 @@ class TableConfig:
         props = self.properties or {}
         version = self.table_version
         layout = _int(props.get("hoodie.timeline.layout.version"), TIMELINE_LAYOUT)
-        moved = props.get("hoodie.timeline.path") or (storage.list_files(".hoodie/timeline", recursive=False) and "timeline")
+        # Hudi 1.x keeps the timeline of version 8+ tables in .hoodie/<hoodie.timeline.path>; for a
+        # version 6 table it reads .hoodie/ whatever that property says, and its downgrade to
+        # version 6 leaves the property and an empty .hoodie/timeline/history/ behind. Only
+        # instant files there mean the timeline moved.
+        moved = storage.list_files(".hoodie/timeline", recursive=False) and "timeline"
         if version > TABLE_VERSION or layout != TIMELINE_LAYOUT or moved:
             how = f"table version {version}" + (f" (hoodie.table.version={version}, upgraded by Hudi 1.x)" if version >= 8 else "")
             how += f" with timeline layout {layout}" if layout != TIMELINE_LAYOUT else ""
