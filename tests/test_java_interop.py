@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -689,3 +690,97 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     mine = rows(pipe_read(Table.open(spark, str(path))), cols)
     assert {r[2]: r[3:] for r in mine} == expected
     assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 reads pipe's write"
+
+
+# --- h. the same batch, written by pipe and by Java: the structures side by side -------------------
+
+def _structures(path: Path) -> dict:
+    """What a Hudi reader parses, per kind of file: hoodie.properties keys; per timeline file
+    kind, the Avro writer schema's name and fields or the JSON keys (and the keys of a write
+    stat); per log block type, the header keys; the keys of every delete block."""
+    from runtime.table import logfile as L
+    from runtime.table.config import parse_properties
+
+    hoodie = path / ".hoodie"
+    out: dict = {"props": set(parse_properties((hoodie / "hoodie.properties").read_text(encoding="latin-1")))}
+    for f in sorted(hoodie.iterdir()):
+        if f.is_dir() or f.name.startswith(".") or f.name == "hoodie.properties":
+            continue
+        kind, data = f.name.split(".", 1)[1], f.read_bytes()
+        if not data:
+            shape = "empty"
+        elif data[:3] == b"Obj":
+            with open(f, "rb") as fh:
+                schema = fastavro.reader(fh).writer_schema
+            shape = ("avro", schema["name"], tuple(x["name"] for x in schema["fields"]))
+        else:
+            doc = json.loads(data)
+            stats = [s for group in doc.get("partitionToWriteStats", {}).values() for s in group]
+            shape = ("json", tuple(sorted(doc)), tuple(sorted(stats[0])) if stats else ())
+        out.setdefault(kind, shape)
+    out["headers"], out["deleted"] = {}, set()
+    for log in path.rglob(".*.log.*"):
+        if log.name.endswith(".crc"):
+            continue
+        for block in L.read_blocks(log.read_bytes(), str(log)):
+            out["headers"].setdefault(block.type, set()).update(block.header)
+            if block.type == L.DELETE:
+                out["deleted"] |= {d.record_key for d in L.delete_records(block)}
+    return out
+
+
+def test_pipe_and_java_write_the_same_structures_for_the_same_batches(spark, tmp_path, java_hudi_015):
+    """Audit case 6: pipe and Java 0.15 write the same batches (insert, upsert, delete by key,
+    compaction) into merge-on-read tables. What a Hudi reader parses has the same shape on both
+    sides, and every difference is listed here with why it is harmless; each side's delete
+    blocks decode with the other side's code (pipe's decoder on Java's blocks here, Java's reader
+    on pipe's blocks in the read tests)."""
+    from runtime.table import logfile as L
+
+    mine = tmp_path / "pipe"
+    table = pipe_orders(spark, mine, MERGE_ON_READ)
+    table.write(spark.createDataFrame(orders(range(0, 1000, 3), 2).to_pylist(), ORDERS_SQL), "upsert")
+    table.write(spark.createDataFrame(orders(range(0, 1000, 7), 3).to_pylist(), ORDERS_SQL), "delete")
+    table.compact()
+    theirs = tmp_path / "java"
+    opts = java_options(table.config, "upsert", **{"hoodie.metadata.enable": "false", "hoodie.compact.inline": "false"})
+    java_hudi_015.write(theirs, orders(range(1000), 1), opts)
+    java_hudi_015.write(theirs, orders(range(0, 1000, 3), 2), opts)
+    java_hudi_015.write(theirs, orders(range(0, 1000, 7), 3), dict(opts, **{"hoodie.datasource.write.operation": "delete"}))
+    java_hudi_015.sql(f"CREATE TABLE IF NOT EXISTS same_batches USING hudi LOCATION '{theirs}'")
+    java_hudi_015.sql("SET hoodie.metadata.enable=false")
+    java_hudi_015.sql("SET hoodie.compact.inline.max.delta.commits=1")
+    try:
+        java_hudi_015.sql("CALL run_compaction(op => 'schedule', table => 'same_batches')")
+        java_hudi_015.sql("CALL run_compaction(op => 'run', table => 'same_batches')")
+    finally:
+        java_hudi_015.sql("RESET hoodie.compact.inline.max.delta.commits")
+        java_hudi_015.sql("RESET hoodie.metadata.enable")
+    p, j = _structures(mine), _structures(theirs)
+
+    # hoodie.properties: pipe names its time zone (Java's absent property means LOCAL) and its
+    # merge mode (a 1.x key 0.15 ignores); Java 0.15 adds three keys whose absence means their
+    # default (false, false, its default merger)
+    props_p, props_j = p.pop("props"), j.pop("props")
+    assert props_p - props_j == {"hoodie.table.timeline.timezone", "hoodie.record.merge.mode"}
+    assert props_j - props_p == {"hoodie.compaction.record.merger.strategy", "hoodie.partition.metafile.use.base.format",
+                                 "hoodie.table.cdc.enabled"}
+    # log blocks: Java writes Avro data blocks, pipe Parquet data blocks (both Hudi block types
+    # every reader knows); the headers carry the same keys: instant time and schema
+    assert set(p["headers"]) == {L.PARQUET_DATA, L.DELETE} and set(j["headers"]) == {L.AVRO_DATA, L.DELETE}
+    assert p["headers"][L.PARQUET_DATA] == j["headers"][L.AVRO_DATA] == p["headers"][L.DELETE] == j["headers"][L.DELETE] \
+        == {L.INSTANT_TIME, L.SCHEMA}
+    deleted = {str(i) for i in range(0, 1000, 7)}
+    assert p.pop("deleted") == j.pop("deleted") == deleted  # pipe's decoder on both sides' delete blocks
+    p.pop("headers"), j.pop("headers")
+    # Java's compaction plan carries two more optional fields (null by default): Java's reader
+    # fills them in when it resolves pipe's plan with its schema
+    plan_p, plan_j = p.pop("compaction.requested"), j.pop("compaction.requested")
+    assert plan_p[:2] == plan_j[:2] == ("avro", "org.apache.hudi.avro.model.HoodieCompactionPlan")
+    assert set(plan_j[2]) - set(plan_p[2]) == {"strategy", "preserveHoodieMetadata"} and set(plan_p[2]) <= set(plan_j[2])
+    # Java's inflight deltacommit lists the planned write stats (its listing-based rollback's
+    # hint); pipe's lists none and pipe writes the markers Java's default rollback reads instead
+    inflight_p, inflight_j = p.pop("deltacommit.inflight"), j.pop("deltacommit.inflight")
+    assert inflight_p[:2] == inflight_j[:2] and inflight_p[2] == ()
+    assert p == j  # every other timeline file: the same Avro schema or the same JSON keys
+    assert set(p) >= {"commit", "compaction.inflight", "deltacommit", "deltacommit.requested"}

@@ -404,10 +404,12 @@ def _decimal_bytes(value) -> bytes | None:
     return n.to_bytes(length, "big", signed=True)
 
 
-def delete_block(instant: str, deletes: list[tuple[str | None, str | None, OrderingValue | None]]) -> Block:
+def delete_block(instant: str, deletes: list[tuple[str | None, str | None, OrderingValue | None]],
+                 schema_json: str | None = None) -> Block:
     """A delete block of (record key, partition path, ordering value) in Java's wire format.
     A missing ordering value is written as NATURAL_ORDER, as Java's DeleteRecord.create(key)
-    does: Java's readers call equals() on it, a null would stop them."""
+    does: Java's readers call equals() on it, a null would stop them. `schema_json`, the
+    write's schema, goes in the header as Java's append handle puts it on every block."""
     import fastavro
 
     records = []
@@ -420,7 +422,8 @@ def delete_block(instant: str, deletes: list[tuple[str | None, str | None, Order
     out = io.BytesIO()
     fastavro.schemaless_writer(out, parsed_schema(DELETE_RECORD_LIST), {"deleteRecordList": records})
     payload = out.getvalue()
-    return Block(DELETE, {INSTANT_TIME: instant}, struct.pack(">ii", 3, len(payload)) + payload)
+    header = {INSTANT_TIME: instant, SCHEMA: schema_json} if schema_json else {INSTANT_TIME: instant}
+    return Block(DELETE, header, struct.pack(">ii", 3, len(payload)) + payload)
 
 
 def _wrapped_value(v: OrderingValue):
