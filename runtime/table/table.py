@@ -195,8 +195,9 @@ class Table:
                 path = self._base_file_of_logs(timeline, inst)
             if path:
                 return path, size
-        # every commit with files was archived: the newest live base file
-        slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.base_file is not None]
+        # every commit with files was archived: the newest base file live as of `as_of` (a
+        # later one may have another schema: an insert_overwrite_table may change types)
+        slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices(as_of=as_of) if s.base_file is not None]
         if not slices:
             return None
         base = max(slices, key=lambda s: s.base_instant).base_file
