@@ -828,3 +828,35 @@ def test_pipe_and_java_write_the_same_structures_for_the_same_batches(spark, tmp
     assert inflight_p[:2] == inflight_j[:2] and inflight_p[2] == ()
     assert p == j  # every other timeline file: the same Avro schema or the same JSON keys
     assert set(p) >= {"commit", "compaction.inflight", "deltacommit", "deltacommit.requested"}
+
+
+def test_java_clustering_of_a_pipe_table_then_pipe_writes_on(spark, tmp_path, java_hudi_015):
+    """Java 0.15's `CALL run_clustering` on a pipe copy-on-write table (many small files from
+    several upserts and inserts), then Java `insert`s: the replacecommit replaces pipe's file
+    groups with Java's sorted ones; pipe, hudi-rs and Java agree, pipe upserts the clustered
+    groups and runs its clean, and all agree again."""
+    path = tmp_path / "orders"
+    table = pipe_orders(spark, path, COPY_ON_WRITE)
+    expected = as_expected(orders(range(1000), 1))
+    for version, ids in ((2, range(1000, 1200)), (3, range(1200, 1400)), (4, range(0, 1400, 9))):
+        table.write(spark.createDataFrame(orders(ids, version).to_pylist(), ORDERS_SQL), "insert" if version < 4 else "upsert")
+        expected.update(as_expected(orders(ids, version)))
+    groups_before = {p.name.split("_")[0] for p in path.rglob("*.parquet")}
+    java_hudi_015.sql(f"CREATE TABLE IF NOT EXISTS pipe_clustered USING hudi LOCATION '{path}'")
+    java_hudi_015.sql("SET hoodie.metadata.enable=false")
+    try:
+        java_hudi_015.sql("CALL run_clustering(table => 'pipe_clustered', order => 'id')")
+    finally:
+        java_hudi_015.sql("RESET hoodie.metadata.enable")
+    replaces = list((path / ".hoodie").glob("*.replacecommit"))
+    assert replaces, "Java completed no clustering"
+    java_hudi_015.write(path, orders(range(1400, 1450), 5), java_options(table.config, "insert", **{"hoodie.metadata.enable": "false"}))
+    expected.update(as_expected(orders(range(1400, 1450), 5)))
+    table = Table.open(spark, str(path))
+    three_readers_agree(table, path, java_hudi_015, expected)
+    live = {s.file_id for s in table.view().latest_slices()}
+    assert live - groups_before, "pipe reads Java's clustered file groups"
+    table.write(spark.createDataFrame(orders(range(0, 1450, 13), 6).to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(orders(range(0, 1450, 13), 6)))
+    table.clean(retain=1)
+    three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
