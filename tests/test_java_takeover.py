@@ -244,7 +244,7 @@ def test_pipe_refuses_to_write_under_a_clustering_java_scheduled_until_java_runs
     batch = events(range(0, 3000, 5), 3)
     with pytest.raises(TableError, match=f"pending clustering {pending[0].split('.')[0]}") as refused:
         Table.open(spark, str(path)).write(pipe_df(spark, batch), "upsert")
-    assert "run_clustering" in str(refused.value) or "HoodieClusteringJob" in str(refused.value)
+    assert "HoodieClusteringJob" in refused.value.hint
     assert listing(path) == before, "pipe changed the table it refused to write"
     all_agree(spark, path, java_hudi_015, expected)
 
