@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from runtime.table import Table
+from runtime.table import logfile
 from runtime.table.errors import TableError
 from tests.java_hudi.client import hudi_rs, pipe_read, rows
 
@@ -105,6 +106,18 @@ def all_agree(spark, path: Path, java, expected: Expected, hudi_rs_reads: bool =
 
 # --- 1. Java merge-on-read tables with typed deletes, on each precombine type ---------------------------
 
+def delete_wrappers(path: Path) -> dict[str, int]:
+    """The ordering-value wrappers of every delete in the table's delete blocks: kind -> count."""
+    kinds: dict[str, int] = {}
+    for log in path.rglob(".*.log.*"):
+        for block in logfile.read_blocks(log.read_bytes(), str(log)):
+            if block.type == logfile.DELETE:
+                for d in logfile.delete_records(block):
+                    kind = f"{d.ordering.type}(0)" if d.ordering == logfile.NATURAL_ORDER else d.ordering.type
+                    kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
 @pytest.mark.parametrize("ordering", ["int", "timestamp", "string", "double"])
 def test_pipe_takes_over_java_typed_deletes_on_each_precombine_type(spark, tmp_path, java_hudi_015, ordering):
     """Java 0.15 writes a merge-on-read table (Avro log blocks), upserts with
@@ -124,7 +137,11 @@ def test_pipe_takes_over_java_typed_deletes_on_each_precombine_type(spark, tmp_p
     gone = events(range(1, 2000, 11), 3, ordering)
     java_hudi_015.write(path, gone, java_opts("MERGE_ON_READ", "delete"))
     expected.apply(gone, delete_all=True)
-    assert list(path.rglob(".*.log.*")), "Java wrote no log files"
+    # `_hoodie_is_deleted` rows carry the precombine value in its own wrapper (a timestamp as its
+    # epoch micros, a LongWrapper); the `delete` operation writes IntWrapper(0), "natural order"
+    typed = logfile.ordering_kind(ORDERING[ordering][0])
+    wrappers = delete_wrappers(path)
+    assert set(wrappers) == {typed, "int(0)"} and wrappers[typed] == len(range(0, 2000, 12)), wrappers
     all_agree(spark, path, java_hudi_015, expected)
 
     table = Table.open(spark, str(path))
