@@ -110,6 +110,8 @@ def delete_wrappers(path: Path) -> dict[str, int]:
     """The ordering-value wrappers of every delete in the table's delete blocks: kind -> count."""
     kinds: dict[str, int] = {}
     for log in path.rglob(".*.log.*"):
+        if ".hoodie" in log.relative_to(path).parts or logfile.parse_name(log.name) is None:  # the metadata table, .crc files
+            continue
         for block in logfile.read_blocks(log.read_bytes(), str(log)):
             if block.type == logfile.DELETE:
                 for d in logfile.delete_records(block):
