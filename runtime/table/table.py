@@ -410,13 +410,16 @@ class Table:
     def _changing(self) -> Iterator[None]:
         """The writer lock, for anything that changes a file of the table (writes and every
         service). Under it: hoodie.properties as it is now (recovered if an update of it
-        crashed), refused if pipe cannot write the table, and a metadata table retired."""
+        crashed), refused if pipe cannot write the table or another writer is live (a fresh
+        heartbeat: nothing of its may change, its metadata table included), and a metadata
+        table retired."""
         with self.lock():
             recover_properties(self.storage)
             self.config = TableConfig.from_properties_map(read_properties(self.storage))
             reason = self.config.unchangeable_reason(self.storage)
             if reason:
                 raise TableError(f"pipe cannot change table {self.config.name}: {reason}")
+            _services.refuse_live_writes(self.storage)
             self.retire_metadata_table()
             yield
 
