@@ -173,3 +173,56 @@ def test_a_live_java_writer_is_neither_rolled_back_nor_disturbed(spark, tmp_path
     pipe_write(spark, path, fix)
     expected.update(as_expected(fix))
     three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+# --- 3. a Java writer west of UTC on a table in Hudi's LOCAL timeline time zone ------------------
+
+WEST = "America/Los_Angeles"
+
+
+@pytest.fixture(scope="module")
+def java_west(tmp_path_factory):
+    """Java Hudi 0.15.0 in a JVM whose time zone is America/Los_Angeles (8 or 7 hours west of
+    UTC): one process for the module, since a JVM's zone is fixed when it starts."""
+    ensure()
+    java = JavaHudi(HUDI_015, tmp_path_factory.mktemp("java-west"), timezone=WEST)
+    yield java
+    java.close()
+
+
+def test_a_java_writer_west_of_utc_and_pipe_take_turns_on_a_local_time_zone_table(spark, tmp_path, java_west):
+    """Java 0.15 in Los Angeles makes a copy-on-write table with its default timeline time zone
+    (hoodie.table.timeline.timezone=LOCAL), so its instants are Los Angeles wall-clock times.
+    pipe, in a process whose zone is UTC, upserts, and Java upserts the same keys again: every
+    instant sorts after the one before it (pipe's instant was 8 hours ahead of Java's clock, so
+    Java's next commit sorted before it and its updates were hidden), the latest values win in
+    every reader, and an incremental read across the three commits returns exactly their rows."""
+    assert time.strftime("%z") == "+0000", "pipe's process runs in UTC here"
+    path = tmp_path / "orders"
+    from runtime.table import TableConfig
+
+    config = TableConfig(name="orders", table_type=COPY_ON_WRITE, record_key_fields=("id",), partition_fields=("region",),
+                         precombine_field="ts")
+    java_west.write(path, orders(range(1000), 1), java_options(config, "upsert", **OFF))
+    assert "hoodie.table.timeline.timezone=LOCAL\n" in (path / ".hoodie" / "hoodie.properties").read_text()
+    expected = as_expected(orders(range(1000), 1))
+    table = Table.open(spark, str(path))
+    (first,) = [i.time for i in table.timeline().completed()]
+
+    mine = orders(range(0, 1000, 3), 2)
+    second = pipe_write(spark, path, mine).instant
+    expected.update(as_expected(mine))
+    theirs = orders(range(0, 1000, 2), 3)
+    java_west.write(path, theirs, java_options(config, "upsert", **OFF))
+    expected.update(as_expected(theirs))
+    writes = [i.time for i in Table.open(spark, str(path)).timeline().completed()]
+    assert writes[:2] == [first, second] and len(writes) == 3 and first < second < writes[2], writes
+    three_readers_agree(Table.open(spark, str(path)), path, java_west, expected)
+
+    cols = ["_hoodie_commit_time", "_hoodie_record_key"] + ORDER_COLS
+    changed = {**as_expected(mine), **as_expected(theirs)}
+    got = rows(pipe_read(Table.open(spark, str(path)), since=first, until=writes[2]), cols)
+    assert {r[2]: r[3:] for r in got} == changed and len(got) == len(changed)
+    assert {r[0] for r in got} == {second, writes[2]}
+    assert rows(hudi_rs(path, since=first, until=writes[2]), cols) == got, "hudi-rs"
+    assert rows(java_west.read(path, query="incremental", begin=first, end=writes[2]), cols) == got, "Java"
