@@ -19,7 +19,7 @@ from runtime.table.errors import TableError
 from runtime.table.timeline import parse_instant_file
 from tests.java_hudi.client import JavaHudi, hudi_rs, pipe_read, rows
 from tests.java_hudi.env import HUDI_015, ensure
-from tests.test_java_interop import (BASE_MS, ORDER_COLS, ORDERS_SQL, REGIONS, as_expected, java_options, orders,
+from tests.test_java_interop import (BASE_MS, ORDER_COLS, ORDERS, ORDERS_SQL, REGIONS, as_expected, java_options, orders,
                                      pipe_orders, three_readers_agree)
 
 pytestmark = [pytest.mark.java_hudi, pytest.mark.spark]
@@ -242,26 +242,19 @@ PIPE_TURN = {"clean_retain": 3, "archive_min": 8, "archive_max": 12, "compact_af
 
 
 def turn_batch(k: int, expected: dict[int, tuple]) -> tuple[str, pa.Table]:
-    """Commit k's batch: every third one deletes 10 live keys; the others update 20 live keys
-    (every fourth of them moved to another partition) and add 10 new ones."""
+    """Commit k's operation and batch: every third one deletes 10 live keys; the others update
+    20 live keys (a quarter of them moved to the next partition) and add 10 new ones."""
     live = sorted(expected)
     if k % 3 == 2:
         ids = live[k % 7::max(1, len(live) // 10)][:10]
-        return "delete", pa.table({"id": ids, "region": [expected[i][0] for i in ids], "ts": [BASE_MS + 10_000_000 * (k + 2) + i for i in ids],
-                                   "v": [None] * len(ids)}, schema=ORDERS_SQL_SCHEMA)
-    ids = live[k % 5::max(1, len(live) // 20)][:20] + list(range(2000 + 10 * k, 2010 + 10 * k))
-
-    def region(i):
-        if i in expected and i % 4 == k % 4:  # moves
-            return REGIONS[(REGIONS.index(expected[i][0]) + 1) % 4]
-        return expected[i][0] if i in expected else REGIONS[i % 4]
-
-    batch = orders(ids, 0, region=region)
-    return "upsert", batch.set_column(2, "ts", pa.array([BASE_MS + 10_000_000 * (k + 2) + i for i in ids], pa.int64())) \
-                          .set_column(3, "v", pa.array([f"c{k}-{i}" for i in ids]))
-
-
-ORDERS_SQL_SCHEMA = orders([], 0).schema
+        regions, values, operation = [expected[i][0] for i in ids], [None] * len(ids), "delete"
+    else:
+        ids = live[k % 5::max(1, len(live) // 20)][:20] + list(range(2000 + 10 * k, 2010 + 10 * k))
+        regions = [REGIONS[(REGIONS.index(expected[i][0]) + 1) % 4] if i in expected and i % 4 == k % 4  # moves
+                   else expected[i][0] if i in expected else REGIONS[i % 4] for i in ids]
+        values, operation = [f"c{k}-{i}" for i in ids], "upsert"
+    ts = [BASE_MS + 10_000_000 * (k + 2) + i for i in ids]
+    return operation, pa.table({"id": ids, "region": regions, "ts": ts, "v": values}, schema=ORDERS)
 
 
 def test_fifty_commits_alternating_java_and_pipe_with_archival_on_both_sides(spark, tmp_path, java_hudi_015):
