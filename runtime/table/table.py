@@ -405,14 +405,16 @@ class Table:
     def _changing(self, refuse=None) -> Iterator:
         """The writer lock, for anything that changes a file of the table (writes and every
         service). Under it: hoodie.properties as it is now (recovered if an update of it
-        crashed), refused if pipe cannot write the table (and by `refuse()`, whose result is
-        yielded), and a metadata table retired."""
+        crashed), refused if pipe cannot write the table, if another writer is live (a fresh
+        heartbeat: nothing of its may change, its metadata table included) or by `refuse()`,
+        whose result is yielded; then a metadata table retired."""
         with self.lock():
             recover_properties(self.storage)
             self.config = TableConfig.from_properties_map(read_properties(self.storage))
             reason = self.config.unchangeable_reason(self.storage)
             if reason:
                 raise TableError(f"pipe cannot change table {self.config.name}: {reason}")
+            _services.refuse_live_writes(self.storage)
             checked = refuse() if refuse is not None else None
             self.retire_metadata_table()
             yield checked
