@@ -59,8 +59,7 @@ def big_batch(n: int, version: int) -> pa.Table:
     return orders(range(n), version, region=lambda i: REGIONS[i % 4] if i < 1000 else f"part-{i % 40:02d}")
 
 
-@pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
-def test_pipe_rolls_back_a_java_write_killed_mid_flight(spark, tmp_path, java_hudi_015, table_type):
+def test_pipe_rolls_back_a_java_write_killed_mid_flight(spark, tmp_path, java_hudi_015):
     """A Java 0.15 writer (its defaults: metadata table, timeline-server markers, EAGER
     failed-writes policy) is killed with SIGKILL while its upsert of 100,000 rows into 44
     partitions is writing files. pipe's next write rolls the instant back: every file Java's
@@ -69,7 +68,7 @@ def test_pipe_rolls_back_a_java_write_killed_mid_flight(spark, tmp_path, java_hu
     and all still agree."""
     ensure()
     path = tmp_path / "orders"
-    table = pipe_orders(spark, path, table_type)
+    table = pipe_orders(spark, path, MERGE_ON_READ)  # base files and logs: both kinds of leftovers
     before = data_files(path)
     crashing = JavaHudi(HUDI_015, tmp_path / "java-crash")
     try:
@@ -263,7 +262,7 @@ def test_fifty_commits_alternating_java_and_pipe_with_archival_on_both_sides(spa
     table) and pipe (compaction every 3 deltacommits, cleaning 3 commits back, archiving at 12
     instants down to 8) take
     turns on one merge-on-read table for fifty commits of upserts, deletes and keys that change
-    partition. Every ten commits, and at the end, pipe, hudi-rs and Java read the same rows,
+    partition. After 25 commits and at the end, pipe, hudi-rs and Java read the same rows,
     each key once; at the end an incremental read over the active timeline agrees too."""
     path = tmp_path / "orders"
     table = pipe_orders(spark, path, MERGE_ON_READ)
@@ -280,7 +279,7 @@ def test_fifty_commits_alternating_java_and_pipe_with_archival_on_both_sides(spa
                 del expected[i]
         else:
             expected.update(as_expected(batch))
-        if k % 10 == 9:
+        if k % 25 == 24:
             three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
     hoodie = path / ".hoodie"
     assert list((hoodie / "archived").glob(".commits_.archive*")), "Java archived"

@@ -177,15 +177,14 @@ def completed_writes(path: Path) -> list[str]:
                   if p.name.endswith((".commit", ".deltacommit", ".replacecommit")))
 
 
-@pytest.mark.parametrize("metadata", ["false", "true"])
-def test_pipe_takes_over_a_java_table_whose_timeline_java_archived(spark, tmp_path, java_hudi_015, metadata):
+def test_pipe_takes_over_a_java_table_whose_timeline_java_archived(spark, tmp_path, java_hudi_015):
     """Java 0.15 writes 8 commits with aggressive archival (keep 2 to 3 commits, clean retaining
-    1), so .hoodie/archived/ holds Java's archive; with and without its metadata table. pipe reads
+    1), so .hoodie/archived/ holds Java's archive, with its metadata table (which pipe retires). pipe reads
     the snapshot and an incremental range of the active timeline as Java and hudi-rs do, upserts,
     runs its own clean and archive; then Java reads and writes again, and all agree."""
     path = tmp_path / "events"
     archival = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3", "hoodie.cleaner.commits.retained": "1",
-                "hoodie.metadata.enable": metadata, "hoodie.metadata.compact.max.delta.commits": "2"}
+                "hoodie.metadata.enable": "true", "hoodie.metadata.compact.max.delta.commits": "2"}
     expected = Expected()
     write_history(java_hudi_015, path, "COPY_ON_WRITE", 8, expected, **archival)
     assert list((path / ".hoodie" / "archived").glob(".commits_.archive*")), "Java archived nothing"
