@@ -406,16 +406,17 @@ class Table:
         """The writer lock, for anything that changes a file of the table (writes and every
         service). Under it: hoodie.properties as it is now (recovered if an update of it
         crashed), refused if pipe cannot write the table, if another writer is live (a fresh
-        heartbeat: nothing of its may change, its metadata table included) or by `refuse()`,
-        whose result is yielded; then a metadata table retired."""
+        heartbeat: nothing of its may change, its metadata table included) or by
+        `refuse(timeline)`, whose result is yielded; then a metadata table retired."""
         with self.lock():
             recover_properties(self.storage)
             self.config = TableConfig.from_properties_map(read_properties(self.storage))
             reason = self.config.unchangeable_reason(self.storage)
             if reason:
                 raise TableError(f"pipe cannot change table {self.config.name}: {reason}")
-            _services.refuse_live_writes(self.storage)
-            checked = refuse() if refuse is not None else None
+            timeline = self.timeline()  # listed once for both checks
+            _services.refuse_live_writes(self.storage, timeline)
+            checked = refuse(timeline) if refuse is not None else None
             self.retire_metadata_table()
             yield checked
 
@@ -482,7 +483,7 @@ class Table:
             listed = ", ".join(repr(p) for p in existing) if existing else "none (the table has no live file groups)"
             raise TableError(f"delete_partition on table {self.config.name}: {what}; its partitions are: {listed}")
 
-    def _refuse_layout(self) -> tuple[Timeline, list]:
+    def _refuse_layout(self, timeline: Timeline) -> tuple[Timeline, list]:
         """What only the timeline and the files show pipe cannot write into, checked under the
         lock before anything changes (a metadata table retired, a failed write rolled back):
         a refused write leaves every file as it was. Returns the timeline and latest slices.
@@ -491,7 +492,6 @@ class Table:
         them now would be lost then (Java's own writers reject such updates), and pipe does not
         execute clustering. A bucket index's file groups are numbered buckets (Java 0.15 keeps
         no hoodie.index.type in hoodie.properties, so only the file ids show it)."""
-        timeline = self.timeline()
         pending = [i.time for i in timeline.pending() if _services.is_clustering(self.storage, i)]
         if pending:
             raise TableError(f"table {self.config.name} has a pending clustering {pending[0]} (replacecommit): pipe does not execute "

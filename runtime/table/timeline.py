@@ -134,10 +134,8 @@ class Timeline:
         clock: pipe in UTC after a Java writer in Los Angeles made instants 8 hours ahead of
         Java's, and Java's next commit sorted before pipe's, its updates hidden. None when
         unknown (no instant, or an implausible offset)."""
-        if not self.instants:
-            return None
-        t = max(self.instants, key=lambda i: i.time).time
-        made = self.made_ms.get(t)
+        t = self.last_time()
+        made = self.made_ms.get(t) if t else None
         if made is None:
             return None
         try:
