@@ -219,7 +219,8 @@ def _spark_factory(plan, debug: bool = False):
 
         try:
             conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
-            spark = session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}")
+            spark = session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}",
+                                      reads_s3=_reads_s3(plan))
             if not debug:
                 _quiet_query_loggers()
             return spark
@@ -227,11 +228,27 @@ def _spark_factory(plan, debug: bool = False):
             raise RunError(f"environment variable {exc.args[0]} is not set; the Spark settings of target {plan.target.name} need it",
                            f"export {exc.args[0]}=... before `pipe run`") from exc
         except Exception as exc:  # noqa: BLE001 - Spark could not start: say why, once
+            from runtime.cluster import ExecutorPythonError
+
             if isinstance(exc, PipeError):
                 raise
+            if isinstance(exc, ExecutorPythonError):
+                raise RunError(str(exc), exc.hint) from exc
             raise RunError(f"Spark did not start: {exc}", getattr(exc, "hint", None)) from exc
 
     return start
+
+
+def _reads_s3(plan) -> bool:
+    """Whether Spark's tasks read or write S3 themselves (with boto3): a lake or a source on S3."""
+    from compiler.render import resolve_env_placeholders
+
+    try:
+        lake = resolve_env_placeholders(plan.target.lake, os.environ)
+    except KeyError:
+        lake = plan.target.lake
+    return lake.startswith(("s3://", "s3a://")) or any(
+        s.kind == "ingest" and s.config.get("kind") in ("s3_events", "s3_incremental") for s in plan.steps)
 
 
 def _quiet_query_loggers() -> None:
