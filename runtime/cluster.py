@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,7 @@ def code_archive(folder: Path | None = None) -> Path:
                 info.compress_type = zipfile.ZIP_DEFLATED
                 info.external_attr = 0o644 << 16
                 zf.writestr(info, path.read_bytes())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, target)  # another process building the same zip writes the same bytes
     except BaseException:
         if os.path.exists(tmp):
@@ -242,11 +244,34 @@ def requirements_for(needs_boto3: bool) -> tuple[Requirement, ...]:
     return TASK_REQUIREMENTS + ((BOTO3,) if needs_boto3 else ())
 
 
-def ship(spark, needs_boto3: bool = False) -> list[ExecutorPython]:
+@dataclass(frozen=True)
+class Shipment:
+    """What `ship` did: the zip it added, what the executors reported, and how long it took."""
+
+    archive: Path
+    python: str  # the executors' Python as the session names it (spark.pyspark.python)
+    executors: tuple[ExecutorPython, ...]
+    seconds: float
+
+    def describe(self) -> str:
+        versions = sorted({r.version for r in self.executors})
+        hosts = sorted({r.host for r in self.executors})
+        return (f"executors' Python: {self.python} (Python {', '.join(versions)}) on {len(hosts)} host{'s' if len(hosts) != 1 else ''}; "
+                f"pipe's code shipped as {self.archive.name} ({self.seconds:.1f}s)")
+
+
+# The shipment of this process's session (None: local, or not started yet).
+shipment: Shipment | None = None
+
+
+def ship(spark, needs_boto3: bool = False) -> Shipment:
     """Adds pipe's code to the session and checks the executors' Python (see the module's
     docstring). Raises ExecutorPythonError, before anything is written, when they cannot run
-    pipe's tasks; returns the executors' reports otherwise."""
-    spark.sparkContext.addPyFile(str(code_archive()))
+    pipe's tasks; returns (and keeps in `shipment`) what was shipped and found otherwise."""
+    global shipment
+    started = time.perf_counter()
+    archive = code_archive()
+    spark.sparkContext.addPyFile(str(archive))
     requirements = requirements_for(needs_boto3)
     try:
         reports = probe(spark, requirements)
@@ -256,7 +281,8 @@ def ship(spark, needs_boto3: bool = False) -> list[ExecutorPython]:
     if found:
         raise ExecutorPythonError("the executors' Python cannot run pipe's tasks: " + "; ".join(found),
                                   fix_hint(requirements))
-    return reports
+    shipment = Shipment(archive, spark.sparkContext.pythonExec, tuple(reports), time.perf_counter() - started)
+    return shipment
 
 
 _MISMATCH = re.compile(r"different version:? \(?([\d., ]+)\)? than that in driver:? ([\d.]+)")
@@ -276,3 +302,83 @@ def _probe_failed(exc: BaseException, python: str, requirements: tuple[Requireme
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("at ", "JVM stacktrace"))]
     return ExecutorPythonError(f"checking the executors' Python {python} failed: {(lines or [type(exc).__name__])[0][:400]}",
                                "see the executors' logs (the Spark UI of the application); run with --debug for the whole error")
+
+
+# --------------------------------------------------------------------------------------------
+# The packed environment (`pipe pack-env`)
+
+PACKED_ENV_NAME = "pipe_env"  # the folder Spark unpacks the archive into, in each executor's working directory
+
+
+@dataclass(frozen=True)
+class PackedEnv:
+    """A tar.gz of a Python environment holding pipe's task dependencies, for spark.archives."""
+
+    path: Path
+    pins: tuple[str, ...]  # "pyarrow==26.0.1", ...
+    python: str  # "3.11"
+    base: str  # the interpreter the environment's bin/python points at
+
+    def settings(self, uri: str | None = None) -> dict[str, str]:
+        """The two Spark settings that give the executors this environment."""
+        return {"spark.archives": f"{uri or self.path}#{PACKED_ENV_NAME}",
+                "spark.pyspark.python": f"./{PACKED_ENV_NAME}/bin/python"}
+
+
+def _pins(requirements: tuple[Requirement, ...]) -> tuple[str, ...]:
+    """Each requirement at the version the driver has (tasks and driver then agree), else its spec."""
+    import importlib.metadata
+
+    pins = []
+    for req in requirements:
+        try:
+            pins.append(f"{req.dist}=={importlib.metadata.version(req.dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            pins.append(req.spec())
+    return tuple(pins)
+
+
+def pack_env(folder: Path | None = None, *, rebuild: bool = False) -> PackedEnv:
+    """Builds (once per Python version and set of pins, unless `rebuild`) a venv with pipe's task
+    dependencies at the driver's versions - not pyspark, which Spark puts on the executors' path
+    itself, nor pipe, which `ship` sends - and packs it as a tar.gz for spark.archives.
+
+    The venv's bin/python points at this machine's interpreter (sys._base_executable), like a
+    venv-pack archive: the nodes need a Python of the same version at that path (the same image);
+    the packages are wheels for this machine's platform."""
+    import platform
+    import subprocess
+    import tarfile
+    import venv
+
+    requirements = TASK_REQUIREMENTS + (BOTO3,)
+    pins = _pins(requirements)
+    base = getattr(sys, "_base_executable", sys.executable)
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    key = hashlib.sha256("\n".join((*pins, base, minor, platform.machine(), sys.platform)).encode()).hexdigest()[:16]
+    folder = (folder or cache_dir()) / "envs"
+    target = folder / f"pipe-env-py{minor}-{key}.tar.gz"
+    packed = PackedEnv(target, pins, minor, base)
+    if target.is_file() and not rebuild:
+        return packed
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".pipe-env-", dir=folder) as tmp:
+        root = Path(tmp) / PACKED_ENV_NAME
+        venv.EnvBuilder(with_pip=True, symlinks=True).create(root)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        done = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                               "--no-input", *pins], capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            said = (done.stderr.strip() or done.stdout.strip()).splitlines()[-5:]
+            raise ExecutorPythonError(f"installing {' '.join(pins)} into the packed environment failed: " + " / ".join(said),
+                                      "pip needs the package index (or PIP_FIND_LINKS) that installed pipe's dependencies here")
+        for junk in root.rglob("__pycache__"):
+            import shutil
+
+            shutil.rmtree(junk, ignore_errors=True)
+        partial = Path(tmp) / "env.tar.gz"
+        with tarfile.open(partial, "w:gz", compresslevel=3) as tar:
+            for path in sorted(root.iterdir()):
+                tar.add(path, arcname=path.name)  # the archive's root is the environment's root
+        os.replace(partial, target)
+    return packed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -102,6 +103,9 @@ def test_the_executors_python_does_not_have_pipe(spark_cluster):
 def test_the_example_project_on_a_cluster_equals_it_on_local(shop_on_both):
     for proc in shop_on_both["cluster_runs"]:
         assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+        # the tasks ran in the executors' own Python (which has no pipe), with pipe's code shipped
+        assert f"executors' Python: {cluster_env.FULL.python} (Python 3." in proc.stderr, proc.stderr
+        assert "pipe's code shipped as pipe-" in proc.stderr
     results = shop_on_both["cluster_results"]
     assert results["table.orders"]["state"] == "success"
     assert (results["table.orders"]["inserts"], results["table.orders"]["updates"], results["table.orders"]["deletes"]) == (1, 1, 2)
@@ -127,7 +131,8 @@ def test_a_damaged_file_read_on_an_executor_is_one_line_naming_table_and_file(sh
     assert _hudi_table(orders) == shop_on_both["rows_before"]
 
 
-def test_executors_whose_python_lacks_a_package_are_refused_before_anything_is_written(spark_cluster, tmp_path):
+def test_executors_whose_python_lacks_a_package_are_refused_before_anything_is_written(spark_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(cluster_env.HOME / "pipe-cache"))  # the packed environment, built once
     project = _shop(tmp_path, spark_cluster, python=cluster_env.NO_FASTAVRO.python)
     proc = _pipe(project, "run", "--target", "cluster", check=False)
     assert proc.returncode == 1
@@ -140,3 +145,15 @@ def test_executors_whose_python_lacks_a_package_are_refused_before_anything_is_w
     assert "hint: give the executors a Python that has them" in proc.stderr and "spark.archives" in proc.stderr
     assert not (project / "lake").exists() or not any((project / "lake").iterdir())
     assert _results(project)["table.customer_revenue"]["state"] == "skipped"
+
+    # the fix is one setting in the target: the environment `pipe pack-env` packs, shipped by Spark
+    packed = _pipe(project, "pack-env")
+    settings = dict(re.findall(r'^  (spark\.[\w.]+): "(.+)"$', packed.stdout, re.M))
+    assert settings["spark.pyspark.python"] == "./pipe_env/bin/python" and settings["spark.archives"].endswith(".tar.gz#pipe_env")
+    config = project / "pipe_project.yml"
+    config.write_text(config.read_text().replace(f'"{cluster_env.NO_FASTAVRO.python}"', f'"{settings["spark.pyspark.python"]}"')
+                      .replace('        spark.cores.max:', f'        spark.archives: "{settings["spark.archives"]}"\n        spark.cores.max:'))
+    fixed = _pipe(project, "run", "--target", "cluster")
+    assert "executors' Python: ./pipe_env/bin/python (Python 3." in fixed.stderr, fixed.stderr
+    assert {s: r["state"] for s, r in _results(project).items() if s.startswith("table.")} == {
+        "table.orders": "success", "table.customers": "success", "table.customer_revenue": "success"}

@@ -148,6 +148,15 @@ class Cluster:
         return "\n".join(out)
 
 
+def _die_with_parent() -> None:
+    """Linux: the daemon gets SIGTERM when the test process ends, even without its teardown
+    (spark-class execs java, which keeps the setting)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _spark_home() -> Path:
     import pyspark
 
@@ -174,7 +183,8 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g", t
     def launch(name: str, args: list[str]) -> None:
         log = open(workdir / f"{name}.log", "wb")
         cluster.processes.append(subprocess.Popen([spark_class, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                  stdin=subprocess.DEVNULL, start_new_session=True, cwd=workdir))
+                                                  stdin=subprocess.DEVNULL, start_new_session=True, cwd=workdir,
+                                                  preexec_fn=_die_with_parent))
         log.close()
 
     try:
@@ -208,6 +218,7 @@ def main() -> None:
     print(f"executor venvs ready in {time.monotonic() - t0:.1f} s: {FULL.python}, {NO_FASTAVRO.python}")
     cluster = start(HOME / "manual")
     print(f"cluster {cluster.master_url} (UI {cluster.ui_url}) up after {time.monotonic() - t0:.1f} s; Ctrl-C stops it")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while True:
             time.sleep(3600)
