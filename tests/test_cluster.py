@@ -6,6 +6,7 @@ subprocess with its own Spark driver (client mode)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import json
 import os
@@ -82,9 +83,11 @@ def shop_on_both(spark_cluster, tmp_path_factory):
     home = tmp_path_factory.mktemp("cluster-shop")
     on_cluster = _shop(home / "cluster", spark_cluster)
     on_local = _shop(home / "local", spark_cluster)
-    cluster_runs = _two_runs(on_cluster, "cluster")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the local runs beside the cluster's: less waiting
+        local = pool.submit(_two_runs, on_local, "local2")
+        cluster_runs = _two_runs(on_cluster, "cluster")
+        local_runs = local.result()
     cluster_results = _results(on_cluster)
-    local_runs = _two_runs(on_local, "local2")
     commits_before = _completed_commits(on_cluster / "lake/orders")
     rows_before = _hudi_table(on_cluster / "lake/orders")
     (on_cluster / "data/orders/orders-0004.json.gz").write_bytes(gzip.compress(b'{"order_id": 9}\n')[:12])  # cut short
