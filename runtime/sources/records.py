@@ -159,11 +159,13 @@ def read_lines(opener: Callable[[], Callable[[str], Any]], whole: bool, header: 
 def _naming_file(name: str, pieces: Iterator) -> Iterator:
     """`pieces`, with a failure to read them (a damaged compressed file, an I/O error) raised as a
     SourceError that names the file: the driver reports it in one line (runtime/task_errors.py)."""
+    import zlib
+
     from runtime.sources import SourceError
 
     try:
         yield from pieces
-    except (OSError, EOFError, ValueError, UnicodeError, __import__("zlib").error) as exc:
+    except (OSError, EOFError, ValueError, UnicodeError, zlib.error) as exc:
         said = (str(exc).splitlines() or [""])[0]
         raise SourceError(f"{name}: {type(exc).__name__}" + (f": {said}" if said else "")) from exc
 
