@@ -688,7 +688,7 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     """Hudi 1.x beside pipe (audit case 5). With `hoodie.write.table.version=6` and
     `hoodie.write.auto.upgrade=false`, Java 1.1 upserts and deletes into a lived pipe table (typed
     delete blocks, compaction, clean, archived instants) and keeps it at version 6: pipe reads what
-    Java reads and writes on. Java 1.1 with its defaults upgrades another such table; pipe refuses
+    Java reads and writes on. Then Java 1.1 with its defaults upgrades the table; pipe refuses
     it; `CALL downgrade_table(..., to_version => 'SIX')` takes it back, and pipe then reads the
     rows Java read and writes on, and Java 1.1 reads pipe's write."""
     cols = ["_hoodie_record_key", "_hoodie_partition_path"] + ORDER_COLS
@@ -714,10 +714,9 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     assert {r[2]: r[3:] for r in mine} == expected
     assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 after pipe's upsert and compaction"
 
-    path = tmp_path / "upgraded"
-    table, expected = _lived_pipe_table(spark, path)
-    java_hudi_11.write(path, _op(orders(range(0, 1000, 7), 10)), java_options(table.config, "upsert", **{"hoodie.compact.inline": "false"}))
-    expected.update(as_expected(orders(range(0, 1000, 7), 10)))
+    # the same table, now written by Java 1.1 with its defaults: upgraded, refused, downgraded
+    java_hudi_11.write(path, _op(orders(range(0, 1000, 8), 14)), java_options(table.config, "upsert", **{"hoodie.compact.inline": "false"}))
+    expected.update(as_expected(orders(range(0, 1000, 8), 14)))
     assert "hoodie.table.version=6" not in (path / ".hoodie" / "hoodie.properties").read_text()
     with pytest.raises(TableError, match="hoodie.table.version"):
         pipe_read(Table.open(spark, str(path)))
@@ -729,8 +728,8 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     table = Table.open(spark, str(path))
     assert rows(pipe_read(table), cols) == java_rows, "pipe reads the downgraded table as Java read it"
     assert rows(hudi_rs(path), cols) == java_rows, "hudi-rs"
-    table.write(spark.createDataFrame(_op(orders(range(2, 1000, 11), 13)).to_pylist(), OP_SQL), "upsert")
-    expected.update(as_expected(orders(range(2, 1000, 11), 13)))
+    table.write(spark.createDataFrame(_op(orders(range(2, 1000, 11), 15)).to_pylist(), OP_SQL), "upsert")
+    expected.update(as_expected(orders(range(2, 1000, 11), 15)))
     mine = rows(pipe_read(Table.open(spark, str(path))), cols)
     assert {r[2]: r[3:] for r in mine} == expected
     assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 reads pipe's write"

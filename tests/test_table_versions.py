@@ -132,8 +132,8 @@ def test_java_features_that_change_what_the_files_mean_are_refused_before_any_re
 
 UNWRITABLE = [
     ({"hoodie.table.cdc.enabled": "true"}, None, "change data capture"),
-    ({}, ".hoodie/.bucket_index/consistent_hashing_metadata/00000000000000.hashing_meta", "bucket index (consistent hashing)"),
-    ({"hoodie.index.type": "BUCKET"}, None, "bucket index (simple)"),
+    ({}, ".hoodie/.bucket_index/consistent_hashing_metadata/00000000000000.hashing_meta", "hoodie.index.bucket.engine=CONSISTENT_HASHING"),
+    ({"hoodie.index.type": "BUCKET"}, None, "hoodie.index.bucket.engine=SIMPLE"),
 ]
 
 

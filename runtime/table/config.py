@@ -233,8 +233,8 @@ class TableConfig:
         index = (props.get("hoodie.index.type") or "").upper()
         if index == "BUCKET" or (storage is not None and storage.list_files(".hoodie/.bucket_index", recursive=True)):
             engine = (props.get("hoodie.index.bucket.engine") or ("CONSISTENT_HASHING" if index != "BUCKET" else "SIMPLE")).upper()
-            return (f"it uses a bucket index ({engine.lower().replace('_', ' ')}), whose file groups are numbered buckets "
-                    "that pipe's writer does not assign")
+            return (f"it uses a bucket index (hoodie.index.type=BUCKET, hoodie.index.bucket.engine={engine}), whose file groups "
+                    "are numbered buckets that pipe's writer does not assign")
         return None
 
     def unwritable_reason(self, storage=None) -> str | None:

@@ -255,6 +255,23 @@ def failed_writes(storage, timeline: Timeline) -> list[Instant]:
     return [i for i in timeline.pending() if i.action in WRITE_ACTIONS and not is_clustering(storage, i)]
 
 
+def refuse_live_writes(storage, timeline: Timeline | None = None) -> None:
+    """Raises TableError, having changed nothing, while a pending write of another writer has a
+    fresh heartbeat (heartbeat.py): that writer is running, and pipe must neither roll its
+    instant back nor change what it uses (its metadata table, hoodie.properties)."""
+    timeline = timeline or Timeline.load(storage)
+    failed = failed_writes(storage, timeline)
+    live = heartbeat.live_foreign(storage, [i.time for i in failed])
+    if live:
+        t, age = sorted(live.items())[0]
+        inst = next(i for i in failed if i.time == t)
+        raise TableError(f"instant {t} ({inst.action}, {inst.state}) of the table at {storage.spec.uri} is being written by another "
+                         f"writer: its heartbeat {heartbeat.path(t)} was updated {age / 1000:.0f} s ago; pipe does not roll back a "
+                         "live write",
+                         f"wait for that writer to finish; if it is dead, its heartbeat expires {heartbeat.EXPIRY_MS // 1000} s "
+                         "after its last update and the next run rolls the instant back")
+
+
 def rollback_pending(storage) -> list[str]:
     """Rolls back every failed write (failed_writes), each with its own rollback instant. An
     unfinished restore is finished first (it knows which instants it was undoing). Refused,
@@ -267,15 +284,7 @@ def rollback_pending(storage) -> list[str]:
     if restores:
         timeline = Timeline.load(storage)
     failed = failed_writes(storage, timeline)
-    live = heartbeat.live_foreign(storage, [i.time for i in failed])
-    if live:
-        t, age = sorted(live.items())[0]
-        inst = next(i for i in failed if i.time == t)
-        raise TableError(f"instant {t} ({inst.action}, {inst.state}) of the table at {storage.spec.uri} is being written by another "
-                         f"writer: its heartbeat {heartbeat.path(t)} was updated {age / 1000:.0f} s ago; pipe does not roll back a "
-                         "live write",
-                         f"wait for that writer to finish; if it is dead, its heartbeat expires {heartbeat.EXPIRY_MS // 1000} s "
-                         "after its last update and the next run rolls the instant back")
+    refuse_live_writes(storage, timeline)
     for pending in timeline.pending():
         if pending.action in (CLEAN, ROLLBACK, SAVEPOINT):
             _finish_service(storage, pending)

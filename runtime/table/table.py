@@ -303,10 +303,11 @@ class Table:
             raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
         replacing = operation in _writer.REPLACE_OPERATIONS
         action = REPLACECOMMIT if replacing else DELTACOMMIT if self.config.table_type == MERGE_ON_READ else COMMIT
-        with self._changing():
+        with self._changing(refuse=self._refuse_layout) as (checked, slices):
             self.rollback_pending()
             timeline = self.timeline()
-            self._refuse_pending_clustering(timeline)
+            if timeline.instants != checked.instants:  # a failed write rolled back, a service finished
+                slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if expect_latest is not ...:
                 writes = timeline.completed(WRITE_ACTIONS)
                 latest = writes[-1].time if writes else None
@@ -316,15 +317,8 @@ class Table:
             if bootstrap and timeline.completed(WRITE_ACTIONS):
                 raise TableError(f"bootstrap makes the first commit of a table; {self.config.name} has commits already",
                                  "rebuild it from the dataset with `pipe run --select TABLE --full-refresh`")
-            slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if operation == "delete_partition":
                 self._check_partitions_to_delete(opts.partitions_to_delete, slices)
-            bucketed = bucket_index_file_ids(s.file_id for s in slices)
-            if bucketed:
-                raise TableError(f"pipe cannot write into table {self.config.name}: its file groups are those of Hudi's bucket index "
-                                 f"(file ids start with an 8-digit bucket number, e.g. {bucketed[0]}), which routes every key to the "
-                                 "file group of its bucket; pipe's index does not, and its new file groups would break Java's",
-                                 "keep writing this table with Java Hudi (hoodie.index.type=BUCKET), or copy it into a new pipe table")
             stored_struct = self.schema(timeline, files_only=True)
             # the text of record keys and partition paths the stored rows have (keygen.py)
             self.config = _keygen.settle(self.spark, self.storage, self.config, slices, stored_struct)
@@ -408,18 +402,22 @@ class Table:
             raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
 
     @contextmanager
-    def _changing(self) -> Iterator[None]:
+    def _changing(self, refuse=None) -> Iterator:
         """The writer lock, for anything that changes a file of the table (writes and every
         service). Under it: hoodie.properties as it is now (recovered if an update of it
-        crashed), refused if pipe cannot write the table, and a metadata table retired."""
+        crashed), refused if pipe cannot write the table, if another writer is live (a fresh
+        heartbeat: nothing of its may change, its metadata table included) or by `refuse()`,
+        whose result is yielded; then a metadata table retired."""
         with self.lock():
             recover_properties(self.storage)
             self.config = TableConfig.from_properties_map(read_properties(self.storage))
             reason = self.config.unchangeable_reason(self.storage)
             if reason:
                 raise TableError(f"pipe cannot change table {self.config.name}: {reason}")
+            _services.refuse_live_writes(self.storage)
+            checked = refuse() if refuse is not None else None
             self.retire_metadata_table()
-            yield
+            yield checked
 
     def retire_metadata_table(self) -> str | None:
         """Retires the metadata table a Java writer keeps (Hudi's default since 0.11) exactly as
@@ -484,16 +482,31 @@ class Table:
             listed = ", ".join(repr(p) for p in existing) if existing else "none (the table has no live file groups)"
             raise TableError(f"delete_partition on table {self.config.name}: {what}; its partitions are: {listed}")
 
-    def _refuse_pending_clustering(self, timeline: Timeline) -> None:
-        """A clustering Java scheduled replaces its file groups when it completes: a write into
+    def _refuse_layout(self) -> tuple[Timeline, list]:
+        """What only the timeline and the files show pipe cannot write into, checked under the
+        lock before anything changes (a metadata table retired, a failed write rolled back):
+        a refused write leaves every file as it was. Returns the timeline and latest slices.
+
+        A clustering Java scheduled replaces its file groups when it completes: a write into
         them now would be lost then (Java's own writers reject such updates), and pipe does not
-        execute clustering."""
+        execute clustering. A bucket index's file groups are numbered buckets (Java 0.15 keeps
+        no hoodie.index.type in hoodie.properties, so only the file ids show it)."""
+        timeline = self.timeline()
         pending = [i.time for i in timeline.pending() if _services.is_clustering(self.storage, i)]
         if pending:
             raise TableError(f"table {self.config.name} has a pending clustering {pending[0]} (replacecommit): pipe does not execute "
                              "clustering, and a write now could be lost when it completes",
-                             "complete it with Hudi (HoodieClusteringJob, or a Java writer with clustering enabled), or roll it back "
-                             "with Hudi's CLI, then run again")
+                             "complete it with Hudi (HoodieClusteringJob, Spark SQL `CALL run_clustering(op => 'execute', ...)`, "
+                             "or a Java writer with clustering enabled), or roll it back with Hudi's CLI, then run again")
+        slices = FileSystemView.load(self.storage, timeline).latest_slices()
+        bucketed = bucket_index_file_ids(s.file_id for s in slices)
+        if bucketed:
+            raise TableError(f"pipe cannot write into table {self.config.name}: its file groups are those of Hudi's bucket index "
+                             f"(hoodie.index.type=BUCKET; file ids start with an 8-digit bucket number, e.g. {bucketed[0]}), which "
+                             "routes every key to the file group of its bucket; pipe's index does not, and its new file groups would "
+                             "break Java's",
+                             "keep writing this table with Java Hudi (hoodie.index.type=BUCKET), or copy it into a new pipe table")
+        return timeline, slices
 
     def _start_heartbeat(self, instant: str) -> None:
         """Hudi's heartbeat of an in-flight write (heartbeat.py): beaten with the lock's

@@ -4,8 +4,8 @@ An instant moves requested -> inflight -> completed. Completion is one atomic cr
 completed file (`Storage.create_exclusive`); before it exists every reader ignores the
 instant's files, afterwards all of them are visible. Instant times have millisecond precision,
 are unique and strictly increasing across every action, pending ones included, and follow the
-table's `hoodie.table.timeline.timezone`: UTC (pipe's own tables), or the process's local time
-(LOCAL, Hudi's default when the key is absent, as in tables Java made)."""
+table's `hoodie.table.timeline.timezone`: UTC (pipe's own tables), or local time (LOCAL, Hudi's
+default, as in tables Java made): the wall clock of the zone the latest instant was made in."""
 
 from __future__ import annotations
 
@@ -73,8 +73,10 @@ _STATE_ORDER = {REQUESTED: 0, INFLIGHT: 1, COMPLETED: 2}
 class Timeline:
     """The active timeline as listed once; reload to see later changes."""
 
-    def __init__(self, storage: Storage, instants: Iterable[Instant]):
+    def __init__(self, storage: Storage, instants: Iterable[Instant], made_ms: dict[str, int] | None = None):
         self.storage = storage
+        # instant time -> when its earliest timeline file was written (epoch ms), as listed
+        self.made_ms = dict(made_ms or {})
         latest: dict[tuple[str, str], Instant] = {}
         for i in instants:
             key = (i.time, i.action)
@@ -87,12 +89,13 @@ class Timeline:
 
     @classmethod
     def load(cls, storage: Storage) -> "Timeline":
-        found = []
+        found, made = [], {}
         for f in storage.list_files(HOODIE, recursive=False):
             inst = parse_instant_file(f.path.rsplit("/", 1)[-1])
             if inst is not None:
                 found.append(inst)
-        return cls(storage, found)
+                made[inst.time] = min(made.get(inst.time, f.mtime_ms), f.mtime_ms)
+        return cls(storage, found, made)
 
     # --- views ----------------------------------------------------------------------------
 
@@ -116,8 +119,36 @@ class Timeline:
 
     def new_instant_time(self) -> str:
         """A new instant time, later than every instant of this timeline, in the table's
-        timeline time zone (hoodie.table.timeline.timezone)."""
-        return new_instant_time(self.last_time(), local=timeline_is_local(self.storage))
+        timeline time zone (hoodie.table.timeline.timezone). In a LOCAL table that is the
+        wall clock of the zone its latest instant was made in (writers_utc_offset), else the
+        process's own."""
+        if not timeline_is_local(self.storage):
+            return new_instant_time(self.last_time())
+        return new_instant_time(self.last_time(), local=True, utc_offset=self.writers_utc_offset())
+
+    def writers_utc_offset(self) -> dt.timedelta | None:
+        """The UTC offset of the clock that made the latest instant, for LOCAL tables: its time
+        read as a wall clock, less the moment its first timeline file was written, to the nearest
+        quarter hour. Hudi's writers make LOCAL instants in their JVM's zone and only keep them
+        increasing within their own process, so a writer in another zone must use the same
+        clock: pipe in UTC after a Java writer in Los Angeles made instants 8 hours ahead of
+        Java's, and Java's next commit sorted before pipe's, its updates hidden. None when
+        unknown (no instant, or an implausible offset)."""
+        if not self.instants:
+            return None
+        t = max(self.instants, key=lambda i: i.time).time
+        made = self.made_ms.get(t)
+        if made is None:
+            return None
+        try:
+            wall = dt.datetime.strptime(t[:14], "%Y%m%d%H%M%S").replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            return None
+        seconds = (wall - dt.datetime.fromtimestamp(made / 1000, dt.timezone.utc)).total_seconds()
+        quarters = round(seconds / 900)
+        if abs(quarters) > 14 * 4:  # no zone is that far from UTC
+            return None
+        return dt.timedelta(minutes=15 * quarters)
 
     def find(self, time: str) -> Instant | None:
         for i in self.instants:
@@ -160,13 +191,21 @@ def timeline_is_local(storage) -> bool:
     return parse_properties(text).get(TIMEZONE_KEY, "LOCAL").strip().upper() != "UTC"
 
 
-def new_instant_time(after: str | None = None, local: bool = False) -> str:
-    """Now (UTC, or the process's local time when `local`, as Hudi's LOCAL timeline time zone
-    has it) with ms precision, strictly greater than `after` and than any time issued by this
-    process, even for back-to-back calls (the clock is nudged forward by 1 ms)."""
+def new_instant_time(after: str | None = None, local: bool = False, utc_offset: dt.timedelta | None = None) -> str:
+    """Now (UTC, or the local time when `local`, as Hudi's LOCAL timeline time zone has it: of
+    the zone `utc_offset` when given, else the process's) with ms precision, strictly greater
+    than `after` and than any time issued by this process in that zone, even for back-to-back
+    calls (the clock is nudged forward by 1 ms)."""
     with _clock_lock:
-        now = dt.datetime.now() if local else dt.datetime.now(dt.timezone.utc)
-        zone = now.astimezone().utcoffset() if local else "UTC"
+        if local and utc_offset is not None:
+            now = dt.datetime.now(dt.timezone.utc) + utc_offset
+            zone = utc_offset
+        elif local:
+            now = dt.datetime.now()
+            zone = now.astimezone().utcoffset()
+        else:
+            now = dt.datetime.now(dt.timezone.utc)
+            zone = "UTC"
         floor = max(after or "", _last_issued.get(zone, ""))
         candidate = _format(now)
         if floor and candidate <= floor:

@@ -8,6 +8,7 @@ import decimal
 import itertools
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -30,19 +31,25 @@ class JavaError(AssertionError):
 
 
 class JavaHudi:
-    """A Java Hudi Spark session in its own process (driver.py), for a whole pytest session."""
+    """A Java Hudi Spark session in its own process (driver.py), for a whole pytest session.
+    `timezone`: the JVM's time zone (user.timezone, TZ, Spark's session time zone), UTC unless
+    given. The driver and its JVM run in a process group of their own, which kill() ends at
+    once, as a crash would."""
 
-    def __init__(self, bundle: Bundle, workdir: Path):
+    def __init__(self, bundle: Bundle, workdir: Path, timezone: str = "UTC"):
         self.bundle = bundle
+        self.timezone = timezone
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = self.workdir / "driver.log"
         self._count = itertools.count()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME", "PYTHONPATH"))}
         env["PYSPARK_PYTHON"] = str(bundle.python)
+        env["JAVA_HUDI_TZ"] = env["TZ"] = timezone
         self._stderr = open(self.log, "w")
         self.proc = subprocess.Popen([str(bundle.python), str(DRIVER), str(bundle.jar)], cwd=self.workdir, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1,
+                                     start_new_session=True)
         ready = self._answer()
         if not ready.get("ready"):
             raise RuntimeError(f"Java Hudi {bundle.hudi} did not start: {ready}\n{self.log_tail()}")
@@ -57,14 +64,23 @@ class JavaHudi:
             raise RuntimeError(f"the Java Hudi {self.bundle.hudi} process ended (exit {self.proc.poll()}):\n{self.log_tail()}")
         return json.loads(line)
 
-    def call(self, cmd: dict) -> dict:
-        """Sends one command; returns the answer, or raises JavaError with Java's message."""
+    def send(self, cmd: dict) -> "Pending":
+        """Sends one command and returns at once; the answer is the Pending's wait()."""
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
-        answer = self._answer()
-        if not answer.get("ok"):
-            raise JavaError(cmd.get("op", "?"), answer)
-        return answer
+        return Pending(self, cmd.get("op", "?"))
+
+    def call(self, cmd: dict) -> dict:
+        """Sends one command; returns the answer, or raises JavaError with Java's message."""
+        return self.send(cmd).wait()
+
+    def kill(self) -> None:
+        """SIGKILL to the driver and its JVM (the whole process group), as a crashed host would
+        leave them: no shutdown hook, no rollback, no heartbeat stop."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._stderr.close()
 
     def _scratch(self, stem: str) -> Path:
         return self.workdir / f"{stem}-{next(self._count)}"
@@ -83,15 +99,21 @@ class JavaHudi:
     def write(self, path, rows: pa.Table, options: dict, mode: str = "append") -> None:
         """Writes `rows` into the table at `path` with Java Hudi's DataFrame writer and `options`
         (hoodie.* keys; Java's defaults for everything not given)."""
+        self.write_async(path, rows, options, mode).wait()
+
+    def write_async(self, path, rows: pa.Table, options: dict, mode: str = "append") -> "Pending":
+        """Starts the write of write() and returns without waiting for Java's answer."""
         src = self._scratch("input").with_suffix(".parquet")
         pq.write_table(rows, src)
-        self.call({"op": "write", "path": str(path), "input": str(src), "options": {k: str(v) for k, v in options.items()},
-                   "mode": mode})
+        return self.send({"op": "write", "path": str(path), "input": str(src),
+                          "options": {k: str(v) for k, v in options.items()}, "mode": mode})
 
     def sql(self, text: str) -> list[list]:
         return self.call({"op": "sql", "sql": text})["rows"]
 
     def close(self) -> None:
+        if self._stderr.closed:  # killed
+            return
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
@@ -101,6 +123,19 @@ class JavaHudi:
                 self.proc.kill()
                 self.proc.wait()
         self._stderr.close()
+
+
+class Pending:
+    """A command sent to Java Hudi whose answer is not read yet (one at a time per process)."""
+
+    def __init__(self, java: JavaHudi, op: str):
+        self.java, self.op = java, op
+
+    def wait(self) -> dict:
+        answer = self.java._answer()
+        if not answer.get("ok"):
+            raise JavaError(self.op, answer)
+        return answer
 
 
 # --- comparable rows ---------------------------------------------------------------------------

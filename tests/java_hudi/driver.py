@@ -14,6 +14,9 @@ process goes on. Commands:
   {"op": "sql", "sql": S}                      -> {"ok": true, "rows": [[...], ...]}
   {"op": "version"}                            -> {"ok": true, "spark": V, "hudi": V}
   {"op": "quit"}
+
+The JVM's time zone (user.timezone, and Spark's session time zone) is JAVA_HUDI_TZ, UTC by
+default; Hudi's LOCAL timeline time zone makes instant times in it. The client sets TZ alike.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ def _java_text(exc: BaseException) -> str:
 def _session(jar: str):
     from pyspark.sql import SparkSession
 
-    opts = "-Duser.timezone=UTC -XX:+IgnoreUnrecognizedVMOptions"
+    zone = os.environ.get("JAVA_HUDI_TZ", "UTC")
+    opts = f"-Duser.timezone={zone} -XX:+IgnoreUnrecognizedVMOptions"
     builder = (SparkSession.builder.master("local[2]").appName("java-hudi")
                .config("spark.jars", jar)
                .config("spark.driver.memory", os.environ.get("JAVA_HUDI_MEMORY", "1g"))
@@ -47,7 +51,7 @@ def _session(jar: str):
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
-               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.session.timeZone", zone)
                .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
                .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
                .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
