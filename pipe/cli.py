@@ -210,7 +210,7 @@ def _load_plan(ctx: _Context, plan_path: str | None, target: str | None, vars_te
     return plan, plan.graph(), ctx.root()
 
 
-def _spark_factory(plan, debug: bool = False):
+def _spark_factory(plan, debug: bool = False, announce: bool = True):
     from compiler.render import resolve_env_placeholders
     from runtime.executor import RunError
 
@@ -219,19 +219,43 @@ def _spark_factory(plan, debug: bool = False):
 
         try:
             conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
-            spark = session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}")
+            spark = session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}",
+                                      reads_s3=_reads_s3(plan))
             if not debug:
                 _quiet_query_loggers()
+            if announce:
+                from rich.markup import escape
+
+                from runtime import cluster
+
+                if cluster.shipment is not None:  # a cluster: say which Python runs the tasks
+                    output.err.print(f"[dim]{escape(cluster.shipment.describe())}[/]")
             return spark
         except KeyError as exc:
             raise RunError(f"environment variable {exc.args[0]} is not set; the Spark settings of target {plan.target.name} need it",
                            f"export {exc.args[0]}=... before `pipe run`") from exc
         except Exception as exc:  # noqa: BLE001 - Spark could not start: say why, once
+            from runtime.cluster import ExecutorPythonError
+
             if isinstance(exc, PipeError):
                 raise
+            if isinstance(exc, ExecutorPythonError):
+                raise RunError(str(exc), exc.hint) from exc
             raise RunError(f"Spark did not start: {exc}", getattr(exc, "hint", None)) from exc
 
     return start
+
+
+def _reads_s3(plan) -> bool:
+    """Whether Spark's tasks read or write S3 themselves (with boto3): a lake or a source on S3."""
+    from compiler.render import resolve_env_placeholders
+
+    try:
+        lake = resolve_env_placeholders(plan.target.lake, os.environ)
+    except KeyError:
+        lake = plan.target.lake
+    return lake.startswith(("s3://", "s3a://")) or any(
+        s.kind == "ingest" and s.config.get("kind") in ("s3_events", "s3_incremental") for s in plan.steps)
 
 
 def _quiet_query_loggers() -> None:
@@ -283,7 +307,7 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
         for warning in Executor(plan, root, chosen, options).rebuild_warnings():
             output.err.print(f"[yellow]warning[/]: {escape(warning)}")
     args = {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads}
-    factory = _spark_factory(plan, ctx.debug)
+    factory = _spark_factory(plan, ctx.debug, announce=not quiet and log_format == "text")
     with _run_lock(plan, root, dry_run):
         if not continuous:
             run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
@@ -416,6 +440,38 @@ def _table_for(ctx: _Context, name: str, target: str | None):
             hint = "no message has been dead-lettered yet (the table appears with the first one)"
         raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", hint)])
     return Table.open(None, uri), plan
+
+
+@cli.command(name="pack-env")
+@click.option("--output", "output_path", default=None, type=click.Path(dir_okay=False),
+              help="Also copy the archive here (e.g. a folder every node and the driver can read).")
+@click.option("--rebuild", is_flag=True, help="Build it again even if the cache has it.")
+@_common
+@click.pass_obj
+def pack_env_cmd(ctx: _Context, output_path, rebuild) -> None:
+    """Pack the Python packages pipe's tasks need into an archive for a cluster's executors, and print the target settings that ship it."""
+    from runtime.cluster import ExecutorPythonError, pack_env
+    from runtime.executor import RunError
+
+    started = time.perf_counter()
+    try:
+        packed = pack_env(rebuild=rebuild)
+    except ExecutorPythonError as exc:
+        raise RunError(str(exc), exc.hint) from exc
+    path = packed.path
+    if output_path:
+        path = Path(output_path).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(packed.path, path)
+    size = path.stat().st_size / 1e6
+    output.line(f"Packed {', '.join(packed.pins)} for Python {packed.python} -> {path} ({size:.0f} MB, "
+                f"{time.perf_counter() - started:.1f}s)")
+    output.line("Add to the target's spark conf in pipe_project.yml (put the archive where the cluster can read it, "
+                "e.g. s3://..., and use that URI):")
+    for key, value in packed.settings(str(path)).items():
+        output.plain(f'  {key}: "{value}"')
+    output.line(f"[dim]The executors need Python {packed.python} at {packed.base} (the same machine image); "
+                "pyspark comes from Spark itself.[/]")
 
 
 @cli.command(name="show")

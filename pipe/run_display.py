@@ -121,8 +121,13 @@ class Display:
             else:  # --quiet: the one-line summary alone; on stderr when the run did not succeed
                 (self.err if run.failed or run.interrupted else self.console).print(line)
         if self.mode != "json":
+            # one failure shared by several steps (Spark did not start, the executors' Python
+            # cannot run pipe's tasks) is said once, naming them all
+            errors: dict[tuple[str, str | None], list[str]] = {}
             for r in run.steps:
                 if r.state == "error":
-                    self.err.print(f"[bold red]error[/] in {escape(r.id)}: {escape(r.message or '')}")
-                    if r.hint:
-                        self.err.print(f"  [dim]hint:[/] {escape(r.hint)}")
+                    errors.setdefault((r.message or "", r.hint), []).append(r.id)
+            for (message, hint), ids in errors.items():
+                self.err.print(f"[bold red]error[/] in {escape(', '.join(ids))}: {escape(message)}")
+                if hint:
+                    self.err.print(f"  [dim]hint:[/] {escape(hint)}")

@@ -33,6 +33,7 @@ from runtime.sources import files as files_source
 from runtime.sources import s3_events as s3_events_source
 from runtime.sources import s3_incremental as s3_incremental_source
 from runtime.sources import table as table_source
+from runtime.task_errors import PIPE_ERRORS, worker_error
 from runtime.table.timeline import CHECKPOINT_PREFIX
 
 FINGERPRINT_KEY = "pipe.step.fingerprint"
@@ -796,6 +797,9 @@ def _spark_message(exc: BaseException) -> str:
     raised = _TASK_ERROR.findall(text) if "Traceback (most recent call last)" in text else []
     if raised:  # pipe's own error raised in a Spark task (e.g. a damaged log file): its message, not the traceback
         return raised[-1][:600]
+    failure = worker_error(text)
+    if failure is not None:  # another failure inside a task: what was raised, not the worker's traceback
+        return failure.line()[:600]
     lines = [l for l in text.splitlines() if l.strip() and not l.lstrip().startswith(("at ", "JVM stacktrace"))]
     message = " ".join(lines[:3])[:600] if lines else type(exc).__name__
     # getMessage() leaves out where in the query Spark stopped; str(exc) has it
@@ -842,6 +846,10 @@ def is_cancellation(exc: BaseException) -> bool:
 def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
     if isinstance(exc, (RunError, SourceError)):
         return str(exc), getattr(exc, "hint", None)
+    failure = worker_error(exc) if not isinstance(exc, PipeError) else None
+    if failure is not None and failure.kind not in PIPE_ERRORS and failure.hint() is not None:
+        # not the SQL's fault nor the data's: the executors' Python, memory, a lost executor
+        return f"{step.id}: a Spark task failed: {failure.line()}", failure.hint()
     if _is_user_error(exc):
         where = f"{step.sql_file}: " if step.kind == "write" and step.sql_file else ""
         if step.kind == "write" and "lacks column(s)" in str(exc):

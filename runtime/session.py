@@ -9,7 +9,12 @@ happened and what to do, never as a Py4J or PySpark traceback.
 Local mode: shuffle partitions sized to the cores, the UI off, Spark's logs down to warnings
 (runtime/log4j2.properties, which also drops the start-up chatter), the driver bound to the
 loopback address, and Python workers that are this very interpreter (PYSPARK_PYTHON =
-sys.executable). `get_spark` called again in the same process returns the same session."""
+sys.executable, unless the target sets spark.pyspark.python). `get_spark` called again in the
+same process returns the same session.
+
+Any other master (standalone, YARN, Kubernetes; this process is the driver, client mode): the
+same quiet logs and no console progress bars, pipe's code shipped to the executors and their
+Python checked before anything is written (runtime/cluster.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from runtime import cluster
+
 log = logging.getLogger(__name__)
 
 _LOCAL_DEFAULTS = {
@@ -39,6 +46,14 @@ _LOCAL_DEFAULTS = {
     "spark.driver.memory": "2g",
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
+}
+
+# Sessions on a cluster (any master but local): the driver is this process (client mode), so its
+# logs and console are pipe's output too; pipe shows its own progress.
+_CLUSTER_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
 # Every session pipe starts (any master). Spark 4 caps Arrow batches to Python workers at
@@ -483,9 +498,9 @@ def spark_settings(master: str, conf: Mapping[str, Any] | None, app_name: str) -
         settings["spark.sql.shuffle.partitions"] = str(max(2, cores * 2))
         settings["spark.default.parallelism"] = str(max(2, cores))
     else:
-        settings["spark.sql.session.timeZone"] = "UTC"
+        settings.update(_CLUSTER_DEFAULTS)
     user = {k: str(v) for k, v in (conf or {}).items()}
-    if local and "spark.driver.extraJavaOptions" not in user and LOG4J2_PROPERTIES.is_file() and not _log4j_set_elsewhere():
+    if "spark.driver.extraJavaOptions" not in user and LOG4J2_PROPERTIES.is_file() and not _log4j_set_elsewhere():
         settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}"
     settings.update(user)
     return settings
@@ -551,10 +566,14 @@ def _get_or_create(builder, java: Java | None):
         raise
 
 
-def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "pipe"):
+def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "pipe", *,
+              reads_s3: bool = False):
     """The SparkSession of this process: started on the first call (see the module's docstring),
     the same one on later calls (which apply the runtime-settable entries of `conf` to it).
-    Raises SparkStartError when Spark cannot start."""
+    On a master that is not local, pipe's code is shipped to the executors and their Python is
+    checked (runtime/cluster.py; `reads_s3`: the tasks also read or write S3 with boto3).
+    Raises SparkStartError when Spark cannot start, cluster.ExecutorPythonError when the
+    executors' Python cannot run pipe's tasks."""
     with _lock:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -582,6 +601,11 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
                     and "spark.driver.host" not in settings and "spark.driver.bindAddress" not in settings):
                 env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local mode needs no network; also no hostname warning
 
+        if settings.get("spark.pyspark.python"):
+            # PySpark takes the executors' Python from PYSPARK_PYTHON when the context starts;
+            # spark.pyspark.python is Spark's setting for it and wins, as with spark-submit.
+            env["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+
         builder = SparkSession.builder.master(master).appName(app_name)
         for k, v in settings.items():
             if k not in ("spark.master", "spark.app.name"):
@@ -594,4 +618,10 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             _java_output.go_live()
         if classic:
             spark.sparkContext.setLogLevel("WARN")
+            if not cluster.is_local(master):
+                try:
+                    cluster.ship(spark, needs_boto3=reads_s3)
+                except BaseException:
+                    spark.stop()  # frees the cluster's cores at once; the run stops here
+                    raise
         return spark

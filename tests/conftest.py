@@ -118,3 +118,17 @@ def java_hudi_11(tmp_path_factory):
     from tests.java_hudi.env import HUDI_11
 
     yield from _java_hudi(HUDI_11, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone cluster on 127.0.0.1 for the whole test session: one Master, two Workers
+    (1 core, 1 GiB each), executors whose Python has pyspark[sql] and pipe's task dependencies but
+    not pipe (tests/cluster/env.py). Tests run `pipe run` against it in a subprocess, as users do:
+    this process already holds the local `spark` session."""
+    from tests.cluster import env
+
+    env.ensure()
+    cluster = env.start(tmp_path_factory.mktemp("spark-cluster"))
+    yield cluster
+    cluster.stop()

@@ -191,7 +191,10 @@ def test_local_settings_keep_the_defaults_and_let_conf_win():
     assert own["spark.driver.extraJavaOptions"] == "-Dx=1"
     assert own["spark.ui.enabled"] == "false"
     remote = session.spark_settings("yarn", None, "pipe")
-    assert "spark.driver.extraJavaOptions" not in remote and "spark.ui.enabled" not in remote
+    assert "spark.ui.enabled" not in remote  # a cluster's UI is where its users look
+    # this process is the driver on a cluster too (client mode): the same quiet logs, no progress bars
+    assert remote["spark.driver.extraJavaOptions"] == settings["spark.driver.extraJavaOptions"]
+    assert remote["spark.ui.showConsoleProgress"] == "false"
     for started in (settings, remote):  # no per-row sizing of Arrow batches, on any master
         assert started["spark.sql.execution.arrow.maxBytesPerBatch"] == "2147483647"
     own = session.spark_settings("yarn", {"spark.sql.execution.arrow.maxBytesPerBatch": "64m"}, "pipe")

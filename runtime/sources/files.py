@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from runtime.sources import Pending, SourceError, columns_ddl, human_bytes, records
+from runtime.task_errors import worker_error
 
 WINDOW_MS = 10 * 60 * 1000
 CORRUPT = records.CORRUPT
@@ -177,7 +178,7 @@ def read_checked(spark, files: list[tuple[str, str]], config: Mapping[str, Any],
             raise
         except Exception as exc:  # noqa: BLE001 - Spark's errors on unreadable input
             raise SourceError(f"source {name}: cannot read the {fmt} {what} ({_first_line(exc)})",
-                              "check `format`, `options` and `schema` of the source") from exc
+                              _read_hint(exc, "check `format`, `options` and `schema` of the source")) from exc
         if checked.missing:
             raise SourceError(f"source {name}: {checked.missing[0]} was removed while the step read it",
                               "run again: files are read once they are complete and stay in place")
@@ -287,7 +288,17 @@ def pending(name: str, config: Mapping[str, Any], root: Path, checkpoint_text: s
     return FilesPending(name, config, taken, waiting, after, root)
 
 
+def _read_hint(exc: Exception, default: str) -> str:
+    """The hint of a task failure that is not the input's (a package missing on the executors,
+    memory), else `default`."""
+    failure = worker_error(exc)
+    return (failure.hint() if failure is not None else None) or default
+
+
 def _first_line(exc: Exception) -> str:
+    failure = worker_error(exc)  # a task failed: what it raised, not "An exception was thrown from the Python worker"
+    if failure is not None:
+        return failure.line()[:500]
     text = str(getattr(exc, "desc", None) or exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
 

@@ -146,13 +146,28 @@ def read_lines(opener: Callable[[], Callable[[str], Any]], whole: bool, header: 
                                                  schema=schema)
                 continue
             try:
-                for nums, texts, heads in split_stream(stream, name, whole, header, encoding, line_sep):
+                pieces = _naming_file(name, split_stream(stream, name, whole, header, encoding, line_sep))
+                for nums, texts, heads in pieces:
                     for start in range(0, len(texts), _BATCH_LINES):  # bounded batches: a big file stays under Arrow's 2 GB strings
                         n = min(_BATCH_LINES, len(texts) - start)
                         yield pa.RecordBatch.from_arrays([pa.array([name] * n, pa.string()), nums.slice(start, n), texts.slice(start, n).cast(pa.string()),
                                                           heads.slice(start, n), pa.nulls(n, pa.string())], schema=schema)
             finally:
                 stream.close()
+
+
+def _naming_file(name: str, pieces: Iterator) -> Iterator:
+    """`pieces`, with a failure to read them (a damaged compressed file, an I/O error) raised as a
+    SourceError that names the file: the driver reports it in one line (runtime/task_errors.py)."""
+    import zlib
+
+    from runtime.sources import SourceError
+
+    try:
+        yield from pieces
+    except (OSError, EOFError, ValueError, UnicodeError, zlib.error) as exc:
+        said = (str(exc).splitlines() or [""])[0]
+        raise SourceError(f"{name}: {type(exc).__name__}" + (f": {said}" if said else "")) from exc
 
 
 def line_reader(spark, files: list[tuple[str, str]], opener, options: Mapping[str, Any], fmt: str):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from runtime.sources import Pending, SourceError, columns_ddl, human_bytes, records
-from runtime.sources.files import _first_line, read_with_spark
+from runtime.sources.files import _first_line, _read_hint, read_with_spark
 from runtime.sources.table import lost_checkpoint
 from runtime.table.timeline import Timeline
 
@@ -363,7 +363,7 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
     except Exception as exc:  # noqa: BLE001 - Spark's errors on unreadable input
         pending.release()
         raise SourceError(f"source {name}: cannot read the {fmt} objects ({_first_line(exc)})",
-                          "check `format`, `options` and `schema` of the source, and that the executors can reach S3") from exc
+                          _read_hint(exc, "check `format`, `options` and `schema` of the source, and that the executors can reach S3")) from exc
     pending.missing = missing
     pending.rows = rows_read
     return result

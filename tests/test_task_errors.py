@@ -1,0 +1,46 @@
+"""A failure inside a Spark task (a Python worker) is read back as one line with a hint, and never
+blamed on the table's SQL (runtime/task_errors.py, runtime/executor.describe_error). The errors
+here are real: raised by Python workers of the test session's Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler.plan import Step
+from runtime.executor import describe_error
+from runtime.task_errors import worker_error
+
+ORDERS = Step(id="table.orders", kind="write", name="orders", depends_on=(), config={}, file="tables/orders.yml", line=2,
+              sql="select 1", sql_file="tables/orders.sql")
+
+
+def _task_raising(spark, statement: str) -> BaseException:
+    def task(batches):
+        exec(statement)  # noqa: S102 - the failure under test, raised in the Python worker
+        yield from batches
+
+    with pytest.raises(Exception) as info:
+        spark.range(4).mapInArrow(task, "id long").collect()
+    return info.value
+
+
+def test_a_module_missing_on_the_executors_is_one_line_with_a_hint_not_blamed_on_the_sql(spark):
+    exc = _task_raising(spark, "import pipe_lacking_module")
+    failure = worker_error(exc)
+    assert failure.line() == "ModuleNotFoundError: No module named 'pipe_lacking_module'"
+    message, hint = describe_error(exc, ORDERS)
+    assert message == "table.orders: a Spark task failed: ModuleNotFoundError: No module named 'pipe_lacking_module'"
+    assert "spark.pyspark.python" in hint and "pipe pack-env" in hint
+    assert "Traceback" not in message and "tables/orders.sql" not in message
+
+
+def test_memory_exhausted_in_a_task_points_at_the_executors_memory(spark):
+    exc = _task_raising(spark, "raise MemoryError()")
+    message, hint = describe_error(exc, ORDERS)
+    assert message == "table.orders: a Spark task failed: MemoryError"
+    assert "spark.executor.memory" in hint and "spark.executor.pyspark.memory" in hint
+
+
+def test_pipe_own_error_raised_in_a_task_is_its_message(spark):
+    exc = _task_raising(spark, "from runtime.table.errors import TableError; raise TableError('orders: the log file x.log.1 is damaged')")
+    assert worker_error(exc).line() == "orders: the log file x.log.1 is damaged"
