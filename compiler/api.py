@@ -101,7 +101,8 @@ def _render_target(project: Project, renderer: Renderer) -> TargetSpec:
     lake = render(t.lake, _lake_location(project))
     master = render(t.spark_master, project.project_doc.at(where + ("spark", "master")))
     conf = {k: render(v, project.project_doc.at(where + ("spark", "conf", k))) for k, v in t.spark_conf.items()}
-    return TargetSpec(name=t.name, lake=lake, spark_master=master, spark_conf=conf, env_vars=dict(sorted(env_vars.items())))
+    return TargetSpec(name=t.name, lake=lake, spark_master=master, spark_conf=conf, env_vars=dict(sorted(env_vars.items())),
+                      shared_paths=t.shared_paths)
 
 
 def _lake_location(project: Project):

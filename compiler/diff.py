@@ -346,6 +346,9 @@ def _target_changes(base: Plan, head: Plan) -> list[Change]:
     if b.spark_master != h.spark_master or dict(b.spark_conf) != dict(h.spark_conf):
         out.append(Change("spark", {"master": b.spark_master, "conf": dict(b.spark_conf)}, {"master": h.spark_master, "conf": dict(h.spark_conf)},
                           "non-breaking", "Spark settings"))
+    if tuple(b.shared_paths) != tuple(h.shared_paths):
+        out.append(Change("shared_paths", list(b.shared_paths), list(h.shared_paths), "non-breaking",
+                          "folders every node of the cluster mounts (where a local lake or input may be)"))
     if dict(base.vars) != dict(head.vars):
         out.append(Change("vars", dict(base.vars), dict(head.vars), "non-breaking", "project variables (their effect shows in the steps)"))
     return out

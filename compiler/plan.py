@@ -38,19 +38,23 @@ class TargetSpec:
     spark_master: str
     spark_conf: Mapping[str, Any]
     env_vars: Mapping[str, str | None] = field(default_factory=dict)  # placeholders in the settings
+    shared_paths: tuple[str, ...] = ()  # folders every node of a cluster mounts at the same path
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "lake": self.lake,
             "spark": {"master": self.spark_master, "conf": dict(self.spark_conf)},
             "env_vars": _env_list(self.env_vars),
         }
+        if self.shared_paths:  # only when set: plans of projects without it stay as they were
+            out["shared_paths"] = list(self.shared_paths)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TargetSpec":
         return cls(name=d["name"], lake=d["lake"], spark_master=d["spark"]["master"], spark_conf=dict(d["spark"]["conf"]),
-                   env_vars=_env_map(d.get("env_vars", ())))
+                   env_vars=_env_map(d.get("env_vars", ())), shared_paths=tuple(d.get("shared_paths", ())))
 
 
 @dataclass(frozen=True)

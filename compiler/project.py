@@ -28,6 +28,7 @@ class Target:
     lake: str
     spark_master: str
     spark_conf: Mapping[str, Any]
+    shared_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,7 @@ def load_project(
         lake=tconf["lake"] or conf["lake"],
         spark_master=tconf["spark"]["master"],
         spark_conf={str(k): v for k, v in sorted(tconf["spark"]["conf"].items())},
+        shared_paths=tuple(tconf["shared_paths"]),
     )
     for name_, value in conf["vars"].items():
         _check_var(name_, value, doc.at(("vars", name_)), errors)

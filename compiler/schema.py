@@ -79,6 +79,7 @@ TARGET = Section(
     (
         Key("lake", "string", "Root of this target's tables; overrides the project's `lake`. A local folder (relative to the project) or `s3://bucket/prefix`.", default=None),
         Key("spark", "section", "Spark settings.", default={}, section=SPARK),
+        Key("shared_paths", "string_list", "Folders mounted at the same path on the driver and on every node of the cluster (NFS, EFS, a cluster's shared disk). With a master that is not `local`, a lake or a `files` source on a local path must lie under one of them; otherwise the run is refused, since the executors could not reach it.", default=[]),
         Key("vars", "mapping", "Variables for this target; they override the project's `vars`, and `--vars` overrides both.", default={}),
     ),
     "One environment the project runs in (`dev`, `prod`, ...).",

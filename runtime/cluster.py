@@ -74,6 +74,45 @@ def is_local(master: str) -> bool:
     return master.strip().startswith("local")
 
 
+class UnreachablePathError(RuntimeError):
+    """A folder the executors must read or write lies on the driver's own disk."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+def local_folder(uri: str) -> Path | None:
+    """The folder on this machine a lake or input path names (`/x`, `file:///x`), or None for a
+    remote one (`s3://`, `hdfs://`, ...)."""
+    if uri.startswith("file://"):
+        return Path(uri[len("file://"):] or "/")
+    if "://" in uri:
+        return None
+    return Path(uri)
+
+
+def check_reachable(master: str, shared_paths: tuple[str, ...], root: Path, folders: list[tuple[str, Path]]) -> None:
+    """On a master whose executors run on other machines, every local folder the tasks read or
+    write (`folders`: (what, folder) pairs, e.g. the lake and the `files` sources) must lie under
+    one of the target's `shared_paths`, mounted at the same path on every node. Raises
+    UnreachablePathError naming the first that does not."""
+    if is_local(master):
+        return
+    root = Path(os.path.abspath(root))
+    shared = [Path(os.path.abspath(root / p)) for p in shared_paths]
+    for what, folder in folders:
+        folder = Path(os.path.abspath(root / folder))
+        if any(folder == s or s in folder.parents for s in shared):
+            continue
+        raise UnreachablePathError(
+            f"{what} {folder} is a folder on this machine, but master {master} runs the executors on other machines, "
+            "which cannot reach it",
+            "put the lake on S3 (`lake: s3://bucket/prefix`) and the input in an `s3_incremental` source, or, if the "
+            f"folder is on a file system mounted at the same path on every node (NFS, EFS, a cluster's shared disk), "
+            f"name it in the target: `shared_paths: [{root if Path(root) in folder.parents else folder}]`")
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     out = []
     for part in version.split("."):

@@ -147,6 +147,30 @@ class Executor:
             return path
         return str((self.root / path).resolve())
 
+    def _check_reachable(self) -> None:
+        """Before Spark starts on a cluster: the executors can reach the lake and the input
+        folders (runtime/cluster.py)."""
+        from runtime import cluster
+        from runtime.sources.files import base_and_pattern
+
+        try:
+            master = resolve_env_placeholders(self.plan.target.spark_master, self.environ)
+        except KeyError:
+            return  # the Spark start reports the missing variable
+        folders = []
+        lake = cluster.local_folder(self.lake)
+        if lake is not None:
+            folders.append((f"the lake of target {self.plan.target.name}", lake))
+        for step in self.plan.steps:
+            if step.kind == "ingest" and step.config.get("kind") == "files" and step.id in self.selected:
+                path = str(step.config.get("path", ""))
+                if cluster.local_folder(path) is not None:
+                    folders.append((f"source {step.name}'s folder", base_and_pattern(path, self.root)[0]))
+        try:
+            cluster.check_reachable(master, tuple(self.plan.target.shared_paths), self.root, folders)
+        except cluster.UnreachablePathError as exc:
+            raise RunError(str(exc), exc.hint) from exc
+
     def table_uri(self, name: str) -> str:
         return f"{self.lake}/{name}"
 
@@ -160,6 +184,7 @@ class Executor:
                 if self._spark_factory is None:
                     raise RunError("no Spark session available")
                 try:
+                    self._check_reachable()
                     self._spark = self._spark_factory()
                 except BaseException as exc:
                     self._spark_error = exc

@@ -597,9 +597,12 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             java = find_java()
             check_java_version(java)
             env["JAVA_HOME"] = _home_for_spark(java)  # None: unset, Spark's launcher then runs `java` on PATH
-            if (master.startswith("local") and not os.environ.get("SPARK_LOCAL_IP")
-                    and "spark.driver.host" not in settings and "spark.driver.bindAddress" not in settings):
-                env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local mode needs no network; also no hostname warning
+            if not os.environ.get("SPARK_LOCAL_IP"):
+                if master.startswith("local") and "spark.driver.host" not in settings and "spark.driver.bindAddress" not in settings:
+                    env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local mode needs no network; also no hostname warning
+                elif settings.get("spark.driver.bindAddress") or settings.get("spark.driver.host"):
+                    # the address the target names for the driver, not a guess from the hostname (and its warning)
+                    env["SPARK_LOCAL_IP"] = settings.get("spark.driver.bindAddress") or settings["spark.driver.host"]
 
         if settings.get("spark.pyspark.python"):
             # PySpark takes the executors' Python from PYSPARK_PYTHON when the context starts;

@@ -123,8 +123,8 @@ def java_hudi_11(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """A Spark standalone cluster on 127.0.0.1 for the whole test session: one Master, two Workers
-    (1 core, 1 GiB each), executors whose Python has pyspark[sql] and pipe's task dependencies but
-    not pipe (tests/cluster/env.py). Tests run `pipe run` against it in a subprocess, as users do:
+    (1 core, 1 GiB each); the nodes' Python (tests/cluster/env.py) is a venv holding only
+    pyspark[sql], so neither pipe nor its other task dependencies. Tests run `pipe run` against it in a subprocess, as users do:
     this process already holds the local `spark` session."""
     from tests.cluster import env
 

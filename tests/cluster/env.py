@@ -1,8 +1,7 @@
 """A real Spark standalone cluster for the tests: one Master and two Workers (1 core, 1 GiB each)
-started from the installed pyspark's `bin/spark-class` on 127.0.0.1 with free ports, whose
-executors run a Python that holds only `pyspark[sql]` and the packages pipe's tasks import
-(pyarrow, pandas, numpy, fastavro) - not pipe itself, which pipe ships to them on its own
-(runtime/cluster.py).
+started from the installed pyspark's `bin/spark-class` on 127.0.0.1 with free ports. The nodes'
+Python is a venv that holds only `pyspark[sql]`: pipe ships its own code (runtime/cluster.py)
+and the tests ship the other packages of its tasks (fastavro, boto3) with `pipe pack-env`.
 
 The executors' Python environments live under <repo>/.cluster (git ignores it), built once and
 reused; a file lock keeps two pytest processes from building them at once. By hand:
@@ -82,13 +81,16 @@ class ExecutorEnv:
         self._marker.write_text("")
 
 
+# What a cluster's nodes have before pipe comes: pyspark[sql] (which brings pyarrow, pandas and
+# numpy) and nothing else; pipe's tests ship the rest with `pipe pack-env`.
+PYSPARK_ONLY = ExecutorEnv("venv-executor-pyspark", ())
+# Every task package installed on the nodes (the install-on-nodes way; the bench uses it).
 FULL = ExecutorEnv("venv-executor", TASK_PACKAGES)
-NO_FASTAVRO = ExecutorEnv("venv-executor-no-fastavro", tuple(p for p in TASK_PACKAGES if p != "fastavro"))
 
 
 def ensure(*envs: ExecutorEnv) -> None:
     """Builds the executor venvs that are missing, under a lock."""
-    envs = envs or (FULL, NO_FASTAVRO)
+    envs = envs or (PYSPARK_ONLY,)
     HOME.mkdir(parents=True, exist_ok=True)
     if all(e.ready() for e in envs):
         return
@@ -215,7 +217,7 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g", t
 def main() -> None:
     t0 = time.monotonic()
     ensure()
-    print(f"executor venvs ready in {time.monotonic() - t0:.1f} s: {FULL.python}, {NO_FASTAVRO.python}")
+    print(f"executor venvs ready in {time.monotonic() - t0:.1f} s: {PYSPARK_ONLY.python}")
     cluster = start(HOME / "manual")
     print(f"cluster {cluster.master_url} (UI {cluster.ui_url}) up after {time.monotonic() - t0:.1f} s; Ctrl-C stops it")
     signal.signal(signal.SIGTERM, signal.default_int_handler)
