@@ -123,3 +123,13 @@ def test_fingerprint_follows_behaviour_not_descriptions(project, tmp_path):
     assert changed_sql != base
     (root / "tables/t.yml").write_text("tables:\n  t:\n    partition_by: [id]\n")
     assert compile_project(root).plan.step("table.t").fingerprint not in (base, changed_sql)
+
+
+def test_a_targets_shared_paths_are_in_its_plan_only_when_set(project):
+    files = {"tables/t.sql": "select 1 as id"}
+    plain = compile_project(project({"pipe_project.yml": "name: p\n", **files})).plan
+    assert "shared_paths" not in plain.to_dict()["target"]  # plans of projects without it stay as they were
+    shared = compile_project(project({"pipe_project.yml": "name: p\ntargets:\n  dev:\n    shared_paths: /mnt/nfs/shop\n"
+                                                          "    spark: {master: 'spark://m:7077'}\n", **files})).plan
+    assert shared.to_dict()["target"]["shared_paths"] == ["/mnt/nfs/shop"]
+    assert Plan.from_json(shared.to_json()).target.shared_paths == ("/mnt/nfs/shop",)

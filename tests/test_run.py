@@ -781,3 +781,29 @@ def test_ctrl_c_cancels_the_running_step_writes_nothing_and_reports_the_run(spar
     assert "internal error" not in out + err and "Py4J" not in out + err and "SPARK_JOB_CANCELLED" not in out + err, out + err
     assert "Interrupted in" in out and "1 cancelled" in out
     assert commits(timeline(capsys, root, "slow")) == []
+
+
+def test_input_folder_outside_the_shared_paths_is_refused_on_a_cluster_before_spark_starts(capsys, tmp_path):
+    """The lake is on the shared file system the target names, the input folder is not: the
+    executors could not read it. Refused before Spark starts (no cluster needed to see it)."""
+    shared = tmp_path / "nfs"
+    root = write_project(tmp_path / "p", {
+        "pipe_project.yml": f"""
+            name: t
+            lake: {shared}/lake
+            targets:
+              dev:
+                shared_paths: ["{shared}"]
+                spark:
+                  master: "spark://127.0.0.1:9"
+            """,
+        "sources/s.yml": ONE_SOURCE, "tables/t.yml": "tables:\n  t:\n    key: [id]\n", "tables/t.sql": "select * from {{ source('s') }}\n"})
+    (root / "data/s").mkdir(parents=True)
+    (root / "data/s/a.json").write_text('{"id": 1, "v": "x"}\n')
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1
+    assert_clean(out, err)
+    assert f"error in table.t: source s's folder {root / 'data/s'} is a folder on this machine, but master spark://127.0.0.1:9 " \
+           "runs the executors on other machines, which cannot reach it" in err
+    assert f"shared_paths: [{root}]" in err
+    assert not (shared / "lake").exists() or [p.name for p in (shared / "lake").iterdir()] == []  # no table, no lock left
