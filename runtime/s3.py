@@ -16,6 +16,7 @@ import threading
 from typing import Any, Mapping
 
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+SDK_CLASS = "software.amazon.awssdk.services.s3.S3Client"  # S3A's AWS SDK (v2)
 SCHEMES = ("s3://", "s3a://")
 PREFIX = "spark.hadoop.fs.s3a."
 
@@ -129,9 +130,13 @@ def _can_read(spark, scheme: str) -> bool:
 
 
 def _has_file_system(jvm, conf, scheme: str) -> bool:
+    """Whether Hadoop finds a file system class for `scheme`; for S3A, also the AWS SDK it needs.
+    Classes load through the Configuration, whose class loader sees `spark.jars` (py4j's
+    Class.forName would not)."""
     try:
-        cls = jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
-        jvm.java.lang.Class.forName(cls.getName())  # the SDK S3A needs loads with it
+        name = jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf).getName()
+        if name == S3A_CLASS:
+            conf.getClassByName(SDK_CLASS)
         return True
     except Exception:  # noqa: BLE001 - UnsupportedFileSystemException, ClassNotFoundException, NoClassDefFoundError
         return False
@@ -155,7 +160,7 @@ def check_spark(spark, uri: str, what: str) -> None:
     version = hadoop_version(spark) or "<the version of Spark's Hadoop>"
     raise SparkCannotReadS3(
         f"{what} is on S3 ({uri}), but this Spark cannot read {scheme}:// paths: it has no S3 file system "
-        f"(hadoop-aws is not on its classpath)",
+        f"(hadoop-aws, and the AWS SDK it needs, are not on its classpath)",
         f"add hadoop-aws of Spark's Hadoop version to the target's Spark settings: "
         f"`spark.jars.packages: org.apache.hadoop:hadoop-aws:{version}` (it brings the AWS SDK), or its jars with `spark.jars`; "
         f"see docs/deploy.md#s3")
