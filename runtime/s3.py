@@ -29,7 +29,6 @@ _KEYS = (
     ("secret.key", "secret_access_key"),
     ("session.token", "session_token"),
 )
-SECRET_OPTIONS = ("access_key_id", "secret_access_key", "session_token")
 
 
 def is_s3(uri: str) -> bool:
@@ -67,13 +66,22 @@ def client_options(settings: Mapping[str, str], bucket: str) -> tuple[tuple[str,
     return tuple(out)
 
 
-def describe_options(options) -> str:
-    """Options for a message: secrets shown as ***."""
-    return ", ".join(f"{k}={'***' if k in SECRET_OPTIONS else v}" for k, v in options)
+_clients: dict[tuple, Any] = {}
+_clients_lock = threading.Lock()
 
 
 def client(options=()):
-    """A boto3 S3 client with the options of `client_options` (or a StorageSpec's)."""
+    """A boto3 S3 client with the options of `client_options` (or a StorageSpec's): one per
+    options in a process (clients are thread-safe; making one takes a while, and boto3's
+    default session must not make two at once)."""
+    key = tuple(options)
+    with _clients_lock:
+        if key not in _clients:
+            _clients[key] = _new_client(key)
+        return _clients[key]
+
+
+def _new_client(options: tuple):
     import boto3
     from botocore.config import Config
 

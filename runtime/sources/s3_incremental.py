@@ -229,16 +229,13 @@ def bucket_options(config: Mapping[str, Any], s3a: Mapping[str, str], buckets) -
 
 
 class _Clients:
-    """One boto3 client per bucket, made on first use (in a task)."""
+    """The boto3 client of each bucket (in a task)."""
 
     def __init__(self, aws: Mapping[str, tuple]):
         self.aws = aws
-        self.made: dict[str, Any] = {}
 
     def __call__(self, bucket: str):
-        if bucket not in self.made:
-            self.made[bucket] = s3.client(self.aws.get(bucket, ()))
-        return self.made[bucket]
+        return s3.client(self.aws.get(bucket, ()))
 
 
 def _get(client, bucket: str, key: str) -> bytes | None:
