@@ -331,7 +331,8 @@ def _run_lock(plan, root: Path, dry_run: bool):
     from runtime import run_lock
     from runtime.executor import Executor, RunOptions
 
-    with run_lock.hold(Executor(plan, root, [], RunOptions(dry_run=True)).lake, command="pipe run"):
+    where = Executor(plan, root, [], RunOptions(dry_run=True))
+    with run_lock.hold(where.lake, where.storage_options, command="pipe run"):
         yield
 
 
@@ -423,7 +424,6 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     from compiler.errors import did_you_mean
     from compiler.plan import TargetSpec
     from runtime.executor import Executor, RunOptions
-    from runtime.table.table import Table
 
     result = _compile(ctx, target, None)
     plan = result.plan
@@ -434,12 +434,25 @@ def _table_for(ctx: _Context, name: str, target: str | None):
         raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, tables) or f"tables: {', '.join(tables)}")])
     executor = Executor(plan, result.project.root, [], RunOptions(dry_run=True))
     uri = executor.table_uri(name)
-    if not Table.exists(uri):
+    if not executor.table_exists(name):
         hint = f"run `pipe run --select +{name}`"
         if name.endswith("_dead_letter") and name not in [s.name for s in plan.steps]:
             hint = "no message has been dead-lettered yet (the table appears with the first one)"
         raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", hint)])
-    return Table.open(None, uri), plan
+    return executor.open_table(name), plan
+
+
+def _spark_for(table, plan, debug: bool):
+    """The Spark session that reads (or compacts) `table`; on S3 it must have an S3 file system."""
+    from runtime import s3
+    from runtime.table.errors import TableError
+
+    spark = _spark_factory(plan, debug)()
+    try:
+        s3.check_spark(spark, table.storage.spec.uri, f"table {table.config.name}")
+    except s3.SparkCannotReadS3 as exc:
+        raise TableError(str(exc), exc.hint) from exc
+    return spark
 
 
 @cli.command(name="pack-env")
@@ -497,7 +510,7 @@ def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) 
     until = as_of if since else None
     keys = list(table.config.record_key_fields) if not since else []  # an incremental read keeps commit order
     if table.storage.spec.is_s3:
-        table.spark = _spark_factory(plan, ctx.debug)()
+        table.spark = _spark_for(table, plan, ctx.debug)
         columns, rows = _rows_with_spark(table.read(as_of=as_of, since=since, until=until, meta=meta), keys, limit + 1)
     else:
         schema, batches = table.read_batches(as_of=as_of, since=since, until=until, meta=meta)
@@ -815,7 +828,7 @@ def compact_cmd(ctx: _Context, table_name, target) -> None:
         before = [s for s in table.view().latest_slices() if s.has_logs]
         pending = table.timeline().pending_compactions()  # a Java writer's plan is executed too
         if before or pending:
-            table.spark = _spark_factory(plan, ctx.debug)()
+            table.spark = _spark_for(table, plan, ctx.debug)
         done = table.compact() if before or pending else None
     _report_retired(table)
     if done is None:

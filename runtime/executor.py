@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 from compiler.errors import PipeError
 from compiler.plan import Plan, Step
 from compiler.render import resolve_env_placeholders
+from runtime import s3
 from runtime.sources import Pending, SourceError
 from runtime.sources import files as files_source
 from runtime.sources import s3_events as s3_events_source
@@ -127,6 +128,9 @@ class Executor:
         self.listener = listener or (lambda event, result: None)
         self.environ = dict(os.environ if environ is None else environ)
         self.lake = self._lake_uri()
+        self.s3a = self._s3a_settings()
+        # how pipe's own code (driver and tasks) reaches the lake: the target's fs.s3a settings
+        self.storage_options = s3.client_options(self.s3a, s3.bucket_of(self.lake)) if s3.is_s3(self.lake) else ()
         self._cancel = threading.Event()
         self._interrupted = False  # Ctrl-C (the run's cancel event is also set by --fail-fast)
         self._results: dict[str, StepResult] = {}
@@ -140,6 +144,15 @@ class Executor:
             raise RunError(f"environment variable {exc.args[0]} is not set; the lake of target {self.plan.target.name} needs it",
                            f"export {exc.args[0]}=... before `pipe run`") from exc
         return self._project_uri(lake).rstrip("/")
+
+    def _s3a_settings(self) -> dict[str, str]:
+        """The target's `spark.hadoop.fs.s3a.*` settings, placeholders filled in (runtime/s3.py)."""
+        conf = {k: v for k, v in self.plan.target.spark_conf.items() if k.startswith(s3.PREFIX)}
+        try:
+            return s3.s3a_settings({k: resolve_env_placeholders(str(v), self.environ) for k, v in conf.items()})
+        except KeyError as exc:
+            raise RunError(f"environment variable {exc.args[0]} is not set; the Spark settings of target {self.plan.target.name} need it",
+                           f"export {exc.args[0]}=... before `pipe run`") from exc
 
     def _project_uri(self, path: str) -> str:
         """A URI or absolute path as written; a relative path from the project folder."""
@@ -173,6 +186,25 @@ class Executor:
 
     def table_uri(self, name: str) -> str:
         return f"{self.lake}/{name}"
+
+    def table_exists(self, name: str) -> bool:
+        from runtime.table.table import Table
+
+        return Table.exists(self.table_uri(name), self.storage_options)
+
+    def open_table(self, name: str, spark=None):
+        """The lake's table `name` (as stored; it must exist)."""
+        from runtime.table.table import Table
+
+        return Table.open(spark, self.table_uri(name), self.storage_options)
+
+    def _check_spark_reads(self, spark, uri: str, table: str) -> None:
+        """Before anything of `table` is written: Spark reads its data files, so on S3 it needs
+        an S3 file system (runtime/s3.py)."""
+        try:
+            s3.check_spark(spark, uri, f"the lake of table {table}")
+        except s3.SparkCannotReadS3 as exc:
+            raise RunError(f"table {table}: {exc}; nothing was written", exc.hint) from exc
 
     def spark(self):
         """The run's SparkSession, started by the first step that needs it. A start that
@@ -343,10 +375,10 @@ class Executor:
         from runtime.table.table import Table
 
         uri = self.table_uri(name)
-        if not Table.exists(uri):
+        if not Table.exists(uri, self.storage_options):
             raise RunError(f"{needed_by} reads table {name}, which has not been built yet (no table at {uri})",
                            f"build it first: `pipe run --select +{name}`")
-        return Table.open(self._spark, uri)
+        return Table.open(self._spark, uri, self.storage_options)
 
     def consumer_checkpoints(self, table: str) -> dict[str, str]:
         """The instant each incremental consumer of `table` (a table reading it through a `table`
@@ -358,8 +390,6 @@ class Executor:
     def _incremental_consumers(self, table: str) -> list[tuple[Step, Step, str]]:
         """(source step, consuming write step, instant read up to) of every built consumer of
         `table` that has read it incrementally."""
-        from runtime.table.table import Table
-
         out = []
         for src in self.plan.steps:
             if src.kind != "ingest" or src.config.get("kind") not in ("table", "s3_incremental"):
@@ -367,9 +397,9 @@ class Executor:
             if (src.config.get("table") or src.config.get("metadata_table")) != table:
                 continue
             for reader in self.plan.steps:
-                if reader.kind != "write" or src.id not in reader.depends_on or not Table.exists(self.table_uri(reader.name)):
+                if reader.kind != "write" or src.id not in reader.depends_on or not self.table_exists(reader.name):
                     continue
-                stored, _, _ = _stored_state(Table.open(None, self.table_uri(reader.name)))
+                stored, _, _ = _stored_state(self.open_table(reader.name))
                 checkpoint = stored.get(src.name)
                 if checkpoint:  # s3_incremental: "instant#bucket/key" within an instant
                     out.append((src, reader, checkpoint.split("#", 1)[0]))
@@ -388,10 +418,10 @@ class Executor:
         for sid in self.selected:
             step = self.plan.step(sid)
             uri = self.table_uri(step.name)
-            if step.kind != "write" or not Table.exists(uri) or self._reads_queue(step):
+            if step.kind != "write" or not Table.exists(uri, self.storage_options) or self._reads_queue(step):
                 continue
             try:
-                changed = Table.open(None, uri).definition_changes(table_config(step, self._config(step)))
+                changed = Table.open(None, uri, self.storage_options).definition_changes(table_config(step, self._config(step)))
             except RunError:
                 continue  # an environment variable is missing: the step itself will say so
             if not changed:
@@ -410,7 +440,7 @@ class Executor:
 
     def _built_later(self, table: str) -> bool:
         """In a dry run, a selected upstream table that does not exist yet would be built first."""
-        return self.options.dry_run and f"table.{table}" in self.selected and not _table_exists(self.table_uri(table))
+        return self.options.dry_run and f"table.{table}" in self.selected and not self.table_exists(table)
 
     def _pending_inputs(self, step: Step, checkpoints: Mapping[str, str], full: bool,
                         sources: dict[str, Pending]) -> dict[str, str]:
@@ -440,7 +470,7 @@ class Executor:
                     if full and self.options.full_refresh:
                         config = {**config, "max_bytes_per_run": None, "read_latest_on_missing_checkpoint": False}
                     upstream = self._open_table(config["metadata_table"], f"source {up.name}")
-                    sources[up.name] = s3_incremental_source.pending(up.name, config, upstream, step.name, last)
+                    sources[up.name] = s3_incremental_source.pending(up.name, config, upstream, step.name, last, self.s3a)
                 elif config["kind"] == "s3_events":
                     sources[up.name] = s3_events_source.pending(up.name, config, dry_run=self.options.dry_run)
                 else:
@@ -490,9 +520,11 @@ class Executor:
 
             spark = self.spark()
             session = spark.newSession()
-            table = Table.create(session, self.table_uri(source + s3_events_source.DEAD_LETTER_SUFFIX),
-                                 TableConfig(name=source + s3_events_source.DEAD_LETTER_SUFFIX, record_key_fields=("message_id",),
-                                             precombine_field="dead_lettered_at"))
+            name = source + s3_events_source.DEAD_LETTER_SUFFIX
+            self._check_spark_reads(spark, self.table_uri(name), name)
+            table = Table.create(session, self.table_uri(name),
+                                 TableConfig(name=name, record_key_fields=("message_id",), precombine_field="dead_lettered_at"),
+                                 self.storage_options)
             rows = s3_events_source.dead_letter_rows(source, config, messages)
             table.write(session.createDataFrame(rows, s3_events_source.DEAD_LETTER_DDL), "upsert")
 
@@ -504,8 +536,8 @@ class Executor:
         config = self._config(step)
         result.operation = config["operation"]
         uri = self.table_uri(step.name)
-        exists = Table.exists(uri)
-        table = Table.open(None, uri) if exists else None
+        exists = Table.exists(uri, self.storage_options)
+        table = Table.open(None, uri, self.storage_options) if exists else None
         kept = ""
         if exists and self.options.full_refresh and self._reads_queue(step):
             kept = "--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); "
@@ -541,6 +573,7 @@ class Executor:
             return "would_run", kept + ("first build: " if not exists else "full refresh: " if full else "") + detail
 
         spark = self.spark()
+        self._check_spark_reads(spark, uri, step.name)
         spark.sparkContext.setJobGroup(step.id, f"pipe {step.id}", interruptOnCancel=True)
         session = spark.newSession()
         rows_read = 0
@@ -554,9 +587,9 @@ class Executor:
             df.createOrReplaceTempView(name)
             rows_read += p.rows or 0
         for name, instant in refs.items():
-            Table.open(session, self.table_uri(name)).read(as_of=instant, meta=False).createOrReplaceTempView(name)
+            self.open_table(name, session).read(as_of=instant, meta=False).createOrReplaceTempView(name)
         if exists and not full:  # {{ this }}: the table's current snapshot
-            Table.open(session, uri).read(meta=False).createOrReplaceTempView(step.name)
+            Table.open(session, uri, self.storage_options).read(meta=False).createOrReplaceTempView(step.name)
         result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
@@ -596,7 +629,7 @@ class Executor:
                             retain_from=min(consumers.values()) if consumers else None, **options)
         except BaseException:
             if recreated and _is_local(uri):
-                _delete_table(_staging_uri(uri))  # the old table was never touched
+                _delete_table(_staging_uri(uri), self.storage_options)  # the old table was never touched
             raise
         if recreated and _is_local(uri):
             _swap_in(_staging_uri(uri), uri)
@@ -627,7 +660,9 @@ class Executor:
 
         boot = config["bootstrap"]
         try:
-            return bootstrap.scan(self._project_uri(boot["path"]), boot.get("partition_regex"))
+            uri = self._project_uri(boot["path"])
+            options = s3.client_options(self.s3a, s3.bucket_of(uri)) if s3.is_s3(uri) else ()
+            return bootstrap.scan(uri, boot.get("partition_regex"), options)
         except bootstrap.BootstrapError as exc:
             raise RunError(f"{step.file}:{step.line}: table {step.name}: {exc}", exc.hint) from exc
 
@@ -667,7 +702,7 @@ class Executor:
 
         wanted = table_config(step, config)
         try:
-            return Table.create(spark, uri, wanted), False
+            return Table.create(spark, uri, wanted, self.storage_options), False
         except TableError as exc:
             if not rebuild or "was created differently" not in str(exc):
                 raise
@@ -676,10 +711,10 @@ class Executor:
         # a failed rebuild leaves the old table as it was.
         if _is_local(uri):
             staging = _staging_uri(uri)
-            _delete_table(staging)
-            return Table.create(spark, staging, wanted), True
-        _delete_table(uri)
-        return Table.create(spark, uri, wanted), True
+            _delete_table(staging, self.storage_options)
+            return Table.create(spark, staging, wanted, self.storage_options), True
+        _delete_table(uri, self.storage_options)
+        return Table.create(spark, uri, wanted, self.storage_options), True
 
 
 def table_config(step: Step, config: Mapping[str, Any]):
@@ -694,12 +729,6 @@ def table_config(step: Step, config: Mapping[str, Any]):
         precombine_field=config.get("precombine"),
         hive_style=config["hive_style_partitioning"],
     )
-
-
-def _table_exists(uri: str) -> bool:
-    from runtime.table.table import Table
-
-    return Table.exists(uri)
 
 
 def _stored_state(table) -> tuple[dict[str, str], str | None, str | None]:
@@ -802,10 +831,10 @@ def _swap_in(staging: str, uri: str) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _delete_table(uri: str) -> None:
+def _delete_table(uri: str, storage_options: tuple = ()) -> None:
     from runtime.storage import StorageSpec, open_storage
 
-    storage = open_storage(StorageSpec(uri))
+    storage = open_storage(StorageSpec(uri, storage_options))
     for f in storage.list_files("", recursive=True):
         storage.delete(f.path)
     if not storage.spec.is_s3:

@@ -33,8 +33,10 @@ class FileInfo:
 class StorageSpec:
     """How to reach a storage root; travels to executors."""
 
-    uri: str  # a local absolute path, file:///..., or s3://bucket/prefix
-    options: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # e.g. endpoint_url, region
+    uri: str  # a local absolute path, file:///..., s3://bucket/prefix or s3a://bucket/prefix
+    # S3: endpoint_url, region, path_style, credentials (runtime/s3.py: from the target's fs.s3a
+    # settings); kept out of repr, which error messages and logs may show
+    options: tuple[tuple[str, str], ...] = field(default_factory=tuple, repr=False)
 
     @property
     def is_s3(self) -> bool:
@@ -180,24 +182,24 @@ class LocalStorage:
 
 
 class S3Storage:
-    """S3 through boto3. Conditional create uses PutObject If-None-Match (S3 since 2024;
-    MinIO and moto support it too)."""
+    """S3 through boto3 (settings: runtime/s3.py). Conditional create uses PutObject
+    If-None-Match (S3 since 2024; MinIO and moto support it too). `full_path` keeps the root's
+    scheme (s3:// or s3a://): Spark reads data files by it, through its own S3 file system."""
 
     def __init__(self, spec: StorageSpec):
-        import boto3  # only the runtime on S3 needs it
+        from runtime import s3
 
         self.spec = spec
-        rest = spec.uri.split("://", 1)[1]
+        self.scheme, rest = spec.uri.split("://", 1)
         self.bucket, _, self.prefix = rest.partition("/")
         self.prefix = self.prefix.strip("/")
-        opts = dict(spec.options)
-        self.client = boto3.client("s3", endpoint_url=opts.get("endpoint_url"), region_name=opts.get("region"))
+        self.client = s3.client(spec.options)
 
     def _key(self, path: str) -> str:
         return "/".join(p for p in (self.prefix, path.strip("/")) if p)
 
     def full_path(self, path: str) -> str:
-        return f"s3://{self.bucket}/{self._key(path)}"
+        return f"{self.scheme}://{self.bucket}/{self._key(path)}"
 
     def read_bytes(self, path: str) -> bytes:
         try:

@@ -9,9 +9,11 @@ the next run goes on after that object. Each run:
    latest version of each event, so an object written again is read again);
 2. keeps `ObjectCreated:*` events matching `key_prefix`, `key_suffix`, `key_glob` and the size
    bounds, ordered by (commit time, bucket, key), and takes them up to `max_bytes_per_run`;
-3. reads those objects in Spark: with Spark's own `s3a://` file system when the cluster has one,
-   otherwise inside the executors (boto3), so object data never passes through the driver. Only
-   the list of objects (bucket, key, size) reaches the driver.
+3. reads those objects in Spark: with Spark's own `s3a://` file system when Spark has one
+   (hadoop-aws on its classpath; configured by the target's `spark.hadoop.fs.s3a.*`), otherwise
+   inside the executors with boto3 (the source's `region`/`endpoint_url`, else the same fs.s3a
+   settings: runtime/s3.py), so object data never passes through the driver. Only the list of
+   objects (bucket, key, size) reaches the driver.
 
 Objects named by an event but gone from the bucket are skipped and counted."""
 
@@ -22,6 +24,7 @@ import io
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
+from runtime import s3
 from runtime.sources import Pending, SourceError, columns_ddl, human_bytes, records
 from runtime.sources.files import _first_line, _read_hint, read_with_spark
 from runtime.sources.table import lost_checkpoint
@@ -31,7 +34,6 @@ OBJECT = "_pipe_object"
 MISSING = records.MISSING
 PROBLEM = records.PROBLEM
 NEEDED = ("bucket", "object_key", "object_size", "event_name", "event_time")
-S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 
 
 class NothingToRead(SourceError):
@@ -75,9 +77,11 @@ class S3Object:
 
 class S3IncrementalPending(Pending):
     def __init__(self, name: str, config: Mapping[str, Any], upstream, since: str | None, until: str | None, commits: int,
-                 cursor: Cursor | None = None, note: str = ""):
+                 cursor: Cursor | None = None, note: str = "", s3a: Mapping[str, str] | None = None):
         super().__init__(name, until, commits)
         self.config = config
+        self.s3a = dict(s3a or {})  # the target's fs.s3a settings
+        self.read_through: str | None = None  # "s3a" or "boto3", once read
         self.upstream = upstream
         self.since = since  # read events committed after this (None: all of them, as of `until`)
         self.until = until
@@ -172,56 +176,66 @@ class S3IncrementalPending(Pending):
                                     "declare the objects' columns in the source's `schema`")
             self.rows = 0
             return spark.createDataFrame([], columns_ddl(declared))
-        if has_s3a(spark):
+        if s3.has_s3a(spark):
+            self.read_through = "s3a"
             df, self.rows, self.bad_records, self.bad_samples = read_with_spark(spark, [f"s3a://{o.name}" for o in objects], self.config,
                                                                                  self.name, "objects", self._cache)
             return df
-        df = read_in_executors(spark, objects, self.config, self.name, self)
-        return df
+        self.read_through = "boto3"
+        return read_in_executors(spark, objects, self.config, self.name, self)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.read_through:
+            out["read_through"] = self.read_through
+        return out
 
 
-def has_s3a(spark) -> bool:
-    """Whether Spark itself can read s3a:// (hadoop-aws on the classpath)."""
-    try:
-        spark.sparkContext._jvm.java.lang.Class.forName(S3A_CLASS)
-        return True
-    except Exception:  # noqa: BLE001 - ClassNotFoundException, or no JVM access (Spark Connect)
-        return False
-
-
-def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint_text: str | None) -> S3IncrementalPending:
+def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint_text: str | None,
+            s3a: Mapping[str, str] | None = None) -> S3IncrementalPending:
+    """`s3a`: the target's fs.s3a settings, for reading the objects with boto3."""
     timeline: Timeline = upstream.timeline()
     done = timeline.completed()
     if not done:
-        return S3IncrementalPending(name, config, upstream, None, None, 0)
+        return S3IncrementalPending(name, config, upstream, None, None, 0, s3a=s3a)
     latest = done[-1].time
     cursor = Cursor.parse(checkpoint_text)
     if cursor is None:
         if config.get("read_latest_on_missing_checkpoint"):
             since = done[-2].time if len(done) > 1 else None
-            return S3IncrementalPending(name, config, upstream, since, latest, 1, note="no checkpoint: the latest commit only")
-        return S3IncrementalPending(name, config, upstream, None, latest, len(done))
+            return S3IncrementalPending(name, config, upstream, since, latest, 1, note="no checkpoint: the latest commit only", s3a=s3a)
+        return S3IncrementalPending(name, config, upstream, None, latest, len(done), s3a=s3a)
     if cursor.instant == latest and cursor.after is None:
-        return S3IncrementalPending(name, config, upstream, cursor.instant, None, 0)
+        return S3IncrementalPending(name, config, upstream, cursor.instant, None, 0, s3a=s3a)
     lost = lost_checkpoint(cursor.instant, done, upstream.config.name, upstream.storage)
     if lost:
         raise SourceError(f"source {name}: {lost}, so the objects since the last run of {consumer} cannot be told",
                           f"read every object the table names again with `pipe run --select {consumer} --full-refresh`")
     if cursor.after is not None:  # go on inside the partly consumed instant
         commits = len([i for i in done if i.time >= cursor.instant])
-        return S3IncrementalPending(name, config, upstream, _before(cursor.instant), latest, commits, cursor)
+        return S3IncrementalPending(name, config, upstream, _before(cursor.instant), latest, commits, cursor, s3a=s3a)
     commits = len([i for i in done if i.time > cursor.instant])
-    return S3IncrementalPending(name, config, upstream, cursor.instant, latest, commits, cursor)
+    return S3IncrementalPending(name, config, upstream, cursor.instant, latest, commits, cursor, s3a=s3a)
 
 
 # --- reading objects inside the executors --------------------------------------------------------
 
 
-def _client(aws: Mapping[str, Any]):
-    import boto3
+def bucket_options(config: Mapping[str, Any], s3a: Mapping[str, str], buckets) -> dict[str, tuple]:
+    """boto3's options per bucket: the target's fs.s3a settings for it, with the source's own
+    `region` and `endpoint_url` over them. Travels to the tasks."""
+    own = {k: config[k] for k in ("region", "endpoint_url") if config.get(k)}
+    return {b: tuple({**dict(s3.client_options(s3a, b)), **own}.items()) for b in sorted(set(buckets))}
 
-    kwargs = {k: v for k, v in (("region_name", aws.get("region")), ("endpoint_url", aws.get("endpoint_url"))) if v}
-    return boto3.client("s3", **kwargs)
+
+class _Clients:
+    """The boto3 client of each bucket (in a task)."""
+
+    def __init__(self, aws: Mapping[str, tuple]):
+        self.aws = aws
+
+    def __call__(self, bucket: str):
+        return s3.client(self.aws.get(bucket, ()))
 
 
 def _get(client, bucket: str, key: str) -> bytes | None:
@@ -232,13 +246,14 @@ def _get(client, bucket: str, key: str) -> bytes | None:
         return None
 
 
-def s3_opener(aws: Mapping[str, Any]):
-    """records.line_reader's opener: one client per task, objects opened by "bucket/key"."""
-    client = _client(aws)
+def s3_opener(aws: Mapping[str, tuple]):
+    """records.line_reader's opener: clients per task, objects opened by "bucket/key"."""
+    clients = _Clients(aws)
 
     def open_object(name: str):
         """The object's body as a stream (read in pieces), or None when it no longer exists."""
         bucket, _, key = name.partition("/")
+        client = clients(bucket)
         try:
             return client.get_object(Bucket=bucket, Key=key)["Body"]
         except client.exceptions.NoSuchKey:
@@ -247,14 +262,14 @@ def s3_opener(aws: Mapping[str, Any]):
     return open_object
 
 
-def fetch_parquet(aws: Mapping[str, Any], arrow_schema, batches: Iterator) -> Iterator:
+def fetch_parquet(aws: Mapping[str, tuple], arrow_schema, batches: Iterator) -> Iterator:
     """mapInArrow: (bucket, object_key) rows in, the objects' rows out (cast to the schema). An
     object gone gives one row naming it in MISSING; a column that does not cast to its declared
     type gives one row saying so in PROBLEM."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    client = _client(aws)
+    clients = _Clients(aws)
     data_fields = [f for f in arrow_schema if f.name not in (OBJECT, MISSING, PROBLEM)]
 
     def marker(name: str, missing: str | None, problem: str | None):
@@ -264,7 +279,7 @@ def fetch_parquet(aws: Mapping[str, Any], arrow_schema, batches: Iterator) -> It
     for batch in batches:
         for bucket, key in zip(batch.column("bucket").to_pylist(), batch.column("object_key").to_pylist()):
             name = f"{bucket}/{key}"
-            body = _get(client, bucket, key)
+            body = _get(clients(bucket), bucket, key)
             if body is None:
                 yield marker(name, name, None)
                 continue
@@ -289,7 +304,7 @@ def fetch_parquet(aws: Mapping[str, Any], arrow_schema, batches: Iterator) -> It
             yield from out.to_batches()
 
 
-def _parquet_schema_ddl(aws: Mapping[str, Any], obj: S3Object) -> str:
+def _parquet_schema_ddl(aws: Mapping[str, tuple], obj: S3Object) -> str:
     """The Spark schema of a Parquet object, from its footer (ranged GETs: metadata only)."""
     import struct
 
@@ -297,7 +312,7 @@ def _parquet_schema_ddl(aws: Mapping[str, Any], obj: S3Object) -> str:
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    client = _client(aws)
+    client = s3.client(aws.get(obj.bucket, ()))
     size = obj.size or client.head_object(Bucket=obj.bucket, Key=obj.key)["ContentLength"]
     tail = client.get_object(Bucket=obj.bucket, Key=obj.key, Range=f"bytes={max(0, size - 8)}-")["Body"].read()
     if len(tail) < 8 or tail[-4:] != b"PAR1":
@@ -319,7 +334,7 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
     from pyspark.sql.types import StructType
 
     fmt = config["format"]
-    aws = {"region": config.get("region"), "endpoint_url": config.get("endpoint_url")}
+    aws = bucket_options(config, pending.s3a, [o.bucket for o in objects])
     options = config.get("options") or {}
     declared = config.get("schema")
     on_bad = config.get("on_bad_record") or "fail"

@@ -44,9 +44,9 @@ def _hidden(part: str) -> bool:
     return part.startswith((".", "_")) and "=" not in part
 
 
-def scan(uri: str, partition_regex: str | None = None) -> Dataset:
+def scan(uri: str, partition_regex: str | None = None, storage_options: tuple = ()) -> Dataset:
     """Lists the dataset's Parquet files (metadata only) and selects its partitions."""
-    storage = open_storage(StorageSpec(uri))
+    storage = open_storage(StorageSpec(uri, storage_options))
     try:
         listed = storage.list_files("", recursive=True)
     except FileNotFoundError:
