@@ -53,7 +53,8 @@ TASK_REQUIREMENTS = (
     Requirement("numpy", "numpy"),
     Requirement("fastavro", "fastavro", "1.9"),  # log blocks of merge-on-read tables, the metadata table
 )
-# Only where tasks read S3 themselves (an s3:// lake or source read with boto3, not through s3a).
+# Where tasks reach S3 themselves: a lake on S3 (its files are written with boto3, s3a or not), or
+# an s3_incremental source read with boto3 (when Spark has no s3a).
 BOTO3 = Requirement("boto3", "boto3", "1.34")
 
 # Modules the probe imports from the shipped zip: if one fails, the zip did not reach the executor.
