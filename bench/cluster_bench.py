@@ -284,7 +284,8 @@ def render(state: dict) -> str:
         f"- local[2]: one JVM (driver memory 3g for the table cases, pipe's 2g default for the project) runs the driver and both executor "
         f"threads; the Python workers are its children. Cluster: a Master and two Workers (1 core, {args.worker_memory} each) of "
         f"tests/cluster/env.py on 127.0.0.1, an executor JVM per Worker ({args.worker_memory} for the table cases, 1g for the project), "
-        "the driver in the `pipe` (or bench) process, client mode; executors' Python: the venv env.FULL (pyspark[sql], pyarrow, pandas, numpy, "
+        "the driver in the `pipe` (or bench) process, client mode (driver memory 3g for the table cases, Spark's 1g default for the "
+        "project); executors' Python: the venv env.FULL (pyspark[sql], pyarrow, pandas, numpy, "
         "fastavro; not pipe). 2 cores in total on both sides, 4 shuffle partitions, on a machine of 2 cores: the cluster's Master, "
         "Workers, executor JVMs and driver JVM all share them.",
         "- Driver: the process tree of the `pipe` (or bench) process: Python, its JVM and, on local[2], the executors' Python workers. "
@@ -362,7 +363,8 @@ def render(state: dict) -> str:
                      f"into an empty folder; found again by its content hash in {zip_info['warm'] * 1000:.0f} ms (it hashes every file).")
     if pack:
         lines.append(f"- `pipe pack-env`: cold (empty pipe cache; venv, pip install of pipe's task packages at the driver's versions, tar.gz) "
-                     f"{pack['cold']['seconds']:.1f} s ({pack['cold']['cpu']:.0f} CPU s, pip's own download cache as it was), warm (the cached "
+                     f"{pack['cold']['seconds']:.1f} s ({pack['cold']['cpu']:.0f} CPU s; pip's own caches are not emptied: here its wheel cache and a "
+                     "local wheel folder (PIP_FIND_LINKS) held the packages, so a first pack-env that must download them takes longer), warm (the cached "
                      f"archive) {pack['warm']['seconds']:.1f} s; the archive {pack['bytes'] / 1e6:.0f} MB.")
     lines += ["", "### Reading", ""] + reading(cells)
     return "\n".join(lines)
