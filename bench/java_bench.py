@@ -38,7 +38,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -47,7 +46,7 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH_DIR))
 
-from report import rss_mb as _rss_mb, write_section  # noqa: E402
+from report import Measure, median as _median, tree, write_section  # noqa: E402
 
 MEMORY = "3g"  # both drivers (local mode: the driver's JVM also runs the executors)
 BASE_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch millis
@@ -57,74 +56,6 @@ KEY, PARTITION, PRECOMBINE = "id", "part", "ts"
 # pipe's engine: its defaults for local[2] (spark.sql.shuffle.partitions 4, default.parallelism 2),
 # the drivers' memory, and timestamps written as Parquet's TIMESTAMP_MICROS (as the Java driver does)
 PIPE_CONF = {"spark.driver.memory": MEMORY, "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
-
-
-# --- processes: peak RSS and CPU time of a process tree ------------------------------------------
-
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds incl. reaped children) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[1]), sum(int(x) for x in fields[11:15]) / ticks  # utime stime cutime cstime
-
-
-def tree(roots: list[int]) -> list[int]:
-    """`roots` and all their descendants."""
-    children = collections.defaultdict(list)
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = _stat(int(name))
-            if st:
-                children[st[0]].append(int(name))
-    found, todo = [], list(roots)
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, ()))
-    return found
-
-
-def cpu_of(pids: list[int]) -> float:
-    return sum((_stat(p) or (0, 0.0))[1] for p in pids)
-
-
-class Measure:
-    """Wall time of a block, peak RSS of a set of processes (sampled every 100 ms) and their CPU
-    seconds (user + system, with reaped children) over the block. `pids` gives the processes
-    (called at every sample: processes come and go)."""
-
-    def __init__(self, pids):
-        self.pids = pids
-
-    def __enter__(self):
-        self.stop = threading.Event()
-        self.peak = sum(_rss_mb(p) for p in self.pids())
-        self.cpu0 = cpu_of(self.pids())
-        self.last_cpu = self.cpu0
-
-        def sample():
-            while not self.stop.wait(0.1):
-                pids = self.pids()
-                self.peak = max(self.peak, sum(_rss_mb(p) for p in pids))
-                # a process that ended (a fresh driver) leaves the sum: keep the largest seen
-                self.last_cpu = max(self.last_cpu, cpu_of(pids))
-
-        self.thread = threading.Thread(target=sample, daemon=True)
-        self.thread.start()
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.seconds = time.perf_counter() - self.t0
-        self.stop.set()
-        self.thread.join()
-        end = cpu_of(self.pids())
-        # a process started and ended inside the block (a fresh driver) is only in the samples
-        self.cpu = max(end, self.last_cpu) - self.cpu0
 
 
 class Runs:
@@ -145,12 +76,6 @@ class Runs:
     @property
     def median_cpu(self) -> float:
         return _median(self.cpu)
-
-
-def _median(values):
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 # --- where pipe's time goes: its Spark jobs ------------------------------------------------------

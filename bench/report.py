@@ -1,8 +1,14 @@
 """bench/RESULTS.md holds one section per benchmark, each between markers, so every
-benchmark script rewrites only its own section."""
+benchmark script rewrites only its own section. Also what the scripts measure processes and the
+machine with (Linux /proc): RSS, the peak RSS and CPU time of a process tree over a block, the
+machine's load and the CPU other processes took during a run."""
 
 from __future__ import annotations
 
+import collections
+import os
+import threading
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -34,3 +40,138 @@ def rss_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+# --- processes: peak RSS and CPU time of a process tree ------------------------------------------
+
+def _stat(pid: int, children: bool = True) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds incl. reaped children, or its own only) of a process, or None
+    when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[1]), sum(int(x) for x in fields[11:15 if children else 13]) / ticks  # utime stime (cutime cstime)
+
+
+def tree(roots: list[int]) -> list[int]:
+    """`roots` and all their descendants."""
+    children = collections.defaultdict(list)
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st:
+                children[st[0]].append(int(name))
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def cpu_of(pids: list[int]) -> float:
+    return sum((_stat(p) or (0, 0.0))[1] for p in pids)
+
+
+class Measure:
+    """Wall time of a block, peak RSS of a set of processes (sampled every 100 ms) and their CPU
+    seconds (user + system, with reaped children) over the block. `pids` gives the processes
+    (called at every sample: processes come and go)."""
+
+    def __init__(self, pids):
+        self.pids = pids
+
+    def __enter__(self):
+        self.stop = threading.Event()
+        self.peak = sum(rss_mb(p) for p in self.pids())
+        self.cpu0 = cpu_of(self.pids())
+        self.last_cpu = self.cpu0
+
+        def sample():
+            while not self.stop.wait(0.1):
+                pids = self.pids()
+                self.peak = max(self.peak, sum(rss_mb(p) for p in pids))
+                # a process that ended (a fresh driver) leaves the sum: keep the largest seen
+                self.last_cpu = max(self.last_cpu, cpu_of(pids))
+
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.t0
+        self.stop.set()
+        self.thread.join()
+        end = cpu_of(self.pids())
+        # a process started and ended inside the block (a fresh driver) is only in the samples
+        self.cpu = max(end, self.last_cpu) - self.cpu0
+
+
+
+def median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def machine_cpu() -> tuple[float, float] | None:
+    """(busy CPU seconds of the whole machine, steal seconds) since boot, None without /proc/stat."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    v = [int(x) / tick for x in fields[1:]]
+    return v[0] + v[1] + v[2] + v[5] + v[6], (v[7] if len(v) > 7 else 0.0)  # busy (user nice system irq softirq), steal
+
+
+class Load(threading.Thread):
+    """The machine's load while a benchmark runs: the 1-minute load average every `every` seconds,
+    and the CPU seconds that processes outside this process's tree took (the machine's busy time
+    less the tree's, counted per process so that a process ending between samples does not
+    shift its whole life's CPU onto the others)."""
+
+    def __init__(self, every: float = 5.0):
+        super().__init__(daemon=True)
+        self.every = every
+        self.loads: list[float] = []
+        self.others = 0.0
+        self.steal = 0.0
+        self._stop_event = threading.Event()
+        self._seen: dict[int, float] = {}
+        self._machine = machine_cpu()
+        self.before = os.getloadavg()
+        self._own()
+
+    def _own(self) -> float:
+        """CPU seconds the tree used since the last call."""
+        used, seen = 0.0, {}
+        for pid in tree([os.getpid()]):
+            st = _stat(pid, children=False)
+            if st:
+                seen[pid] = st[1]
+                used += st[1] - self._seen.get(pid, 0.0 if self._seen else st[1])
+        self._seen = seen
+        return used
+
+    def _sample(self) -> None:
+        self.loads.append(os.getloadavg()[0])
+        machine, own = machine_cpu(), self._own()
+        if machine and self._machine:
+            self.others += max(0.0, (machine[0] - self._machine[0]) - own)
+            self.steal += machine[1] - self._machine[1]
+        self._machine = machine
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.every):
+            self._sample()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        self._sample()
+        self.after = os.getloadavg()

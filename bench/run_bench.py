@@ -57,7 +57,7 @@ SDP_PROJECT = BENCH_DIR / "sdp_shop"
 BIN = Path(sys.executable).parent  # the venv's bin: pipe, spark-pipelines
 sys.path.insert(0, str(BENCH_DIR))
 
-from report import write_section  # noqa: E402
+from report import machine_cpu as _cpu_machine, write_section  # noqa: E402
 
 # Spark Connect's Python packages (pyspark's `connect` extra, minus what pipe already requires).
 CONNECT_MODULES = {"grpc": "grpcio", "grpc_status": "grpcio-status", "google.rpc": "googleapis-common-protos",
@@ -534,16 +534,6 @@ def prerequisites() -> str | None:
 
 
 # --- report --------------------------------------------------------------------------------------
-
-
-def _cpu_machine() -> tuple[float, float] | None:
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
-    except (OSError, IndexError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    v = [int(x) / tick for x in fields[1:]]
-    return v[0] + v[1] + v[2] + v[5] + v[6], (v[7] if len(v) > 7 else 0.0)  # busy, steal
 
 
 def _code_hash() -> str:

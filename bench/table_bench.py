@@ -37,7 +37,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
-from report import rss_mb as _rss_mb, write_section  # noqa: E402
+from report import median as _median, rss_mb as _rss_mb, write_section  # noqa: E402
 
 
 class Peak:
@@ -122,12 +122,6 @@ def changes(spark, rows: int, kind: str):
     ids = spark.range(rows // 100).select(pick.alias("id"))
     return ids.select(F.col("id"), (F.col("id") % 10).cast("int").alias("part"), F.lit(5000).cast("long").alias("ts"),
                       F.lit("changed").alias("name"), F.lit(1.0).alias("amount"))
-
-
-def _median(values):
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 class Runs:
