@@ -110,12 +110,35 @@ class Cell:
 # --- the example project ---------------------------------------------------------------------------
 
 
+def _shop(home: Path, cluster, python) -> Path:
+    """The example project of `pipe init` with a target `cluster` (the bench's cluster, executors
+    running `python`; the project folder named as shared, since every node of this cluster sees
+    it) and a target `local2` (local[2])."""
+    from tests.test_example_project import _pipe
+
+    home.mkdir(parents=True, exist_ok=True)
+    _pipe(home, "init", "shop")
+    project = home / "shop"
+    conf = {"spark.pyspark.python": str(python), "spark.executor.memory": "1g", "spark.cores.max": "2",
+            "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "4"}
+    lines = ["targets:", "  cluster:", f'    shared_paths: ["{home}"]', "    spark:", f'      master: "{cluster.master_url}"', "      conf:"]
+    lines += [f'        {k}: "{v}"' for k, v in conf.items()]
+    lines += ["  local2:", "    spark:", '      master: "local[2]"', "      conf:", '        spark.sql.shuffle.partitions: "4"']
+    path = project / "pipe_project.yml"
+    text = path.read_text()
+    assert "\ntargets:\n" in text
+    path.write_text(text.replace("\ntargets:\n", "\n" + "\n".join(lines) + "\n", 1))
+    return project
+
+
 def example_round(r: int, work: Path, cluster, sides: tuple[str, ...], packed_settings: dict[str, str], env: dict[str, str], executors,
                   cells) -> None:
     """One round of the example project on every side: a fresh `pipe init shop`, `pipe run`, new
     orders, `pipe run`; then the three sides' tables must be equal."""
     from tests.cluster import env as cluster_env
-    from tests.test_cluster import NEW_ORDERS, TABLES, _hudi_table, _results, _shop
+    from tests.test_cluster import SHOP_TABLES as TABLES
+    from tests.test_cluster import _hudi_table
+    from tests.test_example_project import NEW_ORDERS, _results
 
     projects = {}
     order = sides if r % 2 == 0 else sides[::-1]
