@@ -600,9 +600,9 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             if not os.environ.get("SPARK_LOCAL_IP"):
                 if master.startswith("local") and "spark.driver.host" not in settings and "spark.driver.bindAddress" not in settings:
                     env["SPARK_LOCAL_IP"] = "127.0.0.1"  # local mode needs no network; also no hostname warning
-                elif settings.get("spark.driver.bindAddress") or settings.get("spark.driver.host"):
+                elif settings.get("spark.driver.host") and not settings.get("spark.driver.bindAddress"):
                     # the address the target names for the driver, not a guess from the hostname (and its warning)
-                    env["SPARK_LOCAL_IP"] = settings.get("spark.driver.bindAddress") or settings["spark.driver.host"]
+                    env["SPARK_LOCAL_IP"] = settings["spark.driver.host"]
 
         if settings.get("spark.pyspark.python"):
             # PySpark takes the executors' Python from PYSPARK_PYTHON when the context starts;
