@@ -498,8 +498,8 @@ class Executor:
         return state, message + _source_notes(sources)
 
     def _settle_sources(self, step: Step, result: StepResult, sources: Mapping[str, Pending], committed: bool, succeeded: bool) -> None:
-        """After the write, committed or not: queue messages the commit holds are deleted (the
-        rest come back to the queue), cached object reads are dropped."""
+        """After the write, committed or not: queue messages the commit holds are deleted (those
+        of a failed step go back to the queue at once), cached object reads are dropped."""
         problems = []
         for name, p in sources.items():
             if isinstance(p, s3_events_source.S3EventsPending):

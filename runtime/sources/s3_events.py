@@ -309,6 +309,11 @@ class S3EventsPending(Pending):
                 self._delete(good)
             elif succeeded and not self.records:
                 self._delete(good)  # only test events: nothing to keep
+            elif not succeeded:
+                # the step failed before its commit (Spark did not start, a bad input file, ...):
+                # the messages go back to the queue now, for the next run, not when their
+                # visibility timeout ends
+                self._release(good)
             if succeeded and self.malformed:
                 limit = int(self.config.get("max_receive_count") or 5)
                 due = [m for m in self.malformed if m.receive_count >= limit]
