@@ -1,6 +1,6 @@
 """Java Hudi 0.15.0 and pipe on one table, one after the other and at the same time: a Java write
 killed mid-flight, a live Java writer with heartbeats, a Java writer west of UTC on a table
-with Hudi's LOCAL timeline time zone, and fifty commits taking turns with archival on both
+with Hudi's LOCAL timeline time zone, and thirty commits taking turns with archival on both
 sides. The interop audit's "Cases to cover" 3, 4 and 7 (shared/interop-audit/README.md). Every
 case ends with pipe, hudi-rs and Java reading the same rows, each key once."""
 
@@ -228,7 +228,7 @@ def test_a_java_writer_west_of_utc_and_pipe_take_turns_on_a_local_time_zone_tabl
     assert rows(java_west.read(path, query="incremental", begin=first, end=writes[2]), cols) == got, "Java"
 
 
-# --- 4. fifty commits taking turns -------------------------------------------------------------------
+# --- 4. thirty commits taking turns -------------------------------------------------------------------
 
 # Java archives commits (deltacommits, commits) past 6 down to 4, but never the deltacommits a
 # compaction may still need (the last max.delta.commits since the latest compaction); pipe
@@ -256,19 +256,19 @@ def turn_batch(k: int, expected: dict[int, tuple]) -> tuple[str, pa.Table]:
     return operation, pa.table({"id": ids, "region": regions, "ts": ts, "v": values}, schema=ORDERS)
 
 
-def test_fifty_commits_alternating_java_and_pipe_with_archival_on_both_sides(spark, tmp_path, java_hudi_015):
+def test_thirty_commits_alternating_java_and_pipe_with_archival_on_both_sides(spark, tmp_path, java_hudi_015):
     """Java 0.15 (GLOBAL_SIMPLE index moving keys between partitions, inline compaction every 3
     deltacommits, cleaning 3 commits back and archiving at 6 commits down to 4, no metadata
     table) and pipe (compaction every 3 deltacommits, cleaning 3 commits back, archiving at 12
     instants down to 8) take
-    turns on one merge-on-read table for fifty commits of upserts, deletes and keys that change
-    partition. After 25 commits and at the end, pipe, hudi-rs and Java read the same rows,
+    turns on one merge-on-read table for thirty commits of upserts, deletes and keys that change
+    partition. After 15 commits and at the end, pipe, hudi-rs and Java read the same rows,
     each key once; at the end an incremental read over the active timeline agrees too."""
     path = tmp_path / "orders"
     table = pipe_orders(spark, path, MERGE_ON_READ)
     config = table.config
     expected = as_expected(orders(range(1000), 1))
-    for k in range(50):
+    for k in range(30):
         operation, batch = turn_batch(k, expected)
         if k % 2 == 0:
             java_hudi_015.write(path, batch, java_options(config, operation, **JAVA_TURN))
@@ -279,7 +279,7 @@ def test_fifty_commits_alternating_java_and_pipe_with_archival_on_both_sides(spa
                 del expected[i]
         else:
             expected.update(as_expected(batch))
-        if k % 25 == 24:
+        if k % 15 == 14:
             three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
     hoodie = path / ".hoodie"
     assert list((hoodie / "archived").glob(".commits_.archive*")), "Java archived"
