@@ -76,28 +76,27 @@ def cpu_of(pids: list[int]) -> float:
     return sum((_stat(p) or (0, 0.0))[1] for p in pids)
 
 
-class Measure:
-    """Wall time of a block, peak RSS of a set of processes (sampled every 100 ms) and their CPU
-    seconds (user + system, with reaped children) over the block. `pids` gives the processes
-    (called at every sample: processes come and go)."""
+class Sampler:
+    """Wall time of a `with` block, with `sample()` called every `interval` seconds in a thread
+    meanwhile: `begin()` before the block, `end()` after it (the subclasses' measures)."""
 
-    def __init__(self, pids):
-        self.pids = pids
+    interval = 0.1
+
+    def begin(self) -> None: ...
+
+    def sample(self) -> None: ...
+
+    def end(self) -> None: ...
 
     def __enter__(self):
         self.stop = threading.Event()
-        self.peak = sum(rss_mb(p) for p in self.pids())
-        self.cpu0 = cpu_of(self.pids())
-        self.last_cpu = self.cpu0
+        self.begin()
 
-        def sample():
-            while not self.stop.wait(0.1):
-                pids = self.pids()
-                self.peak = max(self.peak, sum(rss_mb(p) for p in pids))
-                # a process that ended (a fresh driver) leaves the sum: keep the largest seen
-                self.last_cpu = max(self.last_cpu, cpu_of(pids))
+        def loop():
+            while not self.stop.wait(self.interval):
+                self.sample()
 
-        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread = threading.Thread(target=loop, daemon=True)
         self.thread.start()
         self.t0 = time.perf_counter()
         return self
@@ -106,10 +105,32 @@ class Measure:
         self.seconds = time.perf_counter() - self.t0
         self.stop.set()
         self.thread.join()
+        self.end()
+
+
+class Measure(Sampler):
+    """Wall time of a block, peak RSS of a set of processes (sampled every 100 ms) and their CPU
+    seconds (user + system, with reaped children) over the block. `pids` gives the processes
+    (called at every sample: processes come and go)."""
+
+    def __init__(self, pids):
+        self.pids = pids
+
+    def begin(self) -> None:
+        self.peak = sum(rss_mb(p) for p in self.pids())
+        self.cpu0 = cpu_of(self.pids())
+        self.last_cpu = self.cpu0
+
+    def sample(self) -> None:
+        pids = self.pids()
+        self.peak = max(self.peak, sum(rss_mb(p) for p in pids))
+        # a process that ended (a fresh driver) leaves the sum: keep the largest seen
+        self.last_cpu = max(self.last_cpu, cpu_of(pids))
+
+    def end(self) -> None:
         end = cpu_of(self.pids())
         # a process started and ended inside the block (a fresh driver) is only in the samples
         self.cpu = max(end, self.last_cpu) - self.cpu0
-
 
 
 def median(values):

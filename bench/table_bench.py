@@ -30,45 +30,37 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
-from report import median as _median, rss_mb as _rss_mb, write_section  # noqa: E402
+from report import Sampler, median as _median, rss_mb as _rss_mb, write_section  # noqa: E402
 
 
-class Peak:
+class Peak(Sampler):
     """Samples the Python driver's RSS and the JVM's used heap while a block runs."""
+
+    interval = 0.05
 
     def __init__(self, spark):
         self.runtime = spark._jvm.java.lang.Runtime.getRuntime()
         self.py = self.jvm = 0.0
 
-    def __enter__(self):
-        self.stop = threading.Event()
+    def _heap_mb(self) -> float:
+        return (self.runtime.totalMemory() - self.runtime.freeMemory()) / 2**20
+
+    def begin(self) -> None:
         self.py = _rss_mb(os.getpid())
-        self.jvm = (self.runtime.totalMemory() - self.runtime.freeMemory()) / 2**20
+        self.jvm = self._heap_mb()
 
-        def sample():
-            while not self.stop.wait(0.05):
-                self.py = max(self.py, _rss_mb(os.getpid()))
-                try:
-                    self.jvm = max(self.jvm, (self.runtime.totalMemory() - self.runtime.freeMemory()) / 2**20)
-                except Exception:  # noqa: BLE001 - the gateway may be busy; skip a sample
-                    pass
-
-        self.thread = threading.Thread(target=sample, daemon=True)
-        self.thread.start()
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.seconds = time.perf_counter() - self.t0
-        self.stop.set()
-        self.thread.join()
+    def sample(self) -> None:
+        self.py = max(self.py, _rss_mb(os.getpid()))
+        try:
+            self.jvm = max(self.jvm, self._heap_mb())
+        except Exception:  # noqa: BLE001 - the gateway may be busy; skip a sample
+            pass
 
 
 def dir_bytes(path: Path, suffix: str = ".parquet", newer_than: float | None = None) -> int:
