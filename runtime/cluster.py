@@ -111,7 +111,7 @@ def check_reachable(master: str, shared_paths: tuple[str, ...], root: Path, fold
             "which cannot reach it",
             "put the lake on S3 (`lake: s3://bucket/prefix`) and the input in an `s3_incremental` source, or, if the "
             f"folder is on a file system mounted at the same path on every node (NFS, EFS, a cluster's shared disk), "
-            f"name it in the target: `shared_paths: [{root if Path(root) in folder.parents else folder}]`")
+            f"name it in the target: `shared_paths: [{root if root in folder.parents else folder}]`")
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:

@@ -137,22 +137,24 @@ class Executor:
 
     # --- where things are ------------------------------------------------------------------
 
-    def _lake_uri(self) -> str:
+    def _resolved(self, value: str, needed_by: str) -> str:
+        """`value` with its environment placeholders filled in; a missing variable is a RunError
+        saying what needs it (`needed_by`: "the lake of target dev needs it")."""
         try:
-            lake = resolve_env_placeholders(self.plan.target.lake, self.environ)
+            return resolve_env_placeholders(value, self.environ)
         except KeyError as exc:
-            raise RunError(f"environment variable {exc.args[0]} is not set; the lake of target {self.plan.target.name} needs it",
+            raise RunError(f"environment variable {exc.args[0]} is not set; {needed_by}",
                            f"export {exc.args[0]}=... before `pipe run`") from exc
+
+    def _lake_uri(self) -> str:
+        lake = self._resolved(self.plan.target.lake, f"the lake of target {self.plan.target.name} needs it")
         return self._project_uri(lake).rstrip("/")
 
     def _s3a_settings(self) -> dict[str, str]:
         """The target's `spark.hadoop.fs.s3a.*` settings, placeholders filled in (runtime/s3.py)."""
-        conf = {k: v for k, v in self.plan.target.spark_conf.items() if k.startswith(s3.PREFIX)}
-        try:
-            return s3.s3a_settings({k: resolve_env_placeholders(str(v), self.environ) for k, v in conf.items()})
-        except KeyError as exc:
-            raise RunError(f"environment variable {exc.args[0]} is not set; the Spark settings of target {self.plan.target.name} need it",
-                           f"export {exc.args[0]}=... before `pipe run`") from exc
+        needed_by = f"the Spark settings of target {self.plan.target.name} need it"
+        return s3.s3a_settings({k: self._resolved(str(v), needed_by)
+                                for k, v in self.plan.target.spark_conf.items() if k.startswith(s3.PREFIX)})
 
     def _project_uri(self, path: str) -> str:
         """A URI or absolute path as written; a relative path from the project folder."""
@@ -372,13 +374,10 @@ class Executor:
     # --- tables ------------------------------------------------------------------------------
 
     def _open_table(self, name: str, needed_by: str):
-        from runtime.table.table import Table
-
-        uri = self.table_uri(name)
-        if not Table.exists(uri, self.storage_options):
-            raise RunError(f"{needed_by} reads table {name}, which has not been built yet (no table at {uri})",
+        if not self.table_exists(name):
+            raise RunError(f"{needed_by} reads table {name}, which has not been built yet (no table at {self.table_uri(name)})",
                            f"build it first: `pipe run --select +{name}`")
-        return Table.open(self._spark, uri, self.storage_options)
+        return self.open_table(name, self._spark)
 
     def consumer_checkpoints(self, table: str) -> dict[str, str]:
         """The instant each incremental consumer of `table` (a table reading it through a `table`
@@ -410,18 +409,15 @@ class Executor:
         field changed is created anew, and its instants start over. Every incremental consumer
         that has read it loses its checkpoint: one message per consumer, saying what its next
         run will do. A consumer rebuilt in the same run reads the new table whole: no loss."""
-        from runtime.table.table import Table
-
         if not self.options.full_refresh:
             return []
         out = []
         for sid in self.selected:
             step = self.plan.step(sid)
-            uri = self.table_uri(step.name)
-            if step.kind != "write" or not Table.exists(uri, self.storage_options) or self._reads_queue(step):
+            if step.kind != "write" or not self.table_exists(step.name) or self._reads_queue(step):
                 continue
             try:
-                changed = Table.open(None, uri, self.storage_options).definition_changes(table_config(step, self._config(step)))
+                changed = self.open_table(step.name).definition_changes(table_config(step, self._config(step)))
             except RunError:
                 continue  # an environment variable is missing: the step itself will say so
             if not changed:
@@ -531,13 +527,11 @@ class Executor:
         return write
 
     def _write_step(self, step: Step, result: StepResult, sources: dict[str, Pending], outcome: dict[str, bool]) -> tuple[str, str]:
-        from runtime.table.table import Table
-
         config = self._config(step)
         result.operation = config["operation"]
         uri = self.table_uri(step.name)
-        exists = Table.exists(uri, self.storage_options)
-        table = Table.open(None, uri, self.storage_options) if exists else None
+        exists = self.table_exists(step.name)
+        table = self.open_table(step.name) if exists else None
         kept = ""
         if exists and self.options.full_refresh and self._reads_queue(step):
             kept = "--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); "
@@ -589,7 +583,7 @@ class Executor:
         for name, instant in refs.items():
             self.open_table(name, session).read(as_of=instant, meta=False).createOrReplaceTempView(name)
         if exists and not full:  # {{ this }}: the table's current snapshot
-            Table.open(session, uri, self.storage_options).read(meta=False).createOrReplaceTempView(step.name)
+            self.open_table(step.name, session).read(meta=False).createOrReplaceTempView(step.name)
         result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
         result.inputs = {name: p.to_dict() for name, p in sources.items()}
         result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})

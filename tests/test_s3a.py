@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import boto3
@@ -22,8 +21,9 @@ import pytest
 import yaml
 
 from runtime import s3
-from tests.conftest import REPO, write_project
+from tests.conftest import write_project
 from tests.s3a import env as s3a_env
+from tests.test_example_project import _pipe
 from tests.test_run import assert_clean, pipe, run_results, steps
 
 RUN_COLUMNS = {"_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_file_name"}
@@ -100,11 +100,8 @@ def shop_project(root: Path, bucket: str, endpoint: str, queue: str, jars: str |
 
 
 def _pipe_process(root: Path, *args: str) -> subprocess.CompletedProcess:
-    """`pipe` in its own process with its own Spark, as a user runs it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("PIPE_FAULT", None)
-    proc = subprocess.run([sys.executable, "-m", "pipe", *args, "--project-dir", str(root)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"pipe {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    """`pipe` in its own process with its own Spark, as a user runs it, in the project folder."""
+    proc = _pipe(root, *args)
     assert_clean(proc.stdout, proc.stderr)
     return proc
 

@@ -194,28 +194,32 @@ class S3IncrementalPending(Pending):
 def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint_text: str | None,
             s3a: Mapping[str, str] | None = None) -> S3IncrementalPending:
     """`s3a`: the target's fs.s3a settings, for reading the objects with boto3."""
+
+    def make(*args, **kwargs) -> S3IncrementalPending:
+        return S3IncrementalPending(name, config, upstream, *args, s3a=s3a, **kwargs)
+
     timeline: Timeline = upstream.timeline()
     done = timeline.completed()
     if not done:
-        return S3IncrementalPending(name, config, upstream, None, None, 0, s3a=s3a)
+        return make(None, None, 0)
     latest = done[-1].time
     cursor = Cursor.parse(checkpoint_text)
     if cursor is None:
         if config.get("read_latest_on_missing_checkpoint"):
             since = done[-2].time if len(done) > 1 else None
-            return S3IncrementalPending(name, config, upstream, since, latest, 1, note="no checkpoint: the latest commit only", s3a=s3a)
-        return S3IncrementalPending(name, config, upstream, None, latest, len(done), s3a=s3a)
+            return make(since, latest, 1, note="no checkpoint: the latest commit only")
+        return make(None, latest, len(done))
     if cursor.instant == latest and cursor.after is None:
-        return S3IncrementalPending(name, config, upstream, cursor.instant, None, 0, s3a=s3a)
+        return make(cursor.instant, None, 0)
     lost = lost_checkpoint(cursor.instant, done, upstream.config.name, upstream.storage)
     if lost:
         raise SourceError(f"source {name}: {lost}, so the objects since the last run of {consumer} cannot be told",
                           f"read every object the table names again with `pipe run --select {consumer} --full-refresh`")
     if cursor.after is not None:  # go on inside the partly consumed instant
         commits = len([i for i in done if i.time >= cursor.instant])
-        return S3IncrementalPending(name, config, upstream, _before(cursor.instant), latest, commits, cursor, s3a=s3a)
+        return make(_before(cursor.instant), latest, commits, cursor)
     commits = len([i for i in done if i.time > cursor.instant])
-    return S3IncrementalPending(name, config, upstream, cursor.instant, latest, commits, cursor, s3a=s3a)
+    return make(cursor.instant, latest, commits, cursor)
 
 
 # --- reading objects inside the executors --------------------------------------------------------
@@ -228,14 +232,9 @@ def bucket_options(config: Mapping[str, Any], s3a: Mapping[str, str], buckets) -
     return {b: tuple({**dict(s3.client_options(s3a, b)), **own}.items()) for b in sorted(set(buckets))}
 
 
-class _Clients:
-    """The boto3 client of each bucket (in a task)."""
-
-    def __init__(self, aws: Mapping[str, tuple]):
-        self.aws = aws
-
-    def __call__(self, bucket: str):
-        return s3.client(self.aws.get(bucket, ()))
+def _client(aws: Mapping[str, tuple], bucket: str):
+    """The boto3 client for `bucket` (bucket_options), one per options in a process."""
+    return s3.client(aws.get(bucket, ()))
 
 
 def _get(client, bucket: str, key: str) -> bytes | None:
@@ -247,13 +246,11 @@ def _get(client, bucket: str, key: str) -> bytes | None:
 
 
 def s3_opener(aws: Mapping[str, tuple]):
-    """records.line_reader's opener: clients per task, objects opened by "bucket/key"."""
-    clients = _Clients(aws)
-
+    """records.line_reader's opener: objects opened by "bucket/key"."""
     def open_object(name: str):
         """The object's body as a stream (read in pieces), or None when it no longer exists."""
         bucket, _, key = name.partition("/")
-        client = clients(bucket)
+        client = _client(aws, bucket)
         try:
             return client.get_object(Bucket=bucket, Key=key)["Body"]
         except client.exceptions.NoSuchKey:
@@ -269,7 +266,6 @@ def fetch_parquet(aws: Mapping[str, tuple], arrow_schema, batches: Iterator) -> 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    clients = _Clients(aws)
     data_fields = [f for f in arrow_schema if f.name not in (OBJECT, MISSING, PROBLEM)]
 
     def marker(name: str, missing: str | None, problem: str | None):
@@ -279,7 +275,7 @@ def fetch_parquet(aws: Mapping[str, tuple], arrow_schema, batches: Iterator) -> 
     for batch in batches:
         for bucket, key in zip(batch.column("bucket").to_pylist(), batch.column("object_key").to_pylist()):
             name = f"{bucket}/{key}"
-            body = _get(clients(bucket), bucket, key)
+            body = _get(_client(aws, bucket), bucket, key)
             if body is None:
                 yield marker(name, name, None)
                 continue
@@ -312,7 +308,7 @@ def _parquet_schema_ddl(aws: Mapping[str, tuple], obj: S3Object) -> str:
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    client = s3.client(aws.get(obj.bucket, ()))
+    client = _client(aws, obj.bucket)
     size = obj.size or client.head_object(Bucket=obj.bucket, Key=obj.key)["ContentLength"]
     tail = client.get_object(Bucket=obj.bucket, Key=obj.key, Range=f"bytes={max(0, size - 8)}-")["Body"].read()
     if len(tail) < 8 or tail[-4:] != b"PAR1":
