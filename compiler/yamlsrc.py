@@ -148,24 +148,35 @@ class _Builder:
 
 
 def _too_deep(text: str, file: str, errors: Collector) -> bool:
-    """Whether the file nests deeper than MAX_DEPTH (reported), from libyaml's event stream,
+    """Whether the file nests deeper than MAX_DEPTH (reported), from the parser's event stream,
     which keeps its own stack. Only files that might be deep are scanned."""
     if text.count("[") + text.count("{") <= 2 * MAX_DEPTH // 4 and not _MAYBE_DEEP.search(text):
         return False
-    depth = 0
     try:
-        for event in yaml.parse(text, Loader=_Loader):
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    mark = event.start_mark
-                    errors.error(Location(file, mark.line + 1, mark.column + 1), f"YAML nested more than {MAX_DEPTH} levels deep",
-                                 "project files need a few levels; check the brackets and indentation here")
-                    return True
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-    except yaml.YAMLError:
+        return _deeper_than_max(text, file, errors, _Loader)
+    except yaml.YAMLError as exc:
+        # libyaml 0.2.6 (PyYAML 6.0.4) refuses 1,000 flow levels while reading ahead, before it
+        # yields the events that would reach ours; PyYAML's own parser yields them one by one.
+        if _Loader is not yaml.SafeLoader and "nesting depth" in str(getattr(exc, "problem", "")):
+            try:
+                return _deeper_than_max(text, file, errors, yaml.SafeLoader)
+            except yaml.YAMLError:
+                pass
         return False  # composing reports it with its position
+
+
+def _deeper_than_max(text: str, file: str, errors: Collector, loader: type) -> bool:
+    depth = 0
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                errors.error(Location(file, mark.line + 1, mark.column + 1), f"YAML nested more than {MAX_DEPTH} levels deep",
+                             "project files need a few levels; check the brackets and indentation here")
+                return True
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
     return False
 
 
