@@ -302,9 +302,10 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
     if full_refresh:
         from rich.markup import escape
 
-        from runtime.executor import Executor
+        from runtime.steps.context import RunContext
+        from runtime.steps.write import rebuild_warnings
 
-        for warning in Executor(plan, root, chosen, options).rebuild_warnings():
+        for warning in rebuild_warnings(RunContext(plan, root, chosen, options)):
             output.err.print(f"[yellow]warning[/]: {escape(warning)}")
     args = {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads}
     factory = _spark_factory(plan, ctx.debug, announce=not quiet and log_format == "text")
@@ -329,9 +330,9 @@ def _run_lock(plan, root: Path, dry_run: bool):
         yield
         return
     from runtime import run_lock
-    from runtime.executor import Executor, RunOptions
+    from runtime.steps.context import RunContext
 
-    where = Executor(plan, root, [], RunOptions(dry_run=True))
+    where = RunContext(plan, root)
     with run_lock.hold(where.lake, where.storage_options, command="pipe run"):
         yield
 
@@ -422,8 +423,7 @@ def _instant_arg(value: str | None, what: str) -> str | None:
 def _table_for(ctx: _Context, name: str, target: str | None):
     """The project table NAME as stored in the target's lake (opened without Spark)."""
     from compiler.errors import did_you_mean
-    from compiler.plan import TargetSpec
-    from runtime.executor import Executor, RunOptions
+    from runtime.steps.context import RunContext
 
     result = _compile(ctx, target, None)
     plan = result.plan
@@ -432,14 +432,14 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and s.config.get("kind") == "s3_events"]
     if name not in tables:
         raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, tables) or f"tables: {', '.join(tables)}")])
-    executor = Executor(plan, result.project.root, [], RunOptions(dry_run=True))
-    uri = executor.table_uri(name)
-    if not executor.table_exists(name):
+    lake = RunContext(plan, result.project.root)
+    uri = lake.table_uri(name)
+    if not lake.table_exists(name):
         hint = f"run `pipe run --select +{name}`"
         if name.endswith("_dead_letter") and name not in [s.name for s in plan.steps]:
             hint = "no message has been dead-lettered yet (the table appears with the first one)"
         raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", hint)])
-    return executor.open_table(name), plan
+    return lake.open_table(name), plan
 
 
 def _spark_for(table, plan, debug: bool):
@@ -675,7 +675,6 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
     from rich.table import Table as RichTable
 
     from runtime.table import services
-    from runtime.table.timeline import CHECKPOINT_PREFIX, Timeline
 
     table, _ = _table_for(ctx, table_name, target)
     timeline = table.timeline()
@@ -735,12 +734,12 @@ def _service_detail(storage, inst) -> str | None:
 
 def _service_context(ctx: _Context, table_name: str, target: str | None):
     """The table, its settings from the project, and the incremental consumers holding it back."""
-    from runtime.executor import Executor, RunOptions
+    from runtime.steps.context import RunContext
 
     table, plan = _table_for(ctx, table_name, target)
     step = next((s for s in plan.steps if s.kind == "write" and s.name == table_name), None)
     config = dict(step.config) if step is not None else {"clean": {}, "archive": {}}
-    consumers = Executor(plan, ctx.root(), [], RunOptions(dry_run=True)).consumer_checkpoints(table_name)
+    consumers = RunContext(plan, ctx.root()).consumer_checkpoints(table_name)
     return table, config, consumers
 
 

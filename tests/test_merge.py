@@ -250,7 +250,7 @@ def test_view_keeps_log_only_groups_and_logs_named_with_a_pending_compaction(tmp
 def test_a_damaged_log_file_found_in_a_spark_task_is_reported_without_the_traceback(spark, tmp_path):
     import zipfile
 
-    from runtime.executor import _spark_message
+    from runtime.steps.errors import spark_message
     from runtime.table import Table
     from tests.conftest import REPO
 
@@ -260,7 +260,7 @@ def test_a_damaged_log_file_found_in_a_spark_task_is_reported_without_the_traceb
     log.write_bytes(b"\0" * 6 + log.read_bytes())
     with pytest.raises(Exception) as err:
         Table.open(spark, str(tmp_path / "v6_nonpartitioned")).read().collect()
-    message = _spark_message(err.value)
+    message = spark_message(err.value)
     assert message.startswith(f"table at {tmp_path / 'v6_nonpartitioned'}: damaged log file {log.name}: no block magic at byte 0")
     assert "Traceback" not in message and "roll back" in message
 

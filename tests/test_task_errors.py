@@ -1,5 +1,5 @@
 """A failure inside a Spark task (a Python worker) is read back as one line with a hint, and never
-blamed on the table's SQL (runtime/task_errors.py, runtime/executor.describe_error). The errors
+blamed on the table's SQL (runtime/task_errors.py, runtime/steps/errors.describe_error). The errors
 here are real: raised by Python workers of the test session's Spark."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from compiler.plan import Step
-from runtime.executor import describe_error
+from runtime.steps.errors import describe_error
 from runtime.task_errors import worker_error
 
 ORDERS = Step(id="table.orders", kind="write", name="orders", depends_on=(), config={}, file="tables/orders.yml", line=2,

@@ -1,0 +1,257 @@
+"""What every step of a run shares: the plan, the project folder, the run's options and
+environment, the lake and how to reach it, the SparkSession (started by the first step that
+needs it), the cancel signal, and the state each table's timeline keeps for its step."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from compiler.plan import Plan, Step
+from compiler.render import resolve_env_placeholders
+from runtime import s3
+from runtime.steps.errors import RunError
+from runtime.table.timeline import CHECKPOINT_PREFIX
+
+FINGERPRINT_KEY = "pipe.step.fingerprint"
+STATES = ("pending", "running", "success", "no_input", "would_run", "error", "skipped", "cancelled")
+
+
+@dataclass
+class RunOptions:
+    full_refresh: bool = False
+    threads: int = 4
+    fail_fast: bool = False
+    dry_run: bool = False
+
+
+@dataclass
+class StepResult:
+    id: str
+    kind: str
+    name: str
+    state: str = "pending"
+    rows_read: int | None = None
+    rows_written: int | None = None
+    inserts: int | None = None
+    updates: int | None = None
+    deletes: int | None = None
+    instant: str | None = None
+    action: str | None = None
+    operation: str | None = None
+    started_at: str | None = None
+    elapsed_s: float | None = None
+    message: str | None = None
+    hint: str | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.pop("traceback")
+        return d
+
+
+class RunContext:
+    """One run's (or one command's) view of the project and its lake. Commands that only read
+    tables (`pipe show`, services) make one with no selection and no Spark factory."""
+
+    def __init__(self, plan: Plan, project_root: Path, selected: Iterable[str] = (), options: RunOptions | None = None,
+                 spark_factory: Callable[[], Any] | None = None, environ: Mapping[str, str] | None = None):
+        self.plan = plan
+        self.root = Path(project_root)
+        chosen = set(selected)
+        self.selected = [s for s in plan.step_ids if s in chosen]
+        self.options = options or RunOptions()
+        self.environ = dict(os.environ if environ is None else environ)
+        self.lake = self._lake_uri()
+        self.s3a = self._s3a_settings()
+        # how pipe's own code (driver and tasks) reaches the lake: the target's fs.s3a settings
+        self.storage_options = s3.client_options(self.s3a, s3.bucket_of(self.lake)) if s3.is_s3(self.lake) else ()
+        self.cancel = threading.Event()  # set by Ctrl-C and by --fail-fast
+        self.interrupted = False  # Ctrl-C
+        self.results: dict[str, StepResult] = {}
+        self._spark_factory = spark_factory
+        self._spark = None
+        self._spark_error: BaseException | None = None
+        self._spark_lock = threading.Lock()
+
+    # --- where things are ------------------------------------------------------------------
+
+    def resolved(self, value: str, needed_by: str) -> str:
+        """`value` with its environment placeholders filled in; a missing variable is a RunError
+        saying what needs it (`needed_by`: "the lake of target dev needs it")."""
+        try:
+            return resolve_env_placeholders(value, self.environ)
+        except KeyError as exc:
+            raise RunError(f"environment variable {exc.args[0]} is not set; {needed_by}",
+                           f"export {exc.args[0]}=... before `pipe run`") from exc
+
+    def _lake_uri(self) -> str:
+        lake = self.resolved(self.plan.target.lake, f"the lake of target {self.plan.target.name} needs it")
+        return self.project_uri(lake).rstrip("/")
+
+    def _s3a_settings(self) -> dict[str, str]:
+        """The target's `spark.hadoop.fs.s3a.*` settings, placeholders filled in (runtime/s3.py)."""
+        needed_by = f"the Spark settings of target {self.plan.target.name} need it"
+        return s3.s3a_settings({k: self.resolved(str(v), needed_by)
+                                for k, v in self.plan.target.spark_conf.items() if k.startswith(s3.PREFIX)})
+
+    def project_uri(self, path: str) -> str:
+        """A URI or absolute path as written; a relative path from the project folder."""
+        if path.startswith(("s3://", "s3a://", "file://")) or os.path.isabs(path):
+            return path
+        return str((self.root / path).resolve())
+
+    def config(self, step: Step) -> dict[str, Any]:
+        """The step's config with ${env:...} placeholders filled in from the environment."""
+        if not step.env_vars:
+            return dict(step.config)
+        try:
+            return json.loads(resolve_env_placeholders(json.dumps(step.config), {k: json.dumps(v)[1:-1] for k, v in self.environ.items()}))
+        except KeyError as exc:
+            raise RunError(f"{step.id}: environment variable {exc.args[0]} is not set ({step.file}:{step.line} uses it)",
+                           f"export {exc.args[0]}=... before `pipe run`") from exc
+
+    def table_uri(self, name: str) -> str:
+        return f"{self.lake}/{name}"
+
+    def table_exists(self, name: str) -> bool:
+        from runtime.table.table import Table
+
+        return Table.exists(self.table_uri(name), self.storage_options)
+
+    def open_table(self, name: str, spark=None):
+        """The lake's table `name` (as stored; it must exist)."""
+        from runtime.table.table import Table
+
+        return Table.open(spark, self.table_uri(name), self.storage_options)
+
+    def open_upstream(self, name: str, needed_by: str):
+        """Table `name`, read by `needed_by` ("source orders_raw"); a RunError if it was never built."""
+        if not self.table_exists(name):
+            raise RunError(f"{needed_by} reads table {name}, which has not been built yet (no table at {self.table_uri(name)})",
+                           f"build it first: `pipe run --select +{name}`")
+        return self.open_table(name, self._spark)
+
+    # --- Spark -----------------------------------------------------------------------------
+
+    def spark(self):
+        """The run's SparkSession, started by the first step that needs it. A start that
+        failed is not tried again by every other step: they all report that failure."""
+        with self._spark_lock:
+            if self._spark_error is not None:
+                raise self._spark_error
+            if self._spark is None:
+                if self._spark_factory is None:
+                    raise RunError("no Spark session available")
+                try:
+                    self._check_reachable()
+                    self._spark = self._spark_factory()
+                except BaseException as exc:
+                    self._spark_error = exc
+                    raise
+            return self._spark
+
+    @property
+    def spark_started(self):
+        """The session if a step has started it, else None (nothing to cancel)."""
+        return self._spark
+
+    def _check_reachable(self) -> None:
+        """Before Spark starts on a cluster: the executors can reach the lake and the input
+        folders (runtime/cluster.py)."""
+        from runtime import cluster
+        from runtime.sources.files import base_and_pattern
+
+        try:
+            master = resolve_env_placeholders(self.plan.target.spark_master, self.environ)
+        except KeyError:
+            return  # the Spark start reports the missing variable
+        folders = []
+        lake = cluster.local_folder(self.lake)
+        if lake is not None:
+            folders.append((f"the lake of target {self.plan.target.name}", lake))
+        for step in self.plan.steps:
+            if step.kind == "ingest" and step.config.get("kind") == "files" and step.id in self.selected:
+                path = str(step.config.get("path", ""))
+                if cluster.local_folder(path) is not None:
+                    folders.append((f"source {step.name}'s folder", base_and_pattern(path, self.root)[0]))
+        try:
+            cluster.check_reachable(master, tuple(self.plan.target.shared_paths), self.root, folders)
+        except cluster.UnreachablePathError as exc:
+            raise RunError(str(exc), exc.hint) from exc
+
+    def check_spark_reads(self, spark, uri: str, table: str) -> None:
+        """Before anything of `table` is written: Spark reads its data files, so on S3 it needs
+        an S3 file system (runtime/s3.py)."""
+        try:
+            s3.check_spark(spark, uri, f"the lake of table {table}")
+        except s3.SparkCannotReadS3 as exc:
+            raise RunError(f"table {table}: {exc}; nothing was written", exc.hint) from exc
+
+    # --- the plan in this run --------------------------------------------------------------
+
+    def built_later(self, table: str) -> bool:
+        """In a dry run, a selected upstream table that does not exist yet would be built first."""
+        return self.options.dry_run and f"table.{table}" in self.selected and not self.table_exists(table)
+
+    def would_write(self, step_id: str) -> list[str]:
+        """In a dry run: the tables in this run that would write and feed `step_id` (itself, or
+        through a `table`/`s3_incremental` source)."""
+        r = self.results.get(step_id)
+        if r is None:
+            return []
+        if r.kind == "write":
+            return [r.name] if r.state == "would_run" else []
+        if self.plan.step(step_id).config.get("kind") in ("table", "s3_incremental"):
+            return [t for d in self.plan.step(step_id).depends_on for t in self.would_write(d)]
+        return []
+
+    def reads_queue(self, step: Step) -> bool:
+        return any(self.plan.step(d).kind == "ingest" and self.plan.step(d).config.get("kind") == "s3_events" for d in step.depends_on)
+
+    def consumer_checkpoints(self, table: str) -> dict[str, str]:
+        """The instant each incremental consumer of `table` (a table reading it through a `table`
+        or `s3_incremental` source) has read up to, by "consumer (source)". Cleaning keeps what
+        the reads after the oldest of them need, and archiving does not pass it. A consumer
+        that has not run yet reads the whole table, so it holds nothing back."""
+        return {f"{reader.name} ({src.name})": cp for src, reader, cp in self.incremental_consumers(table)}
+
+    def incremental_consumers(self, table: str) -> list[tuple[Step, Step, str]]:
+        """(source step, consuming write step, instant read up to) of every built consumer of
+        `table` that has read it incrementally."""
+        out = []
+        for src in self.plan.steps:
+            if src.kind != "ingest" or src.config.get("kind") not in ("table", "s3_incremental"):
+                continue
+            if (src.config.get("table") or src.config.get("metadata_table")) != table:
+                continue
+            for reader in self.plan.steps:
+                if reader.kind != "write" or src.id not in reader.depends_on or not self.table_exists(reader.name):
+                    continue
+                stored, _, _ = stored_state(self.open_table(reader.name))
+                checkpoint = stored.get(src.name)
+                if checkpoint:  # s3_incremental: "instant#bucket/key" within an instant
+                    out.append((src, reader, checkpoint.split("#", 1)[0]))
+        return out
+
+
+def stored_state(table) -> tuple[dict[str, str], str | None, str | None]:
+    """The checkpoints and step fingerprint of the table's latest commit written by pipe, and
+    the latest completed write instant they were read at."""
+    from runtime.table.timeline import WRITE_ACTIONS
+
+    timeline = table.timeline()
+    writes = timeline.completed(WRITE_ACTIONS)
+    latest = writes[-1].time if writes else None
+    for inst in reversed(timeline.completed()):
+        extra = timeline.commit_metadata(inst).extra
+        if FINGERPRINT_KEY in extra or any(k.startswith(CHECKPOINT_PREFIX) for k in extra):
+            cps = {k[len(CHECKPOINT_PREFIX):]: v for k, v in extra.items() if k.startswith(CHECKPOINT_PREFIX)}
+            return cps, extra.get(FINGERPRINT_KEY), latest
+    return {}, None, latest

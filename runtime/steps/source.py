@@ -1,0 +1,151 @@
+"""Source steps, and what a table step asks of its sources: the new input since the table's
+checkpoints, and afterwards the settling of what it read (queue messages deleted once the
+commit holds them, or put back at once when the step failed)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from compiler.plan import Step
+from runtime.sources import Pending, human_bytes
+from runtime.sources import files as files_source
+from runtime.sources import s3_events as s3_events_source
+from runtime.sources import s3_incremental as s3_incremental_source
+from runtime.sources import table as table_source
+from runtime.steps.context import RunContext, StepResult
+from runtime.steps.errors import RunError
+
+
+def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
+    """A source step checks that the source can be listed and says how much is there;
+    what is new is decided per consuming table, against that table's checkpoint."""
+    config = ctx.config(step)
+    kind = config["kind"]
+    done = "would_run" if ctx.options.dry_run else "success"
+    if kind == "files":
+        entries = files_source.list_files(config, ctx.root, step.name)
+        result.inputs = {"files": len(entries), "bytes": sum(e.size for e in entries)}
+        return done, f"{len(entries)} file{'s' if len(entries) != 1 else ''} ({human_bytes(result.inputs['bytes'])}) listed"
+    if kind in ("table", "s3_incremental"):
+        name = config["table"] if kind == "table" else config["metadata_table"]
+        if ctx.built_later(name):
+            return "would_run", f"reads table {name} once it is built in this run"
+        latest = ctx.open_upstream(name, f"source {step.name}").timeline().latest_completed()
+        what = "table" if kind == "table" else "metadata table"
+        return done, f"{what} {name} at {latest.time if latest else 'no commit yet'}"
+    if kind == "s3_events":
+        pending = s3_events_source.pending(step.name, config, dry_run=True)  # asks, receives nothing
+        result.inputs = {"messages_waiting": pending.count}
+        return done, f"queue: {pending.describe()}"
+    raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe")
+
+
+def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], full: bool,
+                   sources: dict[str, Pending]) -> dict[str, str]:
+    """Fills `sources` with the new input per source (as it goes, so that the caller can
+    let go of received queue messages if a later source fails), and returns the latest
+    instant of each upstream table read by ref()."""
+    refs: dict[str, str] = {}
+    everything = full and ctx.options.full_refresh  # all input: --full-refresh ignores per-run limits
+    for dep in step.depends_on:
+        up = ctx.plan.step(dep)
+        if up.kind != "ingest":
+            if ctx.built_later(up.name):
+                refs[up.name] = "(built earlier in this run)"
+                continue
+            latest = ctx.open_upstream(up.name, f"table {step.name}").timeline().latest_completed()
+            if latest is None:
+                raise RunError(f"table {step.name} reads table {up.name}, which has no completed commit yet",
+                               f"build it first: `pipe run --select +{up.name}`")
+            refs[up.name] = latest.time
+            continue
+        config = ctx.config(up)
+        last = None if full else checkpoints.get(up.name)
+        kind = config["kind"]
+        if kind in ("table", "s3_incremental"):
+            upstream_name = config["table"] if kind == "table" else config["metadata_table"]
+            if ctx.built_later(upstream_name):
+                refs[upstream_name] = "(built earlier in this run)"
+                continue
+            upstream = ctx.open_upstream(upstream_name, f"source {up.name}")
+        if kind == "files":
+            if everything:
+                config = {**config, "max_files_per_run": None, "max_bytes_per_run": None}
+            sources[up.name] = files_source.pending(up.name, config, ctx.root, last)
+        elif kind == "table":
+            sources[up.name] = table_source.pending(up.name, config, upstream, step.name, last)
+        elif kind == "s3_incremental":
+            if everything:
+                config = {**config, "max_bytes_per_run": None, "read_latest_on_missing_checkpoint": False}
+            sources[up.name] = s3_incremental_source.pending(up.name, config, upstream, step.name, last, ctx.s3a)
+        elif kind == "s3_events":
+            sources[up.name] = s3_events_source.pending(up.name, config, dry_run=ctx.options.dry_run)
+        else:
+            raise RunError(f"source {up.name} of kind {kind} cannot run in this version of pipe")
+    return refs
+
+
+def has_work(sources: Mapping[str, Pending], refs: Mapping[str, str], stored: Mapping[str, str],
+             fingerprint: str | None, wanted_fingerprint: str) -> bool:
+    """A table fed by sources runs when a source has new input; one that only reads other
+    tables runs when an upstream has a new commit or the step's definition changed."""
+    if sources:
+        return any(not p.is_empty for p in sources.values())
+    return any(stored.get(n) != t for n, t in refs.items()) or fingerprint != wanted_fingerprint
+
+
+def settle(ctx: RunContext, step: Step, result: StepResult, sources: Mapping[str, Pending], committed: bool, succeeded: bool) -> None:
+    """After the write, committed or not: queue messages the commit holds are deleted (those
+    of a failed step go back to the queue at once), cached object reads are dropped."""
+    problems = []
+    for name, p in sources.items():
+        if isinstance(p, s3_events_source.S3EventsPending):
+            try:
+                p.finish(committed, succeeded, dead_letter=_dead_letter_writer(ctx, name, p.config))
+            except Exception as exc:  # noqa: BLE001 - reported on the step below
+                problems.append(f"source {name}: {exc}")
+            result.inputs[name] = p.to_dict()
+        else:
+            p.release()
+    if problems and succeeded:
+        raise RunError("; ".join(problems), "the commit is complete; the messages concerned stay in the queue and are retried next run")
+
+
+def _dead_letter_writer(ctx: RunContext, source: str, config: Mapping[str, Any]):
+    def write(messages) -> None:
+        from runtime.table.config import TableConfig
+        from runtime.table.table import Table
+
+        spark = ctx.spark()
+        session = spark.newSession()
+        name = source + s3_events_source.DEAD_LETTER_SUFFIX
+        ctx.check_spark_reads(spark, ctx.table_uri(name), name)
+        table = Table.create(session, ctx.table_uri(name),
+                             TableConfig(name=name, record_key_fields=("message_id",), precombine_field="dead_lettered_at"),
+                             ctx.storage_options)
+        rows = s3_events_source.dead_letter_rows(source, config, messages)
+        table.write(session.createDataFrame(rows, s3_events_source.DEAD_LETTER_DDL), "upsert")
+
+    return write
+
+
+def notes(sources: Mapping[str, Pending]) -> str:
+    """What a user should hear about even when the step succeeds: malformed messages, objects
+    gone from the bucket."""
+    out = []
+    for name, p in sources.items():
+        if isinstance(p, s3_events_source.S3EventsPending) and p.malformed:
+            left = [m for m in p.malformed if m not in p.dead_lettered]
+            if left:
+                out.append(f"{name}: {len(left)} malformed message(s) left in the queue, e.g. {left[0].id}: {left[0].error}")
+            if p.delete_failures:
+                out.append(f"{name}: {p.delete_failures} message(s) could not be deleted from the queue after the commit "
+                           "(they come back and upsert the same keys)")
+            if p.dead_lettered:
+                out.append(f"{name}: {len(p.dead_lettered)} malformed message(s) moved to table {name}{s3_events_source.DEAD_LETTER_SUFFIX} "
+                           f"after {p.dead_lettered[0].receive_count} receives, e.g. {p.dead_lettered[0].id}: {p.dead_lettered[0].error}")
+        if p.bad_records:
+            out.append(f"{name}: {p.bad_records} bad record(s) dropped (on_bad_record: drop), e.g. {p.bad_samples[0]}")
+        if isinstance(p, s3_incremental_source.S3IncrementalPending) and p.missing:
+            out.append(f"{name}: {len(p.missing)} object(s) gone from the bucket were skipped, e.g. s3://{p.missing[0]}")
+    return "".join(f"; {n}" for n in out)

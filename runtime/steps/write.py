@@ -1,0 +1,312 @@
+"""Table steps: read each source's new input since the table's checkpoints, run the table's
+SQL on it, and write the result as one Hudi commit that stores the new checkpoints (or, with
+--full-refresh, rebuild the table from all input)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from compiler.plan import Step
+from runtime import s3
+from runtime.sources import Pending
+from runtime.sources import s3_incremental as s3_incremental_source
+from runtime.steps import source
+from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, stored_state
+from runtime.steps.errors import Cancelled, RunError, spark_message
+from runtime.table.timeline import CHECKPOINT_PREFIX
+
+
+def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
+    sources: dict[str, Pending] = {}
+    outcome = {"committed": False, "succeeded": False}
+    try:
+        state, message = _write_step(ctx, step, result, sources, outcome)
+        outcome["succeeded"] = True
+    finally:
+        source.settle(ctx, step, result, sources, outcome["committed"], outcome["succeeded"])
+    return state, message + source.notes(sources)
+
+
+def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[str, Pending], outcome: dict[str, bool]) -> tuple[str, str]:
+    config = ctx.config(step)
+    result.operation = config["operation"]
+    uri = ctx.table_uri(step.name)
+    exists = ctx.table_exists(step.name)
+    table = ctx.open_table(step.name) if exists else None
+    kept = ""
+    if exists and ctx.options.full_refresh and ctx.reads_queue(step):
+        kept = "--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); "
+    full = (ctx.options.full_refresh and not kept) or not exists
+    stored, fingerprint, based_on = ({}, None, None)
+    if table is not None:
+        stored, fingerprint, based_on = stored_state(table)
+    dataset = None
+    if config["operation"] == "bootstrap":
+        if based_on is not None and not ctx.options.full_refresh:
+            changed = "; its definition changed since" if fingerprint != step.fingerprint else ""
+            return "no_input", (f"bootstrapped already (commit {based_on}){changed}; "
+                                f"`pipe run --select {step.name} --full-refresh` bootstraps it again from {config['bootstrap']['path']}")
+        dataset = _bootstrap_dataset(ctx, step, config)
+        full = True
+    refs = source.pending_inputs(ctx, step, stored, full, sources)
+    result.inputs = {name: p.to_dict() for name, p in sources.items()}
+    result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
+    if ctx.options.dry_run and not full:
+        # an upstream table that would write in this run gives this one new input too
+        writers = sorted({t for d in step.depends_on for t in ctx.would_write(d)})
+        if writers and not any(not p.is_empty for p in sources.values()):
+            return "would_run", kept + f"after {', '.join(writers)} (which would write first)"
+    if not full and not source.has_work(sources, refs, stored, fingerprint, step.fingerprint):
+        if fingerprint is not None and fingerprint != step.fingerprint and not kept:
+            return "no_input", ("no new input; the table's definition changed since its last commit and applies to new input "
+                                "only: `--full-refresh` rebuilds it from all input")
+        return "no_input", kept + "no new input"
+    if ctx.options.dry_run and dataset is not None:
+        return "would_run", f"bootstrap of {dataset.describe()}"
+    if ctx.options.dry_run:
+        detail = "; ".join(f"{n}: {p.describe()}" for n, p in sources.items()) or "reads " + ", ".join(refs)
+        return "would_run", kept + ("first build: " if not exists else "full refresh: " if full else "") + detail
+
+    spark = ctx.spark()
+    ctx.check_spark_reads(spark, uri, step.name)
+    spark.sparkContext.setJobGroup(step.id, f"pipe {step.id}", interruptOnCancel=True)
+    session = spark.newSession()
+    rows_read = 0
+    for name, p in sources.items():
+        try:
+            df = p.dataframe(session)
+        except s3_incremental_source.NothingToRead as exc:
+            if all(q.is_empty for n, q in sources.items() if n != name) and not refs:
+                return "no_input", f"no new input ({exc})"
+            raise
+        df.createOrReplaceTempView(name)
+        rows_read += p.rows or 0
+    for name, instant in refs.items():
+        ctx.open_table(name, session).read(as_of=instant, meta=False).createOrReplaceTempView(name)
+    if exists and not full:  # {{ this }}: the table's current snapshot
+        ctx.open_table(step.name, session).read(meta=False).createOrReplaceTempView(step.name)
+    result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
+    result.inputs = {name: p.to_dict() for name, p in sources.items()}
+    result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
+    sql = step.sql_full_refresh if (full and step.sql_full_refresh) else step.sql
+    if dataset is not None:
+        df = _bootstrap_frame(session, step, config, dataset)
+    elif sql is None:  # delete_partition with partitions_to_delete only
+        df = None
+    else:
+        try:
+            df = session.sql(sql)
+        except Exception as exc:  # noqa: BLE001 - an analysis error is a mistake in the SQL
+            raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {spark_message(exc)}",
+                           "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
+
+    table, recreated = _create_table(ctx, session, step, config, uri, rebuild=full and exists)
+    extra = {f"{CHECKPOINT_PREFIX}{n}": p.checkpoint for n, p in sources.items() if p.checkpoint is not None}
+    for n, p in sources.items():  # a source with nothing new keeps its checkpoint
+        if p.checkpoint is None and n in stored and not full:
+            extra[f"{CHECKPOINT_PREFIX}{n}"] = stored[n]
+    extra.update({f"{CHECKPOINT_PREFIX}{n}": t for n, t in refs.items()})
+    extra[FINGERPRINT_KEY] = step.fingerprint
+    if dataset is not None:
+        extra.update({"pipe.bootstrap.path": dataset.uri, "pipe.bootstrap.files": str(dataset.files),
+                      "pipe.bootstrap.partitions": str(len(dataset.partitions)) if dataset.partitions != [""] else "0"})
+    operation, options = _write_options(config, full and exists and (dataset is None or based_on is not None))
+    if operation == "delete_partition" and df is not None:
+        options["partitions_to_delete"] = sorted(set(options["partitions_to_delete"]) | _named_partitions(step, config, df, table))
+        if not options["partitions_to_delete"]:
+            return "no_input", "no partition to delete (the SQL returned no rows)"
+    if ctx.cancel.is_set():
+        raise Cancelled(f"{step.id}: cancelled before its write started")
+    # refused if another run committed to this table since its checkpoints were read
+    try:
+        consumers = ctx.consumer_checkpoints(step.name)
+        w = table.write(df, operation=operation, extra_metadata=extra, expect_latest=None if recreated else based_on,
+                        retain_from=min(consumers.values()) if consumers else None, **options)
+    except BaseException:
+        if recreated and _is_local(uri):
+            _delete_table(_staging_uri(uri), ctx.storage_options)  # the old table was never touched
+        raise
+    if recreated and _is_local(uri):
+        _swap_in(_staging_uri(uri), uri)
+    outcome["committed"] = True
+    result.instant, result.action = w.instant, w.action
+    result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes
+    result.rows_written = w.inserts + w.updates
+    note = f"; the commit stands, but compacting, cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
+    if w.compaction:
+        note = f", compacted (commit {w.compaction})" + note
+    if w.retired:
+        note += f"; first {w.retired}"
+    return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
+
+
+def _named_partitions(step: Step, config: Mapping[str, Any], df, table) -> set[str]:
+    """delete_partition with SQL: each row names a partition by its partition_by columns,
+    whose text is the table's (timestamps, decimals: keygen.py). Only the distinct partition
+    paths reach the driver."""
+    fields = list(config["partition_by"])
+    missing = [c for c in fields if c not in df.columns]
+    if missing:
+        raise RunError(f"{step.sql_file}: the rows of table {step.name} name the partitions to delete, but its SELECT has no column(s) "
+                       f"{', '.join(missing)}", f"select the partition_by column(s) {', '.join(fields)} of the partitions to delete")
+    return table.partition_paths(df.select(*fields))
+
+def _bootstrap_dataset(ctx: RunContext, step: Step, config: Mapping[str, Any]):
+    from runtime.table import bootstrap
+
+    boot = config["bootstrap"]
+    try:
+        uri = ctx.project_uri(boot["path"])
+        options = s3.client_options(ctx.s3a, s3.bucket_of(uri)) if s3.is_s3(uri) else ()
+        return bootstrap.scan(uri, boot.get("partition_regex"), options)
+    except bootstrap.BootstrapError as exc:
+        raise RunError(f"{step.file}:{step.line}: table {step.name}: {exc}", exc.hint) from exc
+
+def _bootstrap_frame(session, step: Step, config: Mapping[str, Any], dataset):
+    from runtime.table import bootstrap
+
+    try:
+        df = bootstrap.read(session, dataset)
+    except Exception as exc:  # noqa: BLE001 - files Spark cannot read as Parquet
+        raise RunError(f"{step.file}:{step.line}: table {step.name}: Spark cannot read the dataset at {dataset.uri}: {spark_message(exc)}",
+                       "bootstrap.path must hold Parquet files with one schema") from exc
+    needed = [*config["key"], *config["partition_by"], *([config["precombine"]] if config.get("precombine") else [])]
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        raise RunError(f"{step.file}:{step.line}: table {step.name} names column(s) {', '.join(missing)} (key, partition_by or precombine) "
+                       f"that the dataset at {dataset.uri} does not have; its columns: {', '.join(df.columns)}",
+                       "name columns of the dataset (partition folders named column=value count as columns)")
+    return df
+
+
+def _create_table(ctx: RunContext, spark, step: Step, config: Mapping[str, Any], uri: str, rebuild: bool):
+    from runtime.table.table import Table, TableError
+
+    wanted = table_config(step, config)
+    try:
+        return Table.create(spark, uri, wanted, ctx.storage_options), False
+    except TableError as exc:
+        if not rebuild or "was created differently" not in str(exc):
+            raise
+    # --full-refresh of a table whose key, partitioning or type changed: start it anew. On a
+    # local lake the new table is built beside the old one and swapped in once committed, so
+    # a failed rebuild leaves the old table as it was.
+    if _is_local(uri):
+        staging = _staging_uri(uri)
+        _delete_table(staging, ctx.storage_options)
+        return Table.create(spark, staging, wanted, ctx.storage_options), True
+    _delete_table(uri, ctx.storage_options)
+    return Table.create(spark, uri, wanted, ctx.storage_options), True
+
+
+
+def rebuild_warnings(ctx: RunContext) -> list[str]:
+    """With --full-refresh: a selected table whose key, partitioning, type or precombine
+    field changed is created anew, and its instants start over. Every incremental consumer
+    that has read it loses its checkpoint: one message per consumer, saying what its next
+    run will do. A consumer rebuilt in the same run reads the new table whole: no loss."""
+    if not ctx.options.full_refresh:
+        return []
+    out = []
+    for sid in ctx.selected:
+        step = ctx.plan.step(sid)
+        if step.kind != "write" or not ctx.table_exists(step.name) or ctx.reads_queue(step):
+            continue
+        try:
+            changed = ctx.open_table(step.name).definition_changes(table_config(step, ctx.config(step)))
+        except RunError:
+            continue  # an environment variable is missing: the step itself will say so
+        if not changed:
+            continue
+        for src, reader, cp in ctx.incremental_consumers(step.name):
+            if f"table.{reader.name}" in ctx.selected:
+                continue
+            if src.config.get("on_checkpoint_lost") == "full_read":
+                then = f"then reads all of {step.name} again (its source sets on_checkpoint_lost: full_read)"
+            else:
+                then = (f"then stops with a lost checkpoint until it is rebuilt too (`pipe run --select {reader.name} --full-refresh`, "
+                        f"or add it to this run: `--select {step.name}+`), or its source sets `on_checkpoint_lost: full_read`")
+            out.append(f"--full-refresh creates table {step.name} anew ({changed}): {reader.name} has read it up to {cp} "
+                       f"through source {src.name}, a checkpoint the new table will not have; its next run {then}")
+    return out
+
+
+
+def table_config(step: Step, config: Mapping[str, Any]):
+    """The Hudi table definition (hoodie.properties) of a write step."""
+    from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, TableConfig
+
+    return TableConfig(
+        name=step.name,
+        table_type=MERGE_ON_READ if config["type"] == "merge_on_read" else COPY_ON_WRITE,
+        record_key_fields=tuple(config["key"]),
+        partition_fields=tuple(config["partition_by"]),
+        precombine_field=config.get("precombine"),
+        hive_style=config["hive_style_partitioning"],
+    )
+
+
+def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, dict[str, Any]]:
+    operation = config["operation"]
+    options: dict[str, Any] = {
+        "index": config["index"],
+        "delete_when": config.get("delete_when"),
+        "tombstone_days": config.get("tombstone_days"),
+        "insert_duplicates": config["insert_duplicates"],
+        "combine_before_insert": config["combine_before_insert"],
+        "precombine_nulls": config.get("precombine_nulls", "fail"),
+        "bulk_insert_sort_mode": config["bulk_insert_sort_mode"].upper(),
+        "max_file_size": config["max_file_size"],
+        "small_file_limit": config["small_file_limit"],
+        "clean_policy": config["clean"]["policy"],
+        "clean_retain": config["clean"]["retain"],
+        "clean_inline": config["clean"]["inline"],
+        "archive_min": config["archive"]["min_instants"],
+        "archive_max": config["archive"]["max_instants"],
+    }
+    compaction = config.get("compaction") or {}
+    if config["type"] == "merge_on_read" and compaction.get("inline", True):
+        options["compact_after"] = compaction.get("max_delta_commits", 5)
+    if operation == "delete_partition":
+        options["partitions_to_delete"] = list(config.get("partitions_to_delete") or [])
+    if full_refresh and operation not in ("delete", "delete_partition"):
+        # rebuild: every row of the input replaces the table in one replacecommit
+        operation = "insert_overwrite_table"
+        options["combine_before_insert"] = bool(config["key"]) and config["operation"] == "upsert" or config["combine_before_insert"]
+    return operation, options
+
+
+def _is_local(uri: str) -> bool:
+    return not uri.startswith(("s3://", "s3a://"))
+
+
+def _staging_uri(uri: str) -> str:
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}.rebuild"
+
+
+def _swap_in(staging: str, uri: str) -> None:
+    """Replaces the table at `uri` with the one built at `staging` (two renames; the old
+    table is deleted only once the new one is in place)."""
+    import shutil
+
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    new = staging[len("file://"):] if staging.startswith("file://") else staging
+    old = new[: -len(".rebuild")] + ".old"
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(path, old)
+    os.rename(new, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _delete_table(uri: str, storage_options: tuple = ()) -> None:
+    from runtime.storage import StorageSpec, open_storage
+
+    storage = open_storage(StorageSpec(uri, storage_options))
+    for f in storage.list_files("", recursive=True):
+        storage.delete(f.path)
+    if not storage.spec.is_s3:
+        import shutil
+
+        shutil.rmtree(storage.full_path(""), ignore_errors=True)
