@@ -14,15 +14,17 @@ from typing import Any, Mapping
 
 import networkx as nx
 
+from compiler import data_tests
 from compiler.errors import Collector, Diagnostic
-from compiler.graph import Edge, build_graph, check_cycles, ordered, source_id, table_id
+from compiler.graph import Edge, build_graph, check_cycles, ordered, source_id, table_id, test_id
 from compiler.plan import Plan, Step, TargetSpec, step_attributes, timeline_action
 from compiler.project import Project, load_project
 from compiler.render import Renderer, RenderedSource, RenderedTable
 from compiler.validate import validate
 
-# Settings that describe a step for people and selection but do not change what it does.
-_DESCRIPTIVE = ("description", "tags")
+# Settings that describe a step for people and selection but do not change what it does; a
+# table's tests become test steps of their own.
+_DESCRIPTIVE = ("description", "tags", "columns", "tests", "data_tests")
 
 
 @dataclass(frozen=True)
@@ -63,18 +65,25 @@ def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None,
     rendered_tables = {name: renderer.render_table(t) for name, t in project.tables.items()}
     rendered_sources = {name: renderer.render_source(s) for name, s in project.sources.items()}
 
+    declared_tests = data_tests.read_declared(project, errors) + data_tests.read_singular(project, renderer, errors)
     edges = _edges(project, rendered_tables)
     _check_s3_sources(project, edges, errors)
     steps = _steps(project, rendered_tables, rendered_sources, edges)
     graph = build_graph({s.id: step_attributes(s) for s in steps.values()}, edges)
     check_cycles(graph, errors)
+    known_columns: Mapping[str, Any] = {}
     if check_sql:
         from compiler.sqlcheck import check_sql as check_tables_sql
 
         acyclic = nx.is_directed_acyclic_graph(graph)
         order = [graph.nodes[i]["name"] for i in ordered(graph) if graph.nodes[i]["kind"] == "write"] if acyclic else sorted(project.tables)
-        check_tables_sql(project, rendered_tables, order, errors, cache_dir, cache_write)
+        known_columns = check_tables_sql(project, rendered_tables, order, errors, cache_dir, cache_write)
+    tests = data_tests.finish(declared_tests, project, known_columns, errors)
     errors.raise_if_errors()
+    if tests:
+        test_steps, test_edges = _test_steps(tests)
+        steps.update(test_steps)
+        graph = build_graph({s.id: step_attributes(s) for s in steps.values()}, edges + test_edges)
 
     plan = Plan(
         project=project.name,
@@ -155,6 +164,36 @@ def _check_s3_sources(project: Project, edges: list[Edge], errors: Collector) ->
         if source.config.get("kind") == "s3_incremental" and meta in project.tables and meta not in queue_tables:
             errors.error(source.at("metadata_table"), f"metadata_table of source '{name}' is '{meta}', which reads no `s3_events` source",
                          "name the table whose SQL selects from the s3_events source (the S3 metadata table)")
+
+
+def _test_steps(tests: list[data_tests.DataTest]) -> tuple[dict[str, Step], list[Edge]]:
+    """A `test` step per data test, after the table or source it checks and every table or
+    source its SQL reads."""
+    steps: dict[str, Step] = {}
+    edges: list[Edge] = []
+    for t in tests:
+        tid = test_id(t.name)
+        deps = set()
+        if t.model is not None:
+            deps.add(table_id(t.model) if t.model_kind == "table" else source_id(t.model))
+        if t.test == "relationships":
+            deps.add(table_id(t.args["to"]) if t.args["to_kind"] == "table" else source_id(t.args["to"]))
+        deps |= {table_id(r) for r in t.refs} | {source_id(s) for s in t.sources}
+        edges += [Edge(d, tid, t.location) for d in deps]
+        steps[tid] = Step(
+            id=tid,
+            kind="test",
+            name=t.name,
+            depends_on=tuple(sorted(deps)),
+            config=t.config(),
+            file=t.location.file,
+            line=t.location.line,
+            description=t.description,
+            sql=t.sql,
+            sql_file=t.sql_file,
+            env_vars=dict(sorted(t.env_vars.items())),
+        ).with_fingerprint()
+    return steps, edges
 
 
 def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mapping[str, RenderedSource], edges: list[Edge]) -> dict[str, Step]:

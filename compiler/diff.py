@@ -130,9 +130,15 @@ def diff_plans(base: Plan, head: Plan, base_label: str = "base", head_label: str
         b, h = before.get(sid), after.get(sid)
         if b is None:
             diffs[sid] = StepDiff(sid, h.kind, h.name, "added", file=h.file)
+            if h.kind == "test":
+                diffs[sid].cls = "metadata-only"
+                diffs[sid].changes.append(Change("test", None, h.name, "metadata-only", "a new data test; it reads tables, never writes"))
         elif h is None:
             d = StepDiff(sid, b.kind, b.name, "removed", file=b.file)
-            if b.kind == "write":
+            if b.kind == "test":
+                d.cls = "metadata-only"
+                d.changes.append(Change("test", b.name, None, "metadata-only", "the data test leaves the project; no data changes"))
+            elif b.kind == "write":
                 d.cls = "destructive"
                 d.changes.append(Change("table", b.name, None, "destructive",
                                         "the table leaves the project; its data stays in the lake, unmanaged"))
@@ -152,6 +158,11 @@ def _modified(b: Step, h: Step) -> StepDiff:
     changes: list[Change] = []
     if h.kind == "write":  # (a step id holds its kind: a source that becomes a table is removed + added)
         changes += _table_changes(b, h)
+    elif h.kind == "test":
+        changes += [Change(key, b.config.get(key), h.config.get(key), "metadata-only", "a data test's setting; tests read, never write")
+                    for key in sorted(set(b.config) | set(h.config)) if b.config.get(key) != h.config.get(key)]
+        if (b.sql or "") != (h.sql or ""):
+            changes.append(Change("sql", None, None, "metadata-only", "the data test's query changed; tests read, never write"))
     else:
         changes += _source_changes(b, h)
     if b.description != h.description:

@@ -25,6 +25,10 @@ def table_id(name: str) -> str:
     return f"table.{name}"
 
 
+def test_id(name: str) -> str:
+    return f"test.{name}"
+
+
 @dataclass(frozen=True)
 class Edge:
     upstream: str
@@ -72,7 +76,8 @@ def ordered(graph: nx.DiGraph, ids: Iterable[str] | None = None) -> list[str]:
 # --- selection ------------------------------------------------------------------------------
 
 _ATOM = re.compile(r"^(?P<at>@)?(?:(?P<up>\d*)\+)?(?P<body>[^+@]+?)(?:\+(?P<down>\d*))?$")
-METHODS = ("name", "tag", "path", "source", "table", "config")
+METHODS = ("name", "tag", "path", "source", "table", "test", "config")
+_KINDS = {"source": "ingest", "table": "write", "test": "test"}
 _ABSENT = object()
 
 
@@ -92,9 +97,9 @@ def select(graph: nx.DiGraph, select: Iterable[str] | None = None, exclude: Iter
     A selector that matches no step is a mistake (a typo would otherwise run or list nothing,
     or exclude nothing, without a word): SelectionError names it, with a did-you-mean. So is a
     selection whose result is empty although each of its selectors matched."""
-    chosen = _union(graph, select, "--select") if _has_any(select) else set(graph.nodes)
+    chosen = _with_tests(graph, _union(graph, select, "--select")) if _has_any(select) else set(graph.nodes)
     if _has_any(exclude):
-        chosen -= _union(graph, exclude, "--exclude")
+        chosen -= _with_tests(graph, _union(graph, exclude, "--exclude"))
     if not chosen and graph.nodes:
         what = " ".join(a for a in (select or ()) if a.strip())
         raise SelectionError(
@@ -102,6 +107,13 @@ def select(graph: nx.DiGraph, select: Iterable[str] | None = None, exclude: Iter
             else "no step is left: --exclude leaves out every step",
             "check the --exclude selectors (`pipe ls --select ...` shows what each one matches)")
     return ordered(graph, chosen)
+
+
+def _with_tests(graph: nx.DiGraph, chosen: set[str]) -> set[str]:
+    """Selecting (or excluding) a table or source selects (or excludes) the tests that read it,
+    as dbt's eager indirect selection does: `--select orders` brings orders' tests along."""
+    tests = {t for n in chosen for t in graph.successors(n) if graph.nodes[t]["kind"] == "test"}
+    return chosen | tests
 
 
 def _has_any(args: Iterable[str] | None) -> bool:
@@ -147,8 +159,7 @@ def _no_match_hint(graph: nx.DiGraph, text: str) -> str:
     if method == "path":
         files = {f for n in nodes for f in nodes[n]["files"]}
         return did_you_mean(value, files) or "paths are relative to the project folder, e.g. tables/orders.yml or tables/"
-    kinds = {"source": "ingest", "table": "write"}
-    names = {nodes[n]["name"] for n in nodes if method not in kinds or nodes[n]["kind"] == kinds[method]}
+    names = {nodes[n]["name"] for n in nodes if method not in _KINDS or nodes[n]["kind"] == _KINDS[method]}
     if method == "name" and "." in value:
         names |= set(nodes)
     return did_you_mean(value, names) or ("steps: " + ", ".join(sorted(names)[:12]) + (", ..." if len(names) > 12 else "") if names else "the project has no steps")
@@ -197,9 +208,8 @@ def _match(graph: nx.DiGraph, body: str) -> set[str]:
         if value in nodes:
             return {value}
         return {n for n in nodes if fnmatch.fnmatchcase(nodes[n]["name"], value)}
-    if method in ("source", "table"):
-        kind = "ingest" if method == "source" else "write"
-        return {n for n in nodes if nodes[n]["kind"] == kind and fnmatch.fnmatchcase(nodes[n]["name"], value)}
+    if method in _KINDS:
+        return {n for n in nodes if nodes[n]["kind"] == _KINDS[method] and fnmatch.fnmatchcase(nodes[n]["name"], value)}
     if method == "tag":
         return {n for n in nodes if any(fnmatch.fnmatchcase(t, value) for t in nodes[n]["tags"])}
     if method == "path":

@@ -59,7 +59,8 @@ class TargetSpec:
 
 @dataclass(frozen=True)
 class Step:
-    """One node of the plan. `kind` is `ingest` (a source) or `write` (a table)."""
+    """One node of the plan. `kind` is `ingest` (a source), `write` (a table) or `test` (a data
+    test, whose `sql` returns its failing rows)."""
 
     id: str
     kind: str
@@ -109,6 +110,8 @@ class Step:
         }
         if self.kind == "write":
             d.update(sql=self.sql, sql_full_refresh=self.sql_full_refresh, sql_file=self.sql_file, action=self.action)
+        elif self.kind == "test":
+            d.update(sql=self.sql, sql_file=self.sql_file)
         return d
 
     @classmethod

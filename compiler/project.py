@@ -386,6 +386,16 @@ def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
     return tables
 
 
+def read_test_files(root: Path, errors: Collector) -> list[tuple[str, str]]:
+    """(relative path, text) of every tests/**/*.sql: the project's singular data tests."""
+    out = []
+    for rel in _files(root, "tests", (".sql",)):
+        text = _read(rel, root, errors)
+        if text is not None:
+            out.append((rel, text))
+    return out
+
+
 def _with_default_operation(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("operation") is None:
         config = {**config, "operation": "upsert" if config.get("key") else "insert"}

@@ -81,6 +81,7 @@ class _Scope:
     sources: dict[str, Location] = field(default_factory=dict)
     env_vars: dict[str, str | None] = field(default_factory=dict)
     asked_incremental: bool = False
+    test_config: dict[str, Any] | None = None  # a tests/*.sql file: what its config() set
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,15 @@ class RenderedTable:
     config: Mapping[str, Any]
     # rendering reported an error, so the SQL may be cut short: it is not checked further
     failed: bool = False
+
+
+@dataclass(frozen=True)
+class RenderedTest:
+    sql: str
+    refs: Mapping[str, Location]
+    sources: Mapping[str, Location]
+    env_vars: Mapping[str, str | None]
+    config: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,7 @@ class Renderer:
             target={"name": project.target.name, "lake": project.target.lake},
             project_name=project.name,
             range=self._range,
+            config=self._config,
         )
         self.env.globals.pop("lipsum", None)  # Jinja's filler text: unbounded, and no use in SQL
         self._loop_items = 0
@@ -306,6 +317,16 @@ class Renderer:
             raise jinja2.TemplateRuntimeError(f"the template's loops go over more than {MAX_LOOP_ITEMS:,} items")
         return r
 
+    def _config(self, *args: Any, **kwargs: Any) -> str:
+        scope = self.scope
+        if scope is None or scope.test_config is None:
+            self.record("config() is only for tests in tests/*.sql", "a table's settings live in its tables/*.yml")
+        elif args:
+            self.record("config() takes named settings, e.g. config(severity='warn', error_if='>10')")
+        else:
+            scope.test_config.update(kwargs)
+        return ""
+
     def _is_incremental(self) -> bool:
         scope = self.scope
         if scope is None or scope.owner is None:
@@ -384,6 +405,28 @@ class Renderer:
         env_vars.update(config_env)
         return RenderedTable(sql=sql, sql_full_refresh=full, refs=refs, sources=sources, env_vars=env_vars, config=config,
                              failed=len(self.errors.errors) > reported)
+
+    def render_test(self, rel: str, text: str) -> RenderedTest | None:
+        """A data test in tests/*.sql: a SELECT of its failing rows, with ref(), source() and
+        config(); None when it cannot be rendered (reported)."""
+        self.templates[rel] = text
+        scope = _Scope(owner=None, file=rel, incremental=False, test_config={})
+        try:
+            template = self.env.get_template(rel)
+        except jinja2.TemplateSyntaxError as exc:
+            self._template_error(exc, Location(rel))
+            return None
+        self.scope = scope
+        self._loop_items = 0
+        try:
+            sql = template.render()
+        except Exception as exc:  # noqa: BLE001 - reported at the template line
+            self._template_error(exc, scope.default_location or Location(rel))
+            return None
+        finally:
+            self.scope = None
+        return RenderedTest(sql=sql.strip() + "\n", refs=dict(scope.refs), sources=dict(scope.sources), env_vars=dict(scope.env_vars),
+                            config=dict(scope.test_config))
 
     def render_source(self, source) -> RenderedSource:
         config, env_vars = self._render_config(source.config, None, source.path, node=source)

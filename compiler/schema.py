@@ -100,11 +100,17 @@ PROJECT = Section(
 SOURCE_KINDS = ("files", "s3_events", "s3_incremental", "table")
 FORMATS = ("json", "csv", "parquet")
 
+_TESTS = (
+    Key("columns", "any", "Columns described and tested, as in dbt: a list of `- name: <column>` entries, each with `description` and `tests` (docs/testing.md). Metadata for the table's writes: a change to it changes no data.", default=None),
+    Key("tests", "any", "Data tests of the whole table or source: `unique`, `not_null`, `accepted_values`, `relationships`, `expression`, with `column:` (docs/testing.md). Run by `pipe test` and `pipe build`.", default=None),
+    Key("data_tests", "any", "Another name for `tests` (dbt 1.8's); use one of the two.", default=None),
+)
+
 _SOURCE_COMMON = (
     Key("kind", "string", "What the source reads.", required=True, choices=SOURCE_KINDS),
     Key("description", "string", "Free text for people; metadata only.", default=""),
     Key("tags", "string_list", "Tags for selection (`--select tag:x`); metadata only.", default=[]),
-)
+) + _TESTS
 
 _READ_FORMAT = (
     Key("format", "string", "File format of the data.", required=True, choices=FORMATS, fold_case=True),
@@ -243,7 +249,7 @@ TABLE = Section(
         Key("archive", "section", "Archiving of the timeline.", default={}, section=ARCHIVE),
         Key("compaction", "section", "Compaction (merge_on_read only).", default={}, section=COMPACTION),
         Key("bootstrap", "section", "Source dataset for `operation: bootstrap`.", default=None, section=BOOTSTRAP),
-    ),
+    ) + _TESTS,
     "A table pipe writes. Its SELECT lives in `<name>.sql` beside the YAML file.",
 )
 

@@ -159,10 +159,12 @@ def compile_cmd(ctx: _Context, target: str | None, vars_text: str | None) -> Non
     for s in writes:
         actions[s.action] = actions.get(s.action, 0) + 1
     detail = ", ".join(f"{n} {a}" for a, n in sorted(actions.items()))
+    tests = sum(1 for s in plan.steps if s.kind == "test")
     output.line(
         f"Compiled [bold]{plan.project}[/] for target [bold]{plan.target.name}[/]: "
         f"{ingest} source{'s' if ingest != 1 else ''}, {len(writes)} table{'s' if len(writes) != 1 else ''}"
         + (f" ({detail})" if detail else "")
+        + (f", {tests} test{'s' if tests != 1 else ''}" if tests else "")
         + f" -> target/plan.json in {elapsed:.2f}s"
     )
 
@@ -267,18 +269,29 @@ def _quiet_query_loggers() -> None:
         PySparkLogger.getLogger(name).disabled = True
 
 
+_RUN_OPTIONS = (
+    _select_option,
+    _exclude_option,
+    _target_option,
+    _vars_option,
+    click.option("--full-refresh", is_flag=True, help="Rebuild the selected tables from all of their input."),
+    click.option("--dry-run", is_flag=True, help="Say what would run and how much new input waits; write nothing, start no Spark."),
+    click.option("--threads", type=click.IntRange(1, 64), default=4, show_default=True, help="Steps run at the same time."),
+    click.option("--fail-fast", is_flag=True, help="Stop at the first failed step (cancel what runs, start nothing new)."),
+    click.option("--quiet", "-q", is_flag=True, help="Print only errors and a one-line summary."),
+    click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout."),
+    click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run this compiled plan.json instead of compiling the project."),
+)
+
+
+def _run_options(command):
+    for option in reversed(_RUN_OPTIONS):
+        command = option(command)
+    return command
+
+
 @cli.command(name="run")
-@_select_option
-@_exclude_option
-@_target_option
-@_vars_option
-@click.option("--full-refresh", is_flag=True, help="Rebuild the selected tables from all of their input.")
-@click.option("--dry-run", is_flag=True, help="Say what would run and how much new input waits; write nothing, start no Spark.")
-@click.option("--threads", type=click.IntRange(1, 64), default=4, show_default=True, help="Steps run at the same time.")
-@click.option("--fail-fast", is_flag=True, help="Stop at the first failed step (cancel what runs, start nothing new).")
-@click.option("--quiet", "-q", is_flag=True, help="Print only errors and a one-line summary.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout.")
-@click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run this compiled plan.json instead of compiling the project.")
+@_run_options
 @click.option("--continuous", is_flag=True, help="Run rounds until interrupted (Ctrl-C finishes the current round, then exits).")
 @click.option("--min-sync-interval-s", type=click.IntRange(0, 86400), default=10, show_default=True,
               help="With --continuous: a round starts at least this many seconds after the previous one started.")
@@ -287,6 +300,40 @@ def _quiet_query_loggers() -> None:
 def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
             continuous, min_sync_interval_s) -> None:
     """Run the project's pipeline on Spark: only new input, checkpoints in each table's timeline."""
+    _execute(ctx, "run", select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
+             continuous, min_sync_interval_s)
+
+
+@cli.command(name="build")
+@_run_options
+@_common
+@click.pass_obj
+def build_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path) -> None:
+    """Run the tables and their data tests in dependency order: a table whose error-severity
+    test fails stops the steps that read it."""
+    _execute(ctx, "build", select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path)
+
+
+@cli.command(name="test")
+@_select_option
+@_exclude_option
+@_target_option
+@_vars_option
+@click.option("--threads", type=click.IntRange(1, 64), default=4, show_default=True, help="Tests run at the same time.")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first failed test.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only failures and a one-line summary.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout.")
+@click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run the tests of this compiled plan.json.")
+@_common
+@click.pass_obj
+def test_cmd(ctx: _Context, select, exclude, target, vars_text, threads, fail_fast, quiet, log_format, plan_path) -> None:
+    """Run the data tests on the tables' latest commits (and the sources' data); exit 1 when an
+    error-severity test fails."""
+    _execute(ctx, "test", select, exclude, target, vars_text, False, False, threads, fail_fast, quiet, log_format, plan_path)
+
+
+def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet,
+             log_format, plan_path, continuous: bool = False, min_sync_interval_s: int = 0) -> None:
     from compiler.graph import select as select_steps
     from runtime.executor import RunOptions
 
@@ -294,9 +341,10 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
         raise ProjectError([_cli(f"--continuous cannot be combined with {'--dry-run' if dry_run else '--full-refresh'}",
                                  "run the rebuild or the dry run once, then start the continuous run")])
     plan, graph, root = _load_plan(ctx, plan_path, target, vars_text)
-    chosen = select_steps(graph, select, exclude)
+    chosen = [s for s in select_steps(graph, select, exclude) if _in_command(command, plan.step(s).kind)]
     if not chosen:
-        output.err.print("[yellow]warning[/]: no step matches the selection; nothing to run")
+        what = "test" if command == "test" else "step"
+        output.err.print(f"[yellow]warning[/]: no {what} matches the selection; nothing to run")
         return
     options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run)
     if full_refresh:
@@ -307,9 +355,10 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
 
         for warning in rebuild_warnings(RunContext(plan, root, chosen, options)):
             output.err.print(f"[yellow]warning[/]: {escape(warning)}")
-    args = {"select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run, "threads": threads}
+    args = {"command": command, "select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run,
+            "threads": threads}
     factory = _spark_factory(plan, ctx.debug, announce=not quiet and log_format == "text")
-    with _run_lock(plan, root, dry_run):
+    with _run_lock(plan, root, dry_run or command == "test"):  # tests only read
         if not continuous:
             run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
             if run.interrupted:
@@ -320,6 +369,11 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
         run = _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, min_sync_interval_s)
     if run is not None and run.failed:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _in_command(command: str, kind: str) -> bool:
+    """`pipe run` runs sources and tables, `pipe test` the tests, `pipe build` all of them."""
+    return command == "build" or (kind == "test") == (command == "test")
 
 
 @contextlib.contextmanager

@@ -19,9 +19,31 @@ from runtime.executor import RunResult, StepResult
 _STYLE = {
     "pending": ("·", "dim"), "running": ("▶", "cyan"), "success": ("✓", "green"), "no_input": ("=", "dim"),
     "would_run": ("→", "cyan"), "error": ("✗", "bold red"), "skipped": ("-", "yellow"), "cancelled": ("✗", "yellow"),
+    "warn": ("!", "yellow"),
 }
 _LABEL = {"no_input": "no new input", "would_run": "would run"}
+_TEST_LABEL = {"success": "pass", "error": "fail", "warn": "warn"}
 _SUMMARY = {"success": "succeeded", "error": "failed", "no_input": "no new input", "would_run": "would run", "cancelled": "cancelled"}
+_TEST_SUMMARY = {"success": "passed", "error": "failed", "warn": "warned"}
+
+
+def _label(r: StepResult) -> str:
+    return (_TEST_LABEL.get(r.state) if r.kind == "test" else None) or _LABEL.get(r.state, r.state)
+
+
+def summary(steps: list[StepResult]) -> str:
+    """`2 succeeded, 1 no new input, 9 tests passed, 1 test failed`."""
+    counts: dict[tuple[bool, str], int] = {}
+    for r in steps:
+        key = (r.kind == "test", r.state)
+        counts[key] = counts.get(key, 0) + 1
+    parts = []
+    for (is_test, state), n in sorted(counts.items()):
+        if is_test:
+            parts.append(f"{n} test{'s' if n != 1 else ''} {_TEST_SUMMARY.get(state, _SUMMARY.get(state, state))}")
+        else:
+            parts.append(f"{n} {_SUMMARY.get(state, state)}")
+    return ", ".join(parts)
 
 
 def _num(v: int | None) -> str:
@@ -51,7 +73,7 @@ def steps_table(results: list[StepResult], starts: dict[str, float], title: str 
     for r in results:
         mark, style = _STYLE.get(r.state, ("?", ""))
         detail = r.message or ""
-        t.add_row(Text(mark, style=style), r.id, Text(_LABEL.get(r.state, r.state), style=style), _num(r.rows_read),
+        t.add_row(Text(mark, style=style), r.id, Text(_label(r), style=style), _num(r.rows_read),
                   _num(r.rows_written), _iud(r), _duration(r, now, starts), Text(detail, style="dim" if r.state != "error" else ""))
     return t
 
@@ -100,21 +122,21 @@ class Display:
                 if result.inserts is not None:
                     counts += f" (ins {result.inserts:,} upd {result.updates:,} del {result.deletes:,})"
                 took = f"  {result.elapsed_s:.1f}s" if result.elapsed_s is not None else ""
-                self.console.print(f"[{style}]{mark}[/] {escape(result.id)}  [{style}]{_LABEL.get(result.state, result.state)}[/]"
+                self.console.print(f"[{style}]{mark}[/] {escape(result.id)}  [{style}]{_label(result)}[/]"
                                    f"{counts}{took}  [dim]{escape(result.message or '')}[/]")
 
     def end(self, run: RunResult, extra: dict[str, Any]) -> None:
         if self.live is not None:
             self.live.stop()
         counts = run.counts()
-        summary = ", ".join(f"{n} {_SUMMARY.get(s, s)}" for s, n in sorted(counts.items()))
+        said = summary(run.steps)
         if self.mode == "json":
             self.console.file.write(json.dumps({"event": "run_end", "time": time.time(), "elapsed_s": run.elapsed_s,
                                                 "success": not run.failed, "counts": counts, **extra}, sort_keys=True) + "\n")
             self.console.file.flush()
         else:
             outcome = "Interrupted" if run.interrupted else "Failed" if run.failed else "Done"
-            line = f"[bold]{outcome}[/] in {run.elapsed_s:.1f}s: {summary}"
+            line = f"[bold]{outcome}[/] in {run.elapsed_s:.1f}s: {escape(said)}"
             if not self.quiet:
                 self.console.print(Group(steps_table(run.steps, self.starts, title=None)) if self.live is not None else "")
                 self.console.print(line)
@@ -131,3 +153,10 @@ class Display:
                 self.err.print(f"[bold red]error[/] in {escape(', '.join(ids))}: {escape(message)}")
                 if hint:
                     self.err.print(f"  [dim]hint:[/] {escape(hint)}")
+            for r in run.steps:  # the failing rows of tests, a few each
+                if r.kind == "test" and r.samples and r.state in ("error", "warn"):
+                    out = self.err if r.state == "error" else self.console
+                    out.print(f"[{'bold red' if r.state == 'error' else 'yellow'}]{_label(r)}[/] {escape(r.id)}: {escape(r.message or '')}; "
+                              f"{'the first' if r.failures and r.failures > len(r.samples) else 'the'} failing row{'s' if len(r.samples) != 1 else ''}:")
+                    for row in r.samples:
+                        out.print("  " + escape(", ".join(f"{k}={v!r}" for k, v in row.items())), soft_wrap=True)

@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from compiler.errors import PipeError
 from compiler.plan import Plan, Step
-from runtime.steps import source, write
-from runtime.steps.context import FINGERPRINT_KEY, STATES, RunContext, RunOptions, StepResult
+from runtime.steps import source, test, write
+from runtime.steps.context import DONE, FINGERPRINT_KEY, STATES, RunContext, RunOptions, StepResult
 from runtime.steps.errors import Cancelled, RunError, describe_error, is_cancellation, is_user_error
 
 __all__ = ["Cancelled", "Executor", "FINGERPRINT_KEY", "RUNNERS", "RunError", "RunOptions", "RunResult", "STATES",
@@ -39,6 +39,7 @@ __all__ = ["Cancelled", "Executor", "FINGERPRINT_KEY", "RUNNERS", "RunError", "R
 RUNNERS: dict[str, Callable[[RunContext, Step, StepResult], tuple[str, str]]] = {
     "ingest": source.run,
     "write": write.run,
+    "test": test.run,
 }
 
 
@@ -73,6 +74,7 @@ class Executor:
                  environ: Mapping[str, str] | None = None):
         self.ctx = RunContext(plan, project_root, selected, options, spark_factory, environ)
         self.listener = listener or (lambda event, result: None)
+        self.gates = test_gates(plan, self.ctx.selected)
 
     @property
     def selected(self) -> list[str]:
@@ -97,7 +99,8 @@ class Executor:
                     for sid in list(waiting):
                         step = self.ctx.plan.step(sid)
                         deps = [d for d in step.depends_on if d in in_run]
-                        states = [results[d].state for d in deps]
+                        gates = self.gates.get(sid, ())
+                        states = [results[d].state for d in (*deps, *gates)]
                         if self.ctx.cancel.is_set():
                             waiting.remove(sid)
                             why = "the run was interrupted" if interrupted else "the run stopped at the first failure (--fail-fast)"
@@ -105,8 +108,12 @@ class Executor:
                         elif any(s in ("error", "skipped", "cancelled") for s in states):
                             waiting.remove(sid)
                             bad = [d for d in deps if results[d].state in ("error", "skipped", "cancelled")]
-                            self._finish(results[sid], "skipped", f"skipped: upstream {', '.join(bad)} did not succeed")
-                        elif all(s in ("success", "no_input", "would_run") for s in states) and len(running) < threads:
+                            failed = [t for t in gates if results[t].state in ("error", "skipped", "cancelled")]
+                            why = (f"upstream {', '.join(bad)} did not succeed" if bad else
+                                   f"test {', '.join(results[t].name for t in failed)} of {', '.join(_checked(self.ctx.plan, failed))} "
+                                   f"{'failed' if all(results[t].state == 'error' for t in failed) else 'did not pass'}")
+                            self._finish(results[sid], "skipped", f"skipped: {why}")
+                        elif all(s in DONE for s in states) and len(running) < threads:
                             waiting.remove(sid)
                             results[sid].state = "running"
                             results[sid].started_at = _now()
@@ -183,3 +190,45 @@ class Executor:
         else:
             why = "its Spark job was cancelled (from the Spark UI or by the cluster)"
         return f"cancelled: {why}; {step.name if step.kind == 'write' else step.id} wrote nothing, and the next run reads its input again"
+
+
+def test_gates(plan: Plan, selected: list[str]) -> dict[str, tuple[str, ...]]:
+    """In a run of tables and their tests (`pipe build`): step id -> the tests it waits for.
+    A table or source's tests gate the steps that read it, so an error-severity failure stops
+    its downstream steps; a tests/*.sql file gates the readers of everything it reads, except
+    steps it reads itself (which it runs after)."""
+    in_run = set(selected)
+    tests = [s for s in plan.steps if s.kind == "test" and s.id in in_run]
+    if not tests or len(tests) == len(in_run):
+        return {}
+    readers: dict[str, list[str]] = {}
+    for s in plan.steps:
+        if s.id in in_run and s.kind != "test":
+            for d in s.depends_on:
+                readers.setdefault(d, []).append(s.id)
+    ancestors = _ancestors(plan)
+    gates: dict[str, set[str]] = {}
+    for t in tests:
+        c = t.config
+        checked = [("table." if c["model_kind"] == "table" else "source.") + c["model"]] if c.get("model") else list(t.depends_on)
+        for model in checked:
+            for reader in readers.get(model, ()):
+                if reader not in ancestors[t.id]:
+                    gates.setdefault(reader, set()).add(t.id)
+    return {sid: tuple(sorted(g)) for sid, g in gates.items()}
+
+
+def _ancestors(plan: Plan) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for s in plan.steps:  # in topological order
+        out[s.id] = set(s.depends_on).union(*(out[d] for d in s.depends_on)) if s.depends_on else set()
+    return out
+
+
+def _checked(plan: Plan, tests: list[str]) -> list[str]:
+    """The tables and sources the `tests` check."""
+    out = set()
+    for t in tests:
+        step = plan.step(t)
+        out |= {step.config["model"]} if step.config.get("model") else {d.split(".", 1)[1] for d in step.depends_on}
+    return sorted(out)

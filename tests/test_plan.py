@@ -49,13 +49,23 @@ def test_plan_schema(tmp_path):
     kinds = {}
     for step in data["steps"]:
         kinds[step["id"]] = step["kind"]
-        assert set(step) == (WRITE_KEYS if step["kind"] == "write" else STEP_KEYS)
+        assert set(step) == {"write": WRITE_KEYS, "test": STEP_KEYS | {"sql", "sql_file"}}.get(step["kind"], STEP_KEYS)
         assert len(step["fingerprint"]) == 64 and int(step["fingerprint"], 16) >= 0
         assert not os.path.isabs(step["file"])
-    assert kinds == {
+    assert {i: k for i, k in kinds.items() if k != "test"} == {
         "source.raw_orders": "ingest", "source.raw_customers": "ingest",
         "table.orders": "write", "table.customers": "write", "table.customer_revenue": "write",
     }
+    # the example's data tests: one step each, after the tables they read
+    relationship = next(s for s in data["steps"] if s["id"] == "test.relationships_orders_customer_id")
+    assert relationship["depends_on"] == ["table.customers", "table.orders"]
+    assert relationship["config"] == {"test": "relationships", "model": "orders", "model_kind": "table", "columns": ["customer_id"],
+                                      "to": "customers", "to_kind": "table", "field": "customer_id", "severity": "error",
+                                      "warn_if": "!= 0", "error_if": "!= 0"}
+    assert relationship["file"] == "tables/orders.yml" and "not exists" in relationship["sql"]
+    singular = next(s for s in data["steps"] if s["id"] == "test.revenue_adds_up")
+    assert singular["sql_file"] == "tests/revenue_adds_up.sql" and singular["depends_on"] == ["table.customer_revenue", "table.orders"]
+    assert sum(1 for k in kinds.values() if k == "test") == 11
     orders = next(s for s in data["steps"] if s["id"] == "table.orders")
     assert orders["action"] == "commit"
     assert orders["config"]["key"] == ["order_id"]

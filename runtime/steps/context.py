@@ -18,7 +18,9 @@ from runtime.steps.errors import RunError
 from runtime.table.timeline import CHECKPOINT_PREFIX
 
 FINGERPRINT_KEY = "pipe.step.fingerprint"
-STATES = ("pending", "running", "success", "no_input", "would_run", "error", "skipped", "cancelled")
+STATES = ("pending", "running", "success", "warn", "no_input", "would_run", "error", "skipped", "cancelled")
+# states after which the steps that depend on a step may start (`warn`: a test that warned)
+DONE = ("success", "warn", "no_input", "would_run")
 
 
 @dataclass
@@ -48,11 +50,15 @@ class StepResult:
     message: str | None = None
     hint: str | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
+    failures: int | None = None  # a test: its failing rows
+    samples: list[dict[str, Any]] | None = None  # a test: a few of them
     traceback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d.pop("traceback")
+        if self.kind != "test":
+            d.pop("failures"), d.pop("samples")
         return d
 
 
@@ -75,6 +81,8 @@ class RunContext:
         self.cancel = threading.Event()  # set by Ctrl-C and by --fail-fast
         self.interrupted = False  # Ctrl-C
         self.results: dict[str, StepResult] = {}
+        # tables written in this run: name -> (latest write before, or None when rebuilt; the new instant)
+        self.written: dict[str, tuple[str | None, str]] = {}
         self._spark_factory = spark_factory
         self._spark = None
         self._spark_error: BaseException | None = None
@@ -131,12 +139,13 @@ class RunContext:
 
         return Table.open(spark, self.table_uri(name), self.storage_options)
 
-    def open_upstream(self, name: str, needed_by: str):
-        """Table `name`, read by `needed_by` ("source orders_raw"); a RunError if it was never built."""
+    def open_upstream(self, name: str, needed_by: str, spark=None):
+        """Table `name`, read by `needed_by` ("source orders_raw") through `spark` (default: the
+        run's session); a RunError if it was never built."""
         if not self.table_exists(name):
             raise RunError(f"{needed_by} reads table {name}, which has not been built yet (no table at {self.table_uri(name)})",
                            f"build it first: `pipe run --select +{name}`")
-        return self.open_table(name, self._spark)
+        return self.open_table(name, spark or self._spark)
 
     # --- Spark -----------------------------------------------------------------------------
 

@@ -130,6 +130,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     if recreated and _is_local(uri):
         _swap_in(_staging_uri(uri), uri)
     outcome["committed"] = True
+    ctx.written[step.name] = (None if full or recreated else based_on, w.instant)
     result.instant, result.action = w.instant, w.action
     result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes
     result.rows_written = w.inserts + w.updates

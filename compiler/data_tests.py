@@ -1,0 +1,476 @@
+"""Data tests: the checks declared on tables and sources (`columns: [{name, tests}]` and `tests:`
+in tables/*.yml and sources/*.yml, the shape dbt uses) and the singular tests in tests/*.sql,
+read into DataTests, each with the SQL that returns its failing rows.
+
+Every DataTest becomes a `test` step of the plan, after the table or source it checks
+(runtime/steps/test.py runs it). A test's SQL names tables and sources as the views the runtime
+registers for them (render.relation), so the runtime decides what a view holds: the whole table,
+or only the rows a build just wrote."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from compiler.errors import Collector, Location, did_you_mean
+from compiler.project import Node, Project, Source
+from compiler.render import relation
+from compiler.schema import NAME_RE, type_name
+
+GENERIC = ("unique", "not_null", "accepted_values", "relationships", "expression")
+SEVERITIES = ("error", "warn")
+# test arguments beyond the settings every test takes; `column` only at table level
+_ARGS = {
+    "unique": ("column", "columns"),
+    "not_null": ("column",),
+    "accepted_values": ("column", "values"),
+    "relationships": ("column", "to", "field"),
+    "expression": ("column", "expression"),
+}
+_REQUIRED = {"accepted_values": ("values",), "relationships": ("to", "field"), "expression": ("expression",)}
+SETTINGS = ("name", "description", "severity", "warn_if", "error_if", "where")
+_THRESHOLD = re.compile(r"^\s*(==|=|!=|<>|>=|<=|>|<)\s*(\d+)\s*$")
+_TARGET = re.compile(r"""^\s*(ref|source)\(\s*['"]([^'"]+)['"]\s*\)\s*$""")
+# sources whose whole data a test can read (a queue cannot be read again once consumed)
+TESTABLE_SOURCES = ("files", "table")
+
+
+@dataclass(frozen=True)
+class DataTest:
+    name: str
+    test: str  # a GENERIC kind, or "sql" for a tests/*.sql file
+    model: str | None  # the table or source it is declared on (None: a tests/*.sql file)
+    model_kind: str | None  # "table" | "source"
+    location: Location
+    columns: tuple[str, ...] = ()
+    args: Mapping[str, Any] = field(default_factory=dict)
+    severity: str = "error"
+    warn_if: str = "!= 0"
+    error_if: str = "!= 0"
+    where: str | None = None
+    description: str = ""
+    sql: str = ""
+    sql_file: str | None = None
+    refs: tuple[str, ...] = ()  # tables and sources its SQL reads, besides the model
+    sources: tuple[str, ...] = ()
+    env_vars: Mapping[str, str | None] = field(default_factory=dict)
+
+    def config(self) -> dict[str, Any]:
+        """What the plan keeps of the test (its behaviour, fingerprinted with the SQL)."""
+        out: dict[str, Any] = {"test": self.test, "severity": self.severity, "warn_if": self.warn_if, "error_if": self.error_if}
+        if self.model is not None:
+            out.update(model=self.model, model_kind=self.model_kind)
+        if self.columns:
+            out["columns"] = list(self.columns)
+        if self.where:
+            out["where"] = self.where
+        out.update({k: v for k, v in self.args.items() if k not in ("column", "columns")})
+        return out
+
+
+def threshold_holds(condition: str, failures: int) -> bool:
+    """Whether `failures` meets a dbt-style condition such as `!= 0` or `> 10`."""
+    m = _THRESHOLD.match(condition)
+    op, n = m.group(1), int(m.group(2))
+    return {"==": failures == n, "=": failures == n, "!=": failures != n, "<>": failures != n, ">=": failures >= n,
+            "<=": failures <= n, ">": failures > n, "<": failures < n}[op]
+
+
+# --- reading the YAML ------------------------------------------------------------------------------
+
+def read_declared(project: Project, errors: Collector) -> list[DataTest]:
+    """The generic tests declared on every table and source, in file order, named."""
+    found: list[DataTest] = []
+    for node, kind in [*((s, "source") for s in project.sources.values()), *((t, "table") for t in project.tables.values())]:
+        _Reader(project, node, kind, errors, found).read()
+    return found
+
+
+class _Reader:
+    def __init__(self, project: Project, node: Node, kind: str, errors: Collector, out: list[DataTest]):
+        self.project, self.node, self.kind, self.errors, self.out = project, node, kind, errors, out
+        self.what = f"{kind} '{node.name}'"
+
+    def read(self) -> None:
+        body = self.node.doc.value_at(self.node.path)
+        if not isinstance(body, dict):
+            return
+        columns = body.get("columns")
+        if columns is not None:
+            self._columns(columns)
+        tests, key = _tests_of(body, self.node, (), self.errors, self.what)
+        for i, item in enumerate(tests or []):
+            self._test(item, (key, i), column=None)
+
+    def _columns(self, columns: Any) -> None:
+        path = ("columns",)
+        if not isinstance(columns, list):
+            self.errors.error(self.node.at(*path), f"'columns' of {self.what} must be a list of `- name: column` entries, not {type_name(columns)}",
+                              "write it as dbt does: `columns:` then `- name: order_id` with `tests: [unique, not_null]` under it")
+            return
+        seen: dict[str, int] = {}
+        for i, entry in enumerate(columns):
+            at = path + (i,)
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                self.errors.error(self.node.at(*at), f"each entry of 'columns' in {self.what} needs `name: <column>`",
+                                  "e.g. `- name: order_id` with `tests: [unique]` under it")
+                continue
+            for key in entry:
+                if key not in ("name", "description", "tests", "data_tests"):
+                    self.errors.error(self.node.doc.at(self.node.path + at + (key,), key=True), f"unknown key '{key}' in column '{entry['name']}' of {self.what}",
+                                      did_you_mean(str(key), ("name", "description", "tests", "data_tests")) or "a column takes name, description and tests")
+            name = entry["name"]
+            if name.lower() in seen:
+                self.errors.error(self.node.at(*at), f"column '{name}' is listed twice in 'columns' of {self.what}", "list each column once, with all its tests")
+                continue
+            seen[name.lower()] = i
+            tests, key = _tests_of(entry, self.node, at, self.errors, f"column '{name}' of {self.what}")
+            for j, item in enumerate(tests or []):
+                self._test(item, at + (key, j), column=name)
+
+    def _test(self, item: Any, at: tuple, column: str | None) -> None:
+        where = self.node.at(*at)
+        if isinstance(item, str):
+            test, args, args_at = item, {}, at
+        elif isinstance(item, dict) and len(item) == 1:
+            test, args = next(iter(item.items()))
+            args_at = at + (test,)
+            if test == "expression" and isinstance(args, str):
+                args = {"expression": args}
+            elif args is None:
+                args = {}
+            elif not isinstance(args, dict):
+                self.errors.error(self.node.at(*args_at), f"the settings of test '{test}' on {self.what} must be a mapping, not {type_name(args)}",
+                                  "e.g. `- accepted_values: {values: [a, b]}`")
+                return
+        else:
+            self.errors.error(where, f"a test on {self.what} is a test name (`- unique`) or a mapping of one test name to its settings, not {type_name(item)}",
+                              "e.g. `- not_null` or `- accepted_values: {values: [placed, shipped]}`")
+            return
+        if test not in GENERIC:
+            hint = did_you_mean(str(test), GENERIC) or ""
+            self.errors.error(where, f"unknown test '{test}' on {self.what}",
+                              (hint + " " if hint else "") + f"tests: {', '.join(GENERIC)}; custom SQL tests go in tests/*.sql")
+            return
+        args = dict(args)
+        nested = args.pop("config", None)  # dbt 1.5+: settings under `config:`
+        if nested is not None:
+            if isinstance(nested, dict):
+                for k, v in nested.items():
+                    args.setdefault(k, v)
+            else:
+                self.errors.error(self.node.at(*args_at, "config"), f"'config' of test '{test}' must be a mapping")
+        ok = True
+        for key in args:
+            if key not in _ARGS[test] + SETTINGS:
+                hint = did_you_mean(str(key), _ARGS[test] + SETTINGS)
+                self.errors.error(self.node.doc.at(self.node.path + args_at + (key,), key=True), f"unknown setting '{key}' of test '{test}' on {self.what}",
+                                  hint or "settings: " + ", ".join(sorted(_ARGS[test] + SETTINGS)))
+                ok = False
+        for key in _REQUIRED.get(test, ()):
+            if args.get(key) in (None, "", []):
+                self.errors.error(self.node.at(*args_at), f"test '{test}' on {self.what} needs '{key}'", _REQUIRED_HINT[(test, key)])
+                ok = False
+        columns = self._columns_of(test, args, column, args_at)
+        if columns is None or not ok:
+            return
+        settings = self._settings(test, args, args_at)
+        if settings is None:
+            return
+        if not self._args_ok(test, args, args_at):
+            return
+        self.out.append(DataTest(
+            name=settings["name"] or "", test=test, model=self.node.name, model_kind=self.kind, location=where,
+            columns=columns, args={k: v for k, v in args.items() if k in _ARGS[test] + ("to_kind",)}, severity=settings["severity"],
+            warn_if=settings["warn_if"], error_if=settings["error_if"], where=settings["where"], description=settings["description"]))
+
+    def _columns_of(self, test: str, args: dict, column: str | None, at: tuple) -> tuple[str, ...] | None:
+        given = args.get("columns") if test == "unique" else None
+        if column is not None:
+            if "column" in args or given is not None:
+                self.errors.error(self.node.at(*at), f"test '{test}' under column '{column}' of {self.what} names its column already",
+                                  "leave out `column:`/`columns:` here, or move the test to the table's `tests:`")
+                return None
+            return (column,)
+        if given is not None:
+            if not isinstance(given, list) or not given or not all(isinstance(c, str) for c in given):
+                self.errors.error(self.node.at(*at, "columns"), f"'columns' of test 'unique' on {self.what} must be a list of column names")
+                return None
+            if "column" in args:
+                self.errors.error(self.node.at(*at), f"test 'unique' on {self.what} gives both 'column' and 'columns'", "keep one of them")
+                return None
+            return tuple(given)
+        one = args.get("column")
+        if one is None:
+            if test == "expression":
+                return ()
+            self.errors.error(self.node.at(*at), f"test '{test}' in the `tests:` of {self.what} needs `column:`" + (" or `columns:`" if test == "unique" else ""),
+                              "or declare it under the column: `columns: [{name: <column>, tests: [...]}]`")
+            return None
+        if not isinstance(one, str):
+            self.errors.error(self.node.at(*at, "column"), f"'column' of test '{test}' on {self.what} must be a column name")
+            return None
+        return (one,)
+
+    def _settings(self, test: str, args: dict, at: tuple) -> dict[str, Any] | None:
+        out: dict[str, Any] = {"name": None, "description": "", "severity": "error", "warn_if": "!= 0", "error_if": "!= 0", "where": None}
+        ok = True
+        for key in SETTINGS:
+            if key not in args:
+                continue
+            value = args[key]
+            loc = self.node.at(*at, key)
+            if key == "severity":
+                if not isinstance(value, str) or value.lower() not in SEVERITIES:
+                    self.errors.error(loc, f"unknown severity '{value}' of test '{test}' on {self.what}", "choose one of: error, warn")
+                    ok = False
+                    continue
+                value = value.lower()
+            elif key in ("warn_if", "error_if"):
+                if not isinstance(value, str) or not _THRESHOLD.match(value):
+                    self.errors.error(loc, f"'{key}' of test '{test}' on {self.what} is {value!r}; it compares the number of failing rows",
+                                      "write a comparison with a number, quoted: \">10\", \"!=0\", \">= 100\"")
+                    ok = False
+                    continue
+            elif key == "name":
+                if not isinstance(value, str) or not NAME_RE.match(value):
+                    self.errors.error(loc, f"invalid test name {value!r} on {self.what}", "use letters, digits and _, starting with a letter or _")
+                    ok = False
+                    continue
+            elif not isinstance(value, str) or (key == "where" and not value.strip()):
+                self.errors.error(loc, f"'{key}' of test '{test}' on {self.what} must be a string" + (" (a SQL condition)" if key == "where" else ""))
+                ok = False
+                continue
+            out[key] = value
+        return out if ok else None
+
+    def _args_ok(self, test: str, args: dict, at: tuple) -> bool:
+        if test == "accepted_values":
+            values = args["values"]
+            if not isinstance(values, list) or any(isinstance(v, (dict, list)) or v is None for v in values):
+                self.errors.error(self.node.at(*at, "values"), f"'values' of test 'accepted_values' on {self.what} must be a list of plain values",
+                                  "e.g. `values: [placed, shipped, delivered]`")
+                return False
+        if test == "expression" and not isinstance(args["expression"], str):
+            self.errors.error(self.node.at(*at, "expression"), f"'expression' of test 'expression' on {self.what} must be a SQL condition, not {type_name(args['expression'])}",
+                              "e.g. `expression: \"amount >= 0\"`")
+            return False
+        if test == "relationships":
+            if not isinstance(args["field"], str):
+                self.errors.error(self.node.at(*at, "field"), f"'field' of test 'relationships' on {self.what} must be a column name")
+                return False
+            target = _relationship_target(args["to"], self.project)
+            if isinstance(target, str):
+                self.errors.error(self.node.at(*at, "to"), f"test 'relationships' on {self.what}: {target}",
+                                  _relationship_hint(args["to"], self.project))
+                return False
+            args["to"] = target[1]
+            args["to_kind"] = target[0]
+        return True
+
+
+_REQUIRED_HINT = {
+    ("accepted_values", "values"): "list the values the column may hold: `values: [placed, shipped]`",
+    ("relationships", "to"): "name the parent: `to: ref('customers')` or `to: source('raw_customers')`",
+    ("relationships", "field"): "name the parent's column the values must exist in: `field: customer_id`",
+    ("expression", "expression"): "give the SQL condition every row must meet: `expression: \"amount >= 0\"`",
+}
+
+
+def _tests_of(body: dict, node: Node, at: tuple, errors: Collector, what: str) -> tuple[list | None, str]:
+    """`tests:` (or dbt 1.8's `data_tests:`) of a table, source or column entry."""
+    if "tests" in body and "data_tests" in body:
+        errors.error(node.at(*at, "data_tests"), f"{what} has both 'tests' and 'data_tests'", "they mean the same; keep one")
+    key = "data_tests" if "data_tests" in body and "tests" not in body else "tests"
+    tests = body.get(key)
+    if tests is None:
+        return None, key
+    if not isinstance(tests, list):
+        errors.error(node.at(*at, key), f"'{key}' of {what} must be a list of tests, not {type_name(tests)}", "e.g. `tests: [unique, not_null]`")
+        return None, key
+    return tests, key
+
+
+def _relationship_target(to: Any, project: Project) -> tuple[str, str] | str:
+    """("table" | "source", name) of `to:`, or what is wrong with it."""
+    if not isinstance(to, str):
+        return f"'to' must be ref('<table>') or source('<source>'), not {type_name(to)}"
+    m = _TARGET.match(to)
+    kind, name = (m.group(1), m.group(2)) if m else (None, to.strip())
+    in_tables, in_sources = name in project.tables, name in project.sources
+    if kind == "ref" and not in_tables or kind == "source" and not in_sources or kind is None and not (in_tables or in_sources):
+        return f"'to' names {to!r}, which is no {'table' if kind == 'ref' else 'source' if kind == 'source' else 'table or source'} of the project"
+    if kind is None:
+        kind = "ref" if in_tables else "source"
+    if kind == "source" and project.sources[name].kind not in TESTABLE_SOURCES:
+        return f"'to' names source {name!r} of kind {project.sources[name].kind}, which a test cannot read again"
+    return ("table" if kind == "ref" else "source"), name
+
+
+def _relationship_hint(to: Any, project: Project) -> str:
+    name = _TARGET.match(to).group(2) if isinstance(to, str) and _TARGET.match(to) else str(to)
+    near = did_you_mean(name, [*project.tables, *project.sources])
+    return near or "name a table (`ref('customers')`) or a source (`source('raw_customers')`) of the project"
+
+
+# --- names, columns and SQL ---------------------------------------------------------------------
+
+def finish(tests: list[DataTest], project: Project, known_columns: Mapping[str, tuple[str, ...] | list[str] | None],
+           errors: Collector) -> list[DataTest]:
+    """Names every test, checks its columns against what is known of its model, refuses tests on
+    sources a test cannot read again, and writes the SQL of its failing rows."""
+    out = []
+    taken: dict[str, Location] = {}
+    for t in tests:
+        if t.model_kind == "source" and project.sources[t.model].kind not in TESTABLE_SOURCES:
+            s = project.sources[t.model]
+            errors.error(t.location, f"test '{t.test}' on source '{s.name}': a source of kind {s.kind} cannot be read again by a test",
+                         "test the table it feeds instead (declare the test in tables/*.yml)")
+            continue
+        if not _columns_exist(t, project, known_columns, errors):
+            continue
+        name = t.name or _generated_name(t)
+        if t.name and name in taken:
+            errors.error(t.location, f"test name '{name}' is taken (by the test at {taken[name]})", "give this test another `name:`")
+            continue
+        if not t.name:
+            base, n = name, 2
+            while name in taken:
+                name, n = f"{base}_{n}", n + 1
+        taken[name] = t.location
+        out.append(_with(t, name=name, sql=_sql(t)))
+    return out
+
+
+def _with(t: DataTest, **changes: Any) -> DataTest:
+    return DataTest(**{**t.__dict__, **changes})
+
+
+def _generated_name(t: DataTest) -> str:
+    """As dbt names them: `<test>_<model>_<column>` (`not_null_orders_customer_id`)."""
+    parts = [t.test, t.model or "", *t.columns]
+    return "_".join(p for p in parts if p)
+
+
+def _columns_exist(t: DataTest, project: Project, known: Mapping[str, Any], errors: Collector) -> bool:
+    columns = _model_columns(t.model, t.model_kind, project, known)
+    ok = True
+    if columns is not None:
+        lower = {c.lower() for c in columns}
+        for c in t.columns:
+            if c.lower() not in lower:
+                errors.error(t.location, f"test '{t.test}' on {t.model_kind} '{t.model}' names column '{c}', which it does not have",
+                             (did_you_mean(c, columns) or f"its columns: {', '.join(columns)}"))
+                ok = False
+    if t.test == "relationships":
+        parent = _model_columns(t.args["to"], t.args["to_kind"], project, known)
+        field_ = t.args["field"]
+        if parent is not None and field_.lower() not in {c.lower() for c in parent}:
+            errors.error(t.location, f"test 'relationships' on {t.model_kind} '{t.model}': {t.args['to_kind']} '{t.args['to']}' has no column '{field_}'",
+                         did_you_mean(field_, parent) or f"its columns: {', '.join(parent)}")
+            ok = False
+    return ok
+
+
+def _model_columns(name: str | None, kind: str | None, project: Project, known: Mapping[str, Any]) -> list[str] | None:
+    if name is None:
+        return None
+    node = project.tables.get(name) if kind == "table" else project.sources.get(name)
+    if node is None:
+        return None
+    if kind == "table" and known.get(name) is not None:
+        return list(known[name])
+    if kind == "source" and isinstance(node, Source) and node.kind == "table":
+        upstream = node.config.get("table")
+        return list(known[upstream]) if known.get(upstream) is not None else None
+    return [c["name"] for c in node.columns] if node.columns else None
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _sql(t: DataTest) -> str:
+    """The SQL whose rows are the test's failures."""
+    if t.test == "sql":
+        return t.sql
+    model = relation(t.model)
+    rows = f"(select * from {model} where {t.where}) as model" if t.where else f"{model} as model"
+    cols = [f"model.{_quote(c)}" for c in t.columns]
+    if t.test == "not_null":
+        return f"select * from {rows}\nwhere {cols[0]} is null\n"
+    if t.test == "unique":
+        listed = ", ".join(cols)
+        present = " and ".join(f"{c} is not null" for c in cols)
+        return f"select {listed}, count(*) as n_records from {rows}\nwhere {present}\ngroup by {listed}\nhaving count(*) > 1\n"
+    if t.test == "accepted_values":
+        values = ", ".join(_literal(v) for v in t.args["values"])
+        return f"select * from {rows}\nwhere {cols[0]} is not null and {cols[0]} not in ({values})\n"
+    if t.test == "relationships":
+        parent = relation(t.args["to"])
+        return (f"select * from {rows}\nwhere {cols[0]} is not null\n"
+                f"  and not exists (select 1 from {parent} as parent where parent.{_quote(t.args['field'])} = {cols[0]})\n")
+    if t.test == "expression":
+        return f"select * from {rows}\nwhere not ({t.args['expression']})\n"
+    raise AssertionError(t.test)
+
+
+# --- tests/*.sql ----------------------------------------------------------------------------------
+
+def read_singular(project: Project, renderer, errors: Collector) -> list[DataTest]:
+    """The tests in tests/**/*.sql: a SELECT (Jinja, with ref() and source()) returning the
+    failing rows; `{{ config(severity='warn', warn_if='>10') }}` sets what a YAML test sets."""
+    from compiler.project import read_test_files
+
+    out = []
+    for rel, text in read_test_files(project.root, errors):
+        name = rel.rsplit("/", 1)[-1][: -len(".sql")]
+        if not NAME_RE.match(name):
+            errors.error(Location(rel, 1, 1), f"invalid test name '{name}'", "name the file with letters, digits and _ (it becomes the test's name)")
+            continue
+        r = renderer.render_test(rel, text)
+        if r is None:
+            continue
+        settings = _singular_settings(rel, r.config, errors)
+        if settings is None:
+            continue
+        if not r.refs and not r.sources:
+            errors.error(Location(rel, 1, 1), f"test '{name}' reads no table or source", "select from {{ ref('table') }} or {{ source('name') }}")
+            continue
+        for src in r.sources:
+            kind = project.sources[src].kind
+            if kind not in TESTABLE_SOURCES:
+                errors.error(r.sources[src], f"test '{name}' reads source '{src}' of kind {kind}, which a test cannot read again",
+                             "read the table it feeds with ref() instead")
+                settings = None
+        if settings is None:
+            continue
+        out.append(DataTest(name=name, test="sql", model=None, model_kind=None, location=Location(rel, 1), sql=r.sql, sql_file=rel,
+                            refs=tuple(sorted(r.refs)), sources=tuple(sorted(r.sources)), env_vars=dict(r.env_vars), **settings))
+    return out
+
+
+def _singular_settings(rel: str, config: Mapping[str, Any], errors: Collector) -> dict[str, Any] | None:
+    out: dict[str, Any] = {"severity": "error", "warn_if": "!= 0", "error_if": "!= 0", "description": ""}
+    for key, value in config.items():
+        where = Location(rel, 1)
+        if key not in ("severity", "warn_if", "error_if", "description"):
+            errors.error(where, f"config() of test {rel}: unknown setting '{key}'", "settings: severity, warn_if, error_if, description")
+            return None
+        if key == "severity" and (not isinstance(value, str) or value.lower() not in SEVERITIES):
+            errors.error(where, f"config() of test {rel}: unknown severity {value!r}", "choose one of: error, warn")
+            return None
+        if key in ("warn_if", "error_if") and (not isinstance(value, str) or not _THRESHOLD.match(value)):
+            errors.error(where, f"config() of test {rel}: {key} is {value!r}", "write a comparison with a number: '>10', '!=0'")
+            return None
+        out[key] = value.lower() if key == "severity" else value
+    return out

@@ -1,0 +1,146 @@
+"""Test steps: a data test's SQL (compiler/data_tests.py), whose rows are its failures, run on
+Spark against the current data of the tables and sources it reads. Only the number of failing
+rows and a few sample rows reach the driver.
+
+What a test reads (docs/testing.md, "What each test checks"):
+- `pipe test`: every table at its latest commit, every source whole.
+- `pipe build`, after a table's incremental write in the same run: the row tests (`not_null`,
+  `accepted_values`, `expression`, `relationships`) check only the rows that write added or
+  changed, a relationship against the whole parent; `unique` checks the whole table, or holds by
+  construction on an upsert table whose record key it names; tests in tests/*.sql read whole
+  tables. A full refresh, a first build or a table with no new input is checked whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.data_tests import threshold_holds
+from compiler.plan import Step
+from runtime.sources import SourceError
+from runtime.sources import files as files_source
+from runtime.steps.context import RunContext, StepResult
+from runtime.steps.errors import RunError, is_user_error, spark_message
+
+SAMPLE_ROWS = 5
+_SAMPLE_TEXT = 120  # characters of a sample value
+ROW_TESTS = ("not_null", "accepted_values", "expression", "relationships")
+
+
+def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
+    config = step.config
+    if ctx.options.dry_run:
+        return "would_run", f"would check {_subject(step)}"
+    held = _by_construction(ctx, step)
+    if held:
+        result.failures = 0
+        return "success", held
+    spark = ctx.spark()
+    spark.sparkContext.setJobGroup(step.id, f"pipe {step.id}", interruptOnCancel=True)
+    session = spark.newSession()
+    read: list = []  # source reads, released once the test is over
+    where = step.sql_file or f"{step.file}:{step.line}"
+    try:
+        scope = _register_views(ctx, session, step, read)
+        failing = session.sql(step.sql)
+        failures = failing.count()
+        rows = failing.limit(SAMPLE_ROWS).collect() if failures else []
+    except (RunError, SourceError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - an analysis or runtime error of the test's SQL
+        if ctx.cancel.is_set() or not is_user_error(exc):
+            raise
+        raise RunError(f"{where}: test {step.name} cannot run: {spark_message(exc)}",
+                       "check the test's columns and SQL (the SQL it runs is in target/plan.json)") from exc
+    finally:
+        for pending in read:
+            pending.release()
+    result.failures = failures
+    result.samples = [_sample(r.asDict(recursive=True)) for r in rows]
+    rule = f"{failures:,} failing row{'s' if failures != 1 else ''}"
+    if failures and config["severity"] == "error" and threshold_holds(config["error_if"], failures):
+        return "error", f"{rule} ({scope}){_error_rule(config)}"
+    if failures and threshold_holds(config["warn_if"], failures):
+        return "warn", f"{rule} ({scope}){_warn_rule(config)}"
+    note = f"; {rule} within the thresholds" if failures else ""
+    return "success", f"passed ({scope}){note}"
+
+
+def _subject(step: Step) -> str:
+    c = step.config
+    return f"{c.get('model_kind')} {c['model']}" if c.get("model") else ", ".join(d.split(".", 1)[1] for d in step.depends_on)
+
+
+def _error_rule(config) -> str:
+    return f"; error_if {config['error_if']}" if config["error_if"].replace(" ", "") != "!=0" else ""
+
+
+def _warn_rule(config) -> str:
+    rule = f"; warn_if {config['warn_if']}" if config["warn_if"].replace(" ", "") != "!=0" else ""
+    return rule + ("; severity warn" if config["severity"] == "warn" else "")
+
+
+def _sample(row: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, (str, bytes, bytearray)) and len(v) > _SAMPLE_TEXT:
+            v = v[:_SAMPLE_TEXT] + "..."
+        out[k] = v if isinstance(v, (int, float, bool, str)) or v is None else str(v)
+    return out
+
+
+def _written_incrementally(ctx: RunContext, table: str):
+    """(instant before, instant written) when this run wrote `table` incrementally."""
+    w = ctx.written.get(table)
+    return w if w is not None and w[0] is not None else None
+
+
+def _by_construction(ctx: RunContext, step: Step) -> str | None:
+    """In a build, `unique` on the record key of an upsert table with a global index holds by
+    construction once pipe has written it: no job runs. `pipe test` always checks."""
+    c = step.config
+    if c["test"] != "unique" or c.get("model_kind") != "table" or c.get("where") or c["model"] not in ctx.written:
+        return None
+    table = ctx.plan.step(f"table.{c['model']}").config
+    key = [k.lower() for k in table.get("key") or []]
+    if table.get("operation") == "upsert" and table.get("index") == "global" and sorted(key) == sorted(x.lower() for x in c["columns"]):
+        return f"passed: {', '.join(c['columns'])} is the record key of upsert table {c['model']} (global index), unique by construction"
+    return None
+
+
+def _register_views(ctx: RunContext, session, step: Step, read: list) -> str:
+    """Registers a view per table and source the test reads; returns what it checked."""
+    c = step.config
+    model = c.get("model")
+    scope = {"table": "whole table", "source": "all of the source"}.get(c.get("model_kind"), "whole tables")
+    for dep in step.depends_on:
+        kind, name = dep.split(".", 1)
+        if kind == "table":
+            table = ctx.open_upstream(name, f"test {step.name}", session)
+            latest = table.timeline().latest_completed()
+            if latest is None:
+                raise RunError(f"test {step.name} reads table {name}, which has no completed commit yet",
+                               f"build it first: `pipe build --select +{name}`")
+            written = _written_incrementally(ctx, name) if name == model and c["test"] in ROW_TESTS else None
+            if written is not None:
+                df = table.read(since=written[0], until=written[1], meta=False)
+                scope = f"the rows written by {written[1]}"
+            else:
+                df = table.read(meta=False)
+            df.createOrReplaceTempView(name)
+        else:
+            _source_view(ctx, session, step, name, read).createOrReplaceTempView(name)
+    return scope
+
+
+def _source_view(ctx: RunContext, session, step: Step, name: str, read: list):
+    source = ctx.plan.step(f"source.{name}")
+    config = ctx.config(source)
+    if config["kind"] == "table":
+        upstream = ctx.open_upstream(config["table"], f"test {step.name} (through source {name})", session)
+        return upstream.read(meta=False)
+    if config["kind"] == "files":
+        everything = {**config, "max_files_per_run": None, "max_bytes_per_run": None}
+        pending = files_source.pending(name, everything, ctx.root, None)
+        read.append(pending)
+        return pending.dataframe(session)
+    raise RunError(f"test {step.name}: a source of kind {config['kind']} cannot be read by a test", "test the table it feeds")
