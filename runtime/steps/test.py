@@ -32,7 +32,7 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
         return "would_run", f"would check {_subject(step)}"
     held = _by_construction(ctx, step)
     if held:
-        result.failures = 0
+        result.failures, result.samples = 0, []
         return "success", held
     spark = ctx.spark()
     spark.sparkContext.setJobGroup(step.id, f"pipe {step.id}", interruptOnCancel=True)
