@@ -66,9 +66,10 @@ def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None,
     rendered_sources = {name: renderer.render_source(s) for name, s in project.sources.items()}
 
     declared_tests = data_tests.read_declared(project, errors) + data_tests.read_singular(project, renderer, errors)
+    expectations = data_tests.read_expectations(project, {n: r.config for n, r in rendered_tables.items()}, errors)
     edges = _edges(project, rendered_tables)
     _check_s3_sources(project, edges, errors)
-    steps = _steps(project, rendered_tables, rendered_sources, edges)
+    steps = _steps(project, rendered_tables, rendered_sources, edges, expectations)
     graph = build_graph({s.id: step_attributes(s) for s in steps.values()}, edges)
     check_cycles(graph, errors)
     known_columns: Mapping[str, Any] = {}
@@ -196,7 +197,8 @@ def _test_steps(tests: list[data_tests.DataTest]) -> tuple[dict[str, Step], list
     return steps, edges
 
 
-def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mapping[str, RenderedSource], edges: list[Edge]) -> dict[str, Step]:
+def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mapping[str, RenderedSource], edges: list[Edge],
+           expectations: Mapping[str, list[dict[str, str]]]) -> dict[str, Step]:
     deps: dict[str, set[str]] = {}
     for e in edges:
         deps.setdefault(e.downstream, set()).add(e.upstream)
@@ -221,7 +223,9 @@ def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mappi
         tid = table_id(name)
         r = tables[name]
         loc = table.location
-        config = {k: v for k, v in r.config.items() if k not in _DESCRIPTIVE}
+        config = {k: v for k, v in r.config.items() if k not in _DESCRIPTIVE and k != "expect"}
+        if expectations.get(name):  # only when set: the fingerprints of tables without them stay as they were
+            config["expect"] = expectations[name]
         steps[tid] = Step(
             id=tid,
             kind="write",

@@ -474,3 +474,62 @@ def _singular_settings(rel: str, config: Mapping[str, Any], errors: Collector) -
             return None
         out[key] = value.lower() if key == "severity" else value
     return out
+
+
+# --- expectations: checks on a table's batch before its commit ----------------------------------
+
+ACTIONS = ("warn", "drop", "quarantine", "fail")
+QUARANTINE_SUFFIX = "__quarantine"
+_EXPECT_OPERATIONS = ("upsert", "insert", "bulk_insert", "insert_overwrite", "insert_overwrite_table")
+
+
+def read_expectations(project: Project, rendered: Mapping[str, Mapping[str, Any]], errors: Collector) -> dict[str, list[dict[str, str]]]:
+    """Each table's `expect:` (from its rendered settings, `rendered`) as a list of {name,
+    expression, action}, in the order written. `expect: {name: "<SQL condition>"}` warns;
+    `{name: {expression: ..., action: ...}}` picks its action."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for table in project.tables.values():
+        value = (rendered.get(table.name) or table.config).get("expect")
+        if value is None:
+            continue
+        what = f"table '{table.name}'"
+        if not isinstance(value, dict) or not value:
+            errors.error(table.at("expect"), f"'expect' of {what} must be a mapping of names to SQL conditions",
+                         "e.g. `expect: {positive_amount: {expression: \"amount > 0\", action: drop}}`")
+            continue
+        if table.operation not in _EXPECT_OPERATIONS:
+            errors.error(table.at("expect"), f"'expect' of {what} checks rows the table writes; operation {table.operation} writes none",
+                         f"expectations apply to {', '.join(_EXPECT_OPERATIONS)}")
+            continue
+        checks = []
+        for name, body in value.items():
+            at = ("expect", name)
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                errors.error(table.doc.at(table.path + at, key=True), f"invalid expectation name {name!r} in {what}",
+                             "use letters, digits and _, starting with a letter or _")
+                continue
+            if isinstance(body, str):
+                body = {"expression": body}
+            if not isinstance(body, dict):
+                errors.error(table.at(*at), f"expectation '{name}' of {what} must be a SQL condition or a mapping with `expression` and `action`")
+                continue
+            for key in body:
+                if key not in ("expression", "action", "description"):
+                    errors.error(table.doc.at(table.path + at + (key,), key=True), f"unknown setting '{key}' of expectation '{name}' in {what}",
+                                 did_you_mean(str(key), ("expression", "action", "description")) or "settings: expression, action, description")
+            expression, action = body.get("expression"), body.get("action", "warn")
+            if not isinstance(expression, str) or not expression.strip():
+                errors.error(table.at(*at), f"expectation '{name}' of {what} needs `expression:`, the SQL condition every row must meet",
+                             "e.g. `expression: \"amount > 0\"`")
+                continue
+            if action not in ACTIONS:
+                hint = did_you_mean(str(action), ACTIONS) or ""
+                errors.error(table.at(*at, "action"), f"unknown action '{action}' of expectation '{name}' in {what}",
+                             (hint + " " if hint else "") + "choose one of: " + ", ".join(ACTIONS))
+                continue
+            checks.append({"name": name, "expression": expression, "action": action})
+        if any(c["action"] == "quarantine" for c in checks) and table.name + QUARANTINE_SUFFIX in project.tables:
+            errors.error(project.tables[table.name + QUARANTINE_SUFFIX].location,
+                         f"table name '{table.name}{QUARANTINE_SUFFIX}' is taken by the quarantine table of table '{table.name}'", "rename the table")
+        out[table.name] = checks
+    return out

@@ -106,6 +106,8 @@ _TESTS = (
     Key("data_tests", "any", "Another name for `tests` (dbt 1.8's); use one of the two.", default=None),
 )
 
+_EXPECT = Key("expect", "any", "Checks on every batch before it is committed, by name: a SQL condition each row must meet, and an `action` for the rows that fail it: `warn` (count them), `drop` (leave them out), `quarantine` (write them to `<table>__quarantine` instead) or `fail` (commit nothing) (docs/testing.md).", default=None)
+
 _SOURCE_COMMON = (
     Key("kind", "string", "What the source reads.", required=True, choices=SOURCE_KINDS),
     Key("description", "string", "Free text for people; metadata only.", default=""),
@@ -249,6 +251,7 @@ TABLE = Section(
         Key("archive", "section", "Archiving of the timeline.", default={}, section=ARCHIVE),
         Key("compaction", "section", "Compaction (merge_on_read only).", default={}, section=COMPACTION),
         Key("bootstrap", "section", "Source dataset for `operation: bootstrap`.", default=None, section=BOOTSTRAP),
+        _EXPECT,
     ) + _TESTS,
     "A table pipe writes. Its SELECT lives in `<name>.sql` beside the YAML file.",
 )

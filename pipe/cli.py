@@ -484,6 +484,8 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     tables = [s.name for s in plan.steps if s.kind == "write"]
     # the dead-letter table of each s3_events source is a table too
     tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and s.config.get("kind") == "s3_events"]
+    # and so is the quarantine table of each table with a `quarantine` expectation
+    tables += [s.name + "__quarantine" for s in plan.steps if any(e["action"] == "quarantine" for e in s.config.get("expect") or ())]
     if name not in tables:
         raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, tables) or f"tables: {', '.join(tables)}")])
     lake = RunContext(plan, result.project.root)
@@ -492,6 +494,8 @@ def _table_for(ctx: _Context, name: str, target: str | None):
         hint = f"run `pipe run --select +{name}`"
         if name.endswith("_dead_letter") and name not in [s.name for s in plan.steps]:
             hint = "no message has been dead-lettered yet (the table appears with the first one)"
+        elif name.endswith("__quarantine") and name not in [s.name for s in plan.steps]:
+            hint = "no row has been quarantined yet (the table appears with the first one)"
         raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", hint)])
     return lake.open_table(name), plan
 
@@ -741,6 +745,8 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
             row.update(operation=meta.operation_type, inserts=sum(s.num_inserts for s in meta.write_stats),
                        updates=sum(s.num_update_writes for s in meta.write_stats), deletes=sum(s.num_deletes for s in meta.write_stats),
                        files=len(meta.write_stats), checkpoints=meta.checkpoints())
+            if "pipe.expectations" in meta.extra:  # runtime/steps/expect.py
+                row["expectations"] = json.loads(meta.extra["pipe.expectations"])
         elif inst.is_completed and where == "active":
             detail = _service_detail(table.storage, inst)
             if detail:
@@ -751,14 +757,19 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
             output.plain(json.dumps(row, sort_keys=True))
         return
     t = RichTable(show_edge=False, box=None, header_style="bold", pad_edge=False)
-    for col in ("instant", "action", "state", "operation", "ins/upd/del", "files", "checkpoints"):
-        t.add_column(col, overflow="fold", no_wrap=col != "checkpoints")
+    checks = any("expectations" in row for row in rows)
+    for col in ("instant", "action", "state", "operation", "ins/upd/del", "files", "checkpoints") + (("expectations",) if checks else ()):
+        t.add_column(col, overflow="fold", no_wrap=col not in ("checkpoints", "expectations"))
     for row in rows:
         cps = row.get("checkpoints") or {}
         cp_text = ", ".join(f"{k}={_short_checkpoint(v)}" for k, v in sorted(cps.items()))
         iud = f"{row['inserts']}/{row['updates']}/{row['deletes']}" if "inserts" in row else ""
         state = row["state"] + (" (archived)" if row["timeline"] == "archived" else "")
-        t.add_row(row["instant"], row["action"], state, row.get("operation", row.get("detail", "")), iud, str(row.get("files", "")), cp_text)
+        cells = [row["instant"], row["action"], state, row.get("operation", row.get("detail", "")), iud, str(row.get("files", "")), cp_text]
+        if checks:
+            e = row.get("expectations") or {}
+            cells.append(", ".join(f"{n}: {v['failed']} {v['action']}" for n, v in sorted(e.items()) if n != "rows"))
+        t.add_row(*cells)
     output.table(t)  # never crop instants
 
 

@@ -52,6 +52,7 @@ class StepResult:
     inputs: dict[str, Any] = field(default_factory=dict)
     failures: int | None = None  # a test: its failing rows
     samples: list[dict[str, Any]] | None = None  # a test: a few of them
+    expectations: dict[str, Any] | None = None  # a table with `expect:`: the rows checked, failures per expectation
     traceback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -59,6 +60,8 @@ class StepResult:
         d.pop("traceback")
         if self.kind != "test":
             d.pop("failures"), d.pop("samples")
+        if self.expectations is None:
+            d.pop("expectations")
         return d
 
 

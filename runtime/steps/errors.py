@@ -4,6 +4,7 @@ line saying what failed (the worker's traceback only with --debug), cancellation
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from compiler.errors import PipeError
 from compiler.plan import Step
@@ -42,6 +43,19 @@ def spark_message(exc: BaseException) -> str:
     if where and where.group(0) not in message:
         message += f" (Spark's position: {where.group(1)}, {where.group(2)})"
     return message
+
+
+def sample(row: dict[str, Any], width: int = 120) -> dict[str, Any]:
+    """A row of data as a user is shown it (and as JSON holds it): numbers, text and booleans
+    as they are, anything else as text; long text cut at `width`."""
+    out = {}
+    for k, v in row.items():
+        if not (isinstance(v, (int, float, bool, str)) or v is None):
+            v = str(v)
+        if isinstance(v, str) and len(v) > width:
+            v = v[:width] + "..."
+        out[k] = v
+    return out
 
 
 def is_user_error(exc: BaseException) -> bool:

@@ -12,17 +12,15 @@ What a test reads (docs/testing.md, "What each test checks"):
 
 from __future__ import annotations
 
-from typing import Any
 
 from compiler.data_tests import threshold_holds
 from compiler.plan import Step
 from runtime.sources import SourceError
 from runtime.sources import files as files_source
 from runtime.steps.context import RunContext, StepResult
-from runtime.steps.errors import RunError, is_user_error, spark_message
+from runtime.steps.errors import RunError, is_user_error, sample, spark_message
 
 SAMPLE_ROWS = 5
-_SAMPLE_TEXT = 120  # characters of a sample value
 ROW_TESTS = ("not_null", "accepted_values", "expression", "relationships")
 
 
@@ -55,7 +53,7 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
         for pending in read:
             pending.release()
     result.failures = failures
-    result.samples = [_sample(r.asDict(recursive=True)) for r in rows]
+    result.samples = [sample(r.asDict(recursive=True)) for r in rows]
     rule = f"{failures:,} failing row{'s' if failures != 1 else ''}"
     if failures and config["severity"] == "error" and threshold_holds(config["error_if"], failures):
         return "error", f"{rule} ({scope}){_error_rule(config)}"
@@ -77,15 +75,6 @@ def _error_rule(config) -> str:
 def _warn_rule(config) -> str:
     rule = f"; warn_if {config['warn_if']}" if config["warn_if"].replace(" ", "") != "!=0" else ""
     return rule + ("; severity warn" if config["severity"] == "warn" else "")
-
-
-def _sample(row: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in row.items():
-        if isinstance(v, (str, bytes, bytearray)) and len(v) > _SAMPLE_TEXT:
-            v = v[:_SAMPLE_TEXT] + "..."
-        out[k] = v if isinstance(v, (int, float, bool, str)) or v is None else str(v)
-    return out
 
 
 def _written_incrementally(ctx: RunContext, table: str):

@@ -4,6 +4,7 @@ SQL on it, and write the result as one Hudi commit that stores the new checkpoin
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Mapping
 
@@ -11,7 +12,7 @@ from compiler.plan import Step
 from runtime import s3
 from runtime.sources import Pending
 from runtime.sources import s3_incremental as s3_incremental_source
-from runtime.steps import source
+from runtime.steps import expect, source
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, stored_state
 from runtime.steps.errors import Cancelled, RunError, spark_message
 from runtime.table.timeline import CHECKPOINT_PREFIX
@@ -101,6 +102,10 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {spark_message(exc)}",
                            "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
 
+    checked = expect.check(step, df, config["expect"]) if config.get("expect") and df is not None else None
+    if checked is not None:
+        df = checked.kept
+        result.expectations = checked.to_dict()
     table, recreated = _create_table(ctx, session, step, config, uri, rebuild=full and exists)
     extra = {f"{CHECKPOINT_PREFIX}{n}": p.checkpoint for n, p in sources.items() if p.checkpoint is not None}
     for n, p in sources.items():  # a source with nothing new keeps its checkpoint
@@ -118,6 +123,12 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             return "no_input", "no partition to delete (the SQL returned no rows)"
     if ctx.cancel.is_set():
         raise Cancelled(f"{step.id}: cancelled before its write started")
+    quarantined = ""
+    if checked is not None:
+        if checked.quarantine is not None:
+            instant = expect.write_quarantine(ctx, session, step, checked, extra, based_on or "first")
+            quarantined = f"; quarantine commit {instant}"
+        extra[expect.EXTRA_KEY] = json.dumps(checked.to_dict(), sort_keys=True)
     # refused if another run committed to this table since its checkpoints were read
     try:
         consumers = ctx.consumer_checkpoints(step.name)
@@ -139,6 +150,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         note = f", compacted (commit {w.compaction})" + note
     if w.retired:
         note += f"; first {w.retired}"
+    if checked is not None:
+        note += f"; {checked.summary()}{quarantined}"
     return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
 
 
