@@ -292,3 +292,60 @@ def test_a_test_whose_sql_fails_names_its_file_and_no_traceback(spark, tmp_path,
     assert "error in test.lines_are_numbered: tests/lines_are_numbered.sql: test lines_are_numbered cannot run: [UNRESOLVED_COLUMN" in err
     results = json.loads((root / "target/run_results.json").read_text())
     assert results["steps"][0]["state"] == "error"
+
+
+# --- expectations ------------------------------------------------------------------------------------
+
+EXPECT = """\
+    expect:
+      known_country: {expression: "country in ('FR', 'DE', 'C\\\\'TE')", action: quarantine}
+      positive_amount: {expression: "amount > 0", action: drop}
+      has_note: "note is not null"
+      sane_time: {expression: "placed_ms between 1000000000000 and 4102444800000", action: fail}
+"""
+
+
+def test_expectations_warn_drop_quarantine_and_fail_before_the_commit(spark, tmp_path, capsys):
+    root = _shop(tmp_path)
+    text = (root / "tables/t.yml").read_text().replace("    index: partition\n", "    index: partition\n" + EXPECT, 1)
+    (root / "tables/t.yml").write_text(text)
+    plan = compile_project(root).plan
+    assert [e["name"] for e in plan.step("table.lines").config["expect"]] == ["known_country", "positive_amount", "has_note", "sane_time"]
+    assert "expect" not in plan.step("table.per_customer").config  # tables without expectations keep their fingerprints
+
+    bad = [_line(3001, 1, "nobody"), _line(3002, 1, "Jürgen", amount="-4.00"), _line(3003, 1, "Jürgen", note=None),
+           _line(3004, 1, "nobody", amount="-1.00", note=None)]
+    write_jsonl(root / "data/lines/l2.json", bad)
+    code, out, err = pipe(capsys, root, "run", "--select", "lines")
+    assert code == 0, out + err
+    assert_clean(out, err)
+    step = next(s for s in run_results(root)["steps"] if s["id"] == "table.lines")
+    assert step["expectations"] == {"rows": 2004, "known_country": {"action": "quarantine", "failed": 2},
+                                    "positive_amount": {"action": "drop", "failed": 2}, "has_note": {"action": "warn", "failed": 2},
+                                    "sane_time": {"action": "fail", "failed": 0}}
+    assert step["inserts"] == 2001  # 2000 good lines + the one without a note; 3004 is quarantined, not dropped
+    assert "expectations: known_country quarantined 2, positive_amount dropped 2, has_note warned 2; quarantine commit " in step["message"]
+    lines = {(r["order_id"] - 10_000_000_000) for r in spark.read.format("parquet").load(str(root / "lake/lines")).select("order_id").collect()}
+    assert {3001, 3002, 3004} & lines == set() and 3003 in lines
+    quarantine = spark.read.format("parquet").load(str(root / "lake/lines__quarantine")).collect()
+    assert sorted((r["order_id"] - 10_000_000_000, tuple(r["_pipe_failed_expectations"])) for r in quarantine) == [
+        (3001, ("known_country",)), (3004, ("known_country", "positive_amount", "has_note"))]
+    # the quarantine commit carries the table's checkpoints; pipe timeline shows the counts
+    code, out, err = pipe(capsys, root, "timeline", "lines", "--output", "json")
+    latest = [json.loads(line) for line in out.splitlines()][-1]
+    assert latest["expectations"]["positive_amount"] == {"action": "drop", "failed": 2}
+    code, out, err = pipe(capsys, root, "timeline", "lines__quarantine", "--output", "json")
+    q = [json.loads(line) for line in out.splitlines()]
+    assert len(q) == 1 and q[0]["checkpoints"] == latest["checkpoints"]
+
+    # fail: nothing is committed, the checkpoint stays, and the same input is read again next run
+    write_jsonl(root / "data/lines/l3.json", [_line(3005, 1, "Jürgen", ms=99)])
+    code, out, err = pipe(capsys, root, "run", "--select", "lines")
+    assert code == 1
+    assert_clean(out, err)
+    assert "table lines: expectation sane_time (placed_ms between 1000000000000 and 4102444800000) failed for 1 of 1 rows, e.g. order_id=10000003005" in err
+    assert "nothing was committed, and the sources' checkpoints stay where they were" in err
+    code, out, err = pipe(capsys, root, "timeline", "lines", "--output", "json")
+    assert [json.loads(line) for line in out.splitlines()][-1] == latest
+    code, out, err = pipe(capsys, root, "run", "--select", "lines", "--dry-run")
+    assert "1 new file" in out
