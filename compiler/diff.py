@@ -225,7 +225,15 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
     for key in NON_BREAKING_KEYS:
         if bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "file layout or table services; the rows stay the same"))
-    known = set(REWRITE_KEYS) | set(BREAKING_KEYS) | set(NON_BREAKING_KEYS) | {"operation", "delete_when", "partitions_to_delete", "schema"}
+    if bc.get("expect") != hc.get("expect"):
+        before = {e["name"]: e for e in bc.get("expect") or ()}
+        stricter = [e["name"] for e in hc.get("expect") or () if e["action"] != "warn" and before.get(e["name"]) != e]
+        if stricter:
+            out.append(Change("expect", bc.get("expect"), hc.get("expect"), "breaking",
+                              f"rows failing {', '.join(stricter)} are left out (or stop the write) from the next run on"))
+        else:
+            out.append(Change("expect", bc.get("expect"), hc.get("expect"), "non-breaking", "expectations that only count, or fewer of them"))
+    known = set(REWRITE_KEYS) | set(BREAKING_KEYS) | set(NON_BREAKING_KEYS) | {"operation", "delete_when", "partitions_to_delete", "schema", "expect"}
     for key in sorted(set(bc) | set(hc)):
         if key not in known and bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "a table setting"))
