@@ -68,7 +68,7 @@ def shop(tmp_path_factory):
     (project / "data/orders/orders-0003.json").write_text("".join(json.dumps(o) + "\n" for o in NEW_ORDERS))
     second = _pipe(project, "run")
     second_results = _results(project)
-    third = _pipe(project, "run")
+    third = _pipe(project, "build")  # no new input: the tables write nothing; their tests run on the whole tables
     third_results = _results(project)
     timeline = [json.loads(l) for l in _pipe(project, "timeline", "orders", "--output", "json").stdout.splitlines()]
     return dict(project=project, first=first, first_results=first_results, show=show, second=second,
@@ -80,7 +80,10 @@ def test_first_run_builds_every_table(shop):
     assert {k: v["state"] for k, v in r.items()} == {
         "source.raw_orders": "success", "source.raw_customers": "success",
         "table.orders": "success", "table.customers": "success", "table.customer_revenue": "success"}
-    assert r["table.orders"]["rows_read"] == 11 and r["table.orders"]["inserts"] == 6
+    assert r["table.orders"]["rows_read"] == 12 and r["table.orders"]["inserts"] == 6
+    # the expectation drops the order without a customer (order 9 of orders-0002.json)
+    assert r["table.orders"]["expectations"] == {"rows": 12, "has_customer": {"action": "drop", "failed": 1}}
+    assert "expectations: has_customer dropped 1" in r["table.orders"]["message"]
     assert r["table.customers"]["rows_read"] == 5
     assert "Traceback" not in shop["first"].stderr
     # `pipe show orders` prints the rows a user expects
@@ -100,6 +103,11 @@ def test_second_run_reads_only_the_new_file(shop):
 
 def test_a_run_without_new_input_writes_nothing(shop):
     assert {v["state"] for k, v in shop["third_results"].items() if k.startswith("table.")} == {"no_input"}
+    # `pipe build` ran the example's eleven data tests on the whole tables: all pass
+    tests = {k: v for k, v in shop["third_results"].items() if k.startswith("test.")}
+    assert len(tests) == 11 and {v["state"] for v in tests.values()} == {"success"}, tests
+    assert tests["test.relationships_orders_customer_id"]["message"] == "passed (whole table)"
+    assert "11 tests passed" in shop["third"].stdout
     commits = [i for i in shop["timeline"] if i["action"] == "commit" and i["state"] == "completed"]
     assert len(commits) == 2  # two runs with input, one commit each; the third wrote nothing
     checkpoint = json.loads(commits[-1]["checkpoints"]["raw_orders"])
