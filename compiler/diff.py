@@ -279,8 +279,8 @@ def _column_changes(before, after, what: str) -> list[Change]:
 def _mark_downstream(diffs: dict[str, StepDiff], base: Plan, head: Plan) -> None:
     """Unchanged steps downstream of a change (in the head graph, or in the base graph for a
     removed step) are indirectly changed; `upstream_changes` names the nearest changed steps
-    upstream. A metadata-only change (description, tags) touches nothing downstream. One pass
-    per graph, in topological order."""
+    upstream. A metadata-only change (description, tags) touches nothing downstream, and data
+    tests are never indirectly changed. One pass per graph, in topological order."""
     changed = {sid for sid, d in diffs.items()
                if d.status in ("added", "removed") or (d.status == "modified" and d.cls != "metadata-only")}
     for plan in (head, base):
@@ -291,7 +291,8 @@ def _mark_downstream(diffs: dict[str, StepDiff], base: Plan, head: Plan) -> None
                 near |= {dep} if dep in changed else nearest.get(dep, set())
             nearest[s.id] = near
             d = diffs.get(s.id)
-            if near and d is not None and d.status in ("unchanged", "indirect"):
+            # a test downstream of a change is not marked: it reads, and is run again anyway
+            if near and d is not None and d.status in ("unchanged", "indirect") and d.kind != "test":
                 d.status = "indirect"
                 d.upstream_changes = sorted(set(d.upstream_changes) | near)
 

@@ -25,7 +25,7 @@ def test_compile_writes_plan_and_prints_a_summary(tmp_path, capsys):
     shutil.copytree(TEMPLATE, tmp_path / "shop")
     code, out, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile")
     assert code == 0, err
-    assert "Compiled shop for target dev: 2 sources, 3 tables (2 commit, 1 replacecommit) -> target/plan.json" in out
+    assert "Compiled shop for target dev: 2 sources, 3 tables (2 commit, 1 replacecommit), 11 tests -> target/plan.json" in out
     plan = json.loads((tmp_path / "shop/target/plan.json").read_text())
     assert plan["project"] == "shop"
 
@@ -116,14 +116,16 @@ def test_bad_vars_and_unknown_target_exit_2(tmp_path, capsys):
 def test_ls_selects_like_dbt(tmp_path, capsys):
     shutil.copytree(TEMPLATE, tmp_path / "shop")
     base = ("--project-dir", str(tmp_path / "shop"), "ls")
-    code, out, _ = run(capsys, *base)
+    code, out, _ = run(capsys, *base, "--exclude", "test:*")
     assert code == 0
     assert out.split() == ["source.raw_customers", "source.raw_orders", "table.customers", "table.orders", "table.customer_revenue"]
-    _, out, _ = run(capsys, *base, "--select", "+customer_revenue", "--exclude", "source:*")
+    _, out, _ = run(capsys, *base, "--select", "+customer_revenue", "--exclude", "source:* test:*")
     assert out.split() == ["table.customers", "table.orders", "table.customer_revenue"]
-    _, out, _ = run(capsys, *base, "-s", "orders+")
+    _, out, _ = run(capsys, *base, "-s", "orders+", "--exclude", "test:*")
     assert out.split() == ["table.orders", "table.customer_revenue"]
-    _, out, _ = run(capsys, *base, "-s", "path:tables/orders.yml", "--output", "json")
+    _, out, _ = run(capsys, *base, "-s", "test:*")
+    assert len(out.split()) == 11 and all(i.startswith("test.") for i in out.split())
+    _, out, _ = run(capsys, *base, "-s", "path:tables/orders.yml", "--exclude", "test:*", "--output", "json")
     row = json.loads(out)
     assert row["id"] == "table.orders" and row["action"] == "commit" and row["depends_on"] == ["source.raw_orders"]
     code, out, err = run(capsys, *base, "-s", "nothing_here")
