@@ -307,26 +307,30 @@ EXPECT = """\
 
 def test_expectations_warn_drop_quarantine_and_fail_before_the_commit(spark, tmp_path, capsys):
     root = _shop(tmp_path)
-    text = (root / "tables/t.yml").read_text().replace("    index: partition\n", "    index: partition\n" + EXPECT, 1)
+    text = (root / "tables/t.yml").read_text().replace("    index: partition\n", "    index: partition\n    delete_when: \"note = 'cancel'\"\n" + EXPECT, 1)
     (root / "tables/t.yml").write_text(text)
     plan = compile_project(root).plan
     assert [e["name"] for e in plan.step("table.lines").config["expect"]] == ["known_country", "positive_amount", "has_note", "sane_time"]
     assert "expect" not in plan.step("table.per_customer").config  # tables without expectations keep their fingerprints
 
     bad = [_line(3001, 1, "nobody"), _line(3002, 1, "Jürgen", amount="-4.00"), _line(3003, 1, "Jürgen", note=None),
-           _line(3004, 1, "nobody", amount="-1.00", note=None)]
+           _line(3004, 1, "nobody", amount="-1.00", note=None),
+           # a delete (delete_when) is not checked: it deletes stored line (5, 1) whatever it holds
+           {**_line(5, 1, CUSTOMERS[2]["customer"], amount="-9.00", note="cancel"), "placed_ms": BASE_MS + 10**9}]
     write_jsonl(root / "data/lines/l2.json", bad)
     code, out, err = pipe(capsys, root, "run", "--select", "lines")
     assert code == 0, out + err
     assert_clean(out, err)
     step = next(s for s in run_results(root)["steps"] if s["id"] == "table.lines")
-    assert step["expectations"] == {"rows": 2004, "known_country": {"action": "quarantine", "failed": 2},
+    assert step["expectations"] == {"rows": 2005, "known_country": {"action": "quarantine", "failed": 2},
                                     "positive_amount": {"action": "drop", "failed": 2}, "has_note": {"action": "warn", "failed": 2},
                                     "sane_time": {"action": "fail", "failed": 0}}
-    assert step["inserts"] == 2001  # 2000 good lines + the one without a note; 3004 is quarantined, not dropped
+    assert step["inserts"] == 2000  # 2000 good lines, less line (5, 1) deleted in the batch, + 3003 without a note; 3004 is quarantined
     assert "expectations: known_country quarantined 2, positive_amount dropped 2, has_note warned 2; quarantine commit " in step["message"]
-    lines = {(r["order_id"] - 10_000_000_000) for r in spark.read.format("parquet").load(str(root / "lake/lines")).select("order_id").collect()}
+    stored = {(r["order_id"] - 10_000_000_000, r["line"]) for r in spark.read.format("parquet").load(str(root / "lake/lines")).collect()}
+    lines = {order for order, _ in stored}
     assert {3001, 3002, 3004} & lines == set() and 3003 in lines
+    assert (5, 1) not in stored and (5, 2) in stored and len(stored) == 2000  # the delete was applied, not dropped
     quarantine = spark.read.format("parquet").load(str(root / "lake/lines__quarantine")).collect()
     assert sorted((r["order_id"] - 10_000_000_000, tuple(r["_pipe_failed_expectations"])) for r in quarantine) == [
         (3001, ("known_country",)), (3004, ("known_country", "positive_amount", "has_note"))]

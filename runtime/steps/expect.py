@@ -49,13 +49,15 @@ class Checked:
         return "expectations: " + (", ".join(parts) if parts else f"all {len(self.failed)} met")
 
 
-def check(step: Step, df, expectations: list[Mapping[str, str]]) -> Checked:
-    """Counts each expectation's failures over the batch `df` in one job, and splits it."""
+def check(step: Step, df, expectations: list[Mapping[str, str]], delete_when: str | None = None) -> Checked:
+    """Counts each expectation's failures over the batch `df` in one job, and splits it. Rows
+    that `delete_when` turns into deletes are not checked: they delete, whatever they hold."""
     from pyspark.sql import functions as F
 
     flags = [f"_pipe_expect_{i}" for i in range(len(expectations))]
+    kept = f" and not coalesce(({delete_when}), false)" if delete_when else ""
     try:
-        flagged = df.select("*", *[F.expr(f"coalesce(not ({e['expression']}), false)").alias(f) for e, f in zip(expectations, flags)])
+        flagged = df.select("*", *[F.expr(f"coalesce(not ({e['expression']}), false){kept}").alias(f) for e, f in zip(expectations, flags)])
     except Exception as exc:  # noqa: BLE001 - a condition Spark cannot analyse
         bad = _first_bad(df, expectations)
         raise RunError(f"{step.file}:{step.line}: table {step.name}: expectation {bad} cannot be evaluated: {spark_message(exc)}",

@@ -102,7 +102,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {spark_message(exc)}",
                            "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
 
-    checked = expect.check(step, df, config["expect"]) if config.get("expect") and df is not None else None
+    checked = expect.check(step, df, config["expect"], config.get("delete_when")) if config.get("expect") and df is not None else None
     if checked is not None:
         df = checked.kept
         result.expectations = checked.to_dict()
