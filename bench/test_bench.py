@@ -53,8 +53,22 @@ for p in (str(REPO), str(BENCH_DIR)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from report import Load, median as _median, write_section  # noqa: E402
-from table_bench import Peak  # noqa: E402
+from report import Load, cpu_of, median as _median, tree, write_section  # noqa: E402
+from table_bench import Peak as _Peak  # noqa: E402
+
+
+class Peak(_Peak):
+    """table_bench's Peak, and the CPU seconds of this process tree (the driver, its JVM, which
+    runs the executors in local mode, and the Python workers) over the block: under a load of
+    other processes, CPU time varies less than wall time."""
+
+    def begin(self) -> None:
+        super().begin()
+        self.cpu0 = cpu_of(tree([os.getpid()]))
+
+    def end(self) -> None:
+        super().end()
+        self.cpu = cpu_of(tree([os.getpid()])) - self.cpu0
 
 CUSTOMERS = 100_000
 STATUSES = ("placed", "packed", "shipped", "delivered")
@@ -150,10 +164,11 @@ def customers_frame(spark):
 
 class Runs:
     def __init__(self):
-        self.seconds, self.py, self.jvm = [], 0.0, 0.0
+        self.seconds, self.cpu, self.py, self.jvm = [], [], 0.0, 0.0
 
     def add(self, peak: Peak) -> None:
         self.seconds.append(peak.seconds)
+        self.cpu.append(peak.cpu)
         self.py, self.jvm = max(self.py, peak.py), max(self.jvm, peak.jvm)
 
     @property
@@ -204,6 +219,8 @@ def main() -> None:
     results: dict[tuple[str, str], Runs] = {}
     counts: dict[str, dict[str, int]] = {}
     expect_counts: dict[str, int] = {}
+    check_seconds: list[float] = []
+    recomputed_check_seconds: list[float] = []
     rows_after: dict[str, int] = {}
 
     def measure(case: str, what: str, fn):
@@ -219,7 +236,7 @@ def main() -> None:
             .write(customers_frame(spark), "bulk_insert")
         Table.create(spark, str(lake / "orders"), TableConfig(name="orders", record_key_fields=("order_id",))).write(orders_df, "bulk_insert")
         up_config = TableConfig(name="orders_up", record_key_fields=("order_id",), partition_fields=("region",), precombine_field="updated_ms")
-        for name in ("orders_up", "orders_up_plain"):
+        for name in ("orders_up", "orders_up_plain", "orders_up_recomputed"):
             Table.create(spark, str(lake / name), up_config).write(orders_df, "bulk_insert")
         batch_dir = work / "batch"
         orders_frame(spark, args.rows, bad=True).write.parquet(str(batch_dir))
@@ -277,19 +294,38 @@ def main() -> None:
 
         up = Table.open(spark, str(lake / "orders_up"))
         up_plain = Table.open(spark, str(lake / "orders_up_plain"))
+        up_recomputed = Table.open(spark, str(lake / "orders_up_recomputed"))
 
         def with_expectations():
             df = batch()
+            t0 = time.perf_counter()
             checked = expect.check(up_step, df, expectations)  # as runtime/steps/write.py calls it
+            check_seconds.append(time.perf_counter() - t0)
             w = up.write(checked.kept, operation, extra_metadata={expect.EXTRA_KEY: json.dumps(checked.to_dict(), sort_keys=True)}, **options)
             expect_counts.update(checked.failed)
             return w
+
+        def recomputed():
+            """check() without its localCheckpoint: the same flags and counts, the batch
+            computed again by the write (a reference for what the checkpoint costs or saves)."""
+            from pyspark.sql import functions as F
+
+            df = batch()
+            flags = [f"_pipe_expect_{i}" for i in range(len(expectations))]
+            flagged = df.select("*", *[F.expr(f"coalesce(not ({e['expression']}), false)").alias(f) for e, f in zip(expectations, flags)])
+            t0 = time.perf_counter()
+            counts_row = flagged.agg(F.count(F.lit(1)).alias("rows"), *[F.sum(F.col(f).cast("long")).alias(f) for f in flags]).collect()[0]
+            recomputed_check_seconds.append(time.perf_counter() - t0)
+            assert {e["name"]: counts_row[f] for e, f in zip(expectations, flags)} == expect_counts, (counts_row, expect_counts)
+            keep = ~(F.col(flags[0]) | F.col(flags[1]) | F.col(flags[2]))
+            return up_recomputed.write(flagged.where(keep).drop(*flags), operation, **options)
 
         def without():
             return up_plain.write(batch(), operation, **options)
 
         case2 = f"upsert of {args.rows:,} rows into {args.rows:,}"
-        up_cases = [("upsert without expectations (baseline)", without), ("upsert with 3 drop expectations", with_expectations)]
+        up_cases = [("upsert without expectations (baseline)", without), ("upsert with 3 drop expectations", with_expectations),
+                    ("reference: the same checks without expect.py's localCheckpoint (the batch computed twice)", recomputed)]
         if args.only in (None, "expect"):
             for what, fn in up_cases:  # warm-up
                 fn()
@@ -297,7 +333,8 @@ def main() -> None:
                 for what, fn in up_cases:
                     w = measure(case2, what, fn)
                     assert w.updates > 0 and w.inserts == 0, (w.inserts, w.updates)
-            rows_after = {"orders_up": up.read().count(), "orders_up_plain": up_plain.read().count()}
+            rows_after = {"orders_up": up.read().count(), "orders_up_plain": up_plain.read().count(),
+                          "orders_up_recomputed": up_recomputed.read().count()}
     finally:
         spark.stop()
         load.stop()
@@ -305,8 +342,8 @@ def main() -> None:
     whole = time.perf_counter() - started
 
     for (case, what), r in results.items():
-        print(f"{case} | {what} | median {r.median:.1f} s | runs {', '.join(f'{x:.1f}' for x in r.seconds)} | py {r.py:.0f} MB | jvm {r.jvm:.0f} MB")
-    print("counts", counts, "expectations", expect_counts, "rows after", rows_after)
+        print(f"{case} | {what} | median {r.median:.1f} s | CPU {_median(r.cpu):.1f} s | runs {', '.join(f'{x:.1f}' for x in r.seconds)} | py {r.py:.0f} MB | jvm {r.jvm:.0f} MB")
+    print("counts", counts, "expectations", expect_counts, "rows after", rows_after, "check s", check_seconds, "recomputed check s", recomputed_check_seconds)
     print(f"load {load.before} -> {load.after}; samples {load.loads}; others' CPU {load.others:.0f} s; steal {load.steal:.0f} s; whole {whole:.0f} s")
     if args.only is not None:
         return
@@ -315,8 +352,9 @@ def main() -> None:
         "date": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}", "commit": _commit(), "cores": os.cpu_count(),
         "python": platform.python_version(),
         "load": {"before": load.before[0], "after": load.after[0], "samples": load.loads, "others": load.others, "steal": load.steal},
-        "results": [{"case": case, "what": what, "seconds": r.seconds, "py": r.py, "jvm": r.jvm} for (case, what), r in results.items()],
+        "results": [{"case": case, "what": what, "seconds": r.seconds, "cpu": r.cpu, "py": r.py, "jvm": r.jvm} for (case, what), r in results.items()],
         "counts": counts, "expectations": expect_counts, "rows_after": rows_after,
+        "check_seconds": check_seconds[1:], "recomputed_check_seconds": recomputed_check_seconds[1:],  # without the warm-ups
     }
     Path(args.save).write_text(json.dumps(saved, indent=1), encoding="utf-8")
     write_section(section, render(saved))
@@ -334,6 +372,8 @@ def render(saved: dict) -> str:
     results = {(r["case"], r["what"]): r for r in saved["results"]}
     med = {k: _median(r["seconds"]) for k, r in results.items()}
     baselines = {case: med[(case, what)] for (case, what) in results if "baseline" in what}
+    cpu = {k: _median(r["cpu"]) for k, r in results.items()}
+    cpu_base = {case: cpu[(case, what)] for (case, what) in results if "baseline" in what}
     ld = saved["load"]
     loads = ld["samples"] or [ld["before"]]
     lines = [
@@ -351,12 +391,12 @@ def render(saved: dict) -> str:
         f"- Every figure is the median of {saved['repeats']} runs after one unreported warm-up of each; the cases of a part take turns. "
         "Peak memory: the Python driver's RSS and the JVM's used heap, sampled every 50 ms (in local mode the JVM also runs the executors).",
         "",
-        "| case | what | median s | runs s | × baseline | peak Python driver RSS MB | peak JVM heap MB |",
-        "|---|---|---:|---|---:|---:|---:|",
+        "| case | what | median s | runs s | × baseline | median CPU s | CPU × baseline | peak Python driver RSS MB | peak JVM heap MB |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for (case, what), r in results.items():
         runs = ", ".join(f"{x:.1f}" for x in r["seconds"])
-        lines.append(f"| {case} | {what} | {med[(case, what)]:.1f} | {runs} | {med[(case, what)] / baselines[case]:.2f} | {r['py']:.0f} | {r['jvm']:.0f} |")
+        lines.append(f"| {case} | {what} | {med[(case, what)]:.1f} | {runs} | {med[(case, what)] / baselines[case]:.2f} | {cpu[(case, what)]:.1f} | {cpu[(case, what)] / cpu_base[case]:.2f} | {r['py']:.0f} | {r['jvm']:.0f} |")
     lines += ["", *against(saved, med, baselines)]
     return "\n".join(lines)
 
