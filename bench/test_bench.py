@@ -18,17 +18,23 @@ local[2] (or --master):
                 (spark.read.parquet + SELECT); the write is runtime/steps/write.py's: the
                 expectations as compiled from the table's `expect:`, expect.check(step, df,
                 expectations), then Table.write(checked.kept, "upsert", **the step's write
-                options). Each case writes its own table (same start, same batches).
+                options). For reference: the same checks without check()'s localCheckpoint
+                (the batch computed again by the write). Each case writes its own table (same
+                start, same batches); the time of check() alone is recorded too.
 
 The tables are written with pipe's engine (Table.create(...).write(df, "bulk_insert")) in a
 project folder in a temp dir. Each figure is the median of --repeats runs after an unreported
-warm-up of each; pipe and its baseline take turns. Peak memory is the driver's (Python RSS and
-JVM used heap, sampled every 50 ms). The machine's load and the CPU other processes took during
-the run are recorded. Results go to the `tests` section of bench/RESULTS.md (another --master
-writes `tests-<master>`).
+warm-up of each; pipe and its baseline take turns. Besides wall time, each run's CPU seconds of
+this process tree (driver, JVM, Python workers): on a shared machine it varies less. Peak memory
+is the driver's (Python RSS and JVM used heap, sampled every 50 ms). The machine's load and the
+CPU other processes took during the run are recorded. Results go to the `tests` section of
+bench/RESULTS.md (another --master writes `tests-<master>`); the raw measurements to a JSON file
+(--save), from which --render writes the section again.
 
-    python bench/test_bench.py                  # 5,000,000 rows
+    python bench/test_bench.py                  # 5,000,000 rows; about 25 minutes on 2 busy cores
     python bench/test_bench.py --rows 500000    # quicker
+    python bench/test_bench.py --only tests     # one part; prints, writes nothing
+    python bench/test_bench.py --render /tmp/pipe-test-bench.json
 """
 
 from __future__ import annotations
