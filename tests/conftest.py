@@ -16,8 +16,9 @@ TEMPLATE = REPO / "project_template"
 
 MINIMAL_PROJECT = "name: shop\n"
 
-# Every JVM the tests start (the shared session, `pipe` subprocesses, the cluster's executors,
-# Java Hudi's sessions) compiles with the JIT's first tier only: the tests' jobs are small and
+# The JVMs of pipe the tests start (the shared session, `pipe` subprocesses, the cluster's
+# executors; not Java Hudi's sessions, see tests/java_hudi/client.py) compile with the JIT's
+# first tier only: the tests' jobs are small and
 # short, so C2's compilations cost more CPU than they save (about a fifth of a Spark-bound
 # module's time on 2 cores). The defaults are prepended to any extraJavaOptions; a
 # SPARK_CONF_DIR the user set is left alone.

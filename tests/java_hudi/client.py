@@ -44,6 +44,10 @@ class JavaHudi:
         self.log = self.workdir / "driver.log"
         self._count = itertools.count()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME", "PYTHONPATH"))}
+        if "pipe-tests-spark-conf-" in env.get("SPARK_CONF_DIR", ""):
+            # Java Hudi does its work in the JVM (Avro, Parquet, merging): it keeps the full JIT,
+            # which the tests' first-tier-only setting (tests/conftest.py) would slow down
+            del env["SPARK_CONF_DIR"]
         env["PYSPARK_PYTHON"] = str(bundle.python)
         env["JAVA_HUDI_TZ"] = env["TZ"] = timezone
         self._stderr = open(self.log, "w")
