@@ -209,9 +209,7 @@ def test_gates(plan: Plan, selected: list[str]) -> dict[str, tuple[str, ...]]:
     ancestors = _ancestors(plan)
     gates: dict[str, set[str]] = {}
     for t in tests:
-        c = t.config
-        checked = [("table." if c["model_kind"] == "table" else "source.") + c["model"]] if c.get("model") else list(t.depends_on)
-        for model in checked:
+        for model in test.checked(t):
             for reader in readers.get(model, ()):
                 if reader not in ancestors[t.id]:
                     gates.setdefault(reader, set()).add(t.id)
@@ -226,9 +224,5 @@ def _ancestors(plan: Plan) -> dict[str, set[str]]:
 
 
 def _checked(plan: Plan, tests: list[str]) -> list[str]:
-    """The tables and sources the `tests` check."""
-    out = set()
-    for t in tests:
-        step = plan.step(t)
-        out |= {step.config["model"]} if step.config.get("model") else {d.split(".", 1)[1] for d in step.depends_on}
-    return sorted(out)
+    """The names of the tables and sources the `tests` check."""
+    return sorted({sid.split(".", 1)[1] for t in tests for sid in test.checked(plan.step(t))})

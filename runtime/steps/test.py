@@ -63,9 +63,17 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     return "success", f"passed ({scope}){note}"
 
 
-def _subject(step: Step) -> str:
+def checked(step: Step) -> list[str]:
+    """The ids of the steps a test checks: the table or source it is declared on, or for a
+    tests/*.sql file everything it reads."""
     c = step.config
-    return f"{c.get('model_kind')} {c['model']}" if c.get("model") else ", ".join(d.split(".", 1)[1] for d in step.depends_on)
+    if c.get("model"):
+        return [("table." if c["model_kind"] == "table" else "source.") + c["model"]]
+    return list(step.depends_on)
+
+
+def _subject(step: Step) -> str:
+    return ", ".join(sid.replace(".", " ", 1) for sid in checked(step))
 
 
 def _error_rule(config) -> str:
