@@ -111,8 +111,11 @@ def _render_target(project: Project, renderer: Renderer) -> TargetSpec:
     lake = render(t.lake, _lake_location(project))
     master = render(t.spark_master, project.project_doc.at(where + ("spark", "master")))
     conf = {k: render(v, project.project_doc.at(where + ("spark", "conf", k))) for k, v in t.spark_conf.items()}
+    catalog = None
+    if t.catalog:
+        catalog = {k: render(v, project.project_doc.at(where + ("catalog", k))) for k, v in t.catalog.items()}
     return TargetSpec(name=t.name, lake=lake, spark_master=master, spark_conf=conf, env_vars=dict(sorted(env_vars.items())),
-                      shared_paths=t.shared_paths)
+                      shared_paths=t.shared_paths, catalog=catalog)
 
 
 def _lake_location(project: Project):

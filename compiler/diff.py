@@ -369,9 +369,45 @@ def _target_changes(base: Plan, head: Plan) -> list[Change]:
     if tuple(b.shared_paths) != tuple(h.shared_paths):
         out.append(Change("shared_paths", list(b.shared_paths), list(h.shared_paths), "non-breaking",
                           "folders every node of the cluster mounts (where a local lake or input may be)"))
+    if (b.catalog or None) != (h.catalog or None):
+        out.append(Change("catalog", dict(b.catalog or {"kind": "none"}), dict(h.catalog or {"kind": "none"}), "metadata-only",
+                          _catalog_moves(base, head)))
     if dict(base.vars) != dict(head.vars):
         out.append(Change("vars", dict(base.vars), dict(head.vars), "non-breaking", "project variables (their effect shows in the steps)"))
     return out
+
+
+def _catalog_moves(base: Plan, head: Plan) -> str:
+    """What a change of the catalog settings does to each table's registration. Nothing is
+    rewritten; the next run registers the tables under their new names, and the old entries
+    stay in the catalog until dropped there."""
+    b_kind = (base.target.catalog or {}).get("kind", "none")
+    h_kind = (head.target.catalog or {}).get("kind", "none")
+    moved, added, left = [], [], []
+    for step in head.steps:
+        if step.kind != "write":
+            continue
+        old = base.target.catalog_names(base.step(step.id)) if step.id in base.step_ids else []
+        new = head.target.catalog_names(step)
+        if old and new and old != new:
+            moved.append(f"{step.name}: {', '.join(old)} -> {', '.join(new)}")
+        elif new and not old:
+            added.append(f"{step.name} as {', '.join(new)}")
+        elif old and not new:
+            left.append(f"{step.name} ({', '.join(old)})")
+    parts = []
+    if b_kind != h_kind:
+        parts.append(f"tables are registered in {_CATALOG_WORDS[h_kind]} instead of {_CATALOG_WORDS[b_kind]}")
+    if moved:
+        parts.append("renamed or moved by the next run: " + "; ".join(moved) + " (the old entries stay until dropped in the catalog)")
+    if added:
+        parts.append("registered by the next run: " + "; ".join(added))
+    if left:
+        parts.append("no longer kept in sync: " + "; ".join(left))
+    return "; ".join(parts) or "catalog settings (no table's name changes)"
+
+
+_CATALOG_WORDS = {"none": "no catalog", "spark": "Spark's Hive metastore", "glue": "AWS Glue"}
 
 
 def fails(diff: PlanDiff, threshold: str | None) -> bool:

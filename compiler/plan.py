@@ -39,6 +39,7 @@ class TargetSpec:
     spark_conf: Mapping[str, Any]
     env_vars: Mapping[str, str | None] = field(default_factory=dict)  # placeholders in the settings
     shared_paths: tuple[str, ...] = ()  # folders every node of a cluster mounts at the same path
+    catalog: Mapping[str, Any] | None = None  # where tables are registered (kind, database, ...); None: nowhere
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -49,12 +50,24 @@ class TargetSpec:
         }
         if self.shared_paths:  # only when set: plans of projects without it stay as they were
             out["shared_paths"] = list(self.shared_paths)
+        if self.catalog:  # likewise
+            out["catalog"] = dict(self.catalog)
         return out
+
+    def catalog_names(self, step: "Step") -> list[str]:
+        """`database.table` of each catalog table a write step's table is registered as: one for
+        copy-on-write, a read-optimized `_ro` and a real-time `_rt` for merge-on-read (as
+        Hudi's sync names them); none without a catalog."""
+        if not self.catalog or step.kind != "write":
+            return []
+        name = f"{self.catalog['database']}.{self.catalog.get('table_prefix', '')}{step.name}".lower()
+        return [name + "_ro", name + "_rt"] if step.config.get("type") == "merge_on_read" else [name]
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TargetSpec":
         return cls(name=d["name"], lake=d["lake"], spark_master=d["spark"]["master"], spark_conf=dict(d["spark"]["conf"]),
-                   env_vars=_env_map(d.get("env_vars", ())), shared_paths=tuple(d.get("shared_paths", ())))
+                   env_vars=_env_map(d.get("env_vars", ())), shared_paths=tuple(d.get("shared_paths", ())),
+                   catalog=dict(d["catalog"]) if d.get("catalog") else None)
 
 
 @dataclass(frozen=True)

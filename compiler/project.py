@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,6 +30,7 @@ class Target:
     spark_master: str
     spark_conf: Mapping[str, Any]
     shared_paths: tuple[str, ...] = ()
+    catalog: Mapping[str, Any] | None = None  # the `catalog` settings; None: kind none
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,30 @@ def _source_elsewhere(kind: str):
     return hint
 
 
+def _catalog(conf: Mapping[str, Any], project_name: str, doc: Doc, where: tuple, errors: Collector) -> dict[str, Any] | None:
+    """The target's catalog settings, checked; None for kind none. Hive and Glue keep names in
+    lower case, so a name must be written in lower case (what the catalog shows)."""
+    kind = conf["kind"] or "none"
+    for key in ("region", "endpoint_url"):
+        if conf[key] is not None and kind != "glue":
+            errors.error(doc.at(where + (key,)), f"'{key}' applies to catalog kind glue only (this target's kind is {kind})",
+                         "remove it, or set `kind: glue`")
+    if kind == "none":
+        return None
+    database = conf["database"] if conf["database"] is not None else project_name.lower()
+    if "{{" not in database and not re.fullmatch(r"[a-z_][a-z0-9_]*", database):
+        errors.error(doc.at(where + ("database",)), f"invalid catalog database name '{database}'",
+                     "use lower-case letters, digits and _, starting with a letter or _ (catalogs keep names in lower case)"
+                     + (f": `{database.lower()}`" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", database) else ""))
+    prefix = conf["table_prefix"] or ""
+    if not re.fullmatch(r"[a-z0-9_]*", prefix):
+        errors.error(doc.at(where + ("table_prefix",)), f"invalid table_prefix '{prefix}'", "use lower-case letters, digits and _")
+    out = {"kind": kind, "database": database, "table_prefix": prefix}
+    if kind == "glue":
+        out.update({k: conf[k] for k in ("region", "endpoint_url") if conf[k] is not None})
+    return out
+
+
 def load_project(
     root: Path,
     target: str | None = None,
@@ -238,6 +264,7 @@ def load_project(
         spark_master=tconf["spark"]["master"],
         spark_conf={str(k): v for k, v in sorted(tconf["spark"]["conf"].items())},
         shared_paths=tuple(tconf["shared_paths"]),
+        catalog=_catalog(tconf["catalog"], name, doc, ("targets", target_name, "catalog"), errors),
     )
     for name_, value in conf["vars"].items():
         _check_var(name_, value, doc.at(("vars", name_)), errors)

@@ -74,6 +74,20 @@ SPARK = Section(
     "Spark settings of a target.",
 )
 
+CATALOG_KINDS = ("none", "spark", "glue")
+
+CATALOG = Section(
+    "catalog",
+    (
+        Key("kind", "string", "Where each table is registered after every commit: `none`; `spark`, the Hive metastore of Spark's session catalog (a local Derby `metastore_db` in the project folder, or the metastore `spark.hadoop.hive.metastore.uris` names); `glue`, the AWS Glue Data Catalog.", default="none", choices=CATALOG_KINDS),
+        Key("database", "string", "The database the tables are registered in; created when missing. Default: the project's name.", default=None),
+        Key("table_prefix", "string", "Put before each table's name in the catalog (`raw_` registers table orders as `raw_orders`).", default=""),
+        Key("region", "string", "`glue`: the AWS region of the catalog. Default: AWS_DEFAULT_REGION, as boto3 finds it.", default=None),
+        Key("endpoint_url", "string", "`glue`: the Glue API's endpoint, for a VPC endpoint or a test server. Default: AWS's.", default=None),
+    ),
+    "The catalog a target registers its tables in (docs/catalog.md).",
+)
+
 TARGET = Section(
     "target",
     (
@@ -81,6 +95,7 @@ TARGET = Section(
         Key("spark", "section", "Spark settings.", default={}, section=SPARK),
         Key("shared_paths", "string_list", "Folders mounted at the same path on the driver and on every node of the cluster (NFS, EFS, a cluster's shared disk). With a master that is not `local`, a lake or a `files` source on a local path must lie under one of them; otherwise the run is refused, since the executors could not reach it.", default=[]),
         Key("vars", "mapping", "Variables for this target; they override the project's `vars`, and `--vars` overrides both.", default={}),
+        Key("catalog", "section", "The catalog the target's tables are registered in after every commit.", default={}, section=CATALOG),
     ),
     "One environment the project runs in (`dev`, `prod`, ...).",
 )

@@ -873,6 +873,60 @@ def clean_cmd(ctx: _Context, table_name, policy, retain, target) -> None:
         output.line(f"  archived {len(archived)} instant(s), {archived[0]} to {archived[-1]} (`pipe timeline {table_name} --all` lists them)")
 
 
+@cli.command(name="sync")
+@click.argument("table_names", nargs=-1, metavar="[TABLE]...")
+@click.option("--full", is_flag=True, help="Compare every partition of the table with the catalog's, not only those written since the last sync.")
+@_target_option
+@_vars_option
+@_common
+@click.pass_obj
+def sync_cmd(ctx: _Context, table_names, full, target, vars_text) -> None:
+    """Register tables in the target's catalog and bring them up to date (every table, or the
+    TABLEs named).
+
+    `pipe run` does this after every commit; `pipe sync` catches up after a sync that failed,
+    and registers the tables of a catalog newly set on the target (docs/catalog.md)."""
+    from rich.markup import escape
+
+    from compiler.errors import did_you_mean
+    from runtime.steps.context import RunContext
+    from runtime.steps.sync import sync_step
+
+    result = _compile(ctx, target, vars_text)
+    plan = result.plan
+    if not plan.target.catalog:
+        raise ProjectError([_cli(f"target {plan.target.name} has no catalog to sync to",
+                                 "set `catalog: {kind: spark}` or `catalog: {kind: glue}` on the target in pipe_project.yml (docs/catalog.md)")])
+    writes = {s.name: s for s in plan.steps if s.kind == "write"}
+    for name in table_names:
+        if name not in writes:
+            raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, writes) or f"tables: {', '.join(writes)}")])
+    lake = RunContext(plan, result.project.root, spark_factory=_spark_factory(plan, ctx.debug, announce=False))
+    failed = 0
+    for name in table_names or list(writes):
+        step = writes[name]
+        if not lake.table_exists(name):
+            output.line(f"[dim]-[/] {name}: not built yet (nothing at {escape(lake.table_uri(name))}); its first run registers it")
+            continue
+        try:
+            outcome = sync_step(lake, step, full=full)
+        except Exception as exc:  # noqa: BLE001 - one table's failure does not stop the others
+            if ctx.debug:
+                traceback.print_exc()
+            failed += 1
+            output.fail(f"{name}: catalog sync failed: {exc}", getattr(exc, "hint", None))
+            continue
+        if outcome is None:
+            output.line(f"[dim]-[/] {name}: no commit has written its columns yet; nothing to register")
+        elif outcome.up_to_date:
+            output.line(f"[green]✓[/] {name}: {', '.join(outcome.names)} up to date (instant {outcome.instant})")
+        else:
+            output.line(f"[green]✓[/] {name}{escape(outcome.summary()).replace('; ', ': ', 1)} (instant {outcome.instant}"
+                        f"{', every partition compared' if outcome.full else ''})")
+    if failed:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
 @cli.command(name="compact")
 @click.argument("table_name", metavar="TABLE")
 @_target_option

@@ -33,7 +33,7 @@ def render_text(diff: PlanDiff, console: Console, show_sql: bool = True) -> None
             console.print(f"[yellow]warning[/] {escape(w.step)}: {escape(w.message)}")
         return
     for c in diff.target_changes:
-        console.print(f"[{_STYLE[c.cls]}]~ target {c.field}[/] ({c.cls}): {escape(_value(c.before))} -> {escape(_value(c.after))}")
+        console.print(f"[{_STYLE[c.cls]}]~ target {c.field}[/] ({c.cls}): {escape(_value(c.before))} -> {escape(_value(c.after))}  [dim]{escape(c.why)}[/]")
     for d in diff.changed:
         _text_step(d, console, show_sql)
     for w in diff.warnings:
@@ -74,8 +74,8 @@ def render_markdown(diff: PlanDiff) -> str:
                + (f"; most severe: **{worst}**" if worst else ""))
     out.append("")
     if diff.target_changes:
-        out += ["| target setting | class | before | after |", "|---|---|---|---|"]
-        out += [f"| {c.field} | {c.cls} | `{_md(_value(c.before))}` | `{_md(_value(c.after))}` |" for c in diff.target_changes]
+        out += ["| target setting | class | before | after | what it does |", "|---|---|---|---|---|"]
+        out += [f"| {c.field} | {c.cls} | `{_md(_value(c.before))}` | `{_md(_value(c.after))}` | {_md(c.why)} |" for c in diff.target_changes]
         out.append("")
     out += ["| step | status | class | what changed |", "|---|---|---|---|"]
     for d in diff.changed:

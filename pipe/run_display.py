@@ -23,7 +23,8 @@ _STYLE = {
 }
 _LABEL = {"no_input": "no new input", "would_run": "would run"}
 _TEST_LABEL = {"success": "pass", "error": "fail", "warn": "warn"}
-_SUMMARY = {"success": "succeeded", "error": "failed", "no_input": "no new input", "would_run": "would run", "cancelled": "cancelled"}
+_SUMMARY = {"success": "succeeded", "error": "failed", "no_input": "no new input", "would_run": "would run", "cancelled": "cancelled",
+            "warn": "succeeded with a warning"}
 _TEST_SUMMARY = {"success": "passed", "error": "failed", "warn": "warned"}
 
 
@@ -153,6 +154,11 @@ class Display:
                 self.err.print(f"[bold red]error[/] in {escape(', '.join(ids))}: {escape(message)}")
                 if hint:
                     self.err.print(f"  [dim]hint:[/] {escape(hint)}")
+            for r in run.steps:  # a table whose commit stands but whose catalog sync failed
+                if r.kind == "write" and r.state == "warn":
+                    self.err.print(f"[yellow]warning[/] in {escape(r.id)}: {escape(r.message or '')}")
+                    if r.hint:
+                        self.err.print(f"  [dim]hint:[/] {escape(r.hint)}")
             for r in run.steps:  # the failing rows of tests, a few each
                 if r.kind == "test" and r.samples and r.state in ("error", "warn"):
                     out = self.err if r.state == "error" else self.console

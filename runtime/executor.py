@@ -180,7 +180,7 @@ class Executor:
             return
         # outside the try: once a step has committed, nothing after it turns it into an error
         result.elapsed_s = round(time.perf_counter() - t0, 3)
-        self._finish(result, state, message)
+        self._finish(result, state, message, result.hint)
 
     def _cancelled_message(self, step: Step) -> str:
         if self.ctx.interrupted:

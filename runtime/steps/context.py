@@ -53,11 +53,14 @@ class StepResult:
     failures: int | None = None  # a test: its failing rows
     samples: list[dict[str, Any]] | None = None  # a test: a few of them
     expectations: dict[str, Any] | None = None  # a table with `expect:`: the rows checked, failures per expectation
+    catalog: dict[str, Any] | None = None  # a table in a target with a catalog: what its sync did, or its error
     traceback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d.pop("traceback")
+        if self.catalog is None:
+            d.pop("catalog")
         if self.kind != "test":
             d.pop("failures"), d.pop("samples")
         if self.expectations is None:
@@ -90,6 +93,8 @@ class RunContext:
         self._spark = None
         self._spark_error: BaseException | None = None
         self._spark_lock = threading.Lock()
+        self.catalog = None  # the target's catalog, opened by the first sync (runtime/steps/sync.py)
+        self.catalog_lock = threading.Lock()
 
     # --- where things are ------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from compiler.plan import Step
 from runtime import s3
 from runtime.sources import Pending
 from runtime.sources import s3_incremental as s3_incremental_source
-from runtime.steps import expect, source
+from runtime.steps import expect, source, sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, stored_state
 from runtime.steps.errors import Cancelled, RunError, spark_message
 from runtime.table.timeline import CHECKPOINT_PREFIX
@@ -26,7 +26,7 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
         outcome["succeeded"] = True
     finally:
         source.settle(ctx, step, result, sources, outcome["committed"], outcome["succeeded"])
-    return state, message + source.notes(sources)
+    return sync.after_write(ctx, step, result, state, message + source.notes(sources))
 
 
 def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[str, Pending], outcome: dict[str, bool]) -> tuple[str, str]:

@@ -203,6 +203,12 @@ class Table:
         base = max(slices, key=lambda s: s.base_instant).base_file
         return base.path, base.size or None
 
+    def writer_schema(self, timeline: Timeline | None = None):
+        """The data columns (Spark StructType, no meta columns) of the latest commit's writer
+        schema, read from the timeline alone: no Spark, no data file (what a catalog sync
+        registers, as Hudi's sync reads the schema of the commit metadata)."""
+        return self._committed_schema(timeline or self.timeline(), None)
+
     def _committed_schema(self, timeline: Timeline, as_of: str | None):
         """The writer schema in the latest commit's metadata (at or before `as_of`): the
         columns of a table whose commits wrote no file yet (a first run without input)."""

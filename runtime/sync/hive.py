@@ -1,0 +1,211 @@
+"""A Hive metastore, reached with Hive's own metastore client inside the Spark driver's JVM
+(the jars pyspark ships), as Hudi's HiveSyncTool does in HMS mode: the metastore that
+`spark.hadoop.hive.metastore.uris` (or a hive-site.xml) names, or else an embedded Derby
+database in the project folder, `metastore_db/`, where a Spark session started in the project
+folder with Hive support finds it. pipe's own session needs no Hive support for this.
+
+Thrift objects are built directly, so Hudi's input format classes, which pipe's JVM does not
+have, are stored by name (Spark's own catalog API would load them)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from runtime.sync import Definition, Stored, SyncError
+
+_DERBY_DEFAULT = "jdbc:derby:;databaseName=metastore_db;create=true"
+
+
+class HiveMetastore:
+    kind = "spark"
+
+    def __init__(self, spark, project_root: Path):
+        self._jvm = spark._jvm
+        jvm = self._jvm
+        hive_conf_class = jvm.org.apache.hadoop.hive.conf.HiveConf
+        conf = hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf_class._java_lang_class)
+        uris = conf.get("hive.metastore.uris") or ""
+        self.where = uris or None
+        if not uris.strip():
+            # embedded: a Derby database in the project folder, created on first use
+            if (conf.get("javax.jdo.option.ConnectionURL") or _DERBY_DEFAULT) == _DERBY_DEFAULT:
+                conf.set("javax.jdo.option.ConnectionURL", f"jdbc:derby:;databaseName={project_root / 'metastore_db'};create=true")
+            warehouse = conf.get("hive.metastore.warehouse.dir") or ""
+            if warehouse in ("", "/user/hive/warehouse"):
+                conf.set("hive.metastore.warehouse.dir", (project_root / "spark-warehouse").as_uri())
+            conf.set("datanucleus.schema.autoCreateAll", "true")
+            conf.set("hive.metastore.schema.verification", "false")
+            if not jvm.java.lang.System.getProperty("derby.stream.error.file"):
+                jvm.java.lang.System.setProperty("derby.stream.error.file", str(project_root / "derby.log"))
+            self.where = "the Derby metastore in " + str(project_root / "metastore_db")
+        self._lock = threading.Lock()
+        try:
+            self._client = jvm.org.apache.hadoop.hive.metastore.HiveMetaStoreClient(conf)
+        except Exception as exc:  # noqa: BLE001 - unreachable or misconfigured metastore
+            raise SyncError(f"cannot reach the Hive metastore ({self.where}): {_java_message(exc)}",
+                            "check hive.metastore.uris (spark.hadoop.hive.metastore.uris in the target's spark conf) "
+                            "and that the metastore is up") from exc
+
+    # --- the operations a sync needs ------------------------------------------------------------
+
+    def ensure_database(self, database: str) -> bool:
+        api = self._jvm.org.apache.hadoop.hive.metastore.api
+        with self._calls(f"database {database}"):
+            try:
+                self._client.getDatabase(database)
+                return False
+            except Exception as exc:  # noqa: BLE001
+                if "NoSuchObjectException" not in str(exc):
+                    raise
+            self._client.createDatabase(api.Database(database, "created by pipe", None, self._jvm.java.util.HashMap()))
+            return True
+
+    def get_table(self, database: str, name: str) -> Stored | None:
+        with self._calls(f"table {database}.{name}"):
+            if not self._client.tableExists(database, name):
+                return None
+            t = self._client.getTable(database, name)
+            cols = tuple((c.getName(), c.getType()) for c in t.getSd().getCols())
+            return Stored(columns=cols, params=dict(t.getParameters() or {}))
+
+    def create_table(self, d: Definition) -> None:
+        with self._calls(f"table {d.full_name}"):
+            self._client.createTable(self._table(d, {}))
+
+    def update_table(self, d: Definition) -> None:
+        """The table's columns, formats and location as `d` has them, its parameters merged with
+        `d`'s (a parameter someone else set stays); partitions take the new columns (CASCADE)."""
+        api = self._jvm.org.apache.hadoop.hive.metastore.api
+        with self._calls(f"table {d.full_name}"):
+            current = self._client.getTable(d.database, d.name)
+            table = self._table(d, dict(current.getParameters() or {}))
+            context = api.EnvironmentContext()
+            context.putToProperties("CASCADE", "true")
+            self._client.alter_table_with_environmentContext(d.database, d.name, table, context)
+
+    def existing_partitions(self, d: Definition, values: list[tuple[str, ...]] | None) -> set[tuple[str, ...]]:
+        """Which of the partitions `values` the table has (None: all of them)."""
+        with self._calls(f"the partitions of {d.full_name}"):
+            if values is None:
+                found = self._client.listPartitions(d.database, d.name, -1)
+            else:
+                if not values:
+                    return set()
+                warehouse = self._jvm.org.apache.hadoop.hive.metastore.Warehouse
+                keys = self._list([self._field(n, t) for n, t in d.partition_keys])
+                names = self._list([warehouse.makePartName(keys, self._list(list(v))) for v in values])
+                found = self._client.getPartitionsByNames(d.database, d.name, names)
+            return {tuple(p.getValues()) for p in found}
+
+    def add_partitions(self, d: Definition, partitions: list[tuple[tuple[str, ...], str]]) -> None:
+        api = self._jvm.org.apache.hadoop.hive.metastore.api
+        with self._calls(f"the partitions of {d.full_name}"):
+            sd = self._sd(d)
+            batch = []
+            for values, location in partitions:
+                p = api.Partition()
+                p.setDbName(d.database)
+                p.setTableName(d.name)
+                p.setValues(self._list(list(values)))
+                psd = api.StorageDescriptor(sd)
+                psd.setLocation(location)
+                p.setSd(psd)
+                p.setParameters(self._jvm.java.util.HashMap())
+                batch.append(p)
+            for i in range(0, len(batch), 1000):
+                self._client.add_partitions(self._list(batch[i:i + 1000]), True, False)
+
+    def drop_partitions(self, d: Definition, values: list[tuple[str, ...]]) -> None:
+        with self._calls(f"the partitions of {d.full_name}"):
+            for v in values:
+                self._client.dropPartition(d.database, d.name, self._list(list(v)), False)
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        except Exception:  # noqa: BLE001 - closing an unreachable client
+            pass
+
+    # --- thrift objects -------------------------------------------------------------------------
+
+    def _table(self, d: Definition, params: dict[str, str]):
+        api = self._jvm.org.apache.hadoop.hive.metastore.api
+        t = api.Table()
+        t.setDbName(d.database)
+        t.setTableName(d.name)
+        t.setTableType("EXTERNAL_TABLE")
+        t.setOwner(self._jvm.java.lang.System.getProperty("user.name"))
+        t.setPartitionKeys(self._list([self._field(n, ty) for n, ty in d.partition_keys]))
+        t.setParameters(self._map({**params, **d.params}))
+        t.setSd(self._sd(d))
+        return t
+
+    def _sd(self, d: Definition):
+        api = self._jvm.org.apache.hadoop.hive.metastore.api
+        sd = api.StorageDescriptor()
+        sd.setCols(self._list([self._field(n, t) for n, t in d.columns]))
+        sd.setLocation(d.location)
+        sd.setInputFormat(d.input_format)
+        sd.setOutputFormat(d.output_format)
+        serde = api.SerDeInfo()
+        serde.setSerializationLib(d.serde)
+        serde.setParameters(self._map(d.serde_params))
+        sd.setSerdeInfo(serde)
+        sd.setBucketCols(self._list([]))
+        sd.setSortCols(self._list([]))
+        sd.setParameters(self._jvm.java.util.HashMap())
+        sd.setNumBuckets(-1)
+        return sd
+
+    def _field(self, name: str, type_: str):
+        return self._jvm.org.apache.hadoop.hive.metastore.api.FieldSchema(name, type_, "")
+
+    def _list(self, items):
+        out = self._jvm.java.util.ArrayList()
+        for item in items:
+            out.add(item)
+        return out
+
+    def _map(self, items):
+        out = self._jvm.java.util.HashMap()
+        for k, v in items.items():
+            out.put(k, v)
+        return out
+
+    def _calls(self, what: str):
+        return _Calls(self, what)
+
+
+class _Calls:
+    """One guarded conversation with the metastore: one at a time (the client is not thread
+    safe), and a Java failure becomes a SyncError naming what was being synced."""
+
+    def __init__(self, store: HiveMetastore, what: str):
+        self.store, self.what = store, what
+
+    def __enter__(self):
+        self.store._lock.acquire()
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        self.store._lock.release()
+        if exc is not None and not isinstance(exc, SyncError):
+            raise SyncError(f"the Hive metastore ({self.store.where}) refused {self.what}: {_java_message(exc)}",
+                            "see the metastore's log; `pipe sync` tries again") from exc
+        return False
+
+
+def _java_message(exc: BaseException) -> str:
+    """The Java exception's own message, without py4j's trace."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            cause, text = java, None
+            while cause is not None:
+                text = cause.toString() if cause.getMessage() is None else f"{cause.getClass().getSimpleName()}: {cause.getMessage()}"
+                cause = cause.getCause() if cause.getCause() is not None and cause.getCause() != cause else None
+            return (text or str(java)).strip().splitlines()[0]
+        except Exception:  # noqa: BLE001 - the gateway is gone
+            pass
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
