@@ -258,13 +258,15 @@ def load_project(
         errors.error(where, f"unknown target '{target_name}'", hint)
         target_name = sorted(targets)[0]
     tconf = targets[target_name]
+    # every target's catalog is checked, as every target's keys are: a typo in prod shows in dev
+    catalogs = {t: _catalog(c["catalog"], name, doc, ("targets", t, "catalog"), errors) for t, c in targets.items()}
     chosen = Target(
         name=target_name,
         lake=tconf["lake"] or conf["lake"],
         spark_master=tconf["spark"]["master"],
         spark_conf={str(k): v for k, v in sorted(tconf["spark"]["conf"].items())},
         shared_paths=tuple(tconf["shared_paths"]),
-        catalog=_catalog(tconf["catalog"], name, doc, ("targets", target_name, "catalog"), errors),
+        catalog=catalogs[target_name],
     )
     for name_, value in conf["vars"].items():
         _check_var(name_, value, doc.at(("vars", name_)), errors)

@@ -135,6 +135,16 @@ def java_hudi_11(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def hive_metastore(tmp_path_factory):
+    """A Hive metastore service on 127.0.0.1 (tests/hive_metastore.py), for the whole session."""
+    from tests.hive_metastore import HiveMetastore
+
+    store = HiveMetastore(tmp_path_factory.mktemp("hive-metastore"))
+    yield store
+    store.stop()
+
+
+@pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """A Spark standalone cluster on 127.0.0.1 for the whole test session: one Master, two Workers
     (1 core, 1 GiB each); the nodes' Python (tests/cluster/env.py) is a venv holding only

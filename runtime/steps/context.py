@@ -94,6 +94,7 @@ class RunContext:
         self._spark_error: BaseException | None = None
         self._spark_lock = threading.Lock()
         self.catalog = None  # the target's catalog, opened by the first sync (runtime/steps/sync.py)
+        self.catalog_error = None  # the catalog could not be opened: every table of the run says why
         self.catalog_lock = threading.Lock()
 
     # --- where things are ------------------------------------------------------------------

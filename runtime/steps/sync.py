@@ -16,17 +16,28 @@ from runtime.sync import SyncError, SyncOutcome, definitions, sync_table
 def open_catalog(ctx: RunContext):
     """The target's catalog, opened once per run (a Hive metastore needs the run's Spark)."""
     with ctx.catalog_lock:
+        if ctx.catalog_error is not None:  # one unreachable catalog is waited for once per run
+            raise ctx.catalog_error
         if ctx.catalog is None:
-            spec = ctx.plan.target.catalog or {}
-            if spec.get("kind") == "glue":
-                from runtime.sync.glue import GlueCatalog
-
-                ctx.catalog = GlueCatalog(_resolved(ctx, spec.get("region")), _resolved(ctx, spec.get("endpoint_url")))
-            else:
-                from runtime.sync.hive import HiveMetastore
-
-                ctx.catalog = HiveMetastore(ctx.spark(), ctx.root)
+            try:
+                ctx.catalog = _open(ctx)
+            except SyncError as exc:
+                ctx.catalog_error = exc
+                raise
         return ctx.catalog
+
+
+def _open(ctx: RunContext):
+    spec = ctx.plan.target.catalog or {}
+    if spec.get("kind") == "glue":
+        from runtime.sync.glue import GlueCatalog
+
+        return GlueCatalog(_resolved(ctx, spec.get("region")), _resolved(ctx, spec.get("endpoint_url")))
+    from runtime.sync.hive import HiveMetastore
+
+    needed_by = f"the Spark settings of target {ctx.plan.target.name} need it"
+    settings = {k: ctx.resolved(str(v), needed_by) for k, v in ctx.plan.target.spark_conf.items() if k.startswith("spark.hadoop.")}
+    return HiveMetastore(ctx.spark(), ctx.root, settings)
 
 
 def _resolved(ctx: RunContext, value: str | None) -> str | None:

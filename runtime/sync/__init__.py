@@ -240,7 +240,7 @@ def sync_table(catalog: Catalog, specs: list[Definition], table, force_full: boo
             if inst.time <= since:
                 continue
             meta = timeline.commit_metadata(inst)
-            touched |= {s.partition for s in meta.write_stats}
+            touched |= {s.partition_path for s in meta.write_stats}
             if inst.action == REPLACECOMMIT and meta.replaced:
                 touched |= set(meta.replaced)
         touched.discard(None)

@@ -20,11 +20,16 @@ _DERBY_DEFAULT = "jdbc:derby:;databaseName=metastore_db;create=true"
 class HiveMetastore:
     kind = "spark"
 
-    def __init__(self, spark, project_root: Path):
+    def __init__(self, spark, project_root: Path, settings: dict[str, str] | None = None):
+        """`settings`: the target's `spark.hadoop.*` settings, which win over the session's
+        Hadoop configuration (a session started before, for another target, lacks them)."""
         self._jvm = spark._jvm
         jvm = self._jvm
         hive_conf_class = jvm.org.apache.hadoop.hive.conf.HiveConf
         conf = hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf_class._java_lang_class)
+        for key, value in (settings or {}).items():
+            if key.startswith("spark.hadoop."):
+                conf.set(key[len("spark.hadoop."):], str(value))
         uris = conf.get("hive.metastore.uris") or ""
         self.where = uris or None
         if not uris.strip():

@@ -33,10 +33,10 @@ class JavaError(AssertionError):
 class JavaHudi:
     """A Java Hudi Spark session in its own process (driver.py), for a whole pytest session.
     `timezone`: the JVM's time zone (user.timezone, TZ, Spark's session time zone), UTC unless
-    given. The driver and its JVM run in a process group of their own, which kill() ends at
+    given; `conf`: more Spark settings of its session. The driver and its JVM run in a process group of their own, which kill() ends at
     once, as a crash would."""
 
-    def __init__(self, bundle: Bundle, workdir: Path, timezone: str = "UTC"):
+    def __init__(self, bundle: Bundle, workdir: Path, timezone: str = "UTC", conf: dict[str, str] | None = None):
         self.bundle = bundle
         self.timezone = timezone
         self.workdir = Path(workdir)
@@ -50,6 +50,7 @@ class JavaHudi:
             del env["SPARK_CONF_DIR"]
         env["PYSPARK_PYTHON"] = str(bundle.python)
         env["JAVA_HUDI_TZ"] = env["TZ"] = timezone
+        env["JAVA_HUDI_CONF"] = json.dumps(conf or {})  # more Spark settings (a Hive metastore: tests/hive_metastore.py)
         self._stderr = open(self.log, "w")
         self.proc = subprocess.Popen([str(bundle.python), str(DRIVER), str(bundle.jar)], cwd=self.workdir, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1,

@@ -57,6 +57,8 @@ def _session(jar: str):
                .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
                .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.hudi.catalog.HoodieCatalog")
                .config("spark.kryo.registrator", "org.apache.spark.HoodieSparkKryoRegistrar"))
+    for key, value in json.loads(os.environ.get("JAVA_HUDI_CONF") or "{}").items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
