@@ -337,3 +337,16 @@ def test_diff_names_the_tables_a_catalog_change_renames_or_moves(tmp_path, capsy
     # a target without a catalog leaves the plan as it was
     plain = write_project(tmp_path / "plain", {})
     assert "catalog" not in compile_project(plain).plan.to_dict()["target"]
+
+
+def test_pipe_sync_says_what_is_missing(tmp_path, capsys):
+    root = _example(tmp_path / "shop", _targets("thrift://127.0.0.1:9083", "http://127.0.0.1:5000"))
+    code, out, err = pipe(capsys, root, "sync", "--target", "glue", "order")
+    assert code == 2 and "no table named 'order' in project shop" in err and "orders" in err
+    plain = _example(tmp_path / "plain", yaml.safe_dump({"targets": {"plain": {"spark": {"master": "local[1]"}}}}))
+    code, out, err = pipe(capsys, plain, "sync", "--target", "plain")
+    assert code == 2 and "target plain has no catalog to sync to" in err and "docs/catalog.md" in err
+    # a table not built yet is said, not an error; Glue is reached without Spark
+    code, out, err = pipe(capsys, root, "sync", "--target", "glue", "customers")
+    assert code == 0, err
+    assert "customers: not built yet" in out and "its first run registers it" in out
