@@ -25,9 +25,10 @@ what this module decides."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
+
+from runtime.steps.errors import RunError
 
 LAST_SYNC = "last_commit_time_sync"
 PARQUET_INPUT = "org.apache.hudi.hadoop.HoodieParquetInputFormat"
@@ -40,12 +41,8 @@ _SCHEMA_PART = 4000  # characters per spark.sql.sources.schema.part.N, as Spark 
 _TYPED_KEYS = ("string", "int", "bigint", "smallint", "tinyint", "date", "boolean")
 
 
-class SyncError(Exception):
+class SyncError(RunError):
     """A catalog refused or could not be reached; the commit stands."""
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
 
 
 @dataclass(frozen=True)
