@@ -8,6 +8,7 @@ user sees all of a project's mistakes in one go."""
 from __future__ import annotations
 
 import gc
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -70,6 +71,7 @@ def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None,
     edges = _edges(project, rendered_tables)
     _check_s3_sources(project, edges, errors)
     steps = _steps(project, rendered_tables, rendered_sources, edges, expectations)
+    _check_catalog_names(project, target, steps, errors)
     graph = build_graph({s.id: step_attributes(s) for s in steps.values()}, edges)
     check_cycles(graph, errors)
     known_columns: Mapping[str, Any] = {}
@@ -93,6 +95,25 @@ def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None,
         steps=tuple(steps[i] for i in ordered(graph)),
     )
     return CompileResult(plan=plan, graph=graph, warnings=tuple(errors.warnings), project=project)
+
+
+def _check_catalog_names(project: Project, target: TargetSpec, steps: Mapping[str, Step], errors: Collector) -> None:
+    """Two tables registered under one catalog name (`Orders` and `orders`; a merge-on-read
+    `events` and a table `events_rt`) would take turns at one entry."""
+    if not target.catalog:
+        return
+    if "{{" not in target.catalog["database"] and not re.fullmatch(r"[a-z_][a-z0-9_]*", target.catalog["database"]):
+        errors.error(project.project_doc.at(("targets", target.name, "catalog", "database")),
+                     f"invalid catalog database name '{target.catalog['database']}' (as rendered)",
+                     "use lower-case letters, digits and _, starting with a letter or _")
+    owner: dict[str, str] = {}
+    for step in sorted((s for s in steps.values() if s.kind == "write"), key=lambda s: s.name):
+        for name in target.catalog_names(step):
+            if name in owner:
+                errors.error(project.tables[step.name].location, f"table {step.name} would be registered as {name}, "
+                             f"which table {owner[name]} is registered as too",
+                             "rename one of them, or set another catalog table_prefix")
+            owner.setdefault(name, step.name)
 
 
 def _render_target(project: Project, renderer: Renderer) -> TargetSpec:

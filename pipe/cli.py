@@ -886,11 +886,9 @@ def sync_cmd(ctx: _Context, table_names, full, target, vars_text) -> None:
 
     `pipe run` does this after every commit; `pipe sync` catches up after a sync that failed,
     and registers the tables of a catalog newly set on the target (docs/catalog.md)."""
-    from rich.markup import escape
-
     from compiler.errors import did_you_mean
     from runtime.steps.context import RunContext
-    from runtime.steps.sync import sync_step
+    from runtime.steps.sync import close_catalog
 
     result = _compile(ctx, target, vars_text)
     plan = result.plan
@@ -902,9 +900,21 @@ def sync_cmd(ctx: _Context, table_names, full, target, vars_text) -> None:
         if name not in writes:
             raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, writes) or f"tables: {', '.join(writes)}")])
     lake = RunContext(plan, result.project.root, spark_factory=_spark_factory(plan, ctx.debug, announce=False))
+    try:
+        _sync_tables(ctx, lake, [writes[n] for n in table_names or writes], full)
+    finally:
+        close_catalog(lake)
+
+
+def _sync_tables(ctx: _Context, lake, steps_, full: bool) -> None:
+    """`pipe sync`: each table synced in turn; one's failure does not stop the others."""
+    from rich.markup import escape
+
+    from runtime.steps.sync import sync_step
+
     failed = 0
-    for name in table_names or list(writes):
-        step = writes[name]
+    for step in steps_:
+        name = step.name
         if not lake.table_exists(name):
             output.line(f"[dim]-[/] {name}: not built yet (nothing at {escape(lake.table_uri(name))}); its first run registers it")
             continue
@@ -914,7 +924,10 @@ def sync_cmd(ctx: _Context, table_names, full, target, vars_text) -> None:
             if ctx.debug:
                 traceback.print_exc()
             failed += 1
-            output.fail(f"{name}: catalog sync failed: {exc}", getattr(exc, "hint", None))
+            output.fail(f"{name}: catalog sync failed: {exc}", getattr(exc, "hint", None)
+                        or (None if isinstance(exc, PipeError) else "run again with --debug for the traceback"))
+            if getattr(exc, "unreachable", False):  # the others would wait for it again
+                break
             continue
         if outcome is None:
             output.line(f"[dim]-[/] {name}: no commit has written its columns yet; nothing to register")

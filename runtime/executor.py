@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from compiler.errors import PipeError
 from compiler.plan import Plan, Step
-from runtime.steps import source, test, write
+from runtime.steps import source, sync, test, write
 from runtime.steps.context import DONE, FINGERPRINT_KEY, STATES, RunContext, RunOptions, StepResult
 from runtime.steps.errors import Cancelled, RunError, describe_error, is_cancellation, is_user_error
 
@@ -135,6 +135,7 @@ class Executor:
                     interrupted = self.ctx.interrupted = True
                     self.ctx.cancel.set()
                     self._cancel_running(list(running.values()))
+        sync.close_catalog(self.ctx)
         return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.ctx.selected], interrupted)
 
     def _cancel_running(self, step_ids: list[str]) -> None:

@@ -70,6 +70,12 @@ _clients: dict[tuple, Any] = {}
 _clients_lock = threading.Lock()
 
 
+def clients_lock() -> threading.Lock:
+    """Held while a boto3 client is made from the default session (which must not make two at
+    once); for clients of other services (Glue: runtime/sync/glue.py)."""
+    return _clients_lock
+
+
 def client(options=()):
     """A boto3 S3 client with the options of `client_options` (or a StorageSpec's): one per
     options in a process (clients are thread-safe; making one takes a while, and boto3's

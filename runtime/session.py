@@ -416,7 +416,7 @@ def _exited_error(java: Java | None, lines: list[str]) -> SparkStartError:
 
 
 
-def _java_message(exc: BaseException) -> str:
+def java_message(exc: BaseException) -> str:
     """'org.apache.spark.SparkException: Could not parse Master URL: ...' from a Py4JJavaError,
     with its causes, without the Java stack."""
     messages: list[str] = []
@@ -559,7 +559,7 @@ def _get_or_create(builder, java: Java | None):
         from pyspark.errors import PySparkException
 
         if isinstance(exc, Py4JJavaError):
-            message = _java_message(exc)
+            message = java_message(exc)
             raise SparkStartError(f"creating the Spark session failed: {message}", _hint_for([message])) from exc
         if isinstance(exc, (Py4JError, PySparkException)):
             raise SparkStartError(f"creating the Spark session failed: {exc}") from exc

@@ -139,7 +139,8 @@ def shop(spark, hive_metastore, moto_server, tmp_path_factory, hudi_sql):
     def read(label):
         out["java"][label] = {t: _java_rows(hudi_sql, f"shop.{t}", ["order_id", "status", "region"])
                               for t in ("orders", "order_events_ro", "order_events_rt")}
-        out["java"][label]["partitions"] = sorted(r[0] for r in hudi_sql.sql("show partitions shop.orders"))
+        out["java"][label]["partitions"] = sorted(r[0] for r in hudi_sql.sql("show partitions shop.orders"))  # Hudi lists storage
+        out["java"][label]["metastore"] = hudi_sql.catalog_partitions("shop", "orders", ["region"])  # what the metastore holds
         out["glue_tables"][label] = {t: _glue_table(glue, t) for t in ("shop_orders", "shop_order_events_rt", "shop_customers")}
 
     run("hms_1", "run")
@@ -183,6 +184,8 @@ def test_a_hive_metastore_has_every_table_and_java_hudi_reads_them_by_name(shop)
     java = shop["java"]["round 1"]
     assert java["orders"] == shop["lake"]["round 1"] and len(java["orders"]) == 6
     assert java["partitions"] == ["region=APAC", "region=EU", "region=US"]
+    lake = (shop["root"] / "lake").resolve()
+    assert java["metastore"] == [((r,), f"file:{lake}/orders/region={r}") for r in ("APAC", "EU", "US")]
     # merge-on-read: one deltacommit so far, so read-optimized and real-time agree
     assert java["order_events_ro"] == java["order_events_rt"]
 
@@ -207,6 +210,7 @@ def test_a_sync_that_failed_warns_and_the_next_run_catches_up(shop):
 def test_a_partition_and_a_column_that_appear_are_read_by_name(shop):
     java = shop["java"]["round 2"]
     assert java["partitions"] == ["region=APAC", "region=EU", "region=LATAM", "region=US"]
+    assert [v for v, _ in java["metastore"]] == [("APAC",), ("EU",), ("LATAM",), ("US",)]
     assert java["orders"] == shop["lake"]["round 2"]
     assert (9001, "placed", "LATAM") in java["orders"] and (1, "delivered", "EU") in java["orders"]
     cents = dict(shop["java"]["cents"])
@@ -219,6 +223,7 @@ def test_a_partition_and_a_column_that_appear_are_read_by_name(shop):
 def test_delete_partition_drops_the_partition_in_both_catalogs(shop):
     java = shop["java"]["round 3"]
     assert java["partitions"] == ["region=APAC", "region=EU", "region=LATAM"]
+    assert [v for v, _ in java["metastore"]] == [("APAC",), ("EU",), ("LATAM",)]
     assert java["orders"] == shop["lake"]["round 3"] and not [r for r in java["orders"] if r[2] == "US"]
     glue = shop["glue_tables"]["round 3"]["shop_orders"]
     assert [v for v, _ in glue["partitions"]] == [("APAC",), ("EU",), ("LATAM",)]
@@ -257,6 +262,40 @@ def test_glue_holds_the_tables_as_hudis_glue_sync_does(shop):
     assert second["params"]["last_commit_time_sync"] == synced["catalog"]["instant"]
 
 
+def test_a_full_sync_compares_every_partition_and_a_missing_marker_brings_one(shop):
+    """What others did to the catalog: a partition added by hand, one moved elsewhere, the
+    marker of a merge-on-read table's `_ro` lost (a sync that stopped half-way)."""
+    root, glue = shop["root"], shop["glue"]
+    table = glue.get_table(DatabaseName="lakehouse", Name="shop_orders")["Table"]
+    sd = table["StorageDescriptor"]
+    glue.batch_create_partition(DatabaseName="lakehouse", TableName="shop_orders", PartitionInputList=[
+        {"Values": ["XX"], "StorageDescriptor": {**sd, "Location": "s3://elsewhere/orders/region=XX"}}])
+    glue.update_partition(DatabaseName="lakehouse", TableName="shop_orders", PartitionValueList=["EU"],
+                          PartitionInput={"Values": ["EU"], "StorageDescriptor": {**sd, "Location": "s3://old-lake/orders/region=EU"}})
+    ro = glue.get_table(DatabaseName="lakehouse", Name="shop_order_events_ro")["Table"]
+    params = {k: v for k, v in ro["Parameters"].items() if k != "last_commit_time_sync"}
+    glue.update_table(DatabaseName="lakehouse", TableInput={
+        "Name": ro["Name"], "TableType": ro["TableType"], "Parameters": params, "PartitionKeys": ro["PartitionKeys"],
+        "StorageDescriptor": ro["StorageDescriptor"]})
+
+    code, out, err = _pipe_in_process(root, "sync", "--target", "glue")
+    assert code == 0, out + err
+    assert "orders: lakehouse.shop_orders up to date" in out  # its marker says so: partitions are not looked at
+    assert "order_events: synced lakehouse.shop_order_events_ro, lakehouse.shop_order_events_rt" in out and "every partition compared" in out
+    assert glue.get_table(DatabaseName="lakehouse", Name="shop_order_events_ro")["Table"]["Parameters"]["last_commit_time_sync"]
+
+    code, out, err = _pipe_in_process(root, "sync", "--target", "glue", "--full", "orders")
+    assert code == 0, out + err
+    assert "orders: synced lakehouse.shop_orders, -1 partition(s)" in out, out
+    lake = (root / "lake").resolve().as_uri()
+    assert _glue_table(glue, "shop_orders")["partitions"] == [
+        (("APAC",), f"{lake}/orders/region=APAC"), (("EU",), f"{lake}/orders/region=EU"), (("LATAM",), f"{lake}/orders/region=LATAM")]
+    # and on the Hive metastore: every partition listed, nothing to change
+    code, out, err = _pipe_in_process(root, "sync", "--full", "orders")
+    assert code == 0, out + err
+    assert "orders: synced shop.orders (instant" in out and "every partition compared" in out
+
+
 def test_an_embedded_metastore_in_the_project_folder_is_what_spark_finds_there(spark, tmp_path, capsys):
     """No metastore named: pipe makes a Derby one in the project folder, where a Spark session
     with Hive support started in that folder finds the tables (another process, plain Spark)."""
@@ -268,8 +307,8 @@ def test_an_embedded_metastore_in_the_project_folder_is_what_spark_finds_there(s
     assert (root / "metastore_db").is_dir()
     # Derby lets one process open its database: this one lets go of it, as pipe's process would by ending
     try:
-        spark._jvm.java.sql.DriverManager.getConnection("jdbc:derby:;shutdown=true")
-    except Exception as exc:  # noqa: BLE001 - Derby says it shut down with an exception
+        spark._jvm.java.sql.DriverManager.getConnection(f"jdbc:derby:;databaseName={root / 'metastore_db'};shutdown=true")
+    except Exception as exc:  # noqa: BLE001 - Derby says it shut the database down with an exception
         assert "shutdown" in str(exc).lower(), exc
     script = textwrap.dedent("""
         from pyspark.sql import SparkSession
@@ -350,3 +389,17 @@ def test_pipe_sync_says_what_is_missing(tmp_path, capsys):
     code, out, err = pipe(capsys, root, "sync", "--target", "glue", "customers")
     assert code == 0, err
     assert "customers: not built yet" in out and "its first run registers it" in out
+
+
+def test_two_tables_registered_under_one_name_are_refused(tmp_path):
+    root = write_project(tmp_path / "p", {
+        "pipe_project.yml": "name: shop\ntargets:\n  dev:\n    catalog:\n      kind: glue\n",
+        "sources/s.yml": "sources:\n  raw:\n    kind: files\n    path: data\n    format: json\n    schema: 'id BIGINT'\n",
+        "tables/t.yml": "tables:\n  events:\n    type: merge_on_read\n    key: [id]\n  events_rt:\n    key: [id]\n",
+        "tables/events.sql": "select * from {{ source('raw') }}\n",
+        "tables/events_rt.sql": "select * from {{ source('raw') }}\n",
+    })
+    errs = compile_errors(root)
+    assert [(str(d.location), d.message) for d in errs] == [
+        ("tables/t.yml:5:3", "table events_rt would be registered as shop.events_rt, which table events is registered as too")]
+    assert "table_prefix" in errs[0].hint

@@ -35,9 +35,20 @@ def _open(ctx: RunContext):
         return GlueCatalog(_resolved(ctx, spec.get("region")), _resolved(ctx, spec.get("endpoint_url")))
     from runtime.sync.hive import HiveMetastore
 
+    from runtime import cluster
+
     needed_by = f"the Spark settings of target {ctx.plan.target.name} need it"
     settings = {k: ctx.resolved(str(v), needed_by) for k, v in ctx.plan.target.spark_conf.items() if k.startswith("spark.hadoop.")}
-    return HiveMetastore(ctx.spark(), ctx.root, settings)
+    local = cluster.is_local(ctx.resolved(ctx.plan.target.spark_master, needed_by))
+    return HiveMetastore(ctx.spark(), ctx.root, settings, local=local)
+
+
+def close_catalog(ctx: RunContext) -> None:
+    """Ends the run's conversation with its catalog (a thrift connection, an embedded Derby)."""
+    with ctx.catalog_lock:
+        if ctx.catalog is not None:
+            ctx.catalog.close()
+            ctx.catalog = None
 
 
 def _resolved(ctx: RunContext, value: str | None) -> str | None:
@@ -69,6 +80,9 @@ def after_write(ctx: RunContext, step: Step, result: StepResult, state: str, mes
     try:
         outcome = sync_step(ctx, step)
     except Exception as exc:  # noqa: BLE001 - whatever went wrong, the commit stands
+        if getattr(exc, "unreachable", False):
+            with ctx.catalog_lock:  # the run's other tables say so at once rather than wait for it again
+                ctx.catalog_error = ctx.catalog_error or exc
         if not isinstance(exc, SyncError):
             result.traceback = traceback.format_exc()  # not the user's mistake: --debug shows where
         result.catalog = {"names": ctx.plan.target.catalog_names(step), "error": str(exc)}

@@ -37,12 +37,17 @@ PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat
 PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
 META_COLUMNS = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name")
 _SCHEMA_PART = 4000  # characters per spark.sql.sources.schema.part.N, as Spark and Hudi split it
-# partition keys keep their column's type when a partition folder's text parses as it
+# partition keys keep these column types (their folders' text reads as the type); others are strings
 _TYPED_KEYS = ("string", "int", "bigint", "smallint", "tinyint", "date", "boolean")
 
 
 class SyncError(RunError):
-    """A catalog refused or could not be reached; the commit stands."""
+    """A catalog refused or could not be reached; the commit stands. `unreachable`: the catalog
+    did not answer at all, so the run's other tables do not wait for it again."""
+
+    def __init__(self, message: str, hint: str | None = None, unreachable: bool = False):
+        super().__init__(message, hint)
+        self.unreachable = unreachable
 
 
 @dataclass(frozen=True)
@@ -70,9 +75,10 @@ class Definition:
 
 @dataclass(frozen=True)
 class Stored:
-    """What a catalog holds of a table: its columns and parameters."""
+    """What a catalog holds of a table: its columns, partition keys and parameters."""
 
     columns: tuple[tuple[str, str], ...]
+    partition_keys: tuple[tuple[str, str], ...]
     params: Mapping[str, str]
 
 
@@ -81,13 +87,17 @@ class Catalog(Protocol):
 
     kind: str
 
-    def ensure_database(self, database: str) -> bool: ...  # True if created
+    def ensure_database(self, database: str) -> None: ...
     def get_table(self, database: str, name: str) -> Stored | None: ...
     def create_table(self, definition: Definition) -> None: ...
-    def update_table(self, definition: Definition) -> None: ...  # columns and parameters
-    def existing_partitions(self, definition: Definition, values: list[tuple[str, ...]]) -> set[tuple[str, ...]]: ...
+    def update_table(self, definition: Definition) -> None: ...  # columns, formats, location; parameters merged
+    def drop_table(self, database: str, name: str) -> None: ...  # the entry only: an external table's data stays
+    # values -> location of the partitions among `values` that the table has (None: all of them)
+    def existing_partitions(self, definition: Definition, values: list[tuple[str, ...]] | None) -> dict[tuple[str, ...], str | None]: ...
     def add_partitions(self, definition: Definition, partitions: list[tuple[tuple[str, ...], str]]) -> None: ...
+    def move_partitions(self, definition: Definition, partitions: list[tuple[tuple[str, ...], str]]) -> None: ...
     def drop_partitions(self, definition: Definition, values: list[tuple[str, ...]]) -> None: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -191,59 +201,64 @@ def _split_schema(text: str) -> dict[str, str]:
     return {"spark.sql.sources.schema.numParts": str(len(chunks)), **{f"spark.sql.sources.schema.part.{i}": c for i, c in enumerate(chunks)}}
 
 
-def partition_values(partition: str, fields: Iterable[str]) -> tuple[str, ...]:
-    """A partition folder's values, as Hudi's MultiPartKeysValueExtractor reads them: one per
-    `/`-separated segment, `k=v` giving `v`, the text as it is in the path."""
+def partition_values(partition: str, fields: Iterable[str], hive_style: bool = True) -> tuple[str, ...]:
+    """A partition folder's values, the text as it is in the path, as Hudi's extractors read
+    them: one per `/`-separated level, `field=` left out (hive style); a single field without
+    hive style is the whole path (SinglePartPartitionValueExtractor: `2024/01/01` is one value)."""
+    fields = tuple(fields)
     if not partition:
         return ()
-    values = tuple(seg.split("=", 1)[1] if "=" in seg else seg for seg in partition.split("/"))
-    wanted = len(tuple(fields))
-    if len(values) != wanted:
-        raise SyncError(f"partition folder {partition!r} has {len(values)} level(s), the table has {wanted} partition field(s)")
-    return values
+    if len(fields) == 1 and not hive_style:
+        return (partition,)
+    levels = partition.split("/")
+    if len(levels) != len(fields):
+        raise SyncError(f"partition folder {partition!r} has {len(levels)} level(s), the table has {len(fields)} partition field(s)",
+                        "a folder the table's partition_by does not describe; see the table's partition paths with `pipe show`")
+    return tuple(level[len(f) + 1:] if hive_style and level.startswith(f + "=") else level for level, f in zip(levels, fields))
 
 
 def sync_table(catalog: Catalog, specs: list[Definition], table, force_full: bool = False) -> SyncOutcome:
     """Brings the catalog tables `specs` (one Hudi table's) up to its latest completed write."""
+    from runtime.table.cdc import touched_file_groups
     from runtime.table.layout import FileSystemView
-    from runtime.table.timeline import REPLACECOMMIT, WRITE_ACTIONS
+    from runtime.table.timeline import WRITE_ACTIONS
 
     timeline = table.timeline()
     writes = timeline.completed(WRITE_ACTIONS)
     latest = writes[-1].time if writes else None
     outcome = SyncOutcome(names=[d.full_name for d in specs], instant=latest)
-    created_db = False
-    for d in {d.database for d in specs}:
-        created_db = catalog.ensure_database(d) or created_db
+    for database in sorted({d.database for d in specs}):
+        catalog.ensure_database(database)
     stored = {d.name: catalog.get_table(d.database, d.name) for d in specs}
-    synced = [s.params.get(LAST_SYNC) for s in stored.values() if s is not None]
-    if all(s is not None for s in stored.values()) and synced and all(t == latest for t in synced) and not force_full \
-            and all(_same_columns(s.columns, d.columns) for d, s in ((d, stored[d.name]) for d in specs)):
+    for d in specs:  # partition keys cannot change in place (a rebuilt table): registered anew
+        have = stored[d.name]
+        if have is not None and [k.lower() for k, _ in have.partition_keys] != [k for k, _ in d.partition_keys]:
+            catalog.drop_table(d.database, d.name)
+            stored[d.name] = None
+    synced = [None if s is None else s.params.get(LAST_SYNC) for s in stored.values()]
+    if not force_full and None not in synced and all(t == latest for t in synced) \
+            and all(_same_columns(stored[d.name].columns, d.columns) for d in specs):
         outcome.up_to_date = True
         return outcome
 
-    # which partitions to look at: those the writes since the oldest synced instant touched,
-    # or all of them when that instant is unknown or no longer on the active timeline
-    since = min(synced) if synced and len(synced) == len(specs) else None
-    full = force_full or since is None or timeline.find(since) is None  # archived, or rolled back since
+    # which partitions to look at: those the writes since the oldest synced instant wrote or
+    # replaced, or all of them when that instant is unknown (a table new to the catalog, a sync
+    # that stopped before its markers), archived, or rolled back or restored away
+    since = None if None in synced else min(synced)
+    groups = None
+    if not force_full and since is not None and since in {w.time for w in writes}:
+        groups = touched_file_groups(timeline, since, None)  # None: some of those writes were archived
+    full = groups is None
     fields = list(table.config.partition_fields)
     if full:
-        view = FileSystemView.load(table.storage, timeline)
-        touched = {s.partition for s in view.latest_slices()}
+        touched = {s.partition for s in FileSystemView.load(table.storage, timeline).latest_slices()}
         live = set(touched)
     else:
-        touched = set()
-        for inst in writes:
-            if inst.time <= since:
-                continue
-            meta = timeline.commit_metadata(inst)
-            touched |= {s.partition_path for s in meta.write_stats}
-            if inst.action == REPLACECOMMIT and meta.replaced:
-                touched |= set(meta.replaced)
-        touched.discard(None)
+        touched = {p for p, _ in groups if p is not None}
         live = {s.partition for s in FileSystemView.load(table.storage, timeline, partitions=sorted(touched)).latest_slices()} if touched else set()
     outcome.full = full
 
+    added, dropped = set(), set()
     for d in specs:
         have = stored[d.name]
         if have is None:
@@ -254,22 +269,38 @@ def sync_table(catalog: Catalog, specs: list[Definition], table, force_full: boo
             outcome.columns_changed.append(d.full_name)
         if not fields:
             continue
-        wanted = {partition_values(p, fields): p for p in touched if p in live}
-        gone = [partition_values(p, fields) for p in touched if p not in live and p]
-        present = catalog.existing_partitions(d, sorted(set(wanted) | set(gone))) if (wanted or gone) else set()
-        to_add = [(v, d.partition_location(p)) for v, p in sorted(wanted.items()) if v not in present]
-        to_drop = [v for v in sorted(set(gone)) if v in present]
-        if full and have is not None:  # a full sync also drops what the catalog has beyond the table's partitions
-            to_drop += [v for v in sorted(catalog.existing_partitions(d, None) - set(wanted)) if v not in to_drop]
+        hive_style = table.config.hive_style
+        wanted = {partition_values(p, fields, hive_style): d.partition_location(p) for p in touched if p in live}
+        gone = {partition_values(p, fields, hive_style) for p in touched if p not in live and p}
+        present = catalog.existing_partitions(d, None if full and have is not None else sorted(set(wanted) | gone)) \
+            if (wanted or gone or (full and have is not None)) else {}
+        to_add = [(v, loc) for v, loc in sorted(wanted.items()) if v not in present]
+        # a partition registered at another place (the table was rebuilt elsewhere) moves
+        to_move = [(v, loc) for v, loc in sorted(wanted.items()) if v in present and _other_place(present[v], loc)]
+        to_drop = sorted(v for v in present if v in gone or (full and v not in wanted))
         if to_add:
             catalog.add_partitions(d, to_add)
+        if to_move:
+            catalog.move_partitions(d, to_move)
         if to_drop:
             catalog.drop_partitions(d, to_drop)
-        outcome.added += len(to_add)
-        outcome.dropped += len(to_drop)
-    for d in specs:  # the marker last: a sync that failed before it is redone from the same instant
+        added |= {v for v, _ in to_add}
+        dropped |= set(to_drop)
+    outcome.added, outcome.dropped = len(added), len(dropped)  # per Hudi table, not per catalog table
+    for d in specs:  # the markers last: a sync that stopped before them is redone from the same instant
         catalog.update_table(_with_sync(d, latest))
     return outcome
+
+
+def _other_place(stored: str | None, wanted: str) -> bool:
+    """Whether a catalog's partition location is not `wanted` (schemes aside: s3/s3a, file:/ and file:///)."""
+    def norm(loc: str) -> str:
+        loc = loc.rstrip("/")
+        for scheme in ("s3a://", "s3n://", "s3://", "file:///", "file://", "file:/"):
+            if loc.startswith(scheme):
+                return ("s3://" if scheme.startswith("s3") else "/") + loc[len(scheme):].lstrip("/")
+        return loc
+    return stored is not None and norm(stored) != norm(wanted)
 
 
 def _with_sync(d: Definition, instant: str | None) -> Definition:

@@ -18,15 +18,22 @@ class GlueCatalog:
     kind = "glue"
 
     def __init__(self, region: str | None = None, endpoint_url: str | None = None):
-        import boto3
         from botocore.config import Config
+
+        from runtime import s3
 
         self.where = f"AWS Glue{' at ' + endpoint_url if endpoint_url else ''}{' in ' + region if region else ''}"
         try:
-            self._glue = boto3.client("glue", region_name=region, endpoint_url=endpoint_url,
-                                      config=Config(retries={"max_attempts": 5, "mode": "standard"}))
+            # boto3's default session must not make two clients at once (runtime/s3.py); a short
+            # connect timeout: an unreachable endpoint is found in seconds, once per run
+            with s3.clients_lock():
+                import boto3
+
+                self._glue = boto3.client("glue", region_name=region, endpoint_url=endpoint_url,
+                                          config=Config(connect_timeout=10, retries={"max_attempts": 3, "mode": "standard"}))
         except Exception as exc:  # noqa: BLE001 - no region, bad endpoint
-            raise SyncError(f"cannot use {self.where}: {exc}", "set `region` in the target's catalog settings, or AWS_DEFAULT_REGION") from exc
+            raise SyncError(f"cannot use {self.where}: {exc}", "set `region` in the target's catalog settings, or AWS_DEFAULT_REGION",
+                            unreachable=True) from exc
 
     def _call(self, what: str, op: str, **kwargs) -> dict[str, Any]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -35,28 +42,29 @@ class GlueCatalog:
             return getattr(self._glue, op)(**kwargs)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
+            text = f"{self.where} refused {what} ({op}): {code}: {exc.response.get('Error', {}).get('Message', '')}"
             if code == "EntityNotFoundException":
-                raise _NotFound() from exc
+                raise _NotFound(text, "it was dropped while pipe synced it; `pipe sync` registers it again") from exc
             if code == "AlreadyExistsException":
-                raise _Exists() from exc
-            hint = ("the credentials need glue:GetTable, CreateTable, UpdateTable, GetDatabase, CreateDatabase, BatchGetPartition, "
-                    "BatchCreatePartition and BatchDeletePartition" if code in ("AccessDeniedException", "UnrecognizedClientException")
-                    else "`pipe sync` tries again")
-            raise SyncError(f"{self.where} refused {what} ({op}): {code}: {exc.response.get('Error', {}).get('Message', '')}", hint) from exc
+                raise _Exists(text, "another process registered it at the same time; `pipe sync` brings it up to date") from exc
+            hint = ("the credentials need glue:GetDatabase, CreateDatabase, GetTable, CreateTable, UpdateTable, DeleteTable, "
+                    "GetPartitions, BatchGetPartition, BatchCreatePartition, BatchUpdatePartition and BatchDeletePartition"
+                    if code in ("AccessDeniedException", "UnrecognizedClientException") else "`pipe sync` tries again")
+            raise SyncError(text, hint) from exc
         except BotoCoreError as exc:
-            raise SyncError(f"cannot reach {self.where} for {what}: {exc}", "check the network, the region and the credentials") from exc
+            raise SyncError(f"cannot reach {self.where} for {what}: {exc}", "check the network, the region and the credentials",
+                            unreachable=True) from exc
 
-    def ensure_database(self, database: str) -> bool:
+    def ensure_database(self, database: str) -> None:
         try:
             self._call(f"database {database}", "get_database", Name=database)
-            return False
+            return
         except _NotFound:
             pass
         try:
             self._call(f"database {database}", "create_database", DatabaseInput={"Name": database, "Description": "created by pipe"})
         except _Exists:
-            return False
-        return True
+            pass
 
     def get_table(self, database: str, name: str) -> Stored | None:
         try:
@@ -64,30 +72,49 @@ class GlueCatalog:
         except _NotFound:
             return None
         cols = tuple((c["Name"], c["Type"]) for c in t.get("StorageDescriptor", {}).get("Columns", []))
-        return Stored(columns=cols, params=dict(t.get("Parameters") or {}))
+        keys = tuple((k["Name"], k["Type"]) for k in t.get("PartitionKeys", []))
+        return Stored(columns=cols, partition_keys=keys, params=dict(t.get("Parameters") or {}))
 
     def create_table(self, d: Definition) -> None:
-        self._call(f"table {d.full_name}", "create_table", DatabaseName=d.database, TableInput=self._table(d, {}))
+        try:
+            self._call(f"table {d.full_name}", "create_table", DatabaseName=d.database, TableInput=self._table(d, {}))
+        except _Exists:  # registered by another process meanwhile: brought up to date instead
+            self.update_table(d)
 
     def update_table(self, d: Definition) -> None:
         current = self._call(f"table {d.full_name}", "get_table", DatabaseName=d.database, Name=d.name)["Table"]
         self._call(f"table {d.full_name}", "update_table", DatabaseName=d.database,
-                   TableInput=self._table(d, dict(current.get("Parameters") or {})), SkipArchive=True)
+                   TableInput=self._table(d, dict(current.get("Parameters") or {}), current), SkipArchive=True)
 
-    def existing_partitions(self, d: Definition, values: list[tuple[str, ...]] | None) -> set[tuple[str, ...]]:
-        found: set[tuple[str, ...]] = set()
+    def drop_table(self, database: str, name: str) -> None:
+        try:
+            self._call(f"table {database}.{name}", "delete_table", DatabaseName=database, Name=name)
+        except _NotFound:
+            pass
+
+    def existing_partitions(self, d: Definition, values: list[tuple[str, ...]] | None) -> dict[tuple[str, ...], str | None]:
+        found: dict[tuple[str, ...], str | None] = {}
         if values is None:
-            pages = self._glue.get_paginator("get_partitions")
-            try:
-                for page in pages.paginate(DatabaseName=d.database, TableName=d.name, ExcludeColumnSchema=True):
-                    found |= {tuple(p["Values"]) for p in page["Partitions"]}
-            except Exception as exc:  # noqa: BLE001
-                raise SyncError(f"{self.where} refused listing the partitions of {d.full_name}: {exc}", "`pipe sync` tries again") from exc
-            return found
+            token = None
+            while True:
+                page = self._call(f"the partitions of {d.full_name}", "get_partitions", DatabaseName=d.database, TableName=d.name,
+                                  **({"NextToken": token} if token else {}))
+                found.update({tuple(p["Values"]): p.get("StorageDescriptor", {}).get("Location") for p in page["Partitions"]})
+                token = page.get("NextToken")
+                if not token:
+                    return found
         for i in range(0, len(values), 1000):
-            got = self._call(f"the partitions of {d.full_name}", "batch_get_partition", DatabaseName=d.database, TableName=d.name,
-                             PartitionsToGet=[{"Values": list(v)} for v in values[i:i + 1000]])
-            found |= {tuple(p["Values"]) for p in got.get("Partitions", [])}
+            ask = [{"Values": list(v)} for v in values[i:i + 1000]]
+            for _ in range(3):  # keys Glue left unprocessed (throttling) are asked again
+                got = self._call(f"the partitions of {d.full_name}", "batch_get_partition", DatabaseName=d.database, TableName=d.name,
+                                 PartitionsToGet=ask)
+                found.update({tuple(p["Values"]): p.get("StorageDescriptor", {}).get("Location") for p in got.get("Partitions", [])})
+                ask = got.get("UnprocessedKeys") or []
+                if not ask:
+                    break
+            if ask:
+                raise SyncError(f"{self.where} left {len(ask)} partition(s) of {d.full_name} unanswered (BatchGetPartition)",
+                                "Glue is throttling; `pipe sync` tries again")
         return found
 
     def add_partitions(self, d: Definition, partitions: list[tuple[tuple[str, ...], str]]) -> None:
@@ -96,29 +123,41 @@ class GlueCatalog:
             inputs = [{"Values": list(v), "StorageDescriptor": {**sd, "Location": _s3(loc)}} for v, loc in partitions[i:i + 100]]
             out = self._call(f"the partitions of {d.full_name}", "batch_create_partition", DatabaseName=d.database, TableName=d.name,
                              PartitionInputList=inputs)
-            errors = [e for e in out.get("Errors", []) if e.get("ErrorDetail", {}).get("ErrorCode") != "AlreadyExistsException"]
-            if errors:
-                e = errors[0]
-                raise SyncError(f"{self.where} refused partition {e.get('PartitionValues')} of {d.full_name}: "
-                                f"{e.get('ErrorDetail', {}).get('ErrorCode')}: {e.get('ErrorDetail', {}).get('ErrorMessage')}",
-                                "`pipe sync` tries again")
+            self._check(d, "add", out, ignore="AlreadyExistsException")
+
+    def move_partitions(self, d: Definition, partitions: list[tuple[tuple[str, ...], str]]) -> None:
+        sd = self._sd(d)
+        for i in range(0, len(partitions), 100):
+            entries = [{"PartitionValueList": list(v), "PartitionInput": {"Values": list(v), "StorageDescriptor": {**sd, "Location": _s3(loc)}}}
+                       for v, loc in partitions[i:i + 100]]
+            out = self._call(f"the partitions of {d.full_name}", "batch_update_partition", DatabaseName=d.database, TableName=d.name,
+                             Entries=entries)
+            self._check(d, "move", out)
 
     def drop_partitions(self, d: Definition, values: list[tuple[str, ...]]) -> None:
         for i in range(0, len(values), 25):
             out = self._call(f"the partitions of {d.full_name}", "batch_delete_partition", DatabaseName=d.database, TableName=d.name,
                              PartitionsToDelete=[{"Values": list(v)} for v in values[i:i + 25]])
-            errors = [e for e in out.get("Errors", []) if e.get("ErrorDetail", {}).get("ErrorCode") != "EntityNotFoundException"]
-            if errors:
-                e = errors[0]
-                raise SyncError(f"{self.where} refused to drop partition {e.get('PartitionValues')} of {d.full_name}: "
-                                f"{e.get('ErrorDetail', {}).get('ErrorMessage')}", "`pipe sync` tries again")
+            self._check(d, "drop", out, ignore="EntityNotFoundException")
+
+    def _check(self, d: Definition, what: str, out: dict[str, Any], ignore: str | None = None) -> None:
+        errors = [e for e in out.get("Errors", []) if e.get("ErrorDetail", {}).get("ErrorCode") != ignore]
+        if errors:
+            e = errors[0]
+            detail = e.get("ErrorDetail", {})
+            raise SyncError(f"{self.where} refused to {what} partition {e.get('PartitionValues') or e.get('PartitionValueList')} of "
+                            f"{d.full_name}: {detail.get('ErrorCode')}: {detail.get('ErrorMessage')}", "`pipe sync` tries again")
 
     def close(self) -> None:
         pass
 
-    def _table(self, d: Definition, params: dict[str, str]) -> dict[str, Any]:
-        return {"Name": d.name, "TableType": "EXTERNAL_TABLE", "Parameters": {**params, **d.params},
-                "PartitionKeys": [{"Name": n, "Type": t} for n, t in d.partition_keys], "StorageDescriptor": self._sd(d)}
+    def _table(self, d: Definition, params: dict[str, str], current: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A TableInput: `d`'s layout, `params` merged under `d`'s, and what others set on the
+        table (its description, owner) kept."""
+        out = {k: v for k, v in (current or {}).items() if k in ("Description", "Owner", "Retention", "TargetTable")}
+        out.update({"Name": d.name, "TableType": "EXTERNAL_TABLE", "Parameters": {**params, **d.params},
+                    "PartitionKeys": [{"Name": n, "Type": t} for n, t in d.partition_keys], "StorageDescriptor": self._sd(d)})
+        return out
 
     def _sd(self, d: Definition) -> dict[str, Any]:
         return {"Columns": [{"Name": n, "Type": t} for n, t in d.columns], "Location": _s3(d.location),
@@ -126,9 +165,9 @@ class GlueCatalog:
                 "SerdeInfo": {"SerializationLibrary": d.serde, "Parameters": dict(d.serde_params)}}
 
 
-class _NotFound(Exception):
+class _NotFound(SyncError):
     pass
 
 
-class _Exists(Exception):
+class _Exists(SyncError):
     pass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from runtime.session import java_message
 from runtime.sync import Definition, Stored, SyncError
 
 _DERBY_DEFAULT = "jdbc:derby:;databaseName=metastore_db;create=true"
@@ -20,18 +21,37 @@ _DERBY_DEFAULT = "jdbc:derby:;databaseName=metastore_db;create=true"
 class HiveMetastore:
     kind = "spark"
 
-    def __init__(self, spark, project_root: Path, settings: dict[str, str] | None = None):
+    def __init__(self, spark, project_root: Path, settings: dict[str, str] | None = None, local: bool = True):
         """`settings`: the target's `spark.hadoop.*` settings, which win over the session's
-        Hadoop configuration (a session started before, for another target, lacks them)."""
-        self._jvm = spark._jvm
-        jvm = self._jvm
-        hive_conf_class = jvm.org.apache.hadoop.hive.conf.HiveConf
-        conf = hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf_class._java_lang_class)
+        Hadoop configuration (a session started before, for another target, lacks them).
+        `local`: the master is local; on a cluster a metastore must be named (an embedded one
+        would live on the driver alone)."""
+        self._lock = threading.Lock()
+        self.where = "the Hive metastore"
+        jvm = self._jvm = getattr(spark, "_jvm", None)
+        if jvm is None:
+            raise SyncError("a Hive metastore catalog needs Spark's JVM in pipe's process, which a Spark Connect session does not give",
+                            "use a local or cluster master for this target, or `catalog: {kind: glue}`")
+        try:
+            hive_conf_class = jvm.org.apache.hadoop.hive.conf.HiveConf
+            conf = hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf_class._java_lang_class)
+        except Exception as exc:  # noqa: BLE001 - a Spark without Hive's classes
+            raise SyncError(f"this Spark has no Hive metastore client ({java_message(exc)})",
+                            "pyspark's own jars have it; a Spark distribution built without Hive needs the spark-hive jars") from exc
         for key, value in (settings or {}).items():
             if key.startswith("spark.hadoop."):
                 conf.set(key[len("spark.hadoop."):], str(value))
+        factory = conf.get("hive.metastore.client.factory.class") or ""
+        if factory and "SessionHiveMetaStoreClientFactory" not in factory:
+            raise SyncError(f"the target's Hive configuration names another metastore client ({factory}), which pipe does not use",
+                            "for EMR's Glue Data Catalog as metastore set `catalog: {kind: glue}`; for a Hive metastore name it in "
+                            "spark.hadoop.hive.metastore.uris")
         uris = conf.get("hive.metastore.uris") or ""
-        self.where = uris or None
+        self.where = uris or self.where
+        if not uris.strip() and not local:
+            raise SyncError("no Hive metastore is named for this cluster target: an embedded one would live on the driver alone",
+                            "set spark.hadoop.hive.metastore.uris (thrift://host:9083) in the target's spark conf, or put the "
+                            "cluster's hive-site.xml in SPARK_CONF_DIR", unreachable=True)
         if not uris.strip():
             # embedded: a Derby database in the project folder, created on first use
             if (conf.get("javax.jdo.option.ConnectionURL") or _DERBY_DEFAULT) == _DERBY_DEFAULT:
@@ -44,27 +64,25 @@ class HiveMetastore:
             if not jvm.java.lang.System.getProperty("derby.stream.error.file"):
                 jvm.java.lang.System.setProperty("derby.stream.error.file", str(project_root / "derby.log"))
             self.where = "the Derby metastore in " + str(project_root / "metastore_db")
-        self._lock = threading.Lock()
         try:
             self._client = jvm.org.apache.hadoop.hive.metastore.HiveMetaStoreClient(conf)
         except Exception as exc:  # noqa: BLE001 - unreachable or misconfigured metastore
-            raise SyncError(f"cannot reach the Hive metastore ({self.where}): {_java_message(exc)}",
+            raise SyncError(f"cannot reach the Hive metastore ({self.where}): {java_message(exc)}",
                             "check hive.metastore.uris (spark.hadoop.hive.metastore.uris in the target's spark conf) "
-                            "and that the metastore is up") from exc
+                            "and that the metastore is up", unreachable=True) from exc
 
     # --- the operations a sync needs ------------------------------------------------------------
 
-    def ensure_database(self, database: str) -> bool:
+    def ensure_database(self, database: str) -> None:
         api = self._jvm.org.apache.hadoop.hive.metastore.api
         with self._calls(f"database {database}"):
             try:
                 self._client.getDatabase(database)
-                return False
+                return
             except Exception as exc:  # noqa: BLE001
                 if "NoSuchObjectException" not in str(exc):
                     raise
             self._client.createDatabase(api.Database(database, "created by pipe", None, self._jvm.java.util.HashMap()))
-            return True
 
     def get_table(self, database: str, name: str) -> Stored | None:
         with self._calls(f"table {database}.{name}"):
@@ -72,36 +90,51 @@ class HiveMetastore:
                 return None
             t = self._client.getTable(database, name)
             cols = tuple((c.getName(), c.getType()) for c in t.getSd().getCols())
-            return Stored(columns=cols, params=dict(t.getParameters() or {}))
+            keys = tuple((c.getName(), c.getType()) for c in t.getPartitionKeys())
+            return Stored(columns=cols, partition_keys=keys, params=dict(t.getParameters() or {}))
 
     def create_table(self, d: Definition) -> None:
         with self._calls(f"table {d.full_name}"):
             self._client.createTable(self._table(d, {}))
 
     def update_table(self, d: Definition) -> None:
-        """The table's columns, formats and location as `d` has them, its parameters merged with
-        `d`'s (a parameter someone else set stays); partitions take the new columns (CASCADE)."""
+        """The table as stored, with `d`'s columns, formats, location and serde, its parameters
+        merged with `d`'s (what others set stays: owner, comment, their parameters); the
+        partitions take the new columns (CASCADE), as Hudi's HMS sync alters them."""
         api = self._jvm.org.apache.hadoop.hive.metastore.api
         with self._calls(f"table {d.full_name}"):
-            current = self._client.getTable(d.database, d.name)
-            table = self._table(d, dict(current.getParameters() or {}))
+            table = self._client.getTable(d.database, d.name)
+            params = dict(table.getParameters() or {})
+            table.setParameters(self._map({**params, **d.params}))
+            sd = table.getSd()
+            sd.setCols(self._list([self._field(n, t) for n, t in d.columns]))
+            sd.setLocation(d.location)
+            sd.setInputFormat(d.input_format)
+            sd.setOutputFormat(d.output_format)
+            serde = sd.getSerdeInfo()
+            serde.setSerializationLib(d.serde)
+            serde.setParameters(self._map({**dict(serde.getParameters() or {}), **d.serde_params}))
             context = api.EnvironmentContext()
             context.putToProperties("CASCADE", "true")
             self._client.alter_table_with_environmentContext(d.database, d.name, table, context)
 
-    def existing_partitions(self, d: Definition, values: list[tuple[str, ...]] | None) -> set[tuple[str, ...]]:
-        """Which of the partitions `values` the table has (None: all of them)."""
+    def drop_table(self, database: str, name: str) -> None:
+        with self._calls(f"table {database}.{name}"):
+            self._client.dropTable(database, name, False, True)  # the entry only, never the data
+
+    def existing_partitions(self, d: Definition, values: list[tuple[str, ...]] | None) -> dict[tuple[str, ...], str | None]:
+        """Which of the partitions `values` the table has, with their locations (None: all)."""
         with self._calls(f"the partitions of {d.full_name}"):
             if values is None:
-                found = self._client.listPartitions(d.database, d.name, -1)
+                found = self._client.listPartitions(d.database, d.name, self._jvm.java.lang.Short.valueOf("-1"))
             else:
                 if not values:
-                    return set()
+                    return {}
                 warehouse = self._jvm.org.apache.hadoop.hive.metastore.Warehouse
                 keys = self._list([self._field(n, t) for n, t in d.partition_keys])
                 names = self._list([warehouse.makePartName(keys, self._list(list(v))) for v in values])
                 found = self._client.getPartitionsByNames(d.database, d.name, names)
-            return {tuple(p.getValues()) for p in found}
+            return {tuple(p.getValues()): p.getSd().getLocation() for p in found}
 
     def add_partitions(self, d: Definition, partitions: list[tuple[tuple[str, ...], str]]) -> None:
         api = self._jvm.org.apache.hadoop.hive.metastore.api
@@ -120,6 +153,15 @@ class HiveMetastore:
                 batch.append(p)
             for i in range(0, len(batch), 1000):
                 self._client.add_partitions(self._list(batch[i:i + 1000]), True, False)
+
+    def move_partitions(self, d: Definition, partitions: list[tuple[tuple[str, ...], str]]) -> None:
+        with self._calls(f"the partitions of {d.full_name}"):
+            moved = []
+            for values, location in partitions:
+                p = self._client.getPartition(d.database, d.name, self._list(list(values)))
+                p.getSd().setLocation(location)
+                moved.append(p)
+            self._client.alter_partitions(d.database, d.name, self._list(moved))
 
     def drop_partitions(self, d: Definition, values: list[tuple[str, ...]]) -> None:
         with self._calls(f"the partitions of {d.full_name}"):
@@ -195,22 +237,10 @@ class _Calls:
 
     def __exit__(self, kind, exc, tb):
         self.store._lock.release()
-        if exc is not None and not isinstance(exc, SyncError):
-            raise SyncError(f"the Hive metastore ({self.store.where}) refused {self.what}: {_java_message(exc)}",
-                            "see the metastore's log; `pipe sync` tries again") from exc
+        if isinstance(exc, Exception) and not isinstance(exc, SyncError):  # not Ctrl-C
+            text = java_message(exc)
+            lost = any(w in text for w in ("TTransportException", "SocketException", "Connection refused", "Broken pipe"))
+            raise SyncError(f"the Hive metastore ({self.store.where}) refused {self.what}: {text}",
+                            "see the metastore's log; `pipe sync` tries again", unreachable=lost) from exc
         return False
 
-
-def _java_message(exc: BaseException) -> str:
-    """The Java exception's own message, without py4j's trace."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            cause, text = java, None
-            while cause is not None:
-                text = cause.toString() if cause.getMessage() is None else f"{cause.getClass().getSimpleName()}: {cause.getMessage()}"
-                cause = cause.getCause() if cause.getCause() is not None and cause.getCause() != cause else None
-            return (text or str(java)).strip().splitlines()[0]
-        except Exception:  # noqa: BLE001 - the gateway is gone
-            pass
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -116,6 +116,11 @@ class JavaHudi:
     def sql(self, text: str) -> list[list]:
         return self.call({"op": "sql", "sql": text})["rows"]
 
+    def catalog_partitions(self, database: str, table: str, keys: list[str]) -> list[tuple[tuple[str, ...], str]]:
+        """(values, location) of each partition the session's catalog (its metastore) holds."""
+        answer = self.call({"op": "catalog_partitions", "database": database, "table": table, "keys": keys})
+        return sorted((tuple(p["spec"][k] for k in keys), p["location"]) for p in answer["partitions"])
+
     def close(self) -> None:
         if self._stderr.closed:  # killed
             return

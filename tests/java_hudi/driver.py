@@ -104,6 +104,19 @@ def _sql(spark, cmd: dict) -> dict:
     return {"columns": df.columns, "rows": [_plain(list(r)) for r in df.collect()]}
 
 
+def _catalog_partitions(spark, cmd: dict) -> dict:
+    """The partitions a table has in the session's catalog (the metastore itself: Hudi's
+    `show partitions` lists storage), with their locations."""
+    catalog = spark._jsparkSession.sharedState().externalCatalog()
+    parts = catalog.listPartitions(cmd["database"], cmd["table"], spark._jvm.scala.Option.empty())
+    out = []
+    for i in range(parts.size()):
+        p = parts.apply(i)
+        spec = p.spec()
+        out.append({"spec": {k: spec.apply(k) for k in cmd["keys"]}, "location": p.location().toString()})
+    return {"partitions": out}
+
+
 def main() -> None:
     jar = sys.argv[1]
     # the protocol gets its own copy of stdout; everything else (py4j, the JVM) writes to stderr
@@ -111,7 +124,7 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     spark = _session(jar)
-    handlers = {"read": _read, "write": _write, "sql": _sql}
+    handlers = {"read": _read, "write": _write, "sql": _sql, "catalog_partitions": _catalog_partitions}
     out.write(json.dumps({"ok": True, "ready": True}) + "\n")
     for line in sys.stdin:
         if not line.strip():
