@@ -8,7 +8,8 @@ Spark and on its first write (class loading, JIT), which is the same for every c
 tests/conftest.py) takes the place of `subprocess.run`: it hands the job to a child process that
 has already imported pipe's runtime, started its local Spark (`runtime.session.get_spark
 ("local[1]")`, as the crash scripts do; their own `get_spark`, and `pipe run`'s, then return that
-session and set its runtime settings) and written a throwaway table. The job runs in that process
+session and set its runtime settings; a `pipe run` whose target asks local[2] gets one core, which
+no crash test depends on) and written a throwaway table. The job runs in that process
 as `python -c`/`python -m` would run it (a fresh `__main__`, `sys.argv`, cwd, the job's
 environment; stdout and stderr, the JVM's included, into files of its own) and the process ends
 with the job: the crash is still a real, separate process dying hard, and the test reads its
