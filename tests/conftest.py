@@ -162,7 +162,7 @@ def _warm():
         from tests.warm_child import WarmPool
 
         _warm_pool = WarmPool()
-        _warm_pool.on_take = lambda: _current_item is not None and _warm_if_needed_after(_current_item)
+        _warm_pool.after_job = lambda: _current_item is not None and _warm_if_needed_after(_current_item)
     return _warm_pool
 
 
@@ -196,5 +196,5 @@ def warm_python():
 
 def pytest_terminal_summary(terminalreporter):
     if _warm_pool is not None and (_warm_pool.warm or _warm_pool.cold):
-        terminalreporter.write_line(f"warm_python: {_warm_pool.warm} jobs ran in a warm child, {len(_warm_pool.cold)} cold: "
-                                    + "; ".join(sorted(set(_warm_pool.cold))))
+        why = f" ({'; '.join(sorted(set(_warm_pool.cold)))})" if _warm_pool.cold else ""
+        terminalreporter.write_line(f"warm_python: {_warm_pool.warm} jobs ran in a warm child, {len(_warm_pool.cold)} cold{why}")

@@ -174,7 +174,7 @@ class WarmPool:
     def __init__(self):
         self._child: _Child | None = None
         self._lock = threading.Lock()
-        self.on_take = lambda: None  # called when a child's job ended (conftest: warm the next one if a user is near)
+        self.after_job = lambda: None  # called when a child's job ended (conftest: warm the next one if a user is near)
         self.warm = 0  # jobs run in a warm child
         self.cold: list[str] = []  # why a job that a warm child was ready for ran cold
 
@@ -212,7 +212,7 @@ class WarmPool:
             return self._hand(child, args, {**job, "task_env": task_env}, env, cwd, capture_output, text, timeout)
         finally:
             child.close()
-            self.on_take()  # after the job: the next warm-up does not slow it
+            self.after_job()  # after the job: the next warm-up does not slow it
 
     def _hand(self, child, args, job, env, cwd, capture_output, text, timeout) -> subprocess.CompletedProcess:
         out, err = child.folder / "stdout", child.folder / "stderr"
