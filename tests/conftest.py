@@ -156,3 +156,55 @@ def spark_cluster(tmp_path_factory):
     cluster = env.start(tmp_path_factory.mktemp("spark-cluster"))
     yield cluster
     cluster.stop()
+
+
+# --- pre-warmed children for the crash tests (tests/warm_child.py) ---------------------------
+
+WARM_AHEAD = 5  # a test this many tests ahead that uses `warm_python` gets a child warming now
+
+_warm_pool = None
+_current_item = None
+
+
+def _warm():
+    global _warm_pool
+    if _warm_pool is None:
+        from tests.warm_child import WarmPool
+
+        _warm_pool = WarmPool()
+        _warm_pool.after_job = lambda: _current_item is not None and _warm_if_needed_after(_current_item)
+    return _warm_pool
+
+
+def _warm_if_needed_after(item) -> None:
+    items = item.session.items
+    try:
+        at = items.index(item)
+    except ValueError:
+        return
+    if any("warm_python" in getattr(later, "fixturenames", ()) for later in items[at + 1:at + 1 + WARM_AHEAD]):
+        _warm().prepare()
+
+
+def pytest_runtest_setup(item):
+    global _current_item
+    _current_item = item
+    _warm_if_needed_after(item)
+
+
+def pytest_sessionfinish(session):
+    if _warm_pool is not None:
+        _warm_pool.close()
+
+
+@pytest.fixture(scope="session")
+def warm_python():
+    """Runs `python -c/-m` jobs like subprocess.run, in a child that has Spark started and warm
+    (tests/warm_child.py): for the crash tests, whose children die hard at a PIPE_FAULT point."""
+    return _warm()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _warm_pool is not None and (_warm_pool.warm or _warm_pool.cold):
+        why = f" ({'; '.join(sorted(set(_warm_pool.cold)))})" if _warm_pool.cold else ""
+        terminalreporter.write_line(f"warm_python: {_warm_pool.warm} jobs ran in a warm child, {len(_warm_pool.cold)} cold{why}")

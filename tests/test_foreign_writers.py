@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -210,10 +209,10 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_a_crashed_write_leaves_java_markers_and_a_heartbeat_then_is_rolled_back(spark, trips):
+def test_a_crashed_write_leaves_java_markers_and_a_heartbeat_then_is_rolled_back(spark, warm_python, trips):
     table, path = trips
     env = {**os.environ, "PIPE_FAULT": "after_files"}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), SCHEMA], env=env, capture_output=True, text=True, timeout=300)
+    proc = warm_python.run([sys.executable, "-c", CHILD, str(path), SCHEMA], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 77, proc.stderr[-2000:]
     (pending,) = table.timeline().pending()
     t = pending.time

@@ -306,19 +306,18 @@ Table.open(spark, sys.argv[1]).write(spark.createDataFrame(rows, "id bigint, reg
 """
 
 
-def test_java_lazy_rollback_leaves_a_pipe_write_with_a_fresh_heartbeat_alone(spark, tmp_path, java_hudi_015):
+def test_java_lazy_rollback_leaves_a_pipe_write_with_a_fresh_heartbeat_alone(spark, warm_python, tmp_path, java_hudi_015):
     """The other way round: a pipe write dies after its files (PIPE_FAULT), leaving its instant,
     markers and a fresh heartbeat. Java 0.15 with the LAZY failed-writes policy (which rolls back
     pending writes whose heartbeat expired, when it cleans) writes twice: while pipe's heartbeat
     is fresh, Java leaves the instant alone; once it is older than Java's 120 s, Java rolls it
     back. pipe, hudi-rs and Java then agree, without the dead write's rows."""
     import os
-    import subprocess
     import sys
 
     path = tmp_path / "orders"
     table = pipe_orders(spark, path, COPY_ON_WRITE)
-    proc = subprocess.run([sys.executable, "-c", CRASHING_PIPE, str(path)], env={**os.environ, "PIPE_FAULT": "after_files"},
+    proc = warm_python.run([sys.executable, "-c", CRASHING_PIPE, str(path)], env={**os.environ, "PIPE_FAULT": "after_files"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 77, proc.stderr[-2000:]
     dead = pending_instant(path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -144,10 +143,10 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_a_compaction_killed_after_its_files_stays_pending_and_the_next_compact_finishes_it(spark, orders):
+def test_a_compaction_killed_after_its_files_stays_pending_and_the_next_compact_finishes_it(spark, warm_python, orders):
     table, path, _ = orders
     env = {**os.environ, "PIPE_FAULT": "compaction_after_files"}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    proc = warm_python.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 77, proc.stderr[-2000:]
     (pending,) = table.timeline().pending()
     assert (pending.action, pending.state) == ("compaction", "inflight")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -206,10 +205,10 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_a_writer_killed_after_writing_logs_is_rolled_back(spark, orders):
+def test_a_writer_killed_after_writing_logs_is_rolled_back(spark, warm_python, orders):
     table, path, first = orders
     env = {**os.environ, "PIPE_FAULT": "after_files"}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    proc = warm_python.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 77, proc.stderr[-2000:]
     (dead,) = [i.time for i in table.timeline().pending()]
     (crashed_log,) = logs(path)

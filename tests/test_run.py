@@ -693,7 +693,7 @@ def test_a_ref_table_runs_again_when_its_sql_changes(spark, tmp_path, capsys):
 # --- 11. a run that dies mid-write --------------------------------------------------------------
 
 
-def test_a_run_killed_after_writing_files_is_rolled_back_and_redone(spark, tmp_path, capsys):
+def test_a_run_killed_after_writing_files_is_rolled_back_and_redone(spark, warm_python, tmp_path, capsys):
     root = project(tmp_path, {
         "sources/s.yml": ONE_SOURCE,
         "tables/t.yml": "tables:\n  t:\n    key: [id]\n",
@@ -702,7 +702,7 @@ def test_a_run_killed_after_writing_files_is_rolled_back_and_redone(spark, tmp_p
     rows = [(i, f"v{i}") for i in range(1, 6)]
     write_jsonl(root / "data/s/s-1.json", [{"id": i, "v": v} for i, v in rows])
     env = {**os.environ, "PIPE_FAULT": "after_files", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "pipe", "run", "--project-dir", str(root)], env=env,
+    proc = warm_python.run([sys.executable, "-m", "pipe", "run", "--project-dir", str(root)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 77, proc.stdout[-2000:] + proc.stderr[-2000:]
     crashed = timeline(capsys, root, "t")

@@ -376,19 +376,19 @@ def test_read_latest_on_missing_checkpoint_and_full_refresh(spark, tmp_path, cap
     assert len(commits(timeline(capsys, root, "s3_meta"))) == 2
 
 
-def _subprocess_run(root: Path, fault: str | None = None) -> subprocess.CompletedProcess:
+def _subprocess_run(warm_python, root: Path, fault: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ}
     if fault:
         env["PIPE_FAULT"] = fault
-    return subprocess.run([sys.executable, "-m", "pipe", "run", "--project-dir", str(root)], capture_output=True, text=True,
+    return warm_python.run([sys.executable, "-m", "pipe", "run", "--project-dir", str(root)], capture_output=True, text=True,
                           env=env, cwd=str(REPO), timeout=300)
 
 
-def test_a_crash_between_the_commit_and_the_sqs_delete_makes_no_duplicates(spark, tmp_path, capsys, s3env):
+def test_a_crash_between_the_commit_and_the_sqs_delete_makes_no_duplicates(spark, warm_python, tmp_path, capsys, s3env):
     root = s3_project(tmp_path, s3env, events={"visibility_timeout_s": 2})
     s3env.put("orders/a.json", [{"order_id": 1, "amount": 1.0}])
     s3env.put("orders/b.json", [{"order_id": 2, "amount": 2.0}])
-    r = _subprocess_run(root, "before_sqs_delete")
+    r = _subprocess_run(warm_python, root, "before_sqs_delete")
     assert r.returncode == 77, r.stderr[-2000:]
     assert len(commits(timeline(capsys, root, "s3_meta"))) == 1, "the metadata commit completed"
     assert s3env.waiting() == 3, "and no message was deleted"
@@ -400,10 +400,10 @@ def test_a_crash_between_the_commit_and_the_sqs_delete_makes_no_duplicates(spark
     assert s3env.waiting() == 0
 
 
-def test_a_crash_before_the_commit_loses_nothing(spark, tmp_path, capsys, s3env):
+def test_a_crash_before_the_commit_loses_nothing(spark, warm_python, tmp_path, capsys, s3env):
     root = s3_project(tmp_path, s3env, events={"visibility_timeout_s": 2})
     s3env.put("orders/a.json", [{"order_id": 1, "amount": 1.0}])
-    r = _subprocess_run(root, "after_files")
+    r = _subprocess_run(warm_python, root, "after_files")
     assert r.returncode == 77, r.stderr[-2000:]
     assert commits(timeline(capsys, root, "s3_meta")) == []
     time.sleep(2.5)

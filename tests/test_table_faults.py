@@ -4,7 +4,6 @@ table every reader still sees in its previous state, and the next write rolls it
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -34,20 +33,20 @@ def hudi_rows(path):
     return sorted((r["id"], r["v"]) for r in pa.Table.from_batches(batches).to_pylist()) if batches else []
 
 
-def crash_writer(path, point):
+def crash_writer(warm_python, path, point):
     env = {**os.environ, "PIPE_FAULT": point}
-    proc = subprocess.run([sys.executable, "-c", CHILD, path], env=env, capture_output=True, text=True, timeout=300)
-    return proc
+    return warm_python.run([sys.executable, "-c", CHILD, path], env=env, capture_output=True, text=True, timeout=300,
+                           task_env=point.startswith("task_"))
 
 
 @pytest.mark.parametrize("point", ["after_inflight", "after_files"])
-def test_a_writer_killed_before_completion_changes_nothing_readers_see(spark, tmp_path, point):
+def test_a_writer_killed_before_completion_changes_nothing_readers_see(spark, warm_python, tmp_path, point):
     path = str(tmp_path / "orders")
     table = Table.create(spark, path, CONFIG)
     table.write(spark.createDataFrame([(1, "EU", 1, "a"), (2, "US", 1, "b")], "id long, region string, ts long, v string"), "upsert")
     committed = [i.time for i in table.timeline().completed()]
 
-    proc = crash_writer(path, point)
+    proc = crash_writer(warm_python, path, point)
     assert proc.returncode == 77, proc.stderr[-2000:]
     assert "WROTE" not in proc.stdout
     timeline = table.timeline()
@@ -71,11 +70,11 @@ def test_a_writer_killed_before_completion_changes_nothing_readers_see(spark, tm
     assert hudi_rows(path) == [(1, "a"), (2, "b"), (3, "c")]
 
 
-def test_a_writer_killed_after_commit_keeps_its_commit(spark, tmp_path):
+def test_a_writer_killed_after_commit_keeps_its_commit(spark, warm_python, tmp_path):
     path = str(tmp_path / "orders")
     table = Table.create(spark, path, CONFIG)
     table.write(spark.createDataFrame([(1, "EU", 1, "a")], "id long, region string, ts long, v string"), "upsert")
-    proc = crash_writer(path, "after_commit")
+    proc = crash_writer(warm_python, path, "after_commit")
     assert proc.returncode == 77, proc.stderr[-2000:]
     assert hudi_rows(path) == [(1, "crashed"), (9, "crashed-new")]
     assert len(table.timeline().completed()) == 2
@@ -127,13 +126,13 @@ def test_temporary_names_are_nothing_java_lists_as_a_data_file():
         assert partial_file_instant(name) == (tag or None)
 
 
-def test_a_task_killed_while_writing_leaves_a_temp_file_that_rollback_removes(spark, tmp_path):
+def test_a_task_killed_while_writing_leaves_a_temp_file_that_rollback_removes(spark, warm_python, tmp_path):
     from runtime.table import avro
 
     path = str(tmp_path / "orders")
     table = Table.create(spark, path, CONFIG)
     table.write(spark.createDataFrame([(1, "EU", 1, "a"), (2, "US", 1, "b")], "id long, region string, ts long, v string"), "upsert")
-    proc = crash_writer(path, "task_before_rename")  # the Python worker dies before renaming its file
+    proc = crash_writer(warm_python, path, "task_before_rename")  # the Python worker dies before renaming its file
     assert proc.returncode != 0 and "WROTE" not in proc.stdout
     # the failed write rolled itself back, and with it the file its task left half-written
     (rollback,) = (tmp_path / "orders/.hoodie").glob("*.rollback.requested")

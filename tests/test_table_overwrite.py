@@ -8,7 +8,6 @@ import decimal
 import io
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import zipfile
@@ -282,12 +281,12 @@ CHILD = textwrap.dedent("""
 # (insert_overwrite_table is rolled back the same way as insert_overwrite: by its instant's
 # files; one crash test per shape, a write with files and one without, keeps the suite short)
 @pytest.mark.parametrize("operation,partitioned", [("insert_overwrite", True), ("delete_partition", True)])
-def test_a_crashed_replacecommit_is_rolled_back_by_the_next_write(spark, tmp_path, operation, partitioned):
+def test_a_crashed_replacecommit_is_rolled_back_by_the_next_write(spark, warm_python, tmp_path, operation, partitioned):
     table, path = make(spark, tmp_path, partitioned)
     table.write(df(spark, OLD), "upsert")
     committed = [i.time for i in table.timeline().completed()]
     env = {**os.environ, "PIPE_FAULT": "after_files"}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), operation, "p=a"], env=env, capture_output=True, text=True, timeout=300)
+    proc = warm_python.run([sys.executable, "-c", CHILD, str(path), operation, "p=a"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 77, proc.stderr[-2000:]
 
     [dead] = table.timeline().pending()
