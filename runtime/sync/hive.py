@@ -106,14 +106,7 @@ class HiveMetastore:
             table = self._client.getTable(d.database, d.name)
             params = dict(table.getParameters() or {})
             table.setParameters(self._map({**params, **d.params}))
-            sd = table.getSd()
-            sd.setCols(self._list([self._field(n, t) for n, t in d.columns]))
-            sd.setLocation(d.location)
-            sd.setInputFormat(d.input_format)
-            sd.setOutputFormat(d.output_format)
-            serde = sd.getSerdeInfo()
-            serde.setSerializationLib(d.serde)
-            serde.setParameters(self._map({**dict(serde.getParameters() or {}), **d.serde_params}))
+            self._sd(d, table.getSd())
             context = api.EnvironmentContext()
             context.putToProperties("CASCADE", "true")
             self._client.alter_table_with_environmentContext(d.database, d.name, table, context)
@@ -188,21 +181,24 @@ class HiveMetastore:
         t.setSd(self._sd(d))
         return t
 
-    def _sd(self, d: Definition):
+    def _sd(self, d: Definition, sd=None):
+        """`d`'s storage descriptor: a new one, or `sd` (a stored table's) with `d`'s columns,
+        location, formats and serde set, and the serde parameters others set kept."""
         api = self._jvm.org.apache.hadoop.hive.metastore.api
-        sd = api.StorageDescriptor()
+        if sd is None:
+            sd = api.StorageDescriptor()
+            sd.setSerdeInfo(api.SerDeInfo())
+            sd.setBucketCols(self._list([]))
+            sd.setSortCols(self._list([]))
+            sd.setParameters(self._jvm.java.util.HashMap())
+            sd.setNumBuckets(-1)
         sd.setCols(self._list([self._field(n, t) for n, t in d.columns]))
         sd.setLocation(d.location)
         sd.setInputFormat(d.input_format)
         sd.setOutputFormat(d.output_format)
-        serde = api.SerDeInfo()
+        serde = sd.getSerdeInfo()
         serde.setSerializationLib(d.serde)
-        serde.setParameters(self._map(d.serde_params))
-        sd.setSerdeInfo(serde)
-        sd.setBucketCols(self._list([]))
-        sd.setSortCols(self._list([]))
-        sd.setParameters(self._jvm.java.util.HashMap())
-        sd.setNumBuckets(-1)
+        serde.setParameters(self._map({**dict(serde.getParameters() or {}), **d.serde_params}))
         return sd
 
     def _field(self, name: str, type_: str):
