@@ -8,7 +8,6 @@ user sees all of a project's mistakes in one go."""
 from __future__ import annotations
 
 import gc
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,6 +20,7 @@ from compiler.graph import Edge, build_graph, check_cycles, ordered, source_id, 
 from compiler.plan import Plan, Step, TargetSpec, step_attributes, timeline_action
 from compiler.project import Project, load_project
 from compiler.render import Renderer, RenderedSource, RenderedTable
+from compiler.schema import CATALOG_NAME_RE
 from compiler.validate import validate
 
 # Settings that describe a step for people and selection but do not change what it does; a
@@ -102,7 +102,7 @@ def _check_catalog_names(project: Project, target: TargetSpec, steps: Mapping[st
     `events` and a table `events_rt`) would take turns at one entry."""
     if not target.catalog:
         return
-    if "{{" not in target.catalog["database"] and not re.fullmatch(r"[a-z_][a-z0-9_]*", target.catalog["database"]):
+    if "{{" not in target.catalog["database"] and not CATALOG_NAME_RE.match(target.catalog["database"]):
         errors.error(project.project_doc.at(("targets", target.name, "catalog", "database")),
                      f"invalid catalog database name '{target.catalog['database']}' (as rendered)",
                      "use lower-case letters, digits and _, starting with a letter or _")

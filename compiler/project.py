@@ -213,10 +213,10 @@ def _catalog(conf: Mapping[str, Any], project_name: str, doc: Doc, where: tuple,
     if kind == "none":
         return None
     database = conf["database"] if conf["database"] is not None else project_name.lower()
-    if "{{" not in database and not re.fullmatch(r"[a-z_][a-z0-9_]*", database):
+    if "{{" not in database and not schema.CATALOG_NAME_RE.match(database):
         errors.error(doc.at(where + ("database",)), f"invalid catalog database name '{database}'",
                      "use lower-case letters, digits and _, starting with a letter or _ (catalogs keep names in lower case)"
-                     + (f": `{database.lower()}`" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", database) else ""))
+                     + (f": `{database.lower()}`" if schema.NAME_RE.match(database) else ""))
     prefix = conf["table_prefix"] or ""
     if not re.fullmatch(r"[a-z0-9_]*", prefix):
         errors.error(doc.at(where + ("table_prefix",)), f"invalid table_prefix '{prefix}'", "use lower-case letters, digits and _")

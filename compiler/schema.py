@@ -14,6 +14,7 @@ from compiler.errors import Collector, did_you_mean
 from compiler.yamlsrc import Doc, Path
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CATALOG_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")  # Hive and Glue keep names in lower case
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}

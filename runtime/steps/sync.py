@@ -33,9 +33,8 @@ def _open(ctx: RunContext):
         from runtime.sync.glue import GlueCatalog
 
         return GlueCatalog(_resolved(ctx, spec.get("region")), _resolved(ctx, spec.get("endpoint_url")))
-    from runtime.sync.hive import HiveMetastore
-
     from runtime import cluster
+    from runtime.sync.hive import HiveMetastore
 
     needed_by = f"the Spark settings of target {ctx.plan.target.name} need it"
     settings = {k: ctx.resolved(str(v), needed_by) for k, v in ctx.plan.target.spark_conf.items() if k.startswith("spark.hadoop.")}
@@ -69,7 +68,7 @@ def sync_step(ctx: RunContext, step: Step, full: bool = False) -> SyncOutcome | 
     uri = ctx.table_uri(step.name)
     location = uri if "://" in uri else Path(uri).as_uri()
     specs = definitions(ctx.plan.target.catalog, names, table, struct, location)
-    return sync_table(open_catalog(ctx), specs, table, force_full=full)
+    return sync_table(open_catalog(ctx), specs, table, timeline, force_full=full)
 
 
 def after_write(ctx: RunContext, step: Step, result: StepResult, state: str, message: str) -> tuple[str, str]:

@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
 
 from runtime.steps.errors import RunError
+from runtime.table.schema import META_COLUMNS
 
 LAST_SYNC = "last_commit_time_sync"
 PARQUET_INPUT = "org.apache.hudi.hadoop.HoodieParquetInputFormat"
 REALTIME_INPUT = "org.apache.hudi.hadoop.realtime.HoodieParquetRealtimeInputFormat"
 PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
 PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
-META_COLUMNS = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name")
 _SCHEMA_PART = 4000  # characters per spark.sql.sources.schema.part.N, as Spark and Hudi split it
 # partition keys keep these column types (their folders' text reads as the type); others are strings
 _TYPED_KEYS = ("string", "int", "bigint", "smallint", "tinyint", "date", "boolean")
@@ -85,8 +85,6 @@ class Stored:
 class Catalog(Protocol):
     """The operations a sync needs of a catalog (runtime/sync/hive.py, runtime/sync/glue.py)."""
 
-    kind: str
-
     def ensure_database(self, database: str) -> None: ...
     def get_table(self, database: str, name: str) -> Stored | None: ...
     def create_table(self, definition: Definition) -> None: ...
@@ -106,7 +104,7 @@ class SyncOutcome:
     instant: str | None = None  # the latest completed write instant, now the catalog's last_commit_time_sync
     created: list[str] = field(default_factory=list)
     columns_changed: list[str] = field(default_factory=list)  # the tables whose columns were updated
-    added: int = 0  # partitions, per catalog table
+    added: int = 0  # partitions of the Hudi table (a merge-on-read table's _ro and _rt count once)
     dropped: int = 0
     full: bool = False  # every partition was listed (a table new to the catalog, or archived instants)
     up_to_date: bool = False  # nothing to do: the catalog had synced this instant
@@ -217,13 +215,13 @@ def partition_values(partition: str, fields: Iterable[str], hive_style: bool = T
     return tuple(level[len(f) + 1:] if hive_style and level.startswith(f + "=") else level for level, f in zip(levels, fields))
 
 
-def sync_table(catalog: Catalog, specs: list[Definition], table, force_full: bool = False) -> SyncOutcome:
-    """Brings the catalog tables `specs` (one Hudi table's) up to its latest completed write."""
+def sync_table(catalog: Catalog, specs: list[Definition], table, timeline, force_full: bool = False) -> SyncOutcome:
+    """Brings the catalog tables `specs` (one Hudi table's) up to its latest completed write
+    on `timeline` (the table's, as loaded)."""
     from runtime.table.cdc import touched_file_groups
     from runtime.table.layout import FileSystemView
     from runtime.table.timeline import WRITE_ACTIONS
 
-    timeline = table.timeline()
     writes = timeline.completed(WRITE_ACTIONS)
     latest = writes[-1].time if writes else None
     outcome = SyncOutcome(names=[d.full_name for d in specs], instant=latest)
@@ -257,6 +255,9 @@ def sync_table(catalog: Catalog, specs: list[Definition], table, force_full: boo
         touched = {p for p, _ in groups if p is not None}
         live = {s.partition for s in FileSystemView.load(table.storage, timeline, partitions=sorted(touched)).latest_slices()} if touched else set()
     outcome.full = full
+    # partition values -> location (the same for each catalog table of the Hudi table)
+    wanted = {partition_values(p, fields, table.config.hive_style): specs[0].partition_location(p) for p in touched if p in live} if fields else {}
+    gone = {partition_values(p, fields, table.config.hive_style) for p in touched if p not in live and p} if fields else set()
 
     added, dropped = set(), set()
     for d in specs:
@@ -265,13 +266,9 @@ def sync_table(catalog: Catalog, specs: list[Definition], table, force_full: boo
             catalog.create_table(_with_sync(d, None))
             outcome.created.append(d.full_name)
         elif not _same_columns(have.columns, d.columns):
-            catalog.update_table(_with_sync(d, have.params.get(LAST_SYNC)))
-            outcome.columns_changed.append(d.full_name)
+            outcome.columns_changed.append(d.full_name)  # the columns are set with the marker, below
         if not fields:
             continue
-        hive_style = table.config.hive_style
-        wanted = {partition_values(p, fields, hive_style): d.partition_location(p) for p in touched if p in live}
-        gone = {partition_values(p, fields, hive_style) for p in touched if p not in live and p}
         present = catalog.existing_partitions(d, None if full and have is not None else sorted(set(wanted) | gone)) \
             if (wanted or gone or (full and have is not None)) else {}
         to_add = [(v, loc) for v, loc in sorted(wanted.items()) if v not in present]

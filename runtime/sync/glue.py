@@ -15,8 +15,6 @@ def _s3(uri: str) -> str:
 
 
 class GlueCatalog:
-    kind = "glue"
-
     def __init__(self, region: str | None = None, endpoint_url: str | None = None):
         from botocore.config import Config
 

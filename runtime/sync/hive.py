@@ -19,8 +19,6 @@ _DERBY_DEFAULT = "jdbc:derby:;databaseName=metastore_db;create=true"
 
 
 class HiveMetastore:
-    kind = "spark"
-
     def __init__(self, spark, project_root: Path, settings: dict[str, str] | None = None, local: bool = True):
         """`settings`: the target's `spark.hadoop.*` settings, which win over the session's
         Hadoop configuration (a session started before, for another target, lacks them).
