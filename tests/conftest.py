@@ -16,18 +16,22 @@ TEMPLATE = REPO / "project_template"
 
 MINIMAL_PROJECT = "name: shop\n"
 
-# The JVMs of pipe the tests start (the shared session, `pipe` subprocesses, the cluster's
-# executors; not Java Hudi's sessions, see tests/java_hudi/client.py) compile with the JIT's
-# first tier only: the tests' jobs are small and
-# short, so C2's compilations cost more CPU than they save (about a fifth of a Spark-bound
-# module's time on 2 cores). The defaults are prepended to any extraJavaOptions; a
-# SPARK_CONF_DIR the user set is left alone.
+# The JVMs the tests start live seconds to minutes, on a machine of 2 cores, with little data.
+# - Every one of them collects garbage with the serial collector (TEST_JVM_GC): G1's concurrent
+#   and parallel threads took more CPU than they saved (a module mix of Spark writes, crash
+#   children, `pipe run` subprocesses and Java Hudi: 388 s against 337 s, CPU 535 s against 445 s).
+# - pipe's own (the shared session, `pipe` subprocesses, the cluster's executors) compile with the
+#   JIT's first tier only: their jobs are small and short, so C2's compilations cost more CPU
+#   than they save. Java Hudi's sessions keep the full JIT (tests/java_hudi/client.py): they do
+#   their work in the JVM (Avro, Parquet, merging).
+# The defaults are prepended to any extraJavaOptions; a SPARK_CONF_DIR the user set is left alone.
+TEST_JVM_GC = "-XX:+UseSerialGC"
 if "SPARK_CONF_DIR" not in os.environ:
     import tempfile
 
     _conf = Path(tempfile.mkdtemp(prefix="pipe-tests-spark-conf-"))
-    (_conf / "spark-defaults.conf").write_text("spark.driver.defaultJavaOptions -XX:TieredStopAtLevel=1\n"
-                                               "spark.executor.defaultJavaOptions -XX:TieredStopAtLevel=1\n")
+    (_conf / "spark-defaults.conf").write_text(f"spark.driver.defaultJavaOptions -XX:TieredStopAtLevel=1 {TEST_JVM_GC}\n"
+                                               f"spark.executor.defaultJavaOptions -XX:TieredStopAtLevel=1 {TEST_JVM_GC}\n")
     os.environ["SPARK_CONF_DIR"] = str(_conf)
 
 # Test credentials for the moto server, set before any SparkSession starts: Spark's Python workers

@@ -197,8 +197,19 @@ def test_local_settings_keep_the_defaults_and_let_conf_win():
     assert remote["spark.ui.showConsoleProgress"] == "false"
     for started in (settings, remote):  # no per-row sizing of Arrow batches, on any master
         assert started["spark.sql.execution.arrow.maxBytesPerBatch"] == "2147483647"
+        # nor a record of the Python call site of every Column function pipe calls
+        assert started["spark.python.sql.dataFrameDebugging.enabled"] == "false"
     own = session.spark_settings("yarn", {"spark.sql.execution.arrow.maxBytesPerBatch": "64m"}, "pipe")
     assert own["spark.sql.execution.arrow.maxBytesPerBatch"] == "64m"
+
+
+def test_a_started_session_records_no_python_call_sites(spark):
+    """PySpark reads the setting once, from the first session: pipe's writes then build their
+    queries without a stack inspection and py4j round trips per Column function."""
+    from pyspark.errors.utils import is_debugging_enabled
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert is_debugging_enabled() is False
 
 
 # --- (c) a local session starts quietly, once per process ---------------------------------------

@@ -134,12 +134,14 @@ BROADCAST_KEYS = 200_000
 
 
 def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None,
-                  partitions: set[str] | None = None, merged=None):
+                  partitions: set[str] | None = None, merged=None, stored_struct=None):
     """Joins incoming keys to the keys stored in the latest file slices; adds the stored
     partition, file id and precombine value (null for new keys). With `index: partition`,
     only the slices of `partitions` (the batch's, found when not given) are read.
     `merged` (merge-on-read): slices -> their merged rows; a slice with log files is indexed
-    as readers see it (a key its logs deleted is gone, an update's precombine value counts)."""
+    as readers see it (a key its logs deleted is gone, an update's precombine value counts).
+    `stored_struct` (the table's data columns), when known, saves Spark reading a footer for
+    the base files' schema: only the columns of the index are read."""
     from pyspark.sql import functions as F
 
     if not slices:
@@ -151,7 +153,13 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
             return tag_locations(spark, df, config, opts, [], storage)
     with_logs = [s for s in slices if s.has_logs] if merged is not None else []
     plain = [s for s in slices if not s.has_logs] if merged is not None else slices
-    parts = ([spark.read.parquet(*[storage.full_path(s.base_file.path) for s in plain])] if plain else []) + ([merged(with_logs)] if with_logs else [])
+    reader = spark.read
+    if stored_struct is not None:
+        from pyspark.sql import types as T
+
+        ordering = [f for f in stored_struct.fields if f.name == config.precombine_field]
+        reader = reader.schema(T.StructType([T.StructField(c, T.StringType()) for c in (KEY, PART, "_hoodie_file_name")] + ordering))
+    parts = ([reader.parquet(*[storage.full_path(s.base_file.path) for s in plain])] if plain else []) + ([merged(with_logs)] if with_logs else [])
     index = None
     for stored in parts:
         # a base row names its file, a log row its file id: the file id is the name's first part
@@ -401,7 +409,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
 
             def merged(with_logs):
                 return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
-        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged)
+        rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
+                             stored_struct)
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
     if opts.operation == "insert" and opts.insert_duplicates == "fail":

@@ -173,7 +173,9 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g", t
     home = _spark_home()
     env = _clean_env()
     env.update({"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
-                "SPARK_LOG_DIR": str(workdir), "SPARK_NO_DAEMONIZE": "1"})
+                "SPARK_LOG_DIR": str(workdir), "SPARK_NO_DAEMONIZE": "1",
+                # the Master and Workers mostly wait: the first JIT tier and the serial collector
+                "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
     java_home = _home_for_spark(java)
     if java_home:
         env["JAVA_HOME"] = java_home

@@ -48,6 +48,8 @@ class JavaHudi:
             # Java Hudi does its work in the JVM (Avro, Parquet, merging): it keeps the full JIT,
             # which the tests' first-tier-only setting (tests/conftest.py) would slow down
             del env["SPARK_CONF_DIR"]
+        # the serial collector, as every JVM of the tests (tests/conftest.py)
+        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (env.get("SPARK_SUBMIT_OPTS"), "-XX:+UseSerialGC")))
         env["PYSPARK_PYTHON"] = str(bundle.python)
         env["JAVA_HUDI_TZ"] = env["TZ"] = timezone
         env["JAVA_HUDI_CONF"] = json.dumps(conf or {})  # more Spark settings (a Hive metastore: tests/hive_metastore.py)
