@@ -348,6 +348,7 @@ def _probe_failed(exc: BaseException, python: str, requirements: tuple[Requireme
 # The packed environment (`pipe pack-env`)
 
 PACKED_ENV_NAME = "pipe_env"  # the folder Spark unpacks the archive into, in each executor's working directory
+_PACK_FORMAT = "2"  # what an archive holds (2: with its bytecode); a new one is built when this changes
 
 
 @dataclass(frozen=True)
@@ -395,7 +396,7 @@ def pack_env(folder: Path | None = None, *, rebuild: bool = False) -> PackedEnv:
     pins = _pins(requirements)
     base = getattr(sys, "_base_executable", sys.executable)
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    key = hashlib.sha256("\n".join((*pins, base, minor, platform.machine(), sys.platform)).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join((*pins, base, minor, platform.machine(), sys.platform, _PACK_FORMAT)).encode()).hexdigest()[:16]
     folder = (folder or cache_dir()) / "envs"
     target = folder / f"pipe-env-py{minor}-{key}.tar.gz"
     packed = PackedEnv(target, pins, minor, base)
@@ -412,10 +413,9 @@ def pack_env(folder: Path | None = None, *, rebuild: bool = False) -> PackedEnv:
             said = (done.stderr.strip() or done.stdout.strip()).splitlines()[-5:]
             raise ExecutorPythonError(f"installing {' '.join(pins)} into the packed environment failed: " + " / ".join(said),
                                       "pip needs the package index (or PIP_FIND_LINKS) that installed pipe's dependencies here")
-        for junk in root.rglob("__pycache__"):
-            import shutil
-
-            shutil.rmtree(junk, ignore_errors=True)
+        # the bytecode pip compiled stays: where executors cannot or may not write it (YARN's
+        # localized archives, PYTHONDONTWRITEBYTECODE), each Python worker would compile pandas,
+        # pyarrow and botocore again as it imports them, about 1.3 s of CPU every start
         partial = Path(tmp) / "env.tar.gz"
         with tarfile.open(partial, "w:gz", compresslevel=3) as tar:
             for path in sorted(root.iterdir()):

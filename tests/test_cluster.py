@@ -279,6 +279,12 @@ def test_executors_without_pipes_packages_are_refused_before_anything_is_written
     # the fix is the one setting the hint names: `pipe pack-env` prints it
     assert shop["packed"]["spark.pyspark.python"] == "./pipe_env/bin/python"
     assert shop["packed"]["spark.archives"].endswith(".tar.gz#pipe_env")
+    # with the bytecode pip compiled: a worker that may not write it does not compile pandas again
+    import tarfile
+
+    with tarfile.open(shop["packed"]["spark.archives"].split("#")[0]) as archive:
+        names = set(archive.getnames())
+    assert any(n.startswith("lib/python3.") and "/site-packages/pandas/__pycache__/__init__.cpython-" in n for n in names)
 
 
 def test_every_pipeline_on_the_cluster_equals_it_on_local(shop):
