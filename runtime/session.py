@@ -65,7 +65,8 @@ _CLUSTER_DEFAULTS = {
 #   (an inspection of the stack and four to five py4j calls each), to name it in Spark's errors.
 #   pipe builds its queries from a few thousand such calls per write, and the call sites would
 #   name pipe's own code, never the user's: its errors say where in the project. Off, a 100-row
-#   upsert makes about 1,300 py4j calls instead of 2,800.
+#   upsert makes about 1,900 py4j calls instead of 3,500, and takes 4-7% less time (bench/RESULTS.md
+#   `small-write`).
 _SESSION_DEFAULTS = {
     "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
     "spark.python.sql.dataFrameDebugging.enabled": "false",

@@ -1,0 +1,135 @@
+#!/usr/bin/env python
+"""Small writes, the edit-run loop's kind: upserts of 100 rows (half updates, half new keys)
+into a copy-on-write and a merge-on-read table of 10,000 rows, on local[2], in a warm session.
+Two sessions side by side, each a fresh process, in turns:
+
+  pipe's session     the settings pipe starts every session with (runtime/session.py)
+  Spark's default    the same, but PySpark's DataFrame debugging on (Spark's default): the
+                     Python call site of every DataFrame and Column function is recorded
+
+For each: the median wall time of a write after three warm-up writes, the py4j calls a write
+makes (counted in the driver), and the Spark jobs it runs. Results go to the `small-write`
+section of bench/RESULTS.md and to stdout.
+
+    python bench/small_write_bench.py              # about 3 minutes on 2 cores
+    python bench/small_write_bench.py --writes 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
+
+from report import write_section  # noqa: E402
+
+SESSIONS = {"pipe": {}, "spark-default": {"spark.python.sql.dataFrameDebugging.enabled": "true"}}
+
+# One process: a table of each type, warm-up writes, then `writes` measured upserts of each.
+CHILD = r"""
+import json, sys, tempfile, time
+from decimal import Decimal
+sys.path.insert(0, sys.argv[1])
+import py4j.clientserver as cs
+from runtime.session import get_spark
+from runtime.table import Table, TableConfig
+from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ
+
+conf, writes = json.loads(sys.argv[2]), int(sys.argv[3])
+spark = get_spark("local[2]", {"spark.sql.shuffle.partitions": "4", **conf}, app_name="small-write-bench")
+tracker = spark.sparkContext.statusTracker()
+calls = [0]
+send = cs.ClientServerConnection.send_command
+
+def counted(self, command):
+    calls[0] += 1
+    return send(self, command)
+
+cs.ClientServerConnection.send_command = counted
+SCHEMA = "id long, region string, ts long, amount decimal(12,2), note string"
+REGIONS = ("EU", "US/West", "APAC")
+out = {}
+root = tempfile.mkdtemp(prefix="small-write-")
+for kind in (COPY_ON_WRITE, MERGE_ON_READ):
+    config = TableConfig(name="orders", table_type=kind, record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
+    table = Table.create(spark, f"{root}/{kind}", config)
+    base = 1_732_000_000_000
+    table.write(spark.createDataFrame([(i, REGIONS[i % 3], base, Decimal(i) / 100, f"n{i}") for i in range(10_000)], SCHEMA), "bulk_insert")
+    walls, per_write, jobs = [], [], []
+    for n in range(3 + writes):
+        rows = [(i, REGIONS[i % 3], base + n + 1, Decimal(i) / 50, f"u{n}") for i in range(n * 50, n * 50 + 50)]
+        rows += [(20_000 + n * 50 + i, REGIONS[i % 3], base + n + 1, Decimal(i) / 10, f"new{n}") for i in range(50)]
+        df = spark.createDataFrame(rows, SCHEMA)
+        c0, j0, t0 = calls[0], len(tracker.getJobIdsForGroup(None)), time.perf_counter()
+        table.write(df, "upsert")
+        if n >= 3:
+            walls.append(time.perf_counter() - t0)
+            per_write.append(calls[0] - c0)
+            jobs.append(len(tracker.getJobIdsForGroup(None)) - j0)
+    out[kind] = {"walls": walls, "calls": per_write, "jobs": jobs, "rows": table.read().count()}
+print(json.dumps(out))
+"""
+
+
+def run_session(name: str, writes: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(REPO), json.dumps(SESSIONS[name]), str(writes)],
+                          capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"session {name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--writes", type=int, default=15, help="measured upserts per table and session (default 15)")
+    parser.add_argument("--rounds", type=int, default=2, help="fresh processes per session, in turns (default 2)")
+    args = parser.parse_args()
+
+    results: dict[str, dict[str, dict[str, list]]] = {name: {} for name in SESSIONS}
+    for _ in range(args.rounds):
+        for name in SESSIONS:
+            for kind, got in run_session(name, args.writes).items():
+                slot = results[name].setdefault(kind, {"walls": [], "calls": [], "jobs": [], "rows": []})
+                for k in ("walls", "calls", "jobs"):
+                    slot[k] += got[k]
+                slot["rows"].append(got["rows"])
+    for kind in results["pipe"]:
+        rows = {tuple(results[name][kind]["rows"]) for name in SESSIONS}
+        if len(rows) != 1:
+            raise SystemExit(f"{kind}: the sessions' tables differ in rows: {rows}")
+
+    lines = ["## Small writes: 100-row upserts in a warm session, pipe's settings against Spark's default", "",
+             f"Generated by `python bench/small_write_bench.py` on {dt.date.today()} — do not edit by hand; run the script again.", "",
+             f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; local[2]",
+             f"- {args.rounds} fresh processes per session, in turns; in each, per table type, 3 warm-up upserts then "
+             f"{args.writes} measured ones: 50 updates and 50 new keys into a table of 10,000 rows in 3 partitions",
+             "- *pipe's session*: the settings pipe starts every session with; *Spark's default*: the same with "
+             "`spark.python.sql.dataFrameDebugging.enabled: true` (PySpark's default), which records the Python call site "
+             "of every DataFrame and Column function",
+             "- *py4j calls*: round trips from the driver's Python to its JVM during one write; *jobs*: Spark jobs one write runs", "",
+             "| table | session | median s / write | best s | py4j calls / write | Spark jobs / write |",
+             "|---|---|---:|---:|---:|---:|"]
+    for kind in results["pipe"]:
+        for name, label in (("pipe", "pipe's session"), ("spark-default", "Spark's default")):
+            r = results[name][kind]
+            lines.append(f"| {kind} | {label} | {statistics.median(r['walls']):.3f} | {min(r['walls']):.3f} | "
+                         f"{statistics.median(r['calls']):.0f} | {statistics.median(r['jobs']):.0f} |")
+    body = "\n".join(lines)
+    print(body)
+    write_section("small-write", body)
+
+
+if __name__ == "__main__":
+    main()
