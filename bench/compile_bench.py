@@ -28,6 +28,7 @@ import argparse
 import cProfile
 import datetime as dt
 import gc
+import inspect
 import io
 import math
 import os
@@ -297,14 +298,15 @@ def floor(root: Path, loader: type) -> int:
     return docs
 
 
+# floor() and its listing as a script of their own, for a fresh interpreter
+FLOOR_SCRIPT = ("import os, sys, yaml\nfrom pathlib import Path\n" + inspect.getsource(_project_files) + inspect.getsource(floor)
+                + "floor(Path(sys.argv[1]), yaml.CSafeLoader)\n")
+
+
 def floor_command(root: Path) -> None:
     """The floor as a command: a fresh interpreter that imports yaml, lists, reads and parses
     the project (CSafeLoader) as floor() does; what `pipe compile` as a command compares to."""
-    import inspect
-
-    script = ("import os, sys, yaml\nfrom pathlib import Path\n" + inspect.getsource(_project_files) + inspect.getsource(floor)
-              + "floor(Path(sys.argv[1]), yaml.CSafeLoader)\n")
-    subprocess.run([sys.executable, "-c", script, str(root)], check=True, env=SUB_ENV)
+    subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, str(root)], check=True, env=SUB_ENV)
 
 
 def compile_in_process(root: Path, check_sql: bool = True, cache: bool = True):

@@ -17,7 +17,7 @@ TEMPLATE = REPO / "project_template"
 MINIMAL_PROJECT = "name: shop\n"
 
 # The JVMs the tests start live seconds to minutes, on a machine of 2 cores, with little data.
-# - Every one of them collects garbage with the serial collector (TEST_JVM_GC): G1's concurrent
+# - Every one of them collects garbage with the serial collector (tests/jvm_options.py): G1's concurrent
 #   and parallel threads took more CPU than they saved (a module mix of Spark writes, crash
 #   children, `pipe run` subprocesses and Java Hudi: 388 s against 337 s, CPU 535 s against 445 s).
 # - pipe's own (the shared session, `pipe` subprocesses, the cluster's executors) compile with the
@@ -25,13 +25,14 @@ MINIMAL_PROJECT = "name: shop\n"
 #   than they save. Java Hudi's sessions keep the full JIT (tests/java_hudi/client.py): they do
 #   their work in the JVM (Avro, Parquet, merging).
 # The defaults are prepended to any extraJavaOptions; a SPARK_CONF_DIR the user set is left alone.
-TEST_JVM_GC = "-XX:+UseSerialGC"
 if "SPARK_CONF_DIR" not in os.environ:
     import tempfile
 
+    from tests.jvm_options import SHORT_LIVED
+
     _conf = Path(tempfile.mkdtemp(prefix="pipe-tests-spark-conf-"))
-    (_conf / "spark-defaults.conf").write_text(f"spark.driver.defaultJavaOptions -XX:TieredStopAtLevel=1 {TEST_JVM_GC}\n"
-                                               f"spark.executor.defaultJavaOptions -XX:TieredStopAtLevel=1 {TEST_JVM_GC}\n")
+    (_conf / "spark-defaults.conf").write_text(f"spark.driver.defaultJavaOptions {SHORT_LIVED}\n"
+                                               f"spark.executor.defaultJavaOptions {SHORT_LIVED}\n")
     os.environ["SPARK_CONF_DIR"] = str(_conf)
 
 # Test credentials for the moto server, set before any SparkSession starts: Spark's Python workers

@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.jvm_options import FIRST_TIER_JIT, SERIAL_GC
+
 
 class HiveMetastore:
     def __init__(self, workdir: Path):
@@ -31,7 +33,7 @@ class HiveMetastore:
             "hive.metastore.schema.verification": "false",
             "hive.metastore.warehouse.dir": (self.workdir / "warehouse").as_uri(),
         }
-        args = ["java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", f"-Dderby.stream.error.file={self.workdir / 'derby.log'}",
+        args = ["java", "-Xmx512m", FIRST_TIER_JIT, SERIAL_GC, f"-Dderby.stream.error.file={self.workdir / 'derby.log'}",
                 "-cp", f"{jars}/*", "org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(self.port)]
         for k, v in settings.items():
             args += ["--hiveconf", f"{k}={v}"]

@@ -27,6 +27,8 @@ import venv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.jvm_options import SHORT_LIVED
+
 REPO = Path(__file__).resolve().parents[2]
 HOME = Path(os.environ.get("PIPE_CLUSTER_HOME", REPO / ".cluster"))
 
@@ -175,7 +177,7 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g", t
     env.update({"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
                 "SPARK_LOG_DIR": str(workdir), "SPARK_NO_DAEMONIZE": "1",
                 # the Master and Workers mostly wait: the first JIT tier and the serial collector
-                "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
+                "SPARK_DAEMON_JAVA_OPTS": SHORT_LIVED})
     java_home = _home_for_spark(java)
     if java_home:
         env["JAVA_HOME"] = java_home

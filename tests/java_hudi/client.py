@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tests.java_hudi.env import Bundle
+from tests.jvm_options import SERIAL_GC
 
 DRIVER = Path(__file__).with_name("driver.py")
 META = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name")
@@ -49,7 +50,7 @@ class JavaHudi:
             # which the tests' first-tier-only setting (tests/conftest.py) would slow down
             del env["SPARK_CONF_DIR"]
         # the serial collector, as every JVM of the tests (tests/conftest.py)
-        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (env.get("SPARK_SUBMIT_OPTS"), "-XX:+UseSerialGC")))
+        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (env.get("SPARK_SUBMIT_OPTS"), SERIAL_GC)))
         env["PYSPARK_PYTHON"] = str(bundle.python)
         env["JAVA_HUDI_TZ"] = env["TZ"] = timezone
         env["JAVA_HUDI_CONF"] = json.dumps(conf or {})  # more Spark settings (a Hive metastore: tests/hive_metastore.py)
