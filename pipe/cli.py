@@ -221,10 +221,10 @@ def _spark_factory(plan, debug: bool = False, announce: bool = True):
 
         try:
             conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
-            spark = session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}",
-                                      reads_s3=_reads_s3(plan))
             if not debug:
                 _quiet_query_loggers()
+            spark = session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}",
+                                      reads_s3=_reads_s3(plan))
             if announce:
                 from rich.markup import escape
 

@@ -208,6 +208,11 @@ def probe(_partition):
             code = module + ": " + type(exc).__name__ + ": " + (str(exc).splitlines() or [""])[0]
             break
     yield (socket.gethostname(), sys.executable, ".".join(map(str, sys.version_info[:3])), versions, code)
+
+
+def probe_json(_row):
+    import json
+    return json.dumps(next(probe(iter(()))))
 '''
 
 
@@ -225,11 +230,11 @@ class ExecutorPython:
         return f"{self.python} (Python {self.version} on {self.host})"
 
 
-def _probe_function(requirements: tuple[Requirement, ...]):
+def _probe_function(requirements: tuple[Requirement, ...], name: str = "probe"):
     namespace = {"__name__": "pipe_executor_probe", "MODULES": tuple((r.module, r.dist) for r in requirements),
                  "TASK_MODULES": _TASK_MODULES}
     exec(compile(_PROBE_SOURCE, "<pipe executor probe>", "exec"), namespace)  # noqa: S102 - our own text
-    return namespace["probe"]
+    return namespace[name]
 
 
 def probe(spark, requirements: tuple[Requirement, ...]) -> list[ExecutorPython]:
@@ -243,6 +248,25 @@ def probe(spark, requirements: tuple[Requirement, ...]) -> list[ExecutorPython]:
         rows = sc.parallelize(range(slices), slices).mapPartitions(fn).collect()
     finally:
         sc.setJobDescription(None)
+    return _distinct(rows)
+
+
+def probe_connect(spark, requirements: tuple[Requirement, ...]) -> list[ExecutorPython]:
+    """`probe` over Spark Connect, which has no RDDs: the same function as a Python UDF (pickled
+    rows, not Arrow: the probe must run where pyarrow is missing, and say so)."""
+    import json
+
+    from pyspark.sql.functions import udf
+
+    from runtime import spark_api
+
+    slices = max(2, spark_api.default_parallelism(spark))
+    fn = udf(_probe_function(requirements, "probe_json"), "string", useArrow=False)
+    rows = spark.range(0, slices, 1, slices).select(fn("id").alias("report")).collect()
+    return _distinct([json.loads(r["report"]) for r in rows])
+
+
+def _distinct(rows) -> list[ExecutorPython]:
     seen: dict[tuple, ExecutorPython] = {}
     for host, python, version, packages, code_error in rows:
         key = (host, python, version, tuple(sorted(packages.items())), code_error)
@@ -322,6 +346,29 @@ def ship(spark, needs_boto3: bool = False) -> Shipment:
         raise ExecutorPythonError("the executors' Python cannot run pipe's tasks: " + "; ".join(found),
                                   fix_hint(requirements))
     shipment = Shipment(archive, spark.sparkContext.pythonExec, tuple(reports), time.perf_counter() - started)
+    return shipment
+
+
+def ship_connect(spark, needs_boto3: bool = False) -> Shipment:
+    """`ship` over Spark Connect: pipe's code as an artifact of the session (its clones, one per
+    step, have it too), and the server's Python workers checked."""
+    global shipment
+    from runtime import spark_api
+
+    started = time.perf_counter()
+    archive = code_archive()
+    spark.addArtifacts(str(archive), pyfile=True)
+    requirements = requirements_for(needs_boto3)
+    python = spark_api.setting(spark, "spark.pyspark.python") or "python3"
+    try:
+        reports = probe_connect(spark, requirements)
+    except Exception as exc:  # noqa: BLE001 - the probe's job itself failed: say why in one line
+        raise _probe_failed(exc, python, requirements) from exc
+    found = problems(reports, requirements)
+    if found:
+        raise ExecutorPythonError("the Spark Connect server's Python cannot run pipe's tasks: " + "; ".join(found),
+                                  fix_hint(requirements))
+    shipment = Shipment(archive, python, tuple(reports), time.perf_counter() - started)
     return shipment
 
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from compiler.errors import PipeError
 from compiler.plan import Plan, Step
+from runtime import spark_api
 from runtime.steps import source, sync, test, write
 from runtime.steps.context import DONE, FINGERPRINT_KEY, STATES, RunContext, RunOptions, StepResult
 from runtime.steps.errors import Cancelled, RunError, describe_error, is_cancellation, is_user_error
@@ -149,7 +150,7 @@ class Executor:
             while any(self.ctx.results[s].state == "running" for s in step_ids if s in self.ctx.results):
                 for sid in step_ids:
                     try:
-                        spark.sparkContext.cancelJobGroup(sid)
+                        spark_api.cancel(spark, sid)
                     except Exception:  # noqa: BLE001 - best effort; the step fails and rolls back
                         pass
                 time.sleep(0.5)
@@ -165,7 +166,11 @@ class Executor:
     def _run_step(self, step: Step, result: StepResult) -> None:
         t0 = time.perf_counter()
         try:
-            state, message = RUNNERS[step.kind](self.ctx, step, result)
+            try:
+                state, message = RUNNERS[step.kind](self.ctx, step, result)
+            finally:
+                if self.ctx.spark_started is not None:
+                    spark_api.end_step(self.ctx.spark_started, step.id)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported on its step
             result.elapsed_s = round(time.perf_counter() - t0, 3)
             cancelled = is_cancellation(exc) or (self.ctx.cancel.is_set() and not isinstance(exc, PipeError))

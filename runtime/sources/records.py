@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
+from runtime import spark_api
 from runtime.sources import SourceError
 
 FILE, LINE_NO, RECORD_NO, TEXT, IS_HEADER, MISSING = "_pipe_file", "_pipe_line", "_pipe_record", "_pipe_text", "_pipe_is_header", "_pipe_missing"
@@ -177,7 +178,7 @@ def line_reader(spark, files: list[tuple[str, str]], opener, options: Mapping[st
     header = fmt == "csv" and flag(options, "header")
     encoding = option(options, "encoding") or option(options, "charset")
     line_sep = option(options, "lineSep")
-    parallelism = max(1, min(len(files), spark.sparkContext.defaultParallelism * 2))
+    parallelism = max(1, min(len(files), spark_api.default_parallelism(spark) * 2))
     listing = spark.createDataFrame(files, "name STRING, locator STRING").repartition(parallelism)
     return listing.mapInArrow(lambda it: read_lines(opener, whole, header, encoding, line_sep, it), LINES_DDL)
 

@@ -24,7 +24,7 @@ import io
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from runtime import s3
+from runtime import s3, spark_api
 from runtime.sources import Pending, SourceError, columns_ddl, human_bytes, records
 from runtime.sources.files import _first_line, _read_hint, read_with_spark
 from runtime.sources.table import lost_checkpoint
@@ -336,7 +336,7 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
     on_bad = config.get("on_bad_record") or "fail"
     try:
         if fmt == "parquet":
-            parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
+            parallelism = max(1, min(len(objects), spark_api.default_parallelism(spark) * 2))
             listing = spark.createDataFrame([(o.bucket, o.key) for o in objects], "bucket STRING, object_key STRING").repartition(parallelism)
             ddl = columns_ddl(declared) if declared else _parquet_schema_ddl(aws, objects[0])
             struct = StructType.fromDDL(ddl)
@@ -381,8 +381,10 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
 
 
 def _infer(spark, lines, fmt: str, options: Mapping[str, str]) -> str:
-    """The schema Spark's own reader infers from the (cached) lines; classic Spark only."""
-    texts = lines.where("`" + MISSING + "` is null").select(records.TEXT).rdd.map(lambda r: r[0])
+    """The schema Spark's own reader infers from the (cached) lines."""
+    texts = lines.where("`" + MISSING + "` is null").select(records.TEXT)
+    if not spark_api.is_connect(spark):
+        texts = texts.rdd.map(lambda r: r[0])  # a DataFrame of lines is read from pyspark 4.2 on, an RDD by all
     reader = spark.read.options(**{k: v for k, v in options.items()})
     if fmt == "json":
         schema = reader.json(texts).schema

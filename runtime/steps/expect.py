@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from compiler.data_tests import QUARANTINE_SUFFIX
 from compiler.plan import Step
+from runtime import spark_api
 from runtime.steps.context import RunContext
 from runtime.steps.errors import RunError, sample, spark_message
 
@@ -62,7 +63,7 @@ def check(step: Step, df, expectations: list[Mapping[str, str]], delete_when: st
         bad = _first_bad(df, expectations)
         raise RunError(f"{step.file}:{step.line}: table {step.name}: expectation {bad} cannot be evaluated: {spark_message(exc)}",
                        "the condition is SQL over the columns the table's SELECT returns") from exc
-    flagged = flagged.localCheckpoint(eager=False)  # counted, then written: the batch is computed once
+    flagged = spark_api.local_checkpoint(flagged, eager=False)  # counted, then written: the batch is computed once
     counts = flagged.agg(F.count(F.lit(1)).alias("rows"), *[F.sum(F.col(f).cast("long")).alias(f) for f in flags]).collect()[0]
     names = [e["name"] for e in expectations]
     actions = {e["name"]: e["action"] for e in expectations}

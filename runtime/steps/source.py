@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from compiler.plan import Step
+from runtime import spark_api
 from runtime.sources import Pending, human_bytes
 from runtime.sources import files as files_source
 from runtime.sources import s3_events as s3_events_source
@@ -117,7 +118,7 @@ def _dead_letter_writer(ctx: RunContext, source: str, config: Mapping[str, Any])
         from runtime.table.table import Table
 
         spark = ctx.spark()
-        session = spark.newSession()
+        session = spark_api.new_session(spark)
         name = source + s3_events_source.DEAD_LETTER_SUFFIX
         ctx.check_spark_reads(spark, ctx.table_uri(name), name)
         table = Table.create(session, ctx.table_uri(name),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from compiler.data_tests import threshold_holds
 from compiler.plan import Step
+from runtime import spark_api
 from runtime.sources import SourceError
 from runtime.sources import files as files_source
 from runtime.steps.context import RunContext, StepResult
@@ -33,8 +34,7 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
         result.failures, result.samples = 0, []
         return "success", held
     spark = ctx.spark()
-    spark.sparkContext.setJobGroup(step.id, f"pipe {step.id}", interruptOnCancel=True)
-    session = spark.newSession()
+    session = spark_api.step_session(spark, step.id, f"pipe {step.id}")
     read: list = []  # source reads, released once the test is over
     where = step.sql_file or f"{step.file}:{step.line}"
     try:

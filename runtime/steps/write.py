@@ -9,7 +9,7 @@ import os
 from typing import Any, Mapping
 
 from compiler.plan import Step
-from runtime import s3
+from runtime import s3, spark_api
 from runtime.sources import Pending
 from runtime.sources import s3_incremental as s3_incremental_source
 from runtime.steps import expect, source, sync
@@ -71,8 +71,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
 
     spark = ctx.spark()
     ctx.check_spark_reads(spark, uri, step.name)
-    spark.sparkContext.setJobGroup(step.id, f"pipe {step.id}", interruptOnCancel=True)
-    session = spark.newSession()
+    session = spark_api.step_session(spark, step.id, f"pipe {step.id}")
     rows_read = 0
     for name, p in sources.items():
         try:

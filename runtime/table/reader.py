@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runtime import spark_api
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
 from runtime.table.errors import TableError
 from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants, writes_archived_after
@@ -118,7 +119,7 @@ def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 2):
     from runtime.table.merge import SLICE_COLUMNS
 
     rows = [(s.partition, s.file_id, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files]) for s in slices]
-    tasks = max(1, min(len(rows), spark.sparkContext.defaultParallelism * per_core))
+    tasks = max(1, min(len(rows), spark_api.default_parallelism(spark) * per_core))
     return spark.createDataFrame(rows, SLICE_COLUMNS).repartition(tasks)
 
 

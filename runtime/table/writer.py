@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from runtime import spark_api
 from runtime.table import keygen as _keygen
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
@@ -331,7 +332,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
     if opts.index == "partition":
         columns[_TOMB_PART] = _keygen.partition_expr(F, config, dict(df.dtypes))
     keyed = df.withColumns(columns).withColumn(_TOMB_DELETE, _delete_flag(F, df.columns, opts))
-    keyed = keyed.localCheckpoint(eager=False)  # the input is read once: filtered, written, its deletes kept
+    keyed = spark_api.local_checkpoint(keyed, eager=False)  # the input is read once: filtered, written, its deletes kept
     if opts.operation != "insert_overwrite_table":
         keyed = _tombstones.drop_older_than_tombstones(spark, table.storage, timeline, keyed, list(columns), config.precombine_field,
                                                        opts.tombstone_days)
@@ -425,7 +426,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     if scattered:
         rows = one_insert_per_key(rows)
     # one materialised batch, computed by the summary below: later steps must see the same rows
-    rows = rows.localCheckpoint(eager=False)
+    rows = spark_api.local_checkpoint(rows, eager=False)
 
     same_place = F.col(_OLD_FILE).isNotNull() & ((F.col(_OLD_PART) == F.col(PART)) | F.col(PART).isNull())
     moved = F.col(_OLD_FILE).isNotNull() & F.col(PART).isNotNull() & (F.col(_OLD_PART) != F.col(PART))
@@ -461,7 +462,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     # merge-on-read: updates and deletes of a group go to a new log file of its slice, except
     # in small files taking inserts, which are rewritten like copy-on-write (as Hudi does)
     log_groups = _log_targets(touched - {(b.partition, b.file_id) for b in buckets}, existing) if config.table_type == MERGE_ON_READ and merge else {}
-    n = max(1, min(len(groups), spark.sparkContext.defaultParallelism * 4))
+    n = max(1, min(len(groups), spark_api.default_parallelism(spark) * 4))
     return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n)
 
 
@@ -590,7 +591,7 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
     )
     existing = {(s.partition, s.file_id): s for s in mine}
     log_groups = _log_targets(set(existing), existing) if config.table_type == MERGE_ON_READ else {}
-    tasks = max(1, min(len(partitions), spark.sparkContext.defaultParallelism * 4))
+    tasks = max(1, min(len(partitions), spark_api.default_parallelism(spark) * 4))
     incoming = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART, _DELETE, _SEQ)
     incoming = _in_turns(F, incoming, PART, sorted(partitions), tasks).sortWithinPartitions(PART)
     threads = _partition_task_threads(spark, tasks)
@@ -598,7 +599,7 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
         out = T.StructType(list(struct.fields) + [T.StructField(c, T.StringType(), True) for c in (KEY, PART, _KIND, FILE_ID)])
         changes = incoming.mapInArrow(lambda batches: _partition_upsert.tag_task(tag_spec, batches), out)
         return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
-                              max(1, min(len(mine) + len(partitions), spark.sparkContext.defaultParallelism * 4)))
+                              max(1, min(len(mine) + len(partitions), spark_api.default_parallelism(spark) * 4)))
     write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
     written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches), STATS_SCHEMA).collect()
     return _staged(table, written, instant, struct, existing, log_groups)
@@ -610,8 +611,8 @@ MAX_GROUP_THREADS = 4
 
 
 def _partition_task_threads(spark, tasks: int) -> int | None:
-    sc = spark.sparkContext
-    return partition_task_threads(sc.master, sc.defaultParallelism, sc.getConf().get("spark.executor.pyspark.memory", None), tasks)
+    return partition_task_threads(spark_api.master(spark), spark_api.default_parallelism(spark),
+                                  spark_api.setting(spark, "spark.executor.pyspark.memory"), tasks)
 
 
 def partition_task_threads(master: str, parallelism: int, python_memory: str | None, tasks: int) -> int | None:
@@ -777,7 +778,7 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
     config = table.config
     if opts.combine_before_insert and config.record_key_fields:
         rows = dedupe(rows, config, opts)
-    rows = rows.where(~F.col(_DELETE)).localCheckpoint()  # counted, then routed: the same rows
+    rows = spark_api.local_checkpoint(rows.where(~F.col(_DELETE)))  # counted, then routed: the same rows
     counts = {r[0]: r[1] for r in rows.groupBy(PART).count().collect()}  # one row per partition
     whole_table = opts.operation == "insert_overwrite_table"
     replaced = _replaced_ids(s for s in slices if whole_table or s.partition in counts)
@@ -786,7 +787,7 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
         buckets = plan_buckets(counts, [], opts, table.record_size_estimate(opts.record_size_estimate, timeline))
         routed = assign_file_groups(spark, rows, buckets)
         out = routed.select(*_data_select(F, routed, struct, data_columns), KEY, PART, FILE_ID)
-        n = max(1, min(len(buckets), spark.sparkContext.defaultParallelism * 4))
+        n = max(1, min(len(buckets), spark_api.default_parallelism(spark) * 4))
         out = out.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)  # a group's rows in one run
         stats, totals = _new_file_stats(write_file_groups(out, file_write_spec(table.storage, instant, data_columns, opts, "groups")))
     return StagedWrite(stats, totals, avro_schema_json(struct, config.name), struct, replaced)

@@ -1,0 +1,138 @@
+"""The few things pipe asks of Spark beyond DataFrames and SQL, for a classic session (Spark's
+JVM in pipe's process, reached through py4j) and a Spark Connect one (a thin client of a server
+elsewhere) alike.
+
+A classic session has a SparkContext: job groups that Ctrl-C cancels, `newSession` for a step's
+own temporary views, `defaultParallelism`. A Connect session has none of these; it has sessions
+cloned on the server (each with its own temporary views, and the settings and shipped code of
+the session it was cloned from), operation tags that `interruptTag` cancels, and settings read
+on the server. Everything else in pipe talks DataFrames and SQL, which both kinds share."""
+
+from __future__ import annotations
+
+import threading
+
+# The step sessions of Connect sessions, by tag: what a cancellation interrupts.
+_tagged: dict[str, object] = {}
+_tagged_lock = threading.Lock()
+# The default parallelism of Connect sessions, by server session id (asked once).
+_parallelism: dict[str, int] = {}
+
+
+class ConnectUnsupported(Exception):
+    """The Spark Connect server lacks something pipe needs; `hint` says what to do."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+def is_connect(spark) -> bool:
+    """Whether `spark` is a Spark Connect session (a client of a server)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def new_session(spark):
+    """A session of its own (its temporary views are its own) with the settings of `spark` and,
+    over Connect, the code shipped to it."""
+    if not is_connect(spark):
+        return spark.newSession()
+    try:
+        return spark.cloneSession()
+    except Exception as exc:  # noqa: BLE001 - an older client or server
+        raise ConnectUnsupported(
+            f"the Spark Connect server cannot clone a session ({_first_line(exc)}), which pipe needs to run a step",
+            "use a Spark Connect server and pyspark of version 4.1 or newer") from exc
+
+
+def step_session(spark, tag: str, description: str):
+    """A session of its own for one step, whose Spark jobs `cancel(spark, tag)` cancels; the
+    executor calls `end_step(spark, tag)` when the step is over. Call it in the thread that runs
+    the step: classic job groups and Connect tags both belong to the calling thread."""
+    if not is_connect(spark):
+        spark.sparkContext.setJobGroup(tag, description, interruptOnCancel=True)
+        return spark.newSession()
+    session = new_session(spark)
+    session.addTag(tag)
+    with _tagged_lock:
+        _tagged[tag] = session
+    return session
+
+
+def end_step(spark, tag: str) -> None:
+    """A step is over: over Connect, its session's state on the server is released."""
+    with _tagged_lock:
+        session = _tagged.pop(tag, None)
+    if session is not None:
+        for release in (session.client.release_session, session.client.close):
+            try:
+                release()
+            except Exception:  # noqa: BLE001 - best effort; the server expires idle sessions
+                pass
+
+
+def cancel(spark, tag: str) -> None:
+    """Cancels the running Spark jobs of the step tagged `tag` (best effort: the step then fails
+    and its write rolls back)."""
+    if not is_connect(spark):
+        spark.sparkContext.cancelJobGroup(tag)
+        return
+    with _tagged_lock:
+        session = _tagged.get(tag)
+    if session is not None:
+        session.interruptTag(tag)
+
+
+def default_parallelism(spark) -> int:
+    """The cores Spark offers to a job: the number of tasks pipe splits a small job into."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    key = spark.client._session_id
+    if key not in _parallelism:
+        value = spark.conf.get("spark.default.parallelism", None)
+        if not value:
+            # spark.range without a partition count makes one partition per core the server's
+            # SparkContext offers (its defaultParallelism); one small job, once per session
+            value = spark.range(0, 1 << 16).selectExpr("spark_partition_id() AS p").agg({"p": "max"}).first()[0] + 1
+        _parallelism[key] = max(1, int(value))
+    return _parallelism[key]
+
+
+def local_checkpoint(df, eager: bool = True):
+    """`df.localCheckpoint(eager)`, in the session of `df` on Connect too. PySpark's Connect
+    client binds the checkpointed DataFrame to the calling thread's active session (else the
+    process's first), not to the session of `df` that holds the checkpoint on the server; a step's
+    own session is neither, and its checkpoint would then be looked for in the wrong session. So
+    the session of `df` is the thread's active one for the call (PySpark keeps no public way)."""
+    if not is_connect(df.sparkSession):
+        return df.localCheckpoint(eager=eager)
+    from pyspark.sql.connect.session import SparkSession
+
+    holder = SparkSession._active_session
+    before = getattr(holder, "session", None)
+    holder.session = df.sparkSession
+    try:
+        return df.localCheckpoint(eager=eager)
+    finally:
+        holder.session = before
+
+
+def setting(spark, key: str) -> str | None:
+    """A Spark setting of the session (or of its Spark context), None when unset."""
+    if not is_connect(spark):
+        return spark.sparkContext.getConf().get(key, None)
+    try:
+        return spark.conf.get(key, None)
+    except Exception:  # noqa: BLE001 - a server that keeps the setting to itself
+        return None
+
+
+def master(spark) -> str:
+    """The master of the Spark that runs the jobs (over Connect: the server's)."""
+    if not is_connect(spark):
+        return spark.sparkContext.master
+    return setting(spark, "spark.master") or ""
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
