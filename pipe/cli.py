@@ -212,24 +212,40 @@ def _load_plan(ctx: _Context, plan_path: str | None, target: str | None, vars_te
     return plan, plan.graph(), ctx.root()
 
 
-def _spark_factory(plan, debug: bool = False, announce: bool = True):
+def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True):
+    """Starts (once, when a step first needs it) the run's Spark: a Spark Connect session when the
+    target or SPARK_REMOTE names a server, or when this project's own `pipe server` runs for this
+    target with its settings; embedded Spark otherwise."""
     from compiler.render import resolve_env_placeholders
     from runtime.executor import RunError
 
     def start():
-        from runtime import session
+        from runtime import connect, session
 
         try:
             conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
+            master = resolve_env_placeholders(plan.target.spark_master, os.environ)
+            remote = connect.remote_of(conf, os.environ)
+            own = None if remote else _own_server(plan, root, master, conf)
             if not debug:
                 _quiet_query_loggers()
-            spark = session.get_spark(resolve_env_placeholders(plan.target.spark_master, os.environ), conf, app_name=f"pipe {plan.project}",
-                                      reads_s3=_reads_s3(plan))
+            if own is not None:
+                from runtime import server
+
+                server.lease(own)
+                spark = session.get_spark(master, conf, reads_s3=_reads_s3(plan), remote=own.url, own_server=own)
+            else:
+                spark = session.get_spark(master, conf, app_name=f"pipe {plan.project}", reads_s3=_reads_s3(plan))
             if announce:
                 from rich.markup import escape
 
                 from runtime import cluster
 
+                if own is not None:
+                    output.err.print(f"[dim]Spark: the pipe server of target {plan.target.name} at {own.url} "
+                                     f"({own.master}; `pipe server stop` ends it)[/]")
+                elif remote.startswith("sc://"):
+                    output.err.print(f"[dim]Spark: Spark Connect server {escape(remote.split('/;')[0])}[/]")
                 if cluster.shipment is not None:  # a cluster: say which Python runs the tasks
                     output.err.print(f"[dim]{escape(cluster.shipment.describe())}[/]")
             return spark
@@ -246,6 +262,21 @@ def _spark_factory(plan, debug: bool = False, announce: bool = True):
             raise RunError(f"Spark did not start: {exc}", getattr(exc, "hint", None)) from exc
 
     return start
+
+
+def _own_server(plan, root: Path, master: str, conf: dict):
+    """The running `pipe server` of this project and target, if it has the target's settings."""
+    from runtime import server
+
+    state = server.read_state(root, plan.target.name)
+    if state is None:
+        return None
+    if state.fingerprint != server.fingerprint(server.server_settings(master, conf, plan.project)):
+        output.err.print(f"[yellow]warning[/]: the pipe server of target {plan.target.name} ({state.url}) was started with other "
+                         "Spark settings; this command starts its own Spark (`pipe server stop` and `pipe server start` renew it)")
+        return None
+    server.touch(state)
+    return state
 
 
 def _reads_s3(plan) -> bool:
@@ -357,7 +388,7 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
             output.err.print(f"[yellow]warning[/]: {escape(warning)}")
     args = {"command": command, "select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run,
             "threads": threads}
-    factory = _spark_factory(plan, ctx.debug, announce=not quiet and log_format == "text")
+    factory = _spark_factory(plan, root, ctx.debug, announce=not quiet and log_format == "text")
     with _run_lock(plan, root, dry_run or command == "test"):  # tests only read
         if not continuous:
             run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
@@ -500,12 +531,12 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     return lake.open_table(name), plan
 
 
-def _spark_for(table, plan, debug: bool):
+def _spark_for(table, plan, root: Path, debug: bool):
     """The Spark session that reads (or compacts) `table`; on S3 it must have an S3 file system."""
     from runtime import s3
     from runtime.table.errors import TableError
 
-    spark = _spark_factory(plan, debug)()
+    spark = _spark_factory(plan, root, debug)()
     try:
         s3.check_spark(spark, table.storage.spec.uri, f"table {table.config.name}")
     except s3.SparkCannotReadS3 as exc:
@@ -545,6 +576,108 @@ def pack_env_cmd(ctx: _Context, output_path, rebuild) -> None:
                 "pyspark comes from Spark itself.[/]")
 
 
+@cli.group(name="server")
+def server_group() -> None:
+    """A warm local Spark for this project and target (Spark Connect): start, stop, status."""
+
+
+def _server_target(ctx: _Context, target: str | None):
+    from compiler.render import resolve_env_placeholders
+    from runtime import connect
+
+    result = _compile(ctx, target, None)
+    plan = result.plan
+    try:
+        conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
+        master = resolve_env_placeholders(plan.target.spark_master, os.environ)
+    except KeyError as exc:
+        raise ProjectError([_cli(f"environment variable {exc.args[0]} is not set; the Spark settings of target {plan.target.name} need it",
+                                 f"export {exc.args[0]}=...")]) from exc
+    if connect.remote_of(conf, {}):
+        raise ProjectError([_cli(f"target {plan.target.name} names a Spark Connect server (spark.remote); pipe uses that one",
+                                 "a pipe server is for targets that run Spark on this machine")])
+    return plan, result.project.root, master, conf
+
+
+def _age(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min" if seconds >= 3600 else f"{seconds // 60} min {seconds % 60} s"
+
+
+@server_group.command(name="start")
+@_target_option
+@click.option("--idle-timeout", default="60m", show_default=True, metavar="DURATION",
+              help="Stop after this long without a command using it (e.g. 30m, 2h; 0: never).")
+@_common
+@click.pass_obj
+def server_start(ctx: _Context, target: str | None, idle_timeout: str) -> None:
+    """Start a Spark Connect server with the target's Spark settings; pipe run, show and test use it."""
+    from runtime import server
+
+    match = re.fullmatch(r"\s*(\d+)\s*([smh]?)\s*", idle_timeout)
+    if match is None:
+        raise ProjectError([_cli(f"--idle-timeout {idle_timeout!r} is not a duration", "write e.g. 90s, 30m, 2h, or 0 for never")])
+    idle = int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    plan, root, master, conf = _server_target(ctx, target)
+    started = time.perf_counter()
+    try:
+        state, new = server.start(root, plan.project, plan.target.name, master, conf, idle_timeout_s=idle)
+    except server.ServerError as exc:
+        from runtime.executor import RunError
+
+        raise RunError(str(exc), exc.hint) from exc
+    if not new:
+        output.line(f"The pipe server of target [bold]{plan.target.name}[/] already runs at {state.url} "
+                    f"(for {_age(time.time() - state.started_at)})")
+        return
+    stops = f"after {_age(idle)} idle or " if idle else ""
+    output.line(f"Started the pipe server of target [bold]{plan.target.name}[/] at {state.url} ({state.master}) "
+                f"in {time.perf_counter() - started:.1f}s")
+    output.line(f"pipe run, show and test in this project use it; it stops {stops}with `pipe server stop`. Log: {state.log}")
+
+
+@server_group.command(name="stop")
+@_target_option
+@_common
+@click.pass_obj
+def server_stop(ctx: _Context, target: str | None) -> None:
+    """Stop the target's Spark Connect server."""
+    from runtime import server
+
+    plan, root, _, _ = _server_target(ctx, target)
+    state = server.stop(root, plan.target.name)
+    if state is None:
+        output.line(f"No pipe server runs for target [bold]{plan.target.name}[/] of this project")
+    else:
+        output.line(f"Stopped the pipe server of target [bold]{plan.target.name}[/] ({state.url}, up {_age(time.time() - state.started_at)})")
+
+
+@server_group.command(name="status")
+@_target_option
+@_common
+@click.pass_obj
+def server_status(ctx: _Context, target: str | None) -> None:
+    """Say whether the target's Spark Connect server runs, and whether commands use it."""
+    from runtime import server
+
+    plan, root, master, conf = _server_target(ctx, target)
+    state = server.read_state(root, plan.target.name)
+    if state is None:
+        output.line(f"No pipe server runs for target [bold]{plan.target.name}[/]; commands start embedded Spark "
+                    "(`pipe server start` starts one)")
+        raise click.exceptions.Exit(EXIT_FAILED)
+    matches = state.fingerprint == server.fingerprint(server.server_settings(master, conf, plan.project))
+    idle = f"idle for {_age(server.idle_for(state))}" if server.idle_for(state) else "in use"
+    stops = f"; stops after {_age(state.idle_timeout_s)} idle" if state.idle_timeout_s else ""
+    output.line(f"The pipe server of target [bold]{plan.target.name}[/] runs at {state.url} ({state.master}, pid {state.server_pid}), "
+                f"up {_age(time.time() - state.started_at)}, {idle}{stops}")
+    if not matches:
+        output.line("[yellow]It was started with other Spark settings than the target has now: commands do not use it[/] "
+                    "(`pipe server stop`, then `pipe server start`)")
+        raise click.exceptions.Exit(EXIT_FAILED)
+    output.line(f"Log: {state.log}")
+
+
 @cli.command(name="show")
 @click.argument("table_name", metavar="TABLE")
 @click.option("--limit", "-n", type=click.IntRange(0), default=20, show_default=True, help="Rows to print.")
@@ -568,7 +701,7 @@ def show_cmd(ctx: _Context, table_name, limit, as_of, since, meta, fmt, target) 
     until = as_of if since else None
     keys = list(table.config.record_key_fields) if not since else []  # an incremental read keeps commit order
     if table.storage.spec.is_s3:
-        table.spark = _spark_for(table, plan, ctx.debug)
+        table.spark = _spark_for(table, plan, ctx.root(), ctx.debug)
         columns, rows = _rows_with_spark(table.read(as_of=as_of, since=since, until=until, meta=meta), keys, limit + 1)
     else:
         schema, batches = table.read_batches(as_of=as_of, since=since, until=until, meta=meta)
@@ -899,7 +1032,7 @@ def sync_cmd(ctx: _Context, table_names, full, target, vars_text) -> None:
     for name in table_names:
         if name not in writes:
             raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, writes) or f"tables: {', '.join(writes)}")])
-    lake = RunContext(plan, result.project.root, spark_factory=_spark_factory(plan, ctx.debug, announce=False))
+    lake = RunContext(plan, result.project.root, spark_factory=_spark_factory(plan, result.project.root, ctx.debug, announce=False))
     try:
         _sync_tables(ctx, lake, [writes[n] for n in table_names or writes], full)
     finally:
@@ -959,7 +1092,7 @@ def compact_cmd(ctx: _Context, table_name, target) -> None:
         before = [s for s in table.view().latest_slices() if s.has_logs]
         pending = table.timeline().pending_compactions()  # a Java writer's plan is executed too
         if before or pending:
-            table.spark = _spark_for(table, plan, ctx.debug)
+            table.spark = _spark_for(table, plan, ctx.root(), ctx.debug)
         done = table.compact() if before or pending else None
     _report_retired(table)
     if done is None:

@@ -11,11 +11,14 @@ cluster, unless the server is pipe's own (its workers run this very Python)."""
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import os
 import threading
 from typing import Any, Mapping
 
 from runtime import cluster
+from runtime.steps.errors import RunError
 
 # Runtime settings every Connect session of pipe gets (the target's own win): the SQL settings of
 # the classic defaults (runtime/session.py).
@@ -31,12 +34,8 @@ _session = None  # this process's Connect session
 _url = ""
 
 
-class ConnectError(RuntimeError):
-    """The Connect server cannot be reached or refused the session; `hint` says what to do."""
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
+class ConnectError(RunError):
+    """The Connect server cannot be reached or lacks what pipe needs; `hint` says what to do."""
 
 
 def remote_of(conf: Mapping[str, Any] | None, environ: Mapping[str, str]) -> str:
@@ -50,34 +49,25 @@ def current():
     return _session
 
 
-def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bool = False, own_server: bool = False):
+def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bool = False, own=None):
     """A Connect session with the server at `url` (sc://host:port): the same one on later calls.
-    `own_server`: the server is pipe's own local one, whose Python workers are this Python and
-    import pipe as this process does. Raises ConnectError when the server cannot be reached,
-    cluster.ExecutorPythonError when its Python workers cannot run pipe's tasks."""
-    global _session, _url
-    from pyspark.sql.connect.session import SparkSession
-
+    `own`: the server is pipe's own local one (its runtime/server.py ServerState): its Python
+    workers are this Python and import pipe as this process does, and the sessions are its fixed
+    ones, whose workers stay warm between commands. Raises ConnectError when the server cannot be
+    reached, cluster.ExecutorPythonError when its Python workers cannot run pipe's tasks."""
+    global _session, _url, _settings, _pool
     with _lock:
         if _session is not None and _url == url and not _session.is_stopped:
             return _session
-        settings = {**CONNECT_DEFAULTS, **{k: str(v) for k, v in (conf or {}).items()
-                                           if k not in ("spark.remote", "spark.master", "spark.app.name")}}
         # PySpark's functions build Connect columns in a process so marked (as its own builder does)
         os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-        try:
-            spark = SparkSession.builder.remote(url).create()
-            spark.conf.set("spark.sql.session.timeZone", "UTC")  # the first call: reaches the server, or fails here
-        except Exception as exc:  # noqa: BLE001 - gRPC and Connect errors: one line
-            raise ConnectError(f"cannot reach the Spark Connect server at {url}: {_first_line(exc)}",
-                               "start it (`pipe server start` for a local one), or check spark.remote in the target "
-                               "and SPARK_REMOTE") from exc
-        for k, v in settings.items():
-            try:
-                spark.conf.set(k, v)
-            except Exception:  # noqa: BLE001 - a static setting: the server's own value stands
-                pass
-        if not own_server:
+        _settings = {**CONNECT_DEFAULTS, **{k: str(v) for k, v in (conf or {}).items()
+                                            if k not in ("spark.remote", "spark.master", "spark.app.name")}}
+        if own is not None:
+            _pool = _Pool(own)
+            spark = _pool.claim("main")
+        else:
+            spark = _open(url)
             try:
                 cluster.ship_connect(spark, needs_boto3=reads_s3)
             except BaseException:
@@ -85,6 +75,129 @@ def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bo
                 raise
         _session, _url = spark, url
         return spark
+
+
+def _open(url: str):
+    """A session with its settings applied; its first call reaches the server, or fails here."""
+    from pyspark.sql.connect.session import SparkSession
+
+    try:
+        spark = SparkSession.builder.remote(url).create()
+        _opened.append(spark)
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    except Exception as exc:  # noqa: BLE001 - gRPC and Connect errors: one line
+        raise ConnectError(f"cannot reach the Spark Connect server at {url.split('/;')[0]}: {_first_line(exc)}",
+                           "start it (`pipe server start` for a local one), or check spark.remote in the target "
+                           "and SPARK_REMOTE") from exc
+    for k, v in _settings.items():
+        try:
+            spark.conf.set(k, v)
+        except Exception:  # noqa: BLE001 - a static setting: the server's own value stands
+            pass
+    return spark
+
+
+class _Pool:
+    """The fixed sessions of pipe's own server that this process uses: `main`, and one per step
+    running at the same time. A session is this process's while it holds the lock of its name
+    (another command of the same project may run at the same time and take the next name), and
+    keeps its Python workers warm for the next command that takes it."""
+
+    def __init__(self, state):
+        self.state = state
+        self.free: list[tuple[object, object]] = []  # (session, lock file)
+        self.taken: dict[int, object] = {}
+        self.lock = threading.Lock()
+
+    def claim(self, prefix: str):
+        from runtime import server
+
+        folder = server.lease_dir(self.state)
+        folder.mkdir(parents=True, exist_ok=True)
+        for n in range(256):
+            name = prefix if n == 0 else f"{prefix}-{n}"
+            held = open(folder / f"{name}.lock", "a+b")  # noqa: SIM115 - held while the session is ours
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                held.close()
+                continue
+            try:
+                spark = _open(self.state.session_url(name))
+            except BaseException:
+                held.close()
+                raise
+            spark.release_session_on_close = False  # a fixed session lives on for the next command
+            self.taken[id(spark)] = held
+            return spark
+        raise ConnectError("256 commands of this project use its pipe server at the same time", "wait for some to end")
+
+    def checkout(self):
+        """A step session: one this process used before (its temporary views dropped), else
+        the next fixed one free."""
+        with self.lock:
+            spark = self.free.pop() if self.free else None
+        if spark is None:
+            return self.claim("step")
+        for view in spark.catalog.listTables():
+            if view.isTemporary:
+                spark.catalog.dropTempView(view.name)
+        return spark
+
+    def give_back(self, spark) -> None:
+        spark.clearTags()
+        with self.lock:
+            self.free.append(spark)
+
+
+_settings: dict[str, str] = {}
+_pool: _Pool | None = None
+_opened: list = []  # the sessions this process opened
+
+
+@atexit.register
+def _close_all() -> None:
+    """Closes the sessions' channels before the interpreter exits. Left to the sessions' own
+    finalizers, a process with two or more of them hangs at exit (PySpark 4.3's client closing a
+    gRPC channel from __del__); fixed sessions stay open on the server for the next command."""
+    while _opened:
+        spark = _opened.pop()
+        try:
+            spark.client.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+def step_session(spark, tag: str):
+    """A session of its own for a step (runtime/spark_api.py), tagged `tag`: a fixed one on pipe's
+    own server, else a clone of `spark` (its settings and shipped code)."""
+    if _pool is not None:
+        session = _pool.checkout()
+    else:
+        session = clone(spark)
+    session.addTag(tag)
+    return session
+
+
+def end_step_session(session) -> None:
+    """A step is over: its fixed session goes back to the pool, a clone is released."""
+    if _pool is not None and id(session) in _pool.taken:
+        _pool.give_back(session)
+        return
+    for release in (session.client.release_session, session.client.close):
+        try:
+            release()
+        except Exception:  # noqa: BLE001 - best effort; the server expires idle sessions
+            pass
+
+
+def clone(spark):
+    """A new session on the server with the settings and shipped code of `spark`."""
+    try:
+        return spark.cloneSession()
+    except Exception as exc:  # noqa: BLE001 - an older client or server
+        raise ConnectError(f"the Spark Connect server cannot clone a session ({_first_line(exc)}), which pipe needs to run a step",
+                           "use a Spark Connect server and pyspark of version 4.1 or newer") from exc
 
 
 def stop() -> None:

@@ -576,13 +576,14 @@ def _get_or_create(builder, java: Java | None):
 
 
 def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "pipe", *,
-              reads_s3: bool = False, remote: str = "", own_server: bool = False):
+              reads_s3: bool = False, remote: str = "", own_server=None):
     """The SparkSession of this process: started on the first call (see the module's docstring),
     the same one on later calls (which apply the runtime-settable entries of `conf` to it).
     On a master that is not local, pipe's code is shipped to the executors and their Python is
     checked (runtime/cluster.py; `reads_s3`: the tasks also read or write S3 with boto3).
     `remote` (sc://host:port; by default `spark.remote` of `conf`, else SPARK_REMOTE): a Spark
-    Connect session with that server instead (runtime/connect.py; `own_server`: pipe's own).
+    Connect session with that server instead (runtime/connect.py; `own_server`: the state of
+    pipe's own server, runtime/server.py).
     Raises SparkStartError when Spark cannot start, cluster.ExecutorPythonError when the
     executors' Python cannot run pipe's tasks."""
     from runtime import connect
@@ -590,7 +591,7 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
     remote = remote or connect.remote_of(conf, os.environ)
     if remote.startswith("sc://"):
         try:
-            return connect.get_session(remote, conf, reads_s3=reads_s3, own_server=own_server)
+            return connect.get_session(remote, conf, reads_s3=reads_s3, own=own_server)
         except connect.ConnectError as exc:
             raise SparkStartError(str(exc), exc.hint) from exc
     with _lock:

@@ -19,14 +19,6 @@ _tagged_lock = threading.Lock()
 _parallelism: dict[str, int] = {}
 
 
-class ConnectUnsupported(Exception):
-    """The Spark Connect server lacks something pipe needs; `hint` says what to do."""
-
-    def __init__(self, message: str, hint: str):
-        super().__init__(message)
-        self.hint = hint
-
-
 def is_connect(spark) -> bool:
     """Whether `spark` is a Spark Connect session (a client of a server)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
@@ -37,12 +29,9 @@ def new_session(spark):
     over Connect, the code shipped to it."""
     if not is_connect(spark):
         return spark.newSession()
-    try:
-        return spark.cloneSession()
-    except Exception as exc:  # noqa: BLE001 - an older client or server
-        raise ConnectUnsupported(
-            f"the Spark Connect server cannot clone a session ({_first_line(exc)}), which pipe needs to run a step",
-            "use a Spark Connect server and pyspark of version 4.1 or newer") from exc
+    from runtime import connect
+
+    return connect.clone(spark)
 
 
 def step_session(spark, tag: str, description: str):
@@ -52,23 +41,22 @@ def step_session(spark, tag: str, description: str):
     if not is_connect(spark):
         spark.sparkContext.setJobGroup(tag, description, interruptOnCancel=True)
         return spark.newSession()
-    session = new_session(spark)
-    session.addTag(tag)
+    from runtime import connect
+
+    session = connect.step_session(spark, tag)
     with _tagged_lock:
         _tagged[tag] = session
     return session
 
 
 def end_step(spark, tag: str) -> None:
-    """A step is over: over Connect, its session's state on the server is released."""
+    """A step is over: over Connect, its session is given back (runtime/connect.py)."""
     with _tagged_lock:
         session = _tagged.pop(tag, None)
     if session is not None:
-        for release in (session.client.release_session, session.client.close):
-            try:
-                release()
-            except Exception:  # noqa: BLE001 - best effort; the server expires idle sessions
-                pass
+        from runtime import connect
+
+        connect.end_step_session(session)
 
 
 def cancel(spark, tag: str) -> None:
@@ -132,7 +120,3 @@ def master(spark) -> str:
     if not is_connect(spark):
         return spark.sparkContext.master
     return setting(spark, "spark.master") or ""
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,355 @@
+"""`pipe server`: a warm local Spark Connect server for one project and target.
+
+A `pipe run` on embedded Spark starts a JVM, warms it up and starts Python workers, for seconds
+of work on a handful of rows. `pipe server start` starts that JVM once, as a Spark Connect server
+(the installed pyspark's own SparkConnectServer, with the target's Spark settings), and later
+`pipe run`, `pipe show` and `pipe test` of the same project and target talk to it.
+
+What keeps it safe and private:
+- It listens on 127.0.0.1 only, on a port chosen free at start.
+- It is remembered per project folder and target, in a state file under pipe's cache folder
+  (runtime/cluster.py cache_dir), with a fingerprint of the Spark settings it was started with:
+  a command uses it only when the project folder, the target and the settings all match, so two
+  projects, or a target whose settings changed, never share a server by accident.
+- A supervisor process (this module run as `python -m runtime.server`) owns the JVM: it stops it
+  on `pipe server stop` (SIGTERM), when it has been idle for the idle timeout (no command has
+  used it, and none that uses it is running), and forgets it if the JVM dies.
+
+Python workers: Spark starts one set of Python worker processes per Connect session, and a new
+session would import pandas and pyarrow again in each (seconds). pipe's commands therefore use a
+fixed set of sessions on its own server (ids derived from the server's, one per concurrent
+step), which keep their workers warm from one command to the next (runtime/connect.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+IDLE_TIMEOUT_S = 3600  # an idle server stops after an hour (`pipe server start --idle-timeout`)
+START_TIMEOUT_S = 180
+_CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+class ServerError(RuntimeError):
+    """A server could not start or be reached; `hint` says what to do."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What the state file remembers of a running server."""
+
+    project: str  # the project folder, resolved
+    target: str
+    fingerprint: str  # of the Spark settings it was started with
+    url: str  # sc://127.0.0.1:PORT
+    port: int
+    supervisor_pid: int
+    server_pid: int
+    session_base: str  # a UUID: the fixed sessions' ids derive from it
+    started_at: float
+    idle_timeout_s: int
+    log: str  # the server's log file
+    master: str
+
+    def session_id(self, name: str) -> str:
+        """The id of the fixed session `name` ("main", "step-0", ...) on this server."""
+        return str(uuid.uuid5(uuid.UUID(self.session_base), name))
+
+    def session_url(self, name: str) -> str:
+        return f"{self.url}/;session_id={self.session_id(name)}"
+
+
+def fingerprint(settings: Mapping[str, str]) -> str:
+    """Of the Spark settings a server starts with (and of the Python its workers run)."""
+    text = json.dumps({"settings": dict(sorted(settings.items())), "python": this_python()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def state_dir() -> Path:
+    from runtime.cluster import cache_dir
+
+    return cache_dir() / "servers"
+
+
+def state_path(project: Path, target: str) -> Path:
+    """The state file of the server of `project` and `target`."""
+    key = hashlib.sha256(f"{Path(project).resolve()}\0{target}".encode()).hexdigest()[:16]
+    return state_dir() / f"{key}.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_state(project: Path, target: str) -> ServerState | None:
+    """The running server of `project` and `target`, or None (a stale state file is removed)."""
+    path = state_path(project, target)
+    try:
+        state = ServerState(**json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+    if not (_alive(state.supervisor_pid) and _alive(state.server_pid)):
+        path.unlink(missing_ok=True)
+        return None
+    return state
+
+
+def touch(state: ServerState) -> None:
+    """A command used the server now: its idle time starts again."""
+    mark = lease_dir(state)
+    mark.mkdir(parents=True, exist_ok=True)
+    (mark / "last_used").touch()
+
+
+def lease(state: ServerState) -> Path:
+    """Marks this process as using the server until it exits (the idle timeout waits for it)."""
+    path = lease_dir(state) / f"lease-{os.getpid()}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return path
+
+
+def lease_dir(state: ServerState) -> Path:
+    return state_dir() / f"{state.session_base}.d"
+
+
+def idle_for(state: ServerState) -> float:
+    """Seconds since a command last used the server; 0 while one runs."""
+    folder = lease_dir(state)
+    for lease_file in folder.glob("lease-*"):
+        pid = int(lease_file.name.split("-", 1)[1])
+        if _alive(pid):
+            return 0.0
+        lease_file.unlink(missing_ok=True)
+    try:
+        last = (folder / "last_used").stat().st_mtime
+    except OSError:
+        last = state.started_at
+    return max(0.0, time.time() - max(last, state.started_at))
+
+
+# --------------------------------------------------------------------------------------------
+# Starting and stopping
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def server_settings(master: str, conf: Mapping[str, Any] | None, project_name: str) -> dict[str, str]:
+    """The settings of the server's Spark: those of an embedded session (runtime/session.py)."""
+    from runtime.session import spark_settings
+
+    settings = spark_settings(master, {k: v for k, v in (conf or {}).items() if k != "spark.remote"}, f"pipe server {project_name}")
+    settings.setdefault("spark.pyspark.python", this_python())
+    return settings
+
+
+def this_python() -> str:
+    """This Python, named the same whichever of its names (python, python3) started it."""
+    candidate = Path(sys.prefix) / "bin" / "python"
+    try:
+        if candidate.exists() and candidate.samefile(sys.executable):
+            return str(candidate)
+    except OSError:
+        pass
+    return sys.executable
+
+
+def start(project: Path, project_name: str, target: str, master: str, conf: Mapping[str, Any] | None, *,
+          idle_timeout_s: int = IDLE_TIMEOUT_S) -> tuple[ServerState, bool]:
+    """Starts the server of `project` and `target` (or finds it running with these settings):
+    (its state, whether it was started now). Raises ServerError when it cannot start, or when
+    one runs with other settings."""
+    project = Path(project).resolve()
+    settings = server_settings(master, conf, project_name)
+    print_ = fingerprint(settings)
+    running = read_state(project, target)
+    if running is not None:
+        if running.fingerprint == print_:
+            return running, False
+        raise ServerError(f"a pipe server for target {target} of this project runs with other Spark settings ({running.url})",
+                          "stop it with `pipe server stop`, then start it again")
+    path = state_path(project, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = path.with_suffix(".log")
+    request = {"project": str(project), "target": target, "fingerprint": print_, "settings": settings,
+               "idle_timeout_s": idle_timeout_s, "log": str(log), "state": str(path)}
+    request_path = path.with_suffix(".request.json")
+    request_path.write_text(json.dumps(request), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")) if p)
+    with open(log, "ab") as out:
+        supervisor = subprocess.Popen([sys.executable, "-m", "runtime.server", str(request_path)], stdin=subprocess.DEVNULL,
+                                      stdout=out, stderr=out, env=env, start_new_session=True, cwd=str(project))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = read_state(project, target)
+        if state is not None and state.supervisor_pid == supervisor.pid:
+            return state, True
+        if supervisor.poll() is not None:
+            raise ServerError(f"the Spark Connect server did not start: {_last_error(log)}",
+                              f"see its log, {log}")
+        time.sleep(0.2)
+    _terminate(supervisor.pid)
+    raise ServerError(f"the Spark Connect server did not start within {START_TIMEOUT_S} s", f"see its log, {log}")
+
+
+def stop(project: Path, target: str, timeout_s: float = 30) -> ServerState | None:
+    """Stops the server of `project` and `target`; the state it had, or None if none ran."""
+    state = read_state(Path(project).resolve(), target)
+    if state is None:
+        return None
+    _terminate(state.supervisor_pid)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (_alive(state.supervisor_pid) or _alive(state.server_pid)):
+        time.sleep(0.1)
+    if _alive(state.server_pid):
+        _terminate(state.server_pid, signal.SIGKILL)
+    state_path(Path(project), target).unlink(missing_ok=True)
+    return state
+
+
+def _terminate(pid: int, sig: int = signal.SIGTERM) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _last_error(log: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "it printed nothing"
+    wanted = [ln for ln in lines if ("Exception" in ln or "Error" in ln or "error" in ln) and not ln.startswith("at ")]
+    return (wanted or lines or ["it printed nothing"])[-1][:400]
+
+
+# --------------------------------------------------------------------------------------------
+# The supervisor (python -m runtime.server REQUEST)
+
+
+def _server_command(settings: Mapping[str, str], port: int) -> list[str]:
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).resolve().parent
+    command = [str(spark_home / "bin" / "spark-submit"), "--class", _CONNECT_CLASS, "--name", settings.get("spark.app.name", "pipe server")]
+    fixed = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port),
+             # the fixed sessions must not expire while the server waits for the next command
+             "spark.connect.session.manager.defaultSessionTimeout": "7d",
+             # workers forked with pipe's task packages already imported (runtime/worker_daemon.py)
+             "spark.python.daemon.module": "runtime.worker_daemon"}
+    for k, v in {**settings, **fixed}.items():
+        if k not in ("spark.app.name",):
+            command += ["--conf", f"{k}={v}"]
+    return command
+
+
+def _supervise(request_path: Path) -> int:
+    from runtime.session import _home_for_spark, find_java
+
+    request = json.loads(request_path.read_text(encoding="utf-8"))
+    request_path.unlink(missing_ok=True)
+    settings, path = request["settings"], Path(request["state"])
+    java = find_java()
+    env = dict(os.environ)
+    home = _home_for_spark(java)
+    if home:
+        env["JAVA_HOME"] = home
+    import pyspark
+
+    env["SPARK_HOME"] = str(Path(pyspark.__file__).resolve().parent)
+    env["PYSPARK_PYTHON"] = settings.get("spark.pyspark.python", sys.executable)
+    if settings.get("spark.master", "").startswith("local"):
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    port = _free_port()
+    server = subprocess.Popen(_server_command(settings, port), stdin=subprocess.DEVNULL, env=env)
+    stopping = False
+
+    def on_term(signum, frame):  # noqa: ARG001 - signal handler
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _listening(port):
+        if server.poll() is not None or stopping or time.monotonic() > deadline:
+            _terminate(server.pid)
+            print(f"pipe server: the Spark Connect server did not start (exit {server.poll()})", flush=True)
+            return 1
+        time.sleep(0.2)
+    state = ServerState(project=request["project"], target=request["target"], fingerprint=request["fingerprint"],
+                        url=f"sc://127.0.0.1:{port}", port=port, supervisor_pid=os.getpid(), server_pid=server.pid,
+                        session_base=str(uuid.uuid4()), started_at=time.time(), idle_timeout_s=int(request["idle_timeout_s"]),
+                        log=request["log"], master=settings.get("spark.master", ""))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    print(f"pipe server: Spark Connect server ready at {state.url} (pid {server.pid})", flush=True)
+    reason = "stopped"
+    try:
+        while True:
+            if stopping:
+                reason = "stop requested"
+                break
+            if server.poll() is not None:
+                reason = f"the Spark Connect server exited ({server.returncode})"
+                break
+            if state.idle_timeout_s > 0 and idle_for(state) > state.idle_timeout_s:
+                reason = f"idle for {state.idle_timeout_s} s"
+                break
+            time.sleep(1)
+    finally:
+        try:
+            if json.loads(path.read_text(encoding="utf-8")).get("supervisor_pid") == os.getpid():
+                path.unlink(missing_ok=True)
+        except (OSError, ValueError):
+            pass
+        if server.poll() is None:
+            _terminate(server.pid)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _terminate(server.pid, signal.SIGKILL)
+        for leftover in lease_dir(state).glob("*"):
+            leftover.unlink(missing_ok=True)
+        try:
+            lease_dir(state).rmdir()
+        except OSError:
+            pass
+        print(f"pipe server: stopped ({reason})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_supervise(Path(sys.argv[1])))
