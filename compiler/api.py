@@ -18,7 +18,7 @@ from compiler import data_tests
 from compiler.errors import Collector, Diagnostic
 from compiler.graph import Edge, build_graph, check_cycles, ordered, source_id, table_id, test_id
 from compiler.plan import Plan, Step, TargetSpec, step_attributes, timeline_action
-from compiler.project import Project, load_project
+from compiler.project import Project, ProjectFiles, load_project
 from compiler.render import Renderer, RenderedSource, RenderedTable
 from compiler.schema import CATALOG_NAME_RE
 from compiler.validate import validate
@@ -37,27 +37,29 @@ class CompileResult:
 
 
 def compile_project(root: str | Path, target: str | None = None, cli_vars: Mapping[str, Any] | None = None, *,
-                    check_sql: bool = True, cache_dir: Path | None = None, cache_write: bool = True) -> CompileResult:
+                    check_sql: bool = True, cache_dir: Path | None = None, cache_write: bool = True,
+                    files: ProjectFiles | None = None) -> CompileResult:
     """Compiles the project at `root`. Raises ProjectError with every problem found.
 
     `check_sql` parses every table's SQL and checks its columns (compiler/sqlcheck.py); its
     outcomes are cached in `cache_dir` when given (the commands pass the project's target/), and
-    only read from there when not `cache_write`."""
+    only read from there when not `cache_write`. `files`: the project's files when they have been
+    read already (`pipe compile` reads them first, for partial parsing)."""
     # Compiling allocates many small objects and frees nothing cyclic; pausing the cyclic
     # collector saves about a fifth of the time on large projects.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(Path(root), target, cli_vars, check_sql, cache_dir, cache_write)
+        return _compile(Path(root), target, cli_vars, check_sql, cache_dir, cache_write, files)
     finally:
         if was_enabled:
             gc.enable()
 
 
 def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None, check_sql: bool, cache_dir: Path | None,
-             cache_write: bool) -> CompileResult:
+             cache_write: bool, files: ProjectFiles | None) -> CompileResult:
     errors = Collector()
-    project = load_project(Path(root), target=target, cli_vars=cli_vars, errors=errors)
+    project = load_project(Path(root), target=target, cli_vars=cli_vars, errors=errors, files=files)
     validate(project, errors)
 
     renderer = Renderer(project, errors)

@@ -432,7 +432,7 @@ def read_singular(project: Project, renderer, errors: Collector) -> list[DataTes
     from compiler.project import read_test_files
 
     out = []
-    for rel, text in read_test_files(project.root, errors):
+    for rel, text in read_test_files(project, errors):
         name = rel.rsplit("/", 1)[-1][: -len(".sql")]
         if not NAME_RE.match(name):
             errors.error(Location(rel, 1, 1), f"invalid test name '{name}'", "name the file with letters, digits and _ (it becomes the test's name)")

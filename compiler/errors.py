@@ -4,7 +4,6 @@ every diagnostic of a project so that they are all reported in one go."""
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -85,5 +84,7 @@ class Collector:
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
     """A "did you mean 'x'?" hint for a misspelt name, or None when nothing is close."""
+    import difflib  # only when something is misspelt: every command imports this module
+
     matches = difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.6)
     return f"did you mean '{matches[0]}'?" if matches else None

@@ -1,8 +1,9 @@
 """Reading a project folder into typed objects that remember where each setting was written.
 
-`load_project` reads pipe_project.yml, sources/*.yml, tables/*.yml (+ tables/<name>.sql) and
-macros/*.sql, checks every key against `schema.py`, picks the target and merges vars. It never
-stops at the first problem: everything it finds is collected for one report."""
+`load_project` reads pipe_project.yml, sources/*.yml, tables/*.yml (+ tables/<name>.sql),
+macros/*.sql and tests/*.sql (in one pass, `ProjectFiles`), checks every key against `schema.py`,
+picks the target and merges vars. It never stops at the first problem: everything it finds is
+collected for one report."""
 
 from __future__ import annotations
 
@@ -90,6 +91,57 @@ class MacroFile:
     text: str
 
 
+# What a compile reads: pipe_project.yml and, in each of these folders (at any depth), the files
+# ending so. The project is read from nothing else (`ProjectFiles`), which is what lets partial
+# parsing (compiler/partial.py) fingerprint a compile's inputs.
+INPUT_FOLDERS = (
+    ("sources", (".yml", ".yaml")),
+    ("tables", (".yml", ".yaml", ".sql")),
+    ("macros", (".sql",)),
+    ("tests", (".sql",)),
+)
+
+
+@dataclass(frozen=True)
+class ProjectFiles:
+    """The bytes of every file of a project a compile reads, read in one pass: the compile
+    works from these, so a fingerprint of them (compiler/partial.py) is one of its inputs."""
+
+    root: Path
+    contents: Mapping[str, bytes | OSError]  # relative posix path -> bytes, or why it could not be read
+
+    @classmethod
+    def read(cls, root: Path) -> "ProjectFiles":
+        contents: dict[str, bytes | OSError] = {}
+        for rel in [PROJECT_FILE] + [rel for folder, suffixes in INPUT_FOLDERS for rel in _files(root, folder, suffixes)]:
+            try:
+                with open(os.path.join(root, rel), "rb") as f:
+                    contents[rel] = f.read()
+            except OSError as exc:
+                contents[rel] = exc
+        return cls(Path(root), contents)
+
+    def listing(self, folder: str, suffixes: tuple[str, ...]) -> list[str]:
+        """Relative paths of the files under `folder` ending in `suffixes`, sorted."""
+        prefix = folder + "/"
+        return [rel for rel in self.contents if rel.startswith(prefix) and rel.endswith(suffixes)]
+
+    def text(self, rel: str, errors: Collector) -> str | None:
+        """The file's text with universal newlines (as text mode reads it), or None with the
+        reason reported when it could not be read or is not UTF-8."""
+        data = self.contents[rel]
+        if isinstance(data, OSError):
+            errors.error(Location(rel, 1), f"cannot read file: {data.strerror}")
+            return None
+        try:
+            return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            col = len(data[data.rfind(b"\n", 0, exc.start) + 1: exc.start].decode("utf-8", "replace")) + 1
+            errors.error(Location(rel, line, col), f"file is not UTF-8 text ({exc.reason} at byte {exc.start})", "save the file as UTF-8")
+        return None
+
+
 @dataclass(frozen=True)
 class Project:
     root: Path
@@ -101,6 +153,7 @@ class Project:
     tables: Mapping[str, Table]
     macros: tuple[MacroFile, ...]
     project_doc: Doc = field(compare=False, repr=False)
+    files: ProjectFiles = field(compare=False, repr=False)  # what it was read from
 
 
 def find_project_root(start: Path) -> Path | None:
@@ -141,23 +194,6 @@ def _files(root: Path, folder: str, suffixes: tuple[str, ...]) -> list[str]:
         rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
         found.extend(f"{rel_dir}/{name}" for name in filenames if name.endswith(suffixes))
     return sorted(found)
-
-
-def _read(rel: str, root: Path, errors: Collector) -> str | None:
-    try:
-        with open(os.path.join(root, rel), "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        errors.error(Location(rel, 1), f"cannot read file: {exc.strerror}")
-        return None
-    try:
-        # universal newlines, as text mode reads them
-        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        col = len(data[data.rfind(b"\n", 0, exc.start) + 1: exc.start].decode("utf-8", "replace")) + 1
-        errors.error(Location(rel, line, col), f"file is not UTF-8 text ({exc.reason} at byte {exc.start})", "save the file as UTF-8")
-    return None
 
 
 def _top_level(doc: Doc, expected: str, errors: Collector, other: str) -> dict[str, Any]:
@@ -231,8 +267,10 @@ def load_project(
     target: str | None = None,
     cli_vars: Mapping[str, Any] | None = None,
     errors: Collector | None = None,
+    files: ProjectFiles | None = None,
 ) -> Project:
-    """Reads the project at `root`. Raises ProjectError listing every problem found."""
+    """Reads the project at `root` (from `files` when they have been read already). Raises
+    ProjectError listing every problem found."""
     errors = errors if errors is not None else Collector()
     root = Path(root).resolve()
     project_path = root / PROJECT_FILE
@@ -240,7 +278,8 @@ def load_project(
         raise ProjectError(
             [_diag(Location(PROJECT_FILE), f"no {PROJECT_FILE} in {root}", "run pipe inside a project folder, pass --project-dir, or create one with `pipe init NAME`")]
         )
-    text = _read(PROJECT_FILE, root, errors)
+    files = files if files is not None else ProjectFiles.read(root)
+    text = files.text(PROJECT_FILE, errors)
     doc = load_yaml(text or "", PROJECT_FILE, errors)
     if doc is None:  # unreadable: its error is reported; go on with defaults to check the rest
         doc = Doc(PROJECT_FILE, {"name": "project"})
@@ -276,12 +315,12 @@ def load_project(
         _check_var(name_, value, Location("<command line>"), errors)
     merged_vars = {**conf["vars"], **tconf["vars"], **(cli_vars or {})}
 
-    sources = _load_sources(root, errors)
-    tables = _load_tables(root, errors)
+    sources = _load_sources(files, errors)
+    tables = _load_tables(files, errors)
     _check_sql_names(sources, tables, errors)
     macros = []
-    for rel in _files(root, "macros", (".sql",)):
-        mtext = _read(rel, root, errors)
+    for rel in files.listing("macros", (".sql",)):
+        mtext = files.text(rel, errors)
         if mtext is not None:
             macros.append(MacroFile(rel, mtext))
 
@@ -295,6 +334,7 @@ def load_project(
         tables=tables,
         macros=tuple(macros),
         project_doc=doc,
+        files=files,
     )
 
 
@@ -333,10 +373,10 @@ def _diag(location: Location, message: str, hint: str | None = None):
     return Diagnostic(location, message, hint)
 
 
-def _entries(root: Path, folder: str, other: str, errors: Collector):
+def _entries(files: ProjectFiles, folder: str, other: str, errors: Collector):
     """(file, doc, name, body, path) of every well-named entry under `folder:` in folder/*.yml."""
-    for rel in _files(root, folder, (".yml", ".yaml")):
-        text = _read(rel, root, errors)
+    for rel in files.listing(folder, (".yml", ".yaml")):
+        text = files.text(rel, errors)
         doc = load_yaml(text, rel, errors) if text is not None else None
         if doc is None:
             continue
@@ -346,9 +386,9 @@ def _entries(root: Path, folder: str, other: str, errors: Collector):
                 yield rel, doc, name, body, p
 
 
-def _load_sources(root: Path, errors: Collector) -> dict[str, Source]:
+def _load_sources(files: ProjectFiles, errors: Collector) -> dict[str, Source]:
     sources: dict[str, Source] = {}
-    for _rel, doc, name, body, p in _entries(root, "sources", "tables", errors):
+    for _rel, doc, name, body, p in _entries(files, "sources", "tables", errors):
         kind = body.get("kind") if isinstance(body, dict) else None
         if isinstance(body, dict) and kind is None:
             errors.error(doc.at(p, key=True), f"source '{name}' is missing required key 'kind'", "add `kind:` with one of: " + ", ".join(schema.SOURCE_KINDS))
@@ -373,15 +413,15 @@ def _load_sources(root: Path, errors: Collector) -> dict[str, Source]:
     return sources
 
 
-def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
+def _load_tables(files: ProjectFiles, errors: Collector) -> dict[str, Table]:
     tables: dict[str, Table] = {}
     declared_sql: set[str] = set()
-    sql_files = _files(root, "tables", (".sql",))
+    sql_files = files.listing("tables", (".sql",))
     existing_sql = set(sql_files)
-    for rel, doc, name, body, p in _entries(root, "tables", "sources", errors):
+    for rel, doc, name, body, p in _entries(files, "tables", "sources", errors):
         config = schema.Checker(doc, errors).section(schema.TABLE, body, p, f"table '{name}'")
         sql_rel = f"{rel.rsplit('/', 1)[0]}/{name}.sql"
-        sql_text = _read(sql_rel, root, errors) if sql_rel in existing_sql else None
+        sql_text = files.text(sql_rel, errors) if sql_rel in existing_sql else None
         if sql_text is not None:
             declared_sql.add(sql_rel)
         table = Table(
@@ -407,7 +447,7 @@ def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
         if name in tables:
             errors.error(Location(rel, 1, 1), f"table '{name}' has a SQL file here but is declared at {tables[name].location}", f"move the SQL to {Path(tables[name].file).parent.as_posix()}/{name}.sql, beside its YAML")
             continue
-        sql_text = _read(rel, root, errors)
+        sql_text = files.text(rel, errors)
         if sql_text is None:
             continue
         config = schema.Checker(doc, errors).section(schema.TABLE, {}, (), f"table '{name}'")
@@ -415,11 +455,11 @@ def _load_tables(root: Path, errors: Collector) -> dict[str, Table]:
     return tables
 
 
-def read_test_files(root: Path, errors: Collector) -> list[tuple[str, str]]:
+def read_test_files(project: Project, errors: Collector) -> list[tuple[str, str]]:
     """(relative path, text) of every tests/**/*.sql: the project's singular data tests."""
     out = []
-    for rel in _files(root, "tests", (".sql",)):
-        text = _read(rel, root, errors)
+    for rel in project.files.listing("tests", (".sql",)):
+        text = project.files.text(rel, errors)
         if text is not None:
             out.append((rel, text))
     return out

@@ -7,10 +7,8 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import click
@@ -118,6 +116,8 @@ def cli(click_ctx: click.Context, debug: bool, project_dir: str | None) -> None:
 @click.pass_obj
 def init(ctx: _Context, name: str) -> None:
     """Create a new project NAME from the example project."""
+    import shutil
+
     from pipe.template import template_dir
 
     if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
@@ -145,26 +145,41 @@ def init(ctx: _Context, name: str) -> None:
 def compile_cmd(ctx: _Context, target: str | None, vars_text: str | None) -> None:
     """Validate the project and write target/plan.json."""
     started = time.perf_counter()
-    result = _compile(ctx, target, vars_text)
-    plan = result.plan
-    target_dir = result.project.root / "target"
-    target_dir.mkdir(exist_ok=True)
-    tmp = target_dir / ".plan.json.tmp"
-    tmp.write_text(plan.to_json(), encoding="utf-8")
-    os.replace(tmp, target_dir / "plan.json")
+    from compiler import partial
+    from compiler.project import ProjectFiles, parse_cli_vars
+
+    root = ctx.root()
+    cli_vars = parse_cli_vars(vars_text)
+    target_dir = root / "target"
+    # partial parsing (compiler/partial.py): a project unchanged since the plan.json in target/
+    # was compiled keeps it; otherwise it is compiled from the very files fingerprinted
+    files = ProjectFiles.read(root)
+    fingerprint = partial.fingerprint(files, target, cli_vars)
+    reused = partial.reuse(target_dir, fingerprint)
+    if reused is not None:
+        if reused.warnings:
+            output.diagnostics(reused.warnings)
+        summary = reused.summary
+    else:
+        from compiler.api import compile_project
+
+        result = compile_project(root, target=target, cli_vars=cli_vars, cache_dir=target_dir, files=files)
+        if result.warnings:
+            output.diagnostics(result.warnings)
+        plan_json = result.plan.to_json()
+        target_dir.mkdir(exist_ok=True)
+        tmp = target_dir / ".plan.json.tmp"
+        tmp.write_text(plan_json, encoding="utf-8")
+        os.replace(tmp, target_dir / "plan.json")
+        summary = partial.Summary.of(result.plan)
+        partial.remember(target_dir, fingerprint, plan_json, result.warnings, summary)
     elapsed = time.perf_counter() - started
-    ingest = sum(1 for s in plan.steps if s.kind == "ingest")
-    writes = [s for s in plan.steps if s.kind == "write"]
-    actions: dict[str, int] = {}
-    for s in writes:
-        actions[s.action] = actions.get(s.action, 0) + 1
-    detail = ", ".join(f"{n} {a}" for a, n in sorted(actions.items()))
-    tests = sum(1 for s in plan.steps if s.kind == "test")
+    detail = ", ".join(f"{n} {a}" for a, n in summary.actions.items())
     output.line(
-        f"Compiled [bold]{plan.project}[/] for target [bold]{plan.target.name}[/]: "
-        f"{ingest} source{'s' if ingest != 1 else ''}, {len(writes)} table{'s' if len(writes) != 1 else ''}"
+        f"Compiled [bold]{summary.project}[/] for target [bold]{summary.target}[/]: "
+        f"{summary.sources} source{'s' if summary.sources != 1 else ''}, {summary.tables} table{'s' if summary.tables != 1 else ''}"
         + (f" ({detail})" if detail else "")
-        + (f", {tests} test{'s' if tests != 1 else ''}" if tests else "")
+        + (f", {summary.tests} test{'s' if summary.tests != 1 else ''}" if summary.tests else "")
         + f" -> target/plan.json in {elapsed:.2f}s"
     )
 
@@ -552,6 +567,8 @@ def _spark_for(table, plan, root: Path, debug: bool):
 @click.pass_obj
 def pack_env_cmd(ctx: _Context, output_path, rebuild) -> None:
     """Pack the Python packages pipe's tasks need into an archive for a cluster's executors, and print the target settings that ship it."""
+    import shutil
+
     from runtime.cluster import ExecutorPythonError, pack_env
     from runtime.executor import RunError
 
@@ -1055,7 +1072,7 @@ def _sync_tables(ctx: _Context, lake, steps_, full: bool) -> None:
             outcome = sync_step(lake, step, full=full)
         except Exception as exc:  # noqa: BLE001 - one table's failure does not stop the others
             if ctx.debug:
-                traceback.print_exc()
+                _print_traceback()
             failed += 1
             output.fail(f"{name}: catalog sync failed: {exc}", getattr(exc, "hint", None)
                         or (None if isinstance(exc, PipeError) else "run again with --debug for the traceback"))
@@ -1182,6 +1199,13 @@ def _short_checkpoint(value: str) -> str:
     return value
 
 
+def _print_traceback() -> None:
+    """With --debug: the traceback of the exception being handled (traceback is imported only then)."""
+    import traceback
+
+    traceback.print_exc()
+
+
 def _cli(message: str, hint: str | None = None):
     from compiler.errors import Diagnostic
 
@@ -1202,12 +1226,12 @@ def main(argv: list[str] | None = None) -> int:
             return code  # click returns the code of an Exit raised by a command
     except ProjectError as exc:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         output.diagnostics(exc.diagnostics, wrote_nothing=command in _WRITING_COMMANDS)
         return EXIT_USAGE
     except PipeError as exc:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         output.fail(str(exc), getattr(exc, "hint", None))
         return getattr(exc, "exit_code", EXIT_USAGE)  # e.g. 1 for a run refused because another one is going on
     except click.exceptions.Abort:
@@ -1223,7 +1247,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a bug in pipe, not in the project
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         from runtime.table.errors import TableError
 
         if isinstance(exc, TableError):  # a table service or write refused; nothing was changed

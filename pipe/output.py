@@ -1,22 +1,48 @@
 """Terminal output: diagnostics on stderr, results on stdout, through rich (colour only on a
-terminal, plain text in CI logs and pipes)."""
+terminal, plain text in CI logs and pipes).
+
+rich costs about 25 ms to import, which `pipe compile` writing to a CI log has no use for, so it
+is imported on first use: `out` and `err` are made when first asked for, and `line()` writes a
+line whose only markup is a few style tags to a pipe or file itself, as rich would print it
+there (`_plain`)."""
 
 from __future__ import annotations
 
+import builtins
+import os
+import re
 import sys
-from typing import Iterable
-
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING, Iterable
 
 from compiler.errors import Diagnostic
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+_consoles: dict[str, Console] = {}
+
+
+def __getattr__(name: str):
+    """`output.out` (stdout) and `output.err` (stderr), rich Consoles made on first use."""
+    if name in ("out", "err"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _console(name: str) -> Console:
+    console = _consoles.get(name)
+    if console is None:
+        from rich.console import Console
+
+        console = _consoles[name] = Console(stderr=name == "err", highlight=False, soft_wrap=True)
+    return console
 
 
 def diagnostics(items: Iterable[Diagnostic], wrote_nothing: bool = False) -> None:
+    from rich.markup import escape
+
     items = list(items)
+    err = _console("err")
     for d in items:
         colour = "red" if d.severity == "error" else "yellow"
         err.print(f"[bold]{escape(str(d.location))}[/]: [bold {colour}]{d.severity}[/]: {escape(d.message)}")
@@ -29,18 +55,55 @@ def diagnostics(items: Iterable[Diagnostic], wrote_nothing: bool = False) -> Non
 
 
 def fail(message: str, hint: str | None = None) -> None:
+    from rich.markup import escape
+
+    err = _console("err")
     err.print(f"[bold red]error[/]: {escape(message)}")
     if hint:
         err.print(f"  [dim]hint:[/] {escape(hint)}")
 
 
 def line(text: str = "") -> None:
-    out.print(text)
+    plain = _plain(text, sys.stdout)
+    if plain is None:
+        _console("out").print(text)
+    else:
+        sys.stdout.write(plain)
+        sys.stdout.flush()
+
+
+# The style tags `_plain` removes; any other `[` or `]` may be markup, and leaves the line to rich.
+_STYLE_TAG = re.compile(r"\[(?:/|(?:bold |dim )?(?:bold|dim|green|yellow|red))\]")
+# rich would replace an emoji code (`:smile:`), strip control characters or encode for the stream
+_RICH_TEXT = re.compile(r"[^\x20-\x7e]|\\|:\S*:")
+
+
+def _plain(text: str, stream) -> str | None:
+    """`text` (rich markup) as rich prints it to `stream` when that is not a terminal (no
+    styles, no wrapping with soft_wrap), or None when only rich can say: the stream is a
+    terminal or the environment makes rich treat it as one (FORCE_COLOR, TTY_COMPATIBLE,
+    Jupyter), or the text holds markup beyond plain style tags, an emoji code, a backslash or
+    anything but printable ASCII."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        if isatty is None or isatty():
+            return None
+    except ValueError:  # a closed stream: rich's business
+        return None
+    if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ or hasattr(builtins, "get_ipython"):
+        return None
+    stripped = _STYLE_TAG.sub("", text)
+    if "[" in stripped or "]" in stripped or _RICH_TEXT.search(stripped):
+        return None
+    return stripped + "\n"
 
 
 def table(renderable) -> None:
     """A rich table; outside a terminal at the width its rows need, never cropped or wrapped
     (a Console caps `print(width=...)` at its own width, 80 columns in a pipe)."""
+    from rich.console import Console
+
+    out = _console("out")
     if out.is_terminal:
         out.print(renderable)
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -195,3 +196,33 @@ def test_wheel_ships_the_template_and_init_works_from_it(wheel, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True)
     assert "RC 0 0" in proc.stdout, proc.stdout + proc.stderr
     assert (work / "fromwheel/target/plan.json").is_file()
+
+
+@pytest.mark.parametrize("text", [
+    "Compiled [bold]shop[/] for target [bold]dev[/]: 2 sources, 3 tables (2 commit, 1 replacecommit), 11 tests -> target/plan.json in 0.12s",
+    "[bold red]2 errors[/] found; nothing was written." + " and a line far longer than eighty columns" * 4,
+    "",
+    "plain text, no markup",
+    "[dim]-[/] t: not built yet (nothing at [link])",  # markup rich would read: left to rich
+    "a :smile: emoji code",
+    "a \\[ backslash",
+    "[green]✓[/] non-ASCII",
+    "a\ttab",
+])
+def test_lines_printed_without_rich_read_as_rich_prints_them(text, monkeypatch):
+    """pipe.output writes a line with only style tags to a pipe itself (rich is not imported
+    for `pipe compile` in CI); whatever it writes is what rich would have written there."""
+    from rich.console import Console
+
+    from pipe.output import _plain
+
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(var, raising=False)
+    stream = io.StringIO()
+    Console(file=stream, highlight=False, soft_wrap=True).print(text)
+    plain = _plain(text, io.StringIO())
+    assert plain is None or plain == stream.getvalue()
+    if "[link]" not in text and not any(c in text for c in ":\\✓\t"):
+        assert plain is not None  # style tags alone do not need rich
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich would colour even a pipe
+    assert _plain(text, io.StringIO()) is None

@@ -1,0 +1,153 @@
+"""Partial parsing: `pipe compile` of a project that has not changed since its last compile
+reuses what that compile wrote, as dbt's partial parsing reuses its manifest.
+
+After a successful compile the command keeps `target/partial_parse.json`: a fingerprint of
+everything the compile depended on, the sha256 of the plan.json it wrote, its warnings and the
+counts its summary line gives. The fingerprint covers
+
+- the name and bytes of every file the compile read (`project.ProjectFiles`: the compile works
+  from the very bytes fingerprinted), so a file edited, added, removed or renamed changes it;
+- the --target and --vars given, and the project's folder;
+- the compiler's own code (every compiler/*.py, by content), the installed libraries that shape
+  a plan or its diagnostics (PyYAML, Jinja2, sqlglot, networkx: their `__init__.py` by size and
+  modification time, which any reinstall changes), networkx's settings in the environment
+  (NETWORKX_*, which choose its backends) and the Python version.
+
+Other environment variables are no input: env_var() leaves a placeholder the runtime resolves.
+A compile whose fingerprint and plan.json are both as recorded prints the recorded warnings and
+summary and parses nothing (no YAML, Jinja, SQL or graph); anything else compiles in full."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from compiler.errors import Diagnostic, Location
+from compiler.project import ProjectFiles
+
+if TYPE_CHECKING:  # compiler.plan imports networkx, which an unchanged project's compile never needs
+    from compiler.plan import Plan
+
+RECORD_FILE = "partial_parse.json"
+FORMAT = 1  # of the record and of what the fingerprint covers: bump when either changes
+_COMPILER = Path(__file__).parent  # its *.py are part of every fingerprint
+_LIBRARIES = ("yaml", "jinja2", "sqlglot", "networkx")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What `pipe compile` says about a plan: its project, target and steps by kind."""
+
+    project: str
+    target: str
+    sources: int
+    actions: Mapping[str, int]  # write steps by the timeline action they complete, sorted
+    tests: int
+
+    @classmethod
+    def of(cls, plan: Plan) -> "Summary":
+        actions: dict[str, int] = {}
+        for s in plan.steps:
+            if s.kind == "write":
+                actions[s.action] = actions.get(s.action, 0) + 1
+        return cls(project=plan.project, target=plan.target.name, sources=sum(1 for s in plan.steps if s.kind == "ingest"),
+                   actions=dict(sorted(actions.items())), tests=sum(1 for s in plan.steps if s.kind == "test"))
+
+    @property
+    def tables(self) -> int:
+        return sum(self.actions.values())
+
+
+@dataclass(frozen=True)
+class Reused:
+    """The previous compile of an unchanged project, whose plan.json is still in place."""
+
+    warnings: tuple[Diagnostic, ...]
+    summary: Summary
+
+
+def fingerprint(files: ProjectFiles, target: str | None, cli_vars: Mapping[str, Any]) -> str | None:
+    """The fingerprint of a compile of these files with these options, or None when a file
+    could not be read (the compile reports it, and is not recorded)."""
+    h = hashlib.sha256(f"pipe partial parse {FORMAT}\0{sys.version}\0".encode())
+    _code(h)
+    h.update(json.dumps([str(files.root), target, cli_vars], sort_keys=True, default=repr).encode() + b"\0")
+    for rel, data in files.contents.items():
+        if isinstance(data, OSError):
+            return None
+        h.update(f"{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def _code(h) -> None:
+    """The compiler's source files by content, and the libraries by their `__init__.py` and settings."""
+    from importlib.util import find_spec
+
+    for path in sorted(_COMPILER.glob("*.py")):
+        data = path.read_bytes()
+        h.update(f"{path.name}\0{len(data)}\0".encode())
+        h.update(data)
+    h.update(json.dumps(sorted((k, v) for k, v in os.environ.items() if k.startswith("NETWORKX_"))).encode() + b"\0")
+    for name in _LIBRARIES:
+        spec = find_spec(name)
+        origin = spec.origin if spec is not None else None
+        try:
+            st = os.stat(origin) if origin else None
+        except OSError:
+            st = None
+        h.update(f"{name}\0{origin}\0{st and st.st_size}\0{st and st.st_mtime_ns}\0".encode())
+
+
+def reuse(target_dir: Path, fp: str | None) -> Reused | None:
+    """The recorded compile, when its fingerprint is `fp` and plan.json is as it wrote it."""
+    if fp is None:
+        return None
+    try:
+        with open(target_dir / RECORD_FILE, encoding="utf-8") as f:
+            record = json.load(f)
+        if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("fingerprint") != fp:
+            return None
+        with open(target_dir / "plan.json", "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != record["plan_sha256"]:
+                return None
+        warnings = tuple(Diagnostic(Location(w["file"], w["line"], w["col"]), w["message"], w["hint"], "warning")
+                         for w in record["warnings"])
+        s = record["summary"]
+        summary = Summary(project=s["project"], target=s["target"], sources=s["sources"], actions=dict(s["actions"]), tests=s["tests"])
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):
+        return None  # no record, or a damaged one: compile in full
+    if not all(isinstance(n, int) for n in (summary.sources, summary.tests, *summary.actions.values())):
+        return None
+    return Reused(warnings, summary)
+
+
+def remember(target_dir: Path, fp: str | None, plan_json: str, warnings: Iterable[Diagnostic], summary: Summary) -> None:
+    """Records a successful compile that wrote `plan_json` to target_dir/plan.json (best effort:
+    a record that cannot be written only costs the next compile its time)."""
+    if fp is None:
+        return
+    record = {
+        "format": FORMAT,
+        "fingerprint": fp,
+        # the bytes as text mode wrote them
+        "plan_sha256": hashlib.sha256(plan_json.replace("\n", os.linesep).encode("utf-8")).hexdigest(),
+        "warnings": [{"file": w.location.file, "line": w.location.line, "col": w.location.col, "message": w.message, "hint": w.hint}
+                     for w in warnings],
+        "summary": {"project": summary.project, "target": summary.target, "sources": summary.sources,
+                    "actions": dict(summary.actions), "tests": summary.tests},
+    }
+    tmp = target_dir / f".{RECORD_FILE}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1, sort_keys=True)
+        os.replace(tmp, target_dir / RECORD_FILE)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)

@@ -1,0 +1,233 @@
+"""Partial parsing (compiler/partial.py): `pipe compile` of a project unchanged since its last
+compile reuses the plan.json that compile wrote and says what it said; anything the plan
+depends on that changes (a file, --vars, --target, the compiler, plan.json itself) compiles the
+project in full again."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compiler import api, partial
+from compiler.api import compile_project  # the real one: `full_compiles` counts calls through api
+from compiler.project import ProjectFiles
+from pipe.cli import main
+from tests.conftest import TEMPLATE
+
+
+@pytest.fixture
+def shop(tmp_path) -> Path:
+    root = tmp_path / "shop"
+    shutil.copytree(TEMPLATE, root)
+    return root
+
+
+@pytest.fixture
+def full_compiles(monkeypatch) -> list[Path]:
+    """The compiles that ran in full (compile_project called), by project root."""
+    calls: list[Path] = []
+    real = api.compile_project
+
+    def counting(root, *args, **kwargs):
+        calls.append(Path(root))
+        return real(root, *args, **kwargs)
+
+    monkeypatch.setattr(api, "compile_project", counting)
+    return calls
+
+
+def pipe_compile(capsys, root: Path, *args: str) -> tuple[int, str, str]:
+    code = main(["--project-dir", str(root), "compile", *args])
+    captured = capsys.readouterr()
+    return code, re.sub(r" in \d+\.\d\ds$", " in Ns", captured.out.strip()), captured.err
+
+
+def plan_text(root: Path) -> str:
+    return (root / "target" / "plan.json").read_text(encoding="utf-8")
+
+
+def fresh_plan(root: Path, *args, **kwargs) -> str:
+    """What a compile in full, without any record, writes for the project as it is now."""
+    return compile_project(root, *args, **kwargs).plan.to_json()
+
+
+def test_an_unchanged_project_reuses_its_plan_and_says_the_same(shop, full_compiles, capsys):
+    yml = shop / "tables" / "customer_revenue.yml"  # a setting that draws a warning
+    yml.write_text(yml.read_text().replace("    operation: insert_overwrite_table\n",
+                                           "    operation: insert_overwrite_table\n    precombine: customer_id\n"))
+    first = pipe_compile(capsys, shop)
+    plan = plan_text(shop)
+    assert first[0] == 0 and "warning: precombine has no effect on table 'customer_revenue'" in first[2]
+    assert first[1] == "Compiled shop for target dev: 2 sources, 3 tables (2 commit, 1 replacecommit), 11 tests -> target/plan.json in Ns"
+
+    again = pipe_compile(capsys, shop)
+    assert again == first  # exit code, summary line and warnings
+    assert plan_text(shop) == plan
+    assert full_compiles == [shop]  # the second compile parsed nothing
+
+
+CHANGES = {
+    "a SQL file edited, same size": lambda root: _edit(root / "tables/orders.sql", "lower(status)", "upper(status)"),
+    "a YAML file edited": lambda root: _edit(root / "tables/customers.yml", "latest state", "newest state"),
+    "a macro edited": lambda root: _edit(root / "macros/money.sql", "as double), 2)", "as double), 3)"),
+    "a singular test edited": lambda root: _edit(root / "tests/revenue_adds_up.sql", "> 0.005", "> 0.006"),
+    "the project file edited": lambda root: _edit(root / "pipe_project.yml", "lake: lake ", "lake: lakes"),
+    "a table added": lambda root: (root / "tables/extra.sql").write_text("select 1 as x\n"),
+    "a test removed": lambda root: (root / "tests/revenue_adds_up.sql").unlink(),
+    "a test renamed": lambda root: (root / "tests/revenue_adds_up.sql").rename(root / "tests/revenue_sums.sql"),
+    "a table moved to a subfolder": lambda root: [_move(root, f"tables/customers.{ext}", f"tables/crm/customers.{ext}") for ext in ("yml", "sql")],
+}
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def _move(root: Path, old: str, new: str) -> None:
+    (root / new).parent.mkdir(parents=True, exist_ok=True)
+    (root / old).rename(root / new)
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_changed_file_compiles_the_project_in_full(shop, full_compiles, capsys, change):
+    assert pipe_compile(capsys, shop)[0] == 0
+    before = plan_text(shop)
+    CHANGES[change](shop)
+    code, out, err = pipe_compile(capsys, shop)
+    assert code == 0, err
+    assert len(full_compiles) == 2
+    assert plan_text(shop) == fresh_plan(shop) != before
+    assert pipe_compile(capsys, shop) == (code, out, err)
+    assert len(full_compiles) == 2  # and is reused after
+
+
+def test_vars_and_target_are_part_of_what_is_reused(shop, full_compiles, capsys):
+    runs = [(), ("--vars", "{min_amount: 7}"), ("--vars", "{min_amount: 7}"), (), ("--target", "prod"), ("--target", "prod"), ("--target", "dev")]
+    for args in runs:
+        code, _, err = pipe_compile(capsys, shop, *args)
+        assert code == 0, err
+        options = dict(zip(args[::2], args[1::2]))
+        cli_vars = {"min_amount": 7} if "--vars" in options else None
+        assert plan_text(shop) == fresh_plan(shop, target=options.get("--target"), cli_vars=cli_vars), args
+    # reused only when the options were those of the compile just before
+    assert len(full_compiles) == 5
+
+
+def test_a_plan_json_changed_or_removed_is_written_again(shop, full_compiles, capsys):
+    assert pipe_compile(capsys, shop)[0] == 0
+    plan = plan_text(shop)
+    (shop / "target/plan.json").write_text(plan.replace('"shop"', '"shoq"'))
+    assert pipe_compile(capsys, shop)[0] == 0
+    assert plan_text(shop) == plan
+    (shop / "target/plan.json").unlink()
+    assert pipe_compile(capsys, shop)[0] == 0
+    assert plan_text(shop) == plan
+    assert len(full_compiles) == 3
+
+
+def test_a_damaged_record_compiles_in_full(shop, full_compiles, capsys):
+    assert pipe_compile(capsys, shop)[0] == 0
+    record = shop / "target" / partial.RECORD_FILE
+    good = json.loads(record.read_text())
+    damaged_records = ("{not json", "[]", json.dumps({**good, "summary": {"project": "shop"}}), json.dumps({**good, "format": 0}),
+                       json.dumps({**good, "summary": {**good["summary"], "tests": "11"}}))
+    for damaged in damaged_records:
+        record.write_text(damaged)
+        code, out, err = pipe_compile(capsys, shop)
+        assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), err
+    assert len(full_compiles) == 1 + len(damaged_records)
+
+
+def test_a_failed_compile_leaves_the_last_plan_and_its_record(shop, full_compiles, capsys):
+    assert pipe_compile(capsys, shop)[0] == 0
+    plan = plan_text(shop)
+    sql = shop / "tables/orders.sql"
+    good = sql.read_text()
+    sql.write_text(good.replace("source('raw_orders')", "source('raw_ordrs')"))
+    code, _, err = pipe_compile(capsys, shop)
+    assert code == 2 and "no source named 'raw_ordrs'" in err and "nothing was written" in err
+    assert plan_text(shop) == plan
+    sql.write_text(good)  # back as it was compiled: the plan in target/ is that of these files
+    assert pipe_compile(capsys, shop)[0] == 0
+    assert plan_text(shop) == plan
+    assert len(full_compiles) == 2
+
+
+def test_environment_variables_are_no_input_of_the_plan(shop, monkeypatch):
+    """env_var() leaves a placeholder the runtime resolves: the plan is the same whatever the
+    environment holds, which is why the fingerprint leaves the environment out."""
+    monkeypatch.setenv("SHOP_LAKE_BUCKET", "one")
+    one = fresh_plan(shop, target="prod")
+    monkeypatch.setenv("SHOP_LAKE_BUCKET", "two")
+    assert fresh_plan(shop, target="prod") == one
+    assert "${env:SHOP_LAKE_BUCKET:-acme-lake}" in one
+
+
+def test_the_compilers_code_and_libraries_are_part_of_the_fingerprint(shop, tmp_path, monkeypatch):
+    compiler_copy = tmp_path / "compiler"
+    shutil.copytree(partial._COMPILER, compiler_copy, ignore=shutil.ignore_patterns("__pycache__"))
+    library = tmp_path / "libs" / "somelib"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text("version = 1\n")
+    monkeypatch.setattr(partial, "_COMPILER", compiler_copy)
+    monkeypatch.setattr(partial, "_LIBRARIES", (*partial._LIBRARIES, "somelib"))
+    monkeypatch.syspath_prepend(str(tmp_path / "libs"))
+    files = ProjectFiles.read(shop)
+
+    def fingerprint():
+        return partial.fingerprint(files, None, {})
+
+    first = fingerprint()
+    assert fingerprint() == first
+    with open(compiler_copy / "render.py", "a") as f:
+        f.write("\n# a change\n")
+    changed_code = fingerprint()
+    assert changed_code != first
+    (library / "__init__.py").write_text("version = 22\n")  # a reinstall
+    changed_library = fingerprint()
+    assert changed_library != changed_code
+    monkeypatch.setenv("NETWORKX_BACKEND_PRIORITY", "other")
+    assert fingerprint() != changed_library
+
+
+def test_a_compile_reads_the_project_only_through_its_files(shop, monkeypatch):
+    """Everything a compile reads of the project comes from ProjectFiles, the bytes partial
+    parsing fingerprints: no stage opens a project file of its own."""
+    files = ProjectFiles.read(shop)
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def recording_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", recording_open)
+    monkeypatch.setattr(io, "open", recording_open)
+    compile_project(shop, files=files)
+    compile_project(shop, target="prod", files=files)
+    assert [p for p in opened if Path(p).resolve().is_relative_to(shop.resolve())] == []
+
+
+def test_an_unchanged_projects_compile_imports_no_compiler_stage(shop):
+    """Nor rich when the summary goes to a pipe: a compile in full imports what it needs."""
+    code = (
+        "import sys\n"
+        "from pipe.cli import main\n"
+        f"rc = main(['--project-dir', {str(shop)!r}, 'compile'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('networkx', 'jinja2', 'sqlglot', 'rich'))\n"
+        "print('RC', rc, 'HEAVY', heavy)\n"
+    )
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "RC 0 HEAVY [" in first.stdout and "'rich" not in first.stdout and "'networkx'" in first.stdout, first.stdout + first.stderr
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "RC 0 HEAVY []" in again.stdout, again.stdout + again.stderr
