@@ -123,11 +123,12 @@ def _can_read(spark, scheme: str) -> bool:
     """Whether Spark's Hadoop configuration has a file system for `scheme` (one set by the
     target, by the cluster's core-site.xml - EMRFS on EMR - or found on the classpath). For
     `s3` with none, S3A is mapped to it when Spark has S3A."""
-    try:
-        jvm = spark.sparkContext._jvm
-        conf = spark.sparkContext._jsc.hadoopConfiguration()
-    except Exception:  # noqa: BLE001 - no JVM access (Spark Connect): let Spark itself decide
-        return True
+    from runtime import spark_api
+
+    if spark_api.is_connect(spark):
+        return _connect_can_read(spark, scheme)
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
     key = (id(spark.sparkContext), scheme)
     with _checked_lock:
         if key in _checked:
@@ -141,6 +142,27 @@ def _can_read(spark, scheme: str) -> bool:
             ok = True
         _checked[key] = ok
         return ok
+
+
+def _connect_can_read(spark, scheme: str) -> bool:
+    """Over Spark Connect, whose server's classpath pipe cannot inspect: Spark plans a read of a
+    path that does not exist. A server without the scheme's file system fails on the missing
+    class; one with it fails later (the object is not there, or the request is refused), or not
+    at all. One request to the server per session and scheme."""
+    key = (spark.client._session_id, scheme)
+    with _checked_lock:
+        if key in _checked:
+            return _checked[key]
+    try:
+        spark.read.text(f"{scheme}://pipe-probe-bucket/pipe-probe-{scheme}/").schema
+        ok = True
+    except Exception as exc:  # noqa: BLE001 - classified by its text
+        text = str(exc)
+        ok = not any(w in text for w in ("ClassNotFoundException", "No FileSystem for scheme", "UnsupportedFileSystemException",
+                                         "NoClassDefFoundError"))
+    with _checked_lock:
+        _checked[key] = ok
+    return ok
 
 
 def _has_file_system(jvm, conf, scheme: str) -> bool:
@@ -157,6 +179,10 @@ def _has_file_system(jvm, conf, scheme: str) -> bool:
 
 
 def hadoop_version(spark) -> str | None:
+    from runtime import spark_api
+
+    if spark_api.is_connect(spark):
+        return None
     try:
         return str(spark.sparkContext._jvm.org.apache.hadoop.util.VersionInfo.getVersion())
     except Exception:  # noqa: BLE001

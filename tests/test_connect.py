@@ -1,0 +1,231 @@
+"""pipe over Spark Connect, against one real Connect server for the module: the example
+project's own `pipe server` (started with `pipe server start`, as a user would). Its project uses
+it as pipe's own server (fixed sessions, no code shipped); the other projects here reach the same
+server through SPARK_REMOTE, as a remote Connect server (sessions cloned per step, pipe's code
+shipped as an artifact, the server's Python probed).
+
+Every `pipe` runs in a subprocess: a process is a Spark Connect client or a classic driver, not
+both, and this one holds the tests' classic session. What a run wrote is read back with hudi-rs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, write_project
+from tests.test_run import hudi_rows, run_results, steps, write_jsonl
+
+pytestmark = pytest.mark.spark
+
+
+def _env(cache: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env.update(PIPE_CACHE_DIR=str(cache), PYTHONPATH=str(REPO), COLUMNS="200", **extra)
+    return env
+
+
+def pipe(root: Path, cache: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipe", "--project-dir", str(root), *args], capture_output=True,
+                          text=True, env=_env(cache, **env), timeout=timeout)
+
+
+def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The example project, with its pipe server started: (project folder, cache folder, URL)."""
+    base = tmp_path_factory.mktemp("connect")
+    cache = base / "cache"
+    ok(subprocess.run([sys.executable, "-m", "pipe", "init", "shop"], cwd=base, capture_output=True, text=True,
+                      env=_env(cache)))
+    root = base / "shop"
+    started = ok(pipe(root, cache, "server", "start", timeout=240))
+    assert "Started the pipe server of target dev at sc://127.0.0.1:" in started.stdout
+    state = json.loads(next((cache / "servers").glob("*.json")).read_text())
+    yield root, cache, state["url"]
+    pipe(root, cache, "server", "stop")  # the last test stops it; this is for a failed run
+
+
+def test_the_example_project_runs_on_its_pipe_server_and_a_new_file_is_read_alone(server):
+    root, cache, url = server
+    first = ok(pipe(root, cache, "run"))
+    assert first.stderr.splitlines()[0].startswith(f"Spark: the pipe server of target dev at {url}"), first.stderr
+    st = steps(root)
+    assert st["table.orders"]["state"] == "success" and st["table.customer_revenue"]["state"] == "success"
+    orders = hudi_rows(root, "orders", ["order_id", "customer_id", "amount", "region"])
+    assert orders and len(orders) == len({r[0] for r in orders})
+
+    # one new file: only it is read; an update and a new order
+    changed = orders[0]
+    write_jsonl(root / "data/orders/orders-0009.json", [
+        {"order_id": changed[0], "customer_id": changed[1], "amount": 1234.5, "status": "shipped", "region": changed[3].lower(),
+         "updated_at": "2026-11-25T10:00:00Z"},
+        {"order_id": 990001, "customer_id": changed[1], "amount": 7.25, "status": "placed", "region": "eu",
+         "updated_at": "2026-11-25T10:05:00Z"}])
+    again = ok(pipe(root, cache, "run"))
+    assert "pipe server" in again.stderr.splitlines()[0]
+    st = steps(root)
+    assert st["table.orders"]["rows_read"] == 2 and st["table.customers"]["state"] == "no_input"
+    after = {r[0]: r for r in hudi_rows(root, "orders", ["order_id", "customer_id", "amount", "region"])}
+    assert after[changed[0]][2] == 1234.5 and after[990001][2] == 7.25 and len(after) == len(orders) + 1
+
+    # the project's tests run on the server too; the data tests pass
+    tested = ok(pipe(root, cache, "test"))
+    assert "pipe server" in tested.stderr.splitlines()[0]
+    assert run_results(root)["success"] is True
+
+
+def test_a_server_belongs_to_one_project_and_its_settings(server, tmp_path):
+    root, cache, url = server
+    status = ok(pipe(root, cache, "server", "status"))
+    assert url in status.stdout and "runs at" in status.stdout
+
+    # another project, even of the same name, has none
+    ok(subprocess.run([sys.executable, "-m", "pipe", "init", "shop"], cwd=tmp_path, capture_output=True, text=True, env=_env(cache)))
+    other = pipe(tmp_path / "shop", cache, "server", "status")
+    assert other.returncode == 1 and "No pipe server runs for target dev" in other.stdout
+
+    # the same project with other Spark settings does not use it
+    project_file = root / "pipe_project.yml"
+    text = project_file.read_text()
+    try:
+        project_file.write_text(text.replace('master: "local[*]"', 'master: "local[*]"\n      conf:\n        spark.sql.shuffle.partitions: 3'))
+        changed = pipe(root, cache, "server", "status")
+        assert changed.returncode == 1 and "started with other Spark settings" in changed.stdout, changed.stdout
+    finally:
+        project_file.write_text(text)
+
+
+MOR_PROJECT = {
+    "sources/s.yml": """
+        sources:
+          raw:
+            kind: files
+            path: data/orders
+            format: json
+            schema: "order_id BIGINT, status STRING, amount DECIMAL(12,2), ts BIGINT, note STRING"
+        """,
+    "tables/orders.yml": """
+        tables:
+          orders:
+            type: merge_on_read
+            key: [order_id, status_group]
+            precombine: ts
+            partition_by: [status_group]
+            compaction: {inline: false}
+        """,
+    "tables/orders.sql": "select order_id, substr(status, 1, 1) as status_group, status, amount, ts, note from {{ source('raw') }}\n",
+}
+
+
+def test_a_merge_on_read_table_and_its_compaction_over_a_remote_connect_server(server, tmp_path):
+    _, cache, url = server
+    root = write_project(tmp_path / "p", MOR_PROJECT)
+    base_ts = 1_732_000_000_000
+    rows = [{"order_id": i, "status": "new", "amount": f"{i * 10.25:.2f}", "ts": base_ts + i, "note": f"ä/{i}#x y"}
+            for i in range(1, 2001)]
+    write_jsonl(root / "data/orders/1.json", rows)
+    first = ok(pipe(root, cache, "run", SPARK_REMOTE=url))
+    assert f"Spark: Spark Connect server {url}" in first.stderr
+    assert "pipe's code shipped as pipe-" in first.stderr  # a remote server gets pipe's code with the session
+    write_jsonl(root / "data/orders/2.json", [{**r, "status": "new", "amount": "1.50", "ts": base_ts + 10_000} for r in rows[:500]])
+    ok(pipe(root, cache, "run", SPARK_REMOTE=url))
+    assert list((root / "lake/orders").rglob(".*.log.*")), "the second write went to log files"
+
+    compacted = ok(pipe(root, cache, "compact", "orders", SPARK_REMOTE=url))
+    assert "compacted orders:" in compacted.stdout
+    got = {r[0]: r for r in hudi_rows(root, "orders", ["order_id", "status", "amount", "ts", "note"])}
+    assert len(got) == 2000
+    assert str(got[1][2]) == "1.50" and got[1][3] == base_ts + 10_000
+    assert str(got[1999][2]) == "20489.75" and got[1999][4] == "ä/1999#x y"
+    timeline = [json.loads(line) for line in ok(pipe(root, cache, "timeline", "orders", "--output", "json")).stdout.splitlines()]
+    done = [(i["action"], i.get("operation")) for i in timeline if i["state"] == "completed"]
+    assert done == [("deltacommit", "UPSERT"), ("deltacommit", "UPSERT"), ("commit", "COMPACT")], done
+
+
+def test_s3_events_flow_to_the_table_over_connect(server, tmp_path, s3env):
+    from tests.test_s3_events import s3_project
+
+    _, cache, url = server
+    s3env.put("orders/o-1.json", [{"order_id": 1_000_000_000_001, "amount": 12.5}, {"order_id": 2, "amount": 0.1}])
+    s3env.put("orders/o 2+x.json", [{"order_id": 3, "amount": 3.5}])
+    root = s3_project(tmp_path, s3env)
+    ok(pipe(root, cache, "run", SPARK_REMOTE=url))
+    assert steps(root)["table.orders"]["rows_read"] == 3
+    assert hudi_rows(root, "orders", ["order_id", "amount"]) == [(2, 0.1), (3, 3.5), (1_000_000_000_001, 12.5)]
+    assert s3env.waiting() == 0, "the messages are deleted once their commit completed"
+
+
+@pytest.fixture
+def s3env(moto_server, request):
+    from tests.test_s3_events import S3Env
+
+    return S3Env(moto_server, "connect-" + request.node.name.lower()[5:30].replace("_", "-").strip("-"))
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_ctrl_c_cancels_the_runs_jobs_on_the_server_and_writes_nothing(server, tmp_path):
+    _, cache, url = server
+    state = json.loads(next((cache / "servers").glob("*.json")).read_text())
+    root = write_project(tmp_path / "p", {
+        "sources/s.yml": "sources:\n  s:\n    kind: files\n    path: data/s\n    format: json\n    schema: \"id BIGINT, v STRING\"\n",
+        "tables/slow.yml": "tables:\n  slow:\n    key: [id]\n",
+        # slow on purpose: a scan of 50 billion generated rows that keeps nothing
+        "tables/slow.sql": "select s.id, s.v from {{ source('s') }} s cross join range(50000000000) r where (r.id * 7) % 1000003 = -1\n",
+    })
+    write_jsonl(root / "data/s/s-1.json", [{"id": 1, "v": "x"}])
+    proc = subprocess.Popen([sys.executable, "-m", "pipe", "--project-dir", str(root), "run", "--log-format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cache, SPARK_REMOTE=url))
+    try:
+        for line in proc.stdout:
+            if '"step_start"' in line and '"table.slow"' in line:
+                break
+        busy = _cpu_seconds(state["server_pid"])
+        deadline = time.time() + 120
+        while _cpu_seconds(state["server_pid"]) - busy < 4 and time.time() < deadline:  # the scan is running
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in out + err and "internal error" not in out + err, out + err
+    step = steps(root)["table.slow"]
+    assert step["state"] == "cancelled" and step["message"].startswith("cancelled: the run was interrupted (Ctrl-C); slow wrote nothing")
+    assert not list((root / "lake/slow/.hoodie").glob("*.commit")) if (root / "lake/slow/.hoodie").exists() else True
+    # the server stopped the scan: its JVM is idle again
+    time.sleep(2)
+    before = _cpu_seconds(state["server_pid"])
+    time.sleep(3)
+    assert _cpu_seconds(state["server_pid"]) - before < 1.5, "the server still runs the cancelled job"
+
+
+def test_pipe_server_stop_ends_it_and_commands_go_back_to_embedded_spark(server):
+    root, cache, url = server
+    state = json.loads(next((cache / "servers").glob("*.json")).read_text())
+    stopped = ok(pipe(root, cache, "server", "stop"))
+    assert f"Stopped the pipe server of target dev ({url}" in stopped.stdout
+    deadline = time.time() + 30
+    while time.time() < deadline and Path(f"/proc/{state['server_pid']}").exists():
+        time.sleep(0.2)
+    assert not Path(f"/proc/{state['server_pid']}").exists(), "the server's JVM is gone"
+    status = pipe(root, cache, "server", "status")
+    assert status.returncode == 1 and "No pipe server runs" in status.stdout
+    again = ok(pipe(root, cache, "run"))  # nothing new: no Spark is started at all
+    assert "pipe server" not in again.stderr and {s["state"] for s in steps(root).values() if s["kind"] == "write"} == {"no_input"}
