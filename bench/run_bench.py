@@ -20,7 +20,6 @@ repetition the three outputs of both tools are read back (pipe's Hudi tables wit
 Parquet tables with pyarrow) and compared row by row. Results go to the `run` section of
 bench/RESULTS.md and to stdout.
 
-    pip install -e ".[bench]"        # Spark Connect's Python packages, needed by spark-pipelines
     python bench/run_bench.py        # about 10 minutes on 2 cores
     python bench/run_bench.py --repeats 1 --keep   # one quick round; keep the folders to look at
 
@@ -424,7 +423,30 @@ class Results:
         self.samples[key].append(s)
 
 
-def prepare(work: Path, env: dict[str, str], revenue_upsert: bool) -> tuple[Path, Path]:
+def server_start(project: Path, env: dict[str, str], log: Path, subreaper: bool) -> float:
+    """`pipe server start` in `project`: its wall time. The server outlives the command, so this
+    bench stops being a subreaper while it starts (the server is not one of the bench's
+    descendants to reap, and its CPU is not counted)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True) if subreaper else None
+    if libc is not None:
+        libc.prctl(36, 0, 0, 0, 0)
+    try:
+        t0 = time.perf_counter()
+        r = subprocess.run([str(BIN / "pipe"), "server", "start"], cwd=project, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+    finally:
+        if libc is not None:
+            libc.prctl(36, 1, 0, 0, 0)
+    log.write_text(r.stdout + r.stderr)
+    if r.returncode != 0:
+        raise BenchError(f"pipe server start failed: {r.stdout}{r.stderr}")
+    return seconds
+
+
+def prepare(work: Path, env: dict[str, str], revenue_upsert: bool, sdp_too: bool = True) -> tuple[Path, Path | None]:
+    work.mkdir(exist_ok=True)
     rc = subprocess.run([str(BIN / "pipe"), "init", "shop"], cwd=work, env=env, capture_output=True, text=True)
     if rc.returncode != 0:
         raise BenchError(f"pipe init failed: {rc.stdout}{rc.stderr}")
@@ -435,6 +457,8 @@ def prepare(work: Path, env: dict[str, str], revenue_upsert: bool) -> tuple[Path
         if "operation: insert_overwrite_table" not in text:
             raise BenchError(f"{yml} has no `operation: insert_overwrite_table` to replace")
         yml.write_text(text.replace("operation: insert_overwrite_table", "operation: upsert"))
+    if not sdp_too:
+        return shop, None
     sdp = work / "sdp_shop"
     shutil.copytree(SDP_PROJECT, sdp, ignore=shutil.ignore_patterns("__pycache__", "spark-warehouse", "metastore_db",
                                                                         "pipeline-storage", "derby.log"))
@@ -455,11 +479,11 @@ def one_round(rep: int, work: Path, env: dict[str, str], res: Results, revenue_u
     pipe_cmd = [str(BIN / "pipe"), "run"]
     tag = f"[{rep + 1}]"
 
-    def pipe(phase: str, expect: dict[str, str]) -> None:
+    def pipe(phase: str, expect: dict[str, str], project: Path = shop, run_env: dict[str, str] = env) -> None:
         log = logs / f"{phase}-pipe.log"
-        r = run_timed(pipe_cmd, shop, log, env, subreaper)
+        r = run_timed(pipe_cmd, project, log, run_env, subreaper)
         secs = r.seconds
-        detail, parts = check_pipe(shop, log, r.rc, r.jvm, expect, f"{tag} {phase} pipe run")
+        detail, parts = check_pipe(project, log, r.rc, r.jvm, expect, f"{tag} {phase} pipe run")
         res.add(f"{phase}/pipe", Sample(secs, r.cpu, detail, parts))
         print(f"{tag} {phase:<11} pipe run             {secs:6.1f} s  {detail}", flush=True)
 
@@ -500,6 +524,24 @@ def one_round(rep: int, work: Path, env: dict[str, str], res: Results, revenue_u
     ok, message = compare_outputs(shop, sdp)
     res.checks.append((ok, message))
     print(f"{tag} outputs: {message}", flush=True)
+
+    # the warm loop: a copy of the project on its own `pipe server`: started, a first run, the
+    # same new file, then a run with nothing new
+    srv_env = {**env, "PIPE_CACHE_DIR": str(work / "pipe-cache")}
+    srv_shop, _ = prepare(work / "srv", srv_env, revenue_upsert, sdp_too=False)
+    started = server_start(srv_shop, srv_env, logs / "server-start.log", subreaper)
+    res.add("server/start", Sample(started, None, "`pipe server start`: the Connect server's JVM up"))
+    print(f"{tag} {'server':<11} pipe server start    {started:6.1f} s", flush=True)
+    try:
+        pipe("server-first", all_ran, srv_shop, srv_env)
+        (srv_shop / "data/orders/orders-0003.json").write_text("".join(json.dumps(o) + "\n" for o in NEW_ORDERS))
+        pipe("server-incremental", incremental, srv_shop, srv_env)
+        pipe("server-noop", none_ran, srv_shop, srv_env)
+    finally:
+        subprocess.run([str(BIN / "pipe"), "server", "stop"], cwd=srv_shop, env=srv_env, capture_output=True)
+    ok, message = compare_outputs(srv_shop, sdp)
+    res.checks.append((ok, "on the pipe server: " + message))
+    print(f"{tag} outputs on the pipe server: {message}", flush=True)
     if not res.disk:
         res.disk = disk_report(shop, sdp)
         res.timeline = timeline_counts(shop)
@@ -523,8 +565,8 @@ def prerequisites() -> str | None:
     missing = [pkg for mod, pkg in CONNECT_MODULES.items() if not found(mod)]
     if missing:
         return ("spark-pipelines (Spark Declarative Pipelines) is a Spark Connect client and needs "
-                f"{', '.join(missing)}, which are not installed. Install the bench extra:\n\n"
-                '    pip install -e ".[bench]"\n')
+                f"{', '.join(missing)}, which are not installed. pipe depends on them (pyspark[connect]):\n\n"
+                '    pip install -e .\n')
     for tool in ("pipe", "spark-pipelines"):
         if not (BIN / tool).exists():
             return f"{BIN / tool} not found: run the bench with the Python of the venv pipe and pyspark are installed in"
@@ -578,6 +620,10 @@ ROWS = [  # key, scenario, command
     ("warm/sdp", "warm no-op", "`spark-pipelines run`, no new input"),
     ("incremental/pipe", "incremental (+1 orders file)", "`pipe run`"),
     ("incremental/sdp", "incremental (+1 orders file)", "`spark-pipelines run`"),
+    ("server/start", "warm local server", "`pipe server start` (once)"),
+    ("server-first/pipe", "warm local server", "`pipe run` (fresh project, first run on the server)"),
+    ("server-incremental/pipe", "warm local server, incremental (+1 orders file)", "`pipe run`"),
+    ("server-noop/pipe", "warm local server, no-op", "`pipe run`, no new input"),
 ]
 
 
@@ -735,6 +781,13 @@ def _reading(med: dict[str, float], best: dict[str, float]) -> str:
                      f"{g('incremental/sdp'):.1f} s (minimum {b('incremental/sdp'):.1f} s: appends the file to raw_orders, "
                      "recomputes the three views). With 16 input rows at first and 4 new ones, both are dominated by fixed "
                      "costs (JVM and session start, per-table write overhead): the figures compare those, not throughput.")
+    if g("server-incremental/pipe") and g("incremental/pipe"):
+        sdp = f", {g('server-incremental/pipe') / g('incremental/sdp'):.2f}× `spark-pipelines run` ({g('incremental/sdp'):.1f} s)" \
+            if g("incremental/sdp") else ""
+        lines.append(f"- On a warm local server (`pipe server start`, {g('server/start'):.1f} s once): the same new file in "
+                     f"{g('server-incremental/pipe'):.1f} s (minimum {b('server-incremental/pipe'):.1f} s) against "
+                     f"{g('incremental/pipe'):.1f} s with embedded Spark{sdp}; a run with nothing new "
+                     f"{g('server-noop/pipe'):.1f} s. The server's own CPU is not in the CPU column of these rows.")
     return "\n".join(lines)
 
 

@@ -44,11 +44,6 @@ def remote_of(conf: Mapping[str, Any] | None, environ: Mapping[str, str]) -> str
     return str((conf or {}).get("spark.remote") or environ.get("SPARK_REMOTE") or "")
 
 
-def current():
-    """This process's Connect session, or None."""
-    return _session
-
-
 def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bool = False, own=None):
     """A Connect session with the server at `url` (sc://host:port): the same one on later calls.
     `own`: the server is pipe's own local one (its runtime/server.py ServerState): its Python
@@ -200,18 +195,9 @@ def clone(spark):
                            "use a Spark Connect server and pyspark of version 4.1 or newer") from exc
 
 
-def stop() -> None:
-    """Ends this process's Connect session (the server goes on)."""
-    global _session
-    with _lock:
-        if _session is not None:
-            _release(_session)
-            _session = None
-
-
 def _release(spark) -> None:
     try:
-        spark.stop()
+        spark.stop()  # releases its state on the server
     except Exception:  # noqa: BLE001 - best effort: the server expires idle sessions
         pass
 

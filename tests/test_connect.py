@@ -9,6 +9,7 @@ both, and this one holds the tests' classic session. What a run wrote is read ba
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -229,3 +230,26 @@ def test_pipe_server_stop_ends_it_and_commands_go_back_to_embedded_spark(server)
     assert status.returncode == 1 and "No pipe server runs" in status.stdout
     again = ok(pipe(root, cache, "run"))  # nothing new: no Spark is started at all
     assert "pipe server" not in again.stderr and {s["state"] for s in steps(root).values() if s["kind"] == "write"} == {"no_input"}
+
+
+def test_a_server_is_idle_only_when_no_command_holds_a_lease_and_none_used_it_lately(tmp_path, monkeypatch):
+    from runtime import server
+
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path))
+    state = server.ServerState(project=str(tmp_path), target="dev", fingerprint="f", url="sc://127.0.0.1:1", port=1,
+                               supervisor_pid=os.getpid(), server_pid=os.getpid(), session_base="1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+                               started_at=time.time() - 600, idle_timeout_s=60, log="", master="local[2]")
+    assert server.idle_for(state) >= 599  # never used: idle since it started
+    server.touch(state)
+    assert server.idle_for(state) < 5
+    old = time.time() - 300
+    os.utime(server.lease_dir(state) / "last_used", (old, old))
+    assert 299 <= server.idle_for(state) < 310
+    held = server.lease(state)  # a command of this process uses it: never idle
+    assert server.idle_for(state) == 0.0
+    held.rename(held.with_name("lease-999999999"))  # a command that died: its lease is dropped
+    assert server.idle_for(state) >= 299 and not held.with_name("lease-999999999").exists()
+    # the two sessions' ids are fixed by the server, different from each other and from another server's
+    other = dataclasses.replace(state, session_base="2b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    assert state.session_id("main") == state.session_id("main") != state.session_id("step")
+    assert state.session_id("main") != other.session_id("main")
