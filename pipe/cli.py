@@ -637,19 +637,22 @@ def server_start(ctx: _Context, target: str | None, idle_timeout: str) -> None:
     idle = int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
     plan, root, master, conf = _server_target(ctx, target)
     started = time.perf_counter()
-    try:
-        state, new = server.start(root, plan.project, plan.target.name, master, conf, idle_timeout_s=idle)
-    except server.ServerError as exc:
-        from runtime.executor import RunError
-
-        raise RunError(str(exc), exc.hint) from exc
+    state, new = server.start(root, plan.project, plan.target.name, master, conf, idle_timeout_s=idle)  # ServerError: a RunError
     if not new:
         output.line(f"The pipe server of target [bold]{plan.target.name}[/] already runs at {state.url} "
                     f"(for {_age(time.time() - state.started_at)})")
         return
+    up = time.perf_counter() - started
+    from pipe.warmup import warm_up
+
+    try:
+        warmed = warm_up(state, conf)
+    except BaseException:
+        server.stop(root, plan.target.name)
+        raise
     stops = f"after {_age(idle)} idle or " if idle else ""
     output.line(f"Started the pipe server of target [bold]{plan.target.name}[/] at {state.url} ({state.master}) "
-                f"in {time.perf_counter() - started:.1f}s")
+                f"in {up:.1f}s, warmed up in {warmed:.1f}s")
     output.line(f"pipe run, show and test in this project use it; it stops {stops}with `pipe server stop`. Log: {state.log}")
 
 

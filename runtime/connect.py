@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import os
+import socket
 import threading
 from typing import Any, Mapping
 
@@ -72,10 +73,25 @@ def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bo
         return spark
 
 
+def _reachable(url: str, timeout_s: float = 10.0) -> None:
+    """Raises ConnectError unless the server's port takes a connection: PySpark's client retries
+    an unreachable server for many minutes before it gives up."""
+    where = url[len("sc://"):].split("/", 1)[0]
+    host, _, port = where.rpartition(":") if where.rpartition(":")[2].isdigit() else (where, "", "15002")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ConnectError(f"cannot reach the Spark Connect server at sc://{where}: {exc.strerror or exc}",
+                           "start it (`pipe server start` for a local one), or check spark.remote in the target "
+                           "and SPARK_REMOTE") from exc
+
+
 def _open(url: str):
     """A session with its settings applied; its first call reaches the server, or fails here."""
     from pyspark.sql.connect.session import SparkSession
 
+    _reachable(url)
     try:
         spark = SparkSession.builder.remote(url).create()
         _opened.append(spark)

@@ -35,17 +35,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from runtime.steps.errors import RunError
+
 IDLE_TIMEOUT_S = 3600  # an idle server stops after an hour (`pipe server start --idle-timeout`)
 START_TIMEOUT_S = 180
 _CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
-class ServerError(RuntimeError):
-    """A server could not start or be reached; `hint` says what to do."""
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
+class ServerError(RunError):
+    """A server could not start; `hint` says what to do."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,7 +53,8 @@ def server(tmp_path_factory):
                       env=_env(cache)))
     root = base / "shop"
     started = ok(pipe(root, cache, "server", "start", timeout=240))
-    assert "Started the pipe server of target dev at sc://127.0.0.1:" in started.stdout
+    assert "Started the pipe server of target dev at sc://127.0.0.1:" in started.stdout and ", warmed up in " in started.stdout
+    assert not list(Path(tempfile.gettempdir()).glob("pipe-server-warmup-*")), "the warm-up project is removed"
     state = json.loads(next((cache / "servers").glob("*.json")).read_text())
     yield root, cache, state["url"]
     pipe(root, cache, "server", "stop")  # the last test stops it; this is for a failed run
@@ -253,3 +255,19 @@ def test_a_server_is_idle_only_when_no_command_holds_a_lease_and_none_used_it_la
     other = dataclasses.replace(state, session_base="2b4e28ba-2fa1-11d2-883f-0016d3cca427")
     assert state.session_id("main") == state.session_id("main") != state.session_id("step")
     assert state.session_id("main") != other.session_id("main")
+
+
+def test_an_unreachable_connect_server_is_one_clear_error_within_seconds(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cache = tmp_path / "cache"
+    ok(subprocess.run([sys.executable, "-m", "pipe", "init", "shop"], cwd=tmp_path, capture_output=True, text=True, env=_env(cache)))
+    t0 = time.time()
+    r = pipe(tmp_path / "shop", cache, "run", timeout=120, SPARK_REMOTE=f"sc://127.0.0.1:{port}")
+    assert r.returncode == 1 and time.time() - t0 < 60
+    assert f"cannot reach the Spark Connect server at sc://127.0.0.1:{port}: Connection refused" in r.stderr
+    assert "pipe server start" in r.stderr and "Traceback" not in r.stdout + r.stderr
+    assert not (tmp_path / "shop/lake/orders/.hoodie").exists() or not list((tmp_path / "shop/lake/orders/.hoodie").glob("*.commit"))
