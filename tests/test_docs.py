@@ -33,11 +33,13 @@ def test_every_choice_is_documented():
     assert missing == []
 
 
-def test_readme_quickstart_has_two_commands_and_ci_runs_the_test_one():
+def test_readme_quickstart_has_the_two_commands_and_the_warm_loop_and_ci_runs_the_test_one():
     readme = (REPO / "README.md").read_text()
     quick = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     commands = re.findall(r"```bash\n(.*?)\n```", quick, re.S)
-    assert len(commands) == 2
+    # the two set-up commands (run the example, run the tests), and between them the warm loop
+    assert len(commands) == 3
     assert "pipe init" in commands[0]
+    assert commands[1].strip() == "pipe server start && pipe run"
     ci = (REPO / ".ci/run").read_text()
-    assert commands[1].strip() in ci
+    assert "pytest" in commands[2] and commands[2].strip() in ci
