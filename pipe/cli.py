@@ -286,7 +286,7 @@ def _own_server(plan, root: Path, master: str, conf: dict):
     state = server.read_state(root, plan.target.name)
     if state is None:
         return None
-    if state.fingerprint != server.fingerprint(server.server_settings(master, conf, plan.project)):
+    if not server.started_with(state, master, conf, plan.project):
         output.err.print(f"[yellow]warning[/]: the pipe server of target {plan.target.name} ({state.url}) was started with other "
                          "Spark settings; this command starts its own Spark (`pipe server stop` and `pipe server start` renew it)")
         return None
@@ -686,7 +686,7 @@ def server_status(ctx: _Context, target: str | None) -> None:
         output.line(f"No pipe server runs for target [bold]{plan.target.name}[/]; commands start embedded Spark "
                     "(`pipe server start` starts one)")
         raise click.exceptions.Exit(EXIT_FAILED)
-    matches = state.fingerprint == server.fingerprint(server.server_settings(master, conf, plan.project))
+    matches = server.started_with(state, master, conf, plan.project)
     idle = f"idle for {_age(server.idle_for(state))}" if server.idle_for(state) else "in use"
     stops = f"; stops after {_age(state.idle_timeout_s)} idle" if state.idle_timeout_s else ""
     output.line(f"The pipe server of target [bold]{plan.target.name}[/] runs at {state.url} ({state.master}, pid {state.server_pid}), "

@@ -35,6 +35,9 @@ _session = None  # this process's Connect session
 _url = ""
 
 
+_START_HINT = "start it (`pipe server start` for a local one), or check spark.remote in the target and SPARK_REMOTE"
+
+
 class ConnectError(RunError):
     """The Connect server cannot be reached or lacks what pipe needs; `hint` says what to do."""
 
@@ -83,8 +86,7 @@ def _reachable(url: str, timeout_s: float = 10.0) -> None:
             pass
     except OSError as exc:
         raise ConnectError(f"cannot reach the Spark Connect server at sc://{where}: {exc.strerror or exc}",
-                           "start it (`pipe server start` for a local one), or check spark.remote in the target "
-                           "and SPARK_REMOTE") from exc
+                           _START_HINT) from exc
 
 
 def _open(url: str):
@@ -95,12 +97,12 @@ def _open(url: str):
     try:
         spark = SparkSession.builder.remote(url).create()
         _opened.append(spark)
-        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        first, *rest = _settings.items()  # the first call: reaches the server, or fails here
+        spark.conf.set(*first)
     except Exception as exc:  # noqa: BLE001 - gRPC and Connect errors: one line
         raise ConnectError(f"cannot reach the Spark Connect server at {url.split('/;')[0]}: {_first_line(exc)}",
-                           "start it (`pipe server start` for a local one), or check spark.remote in the target "
-                           "and SPARK_REMOTE") from exc
-    for k, v in _settings.items():
+                           _START_HINT) from exc
+    for k, v in rest:
         try:
             spark.conf.set(k, v)
         except Exception:  # noqa: BLE001 - a static setting: the server's own value stands
@@ -116,8 +118,8 @@ class _Pool:
 
     def __init__(self, state):
         self.state = state
-        self.free: list[tuple[object, object]] = []  # (session, lock file)
-        self.taken: dict[int, object] = {}
+        self.free: list = []  # step sessions this process took and no step uses now
+        self.taken: dict[int, object] = {}  # id(session) -> its lock file, held until exit
         self.lock = threading.Lock()
 
     def claim(self, prefix: str):

@@ -77,6 +77,11 @@ def fingerprint(settings: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def started_with(state: ServerState, master: str, conf: Mapping[str, Any] | None, project_name: str) -> bool:
+    """Whether the server of `state` runs with the settings a target has now."""
+    return state.fingerprint == fingerprint(server_settings(master, conf, project_name))
+
+
 def state_dir() -> Path:
     from runtime.cluster import cache_dir
 
