@@ -224,6 +224,8 @@ def _env() -> dict[str, str]:
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
     env.pop("PYTHONSTARTUP", None)
+    # Python as users run it: compiled modules are cached (a shell of ours may turn that off)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
@@ -423,6 +425,9 @@ class Results:
         self.samples[key].append(s)
 
 
+SERVER_LOOP = 3  # new files run one after another on the warm server, each a sample of server-incremental
+
+
 def server_start(project: Path, env: dict[str, str], log: Path, subreaper: bool) -> float:
     """`pipe server start` in `project`: its wall time. The server outlives the command, so this
     bench stops being a subreaper while it starts (the server is not one of the bench's
@@ -534,8 +539,11 @@ def one_round(rep: int, work: Path, env: dict[str, str], res: Results, revenue_u
     print(f"{tag} {'server':<11} pipe server start    {started:6.1f} s", flush=True)
     try:
         pipe("server-first", all_ran, srv_shop, srv_env)
-        (srv_shop / "data/orders/orders-0003.json").write_text("".join(json.dumps(o) + "\n" for o in NEW_ORDERS))
-        pipe("server-incremental", incremental, srv_shop, srv_env)
+        # the loop: a new file at a time, SERVER_LOOP times; after the first, files holding the
+        # same orders again (the same versions win), so the tables stay comparable with SDP's
+        for k in range(SERVER_LOOP):
+            (srv_shop / f"data/orders/orders-{3 + k:04d}.json").write_text("".join(json.dumps(o) + "\n" for o in NEW_ORDERS))
+            pipe("server-incremental", incremental, srv_shop, srv_env)
         pipe("server-noop", none_ran, srv_shop, srv_env)
     finally:
         subprocess.run([str(BIN / "pipe"), "server", "stop"], cwd=srv_shop, env=srv_env, capture_output=True)
@@ -622,7 +630,7 @@ ROWS = [  # key, scenario, command
     ("incremental/sdp", "incremental (+1 orders file)", "`spark-pipelines run`"),
     ("server/start", "warm local server", "`pipe server start` (once)"),
     ("server-first/pipe", "warm local server", "`pipe run` (fresh project, first run on the server)"),
-    ("server-incremental/pipe", "warm local server, incremental (+1 orders file)", "`pipe run`"),
+    ("server-incremental/pipe", f"warm local server, incremental (+1 orders file, {SERVER_LOOP} in a row)", "`pipe run`"),
     ("server-noop/pipe", "warm local server, no-op", "`pipe run`, no new input"),
 ]
 
@@ -784,8 +792,8 @@ def _reading(med: dict[str, float], best: dict[str, float]) -> str:
     if g("server-incremental/pipe") and g("incremental/pipe"):
         sdp = f", {g('server-incremental/pipe') / g('incremental/sdp'):.2f}× `spark-pipelines run` ({g('incremental/sdp'):.1f} s)" \
             if g("incremental/sdp") else ""
-        lines.append(f"- On a warm local server (`pipe server start`, {g('server/start'):.1f} s once): the same new file in "
-                     f"{g('server-incremental/pipe'):.1f} s (minimum {b('server-incremental/pipe'):.1f} s) against "
+        lines.append(f"- On a warm local server (`pipe server start`, {g('server/start'):.1f} s once): the same new file, then "
+                     f"{SERVER_LOOP - 1} more one after another, in {g('server-incremental/pipe'):.1f} s (minimum {b('server-incremental/pipe'):.1f} s) against "
                      f"{g('incremental/pipe'):.1f} s with embedded Spark{sdp}; a run with nothing new "
                      f"{g('server-noop/pipe'):.1f} s. The server's own CPU is not in the CPU column of these rows.")
     return "\n".join(lines)

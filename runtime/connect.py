@@ -120,6 +120,7 @@ class _Pool:
         self.state = state
         self.free: list = []  # step sessions this process took and no step uses now
         self.taken: dict[int, object] = {}  # id(session) -> its lock file, held until exit
+        self.views: dict[int, set[str]] = {}  # id(session) -> the temporary views a step made in it
         self.lock = threading.Lock()
 
     def claim(self, prefix: str):
@@ -146,19 +147,22 @@ class _Pool:
         raise ConnectError("256 commands of this project use its pipe server at the same time", "wait for some to end")
 
     def checkout(self):
-        """A step session: one this process used before (its temporary views dropped), else
-        the next fixed one free."""
+        """A step session: one this process used before, else the next fixed one free."""
         with self.lock:
             spark = self.free.pop() if self.free else None
-        if spark is None:
-            return self.claim("step")
-        for view in spark.catalog.listTables():
-            if view.isTemporary:
-                spark.catalog.dropTempView(view.name)
-        return spark
+        return spark if spark is not None else self.claim("step")
 
     def give_back(self, spark) -> None:
-        spark.clearTags()
+        """The step is over: its temporary views go (and with them what they kept cached on the
+        server), so that the session is as clean for the next step or command that takes it."""
+        with self.lock:
+            views = self.views.pop(id(spark), set())
+        try:
+            for name in sorted(views):
+                spark.catalog.dropTempView(name)
+            spark.clearTags()
+        except Exception:  # noqa: BLE001 - a session that cannot be cleaned is not taken again here
+            return
         with self.lock:
             self.free.append(spark)
 
@@ -190,6 +194,14 @@ def step_session(spark, tag: str):
         session = clone(spark)
     session.addTag(tag)
     return session
+
+
+def remember_view(session, name: str) -> None:
+    """A step made the temporary view `name` in `session`: dropped when the step gives a fixed
+    session back (a cloned one goes with its views)."""
+    if _pool is not None and id(session) in _pool.taken:
+        with _pool.lock:
+            _pool.views.setdefault(id(session), set()).add(name)
 
 
 def end_step_session(session) -> None:

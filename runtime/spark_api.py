@@ -49,6 +49,18 @@ def step_session(spark, tag: str, description: str):
     return session
 
 
+def temp_view(df, name: str) -> None:
+    """`df.createOrReplaceTempView(name)` in the session of `df`. Over Connect, the name is kept
+    with the session: a fixed session of pipe's own server outlives the step, and its views are
+    dropped when the step gives it back (runtime/connect.py), not left to shadow a table of the
+    same name in the next step that takes it."""
+    df.createOrReplaceTempView(name)
+    if is_connect(df.sparkSession):
+        from runtime import connect
+
+        connect.remember_view(df.sparkSession, name)
+
+
 def end_step(spark, tag: str) -> None:
     """A step is over: over Connect, its session is given back (runtime/connect.py)."""
     with _tagged_lock:

@@ -88,6 +88,31 @@ def test_the_example_project_runs_on_its_pipe_server_and_a_new_file_is_read_alon
     assert "pipe server" in tested.stderr.splitlines()[0]
     assert run_results(root)["success"] is True
 
+    # the fixed sessions the steps used outlive the commands, without the steps' views (which
+    # would shadow a catalog table of the same name in the next step, and keep its input cached)
+    assert _temporary_views(root, cache, ["step", "step-1"]) == {"step": [], "step-1": []}
+
+
+def _temporary_views(root: Path, cache: Path, sessions: list[str]) -> dict[str, list[str]]:
+    """The temporary views in fixed sessions of the project's pipe server, read by a client of
+    its own (a subprocess: this process is a classic Spark driver)."""
+    code = f"""
+import json, os
+os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+from pathlib import Path
+from pyspark.sql.connect.session import SparkSession
+from runtime.server import read_state
+state = read_state(Path({str(root)!r}), "dev")
+out = {{}}
+for name in {sessions!r}:
+    spark = SparkSession.builder.remote(state.session_url(name)).create()
+    out[name] = sorted(t.name for t in spark.catalog.listTables() if t.isTemporary)
+    spark.client.close()
+print(json.dumps(out))
+"""
+    r = ok(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(cache), timeout=120))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
 
 def test_a_server_belongs_to_one_project_and_its_settings(server, tmp_path):
     root, cache, url = server

@@ -123,9 +123,9 @@ def _register_views(ctx: RunContext, session, step: Step, read: list) -> str:
                 scope = f"the rows written by {written[1]}"
             else:
                 df = table.read(meta=False)
-            df.createOrReplaceTempView(name)
+            spark_api.temp_view(df, name)
         else:
-            _source_view(ctx, session, step, name, read).createOrReplaceTempView(name)
+            spark_api.temp_view(_source_view(ctx, session, step, name, read), name)
     return scope
 
 

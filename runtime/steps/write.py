@@ -80,12 +80,12 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             if all(q.is_empty for n, q in sources.items() if n != name) and not refs:
                 return "no_input", f"no new input ({exc})"
             raise
-        df.createOrReplaceTempView(name)
+        spark_api.temp_view(df, name)
         rows_read += p.rows or 0
     for name, instant in refs.items():
-        ctx.open_table(name, session).read(as_of=instant, meta=False).createOrReplaceTempView(name)
+        spark_api.temp_view(ctx.open_table(name, session).read(as_of=instant, meta=False), name)
     if exists and not full:  # {{ this }}: the table's current snapshot
-        ctx.open_table(step.name, session).read(meta=False).createOrReplaceTempView(step.name)
+        spark_api.temp_view(ctx.open_table(step.name, session).read(meta=False), step.name)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
     result.inputs = {name: p.to_dict() for name, p in sources.items()}
     result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})

@@ -49,6 +49,11 @@ from runtime.table.timeline import (
 LOCK_FILE = f"{HOODIE}/pipe.lock"
 log = logging.getLogger("pipe.table")
 # Empty folders Java writers create and expect (hudi-rs does not need them).
+# Spark schemas of base files, by Parquet schema (or full path), for every table this process
+# opens: a step reads a table through one Table and writes it through another, and the tables a
+# run reads often share a schema. Asking Spark for one is a query (a round trip over Connect).
+_FILE_SCHEMAS: dict[str, Any] = {}
+
 _HOODIE_DIRS = ("archived", ".temp", ".aux/.bootstrap/.partitions", ".aux/.bootstrap/.fileids", ".schema")
 
 
@@ -73,7 +78,6 @@ class Table:
         self.spark = spark
         self.storage = storage
         self.config = config
-        self._file_schemas: dict[str, Any] = {}  # Spark schemas of base files, by Parquet schema (or path)
         self.retired: str | None = None  # set when a change retired the table's metadata table (see _changing)
 
     # --- creating and opening --------------------------------------------------------------
@@ -163,10 +167,10 @@ class Table:
         path, size = found
         # files with one Parquet schema have one Spark schema: the footer, read here, says
         # whether Spark must read the file's schema again
-        key = path if size is None else _schema_key(parquet_footer(self.storage, path, size))
-        struct = self._file_schemas.get(key)
+        key = self.storage.full_path(path) if size is None else _schema_key(parquet_footer(self.storage, path, size))
+        struct = _FILE_SCHEMAS.get(key)
         if struct is None:
-            struct = self._file_schemas[key] = self.spark.read.parquet(self.storage.full_path(path)).schema
+            struct = _FILE_SCHEMAS[key] = self.spark.read.parquet(self.storage.full_path(path)).schema
         return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
 
     def arrow_schema(self, timeline: Timeline | None = None, as_of: str | None = None):

@@ -114,6 +114,27 @@ def _delete_flag(F, columns, opts: WriteOptions):
 # --- 1. dedupe ------------------------------------------------------------------------------------
 
 
+def _null_ordering(config, opts: WriteOptions, rows) -> str | None:
+    """The precombine column whose nulls a write refuses, if any: a null would lose to every
+    version, even an older stored one (`precombine_nulls: fail`, the default)."""
+    orders = (opts.operation == "upsert" or opts.combine_before_insert) and opts.precombine_nulls == "fail"
+    return config.precombine_field if orders and config.precombine_field in rows.columns else None
+
+
+def _refuse_nulls(config, rows, ordering: str | None, null_keys: int, null_orders: int) -> None:
+    """Stops the write on rows without a key, or with a null precombine value (`ordering`)."""
+    from pyspark.sql import functions as F
+
+    if null_keys:
+        raise WriteError(f"the input has {null_keys} row(s) whose key column {config.record_key_fields[0]} is null; every row needs a key")
+    if null_orders:
+        keys = [r[0] for r in rows.where(F.col(f"`{ordering}`").isNull()).select(KEY).limit(3).collect()]
+        raise WriteError(f"table {config.name}: {null_orders} row(s) have a null precombine value (column {ordering}), e.g. key "
+                         f"{', '.join(keys)}; a null orders below every value, so such a row would be dropped as older than a stored version. "
+                         f"Give every row a value (e.g. coalesce({ordering}, ...) in the table's SQL), filter those rows out, "
+                         f"or set `precombine_nulls: lowest` on the table to accept that")
+
+
 def dedupe(df, config, opts: WriteOptions):
     """One row per key in the batch: the largest precombine value wins, then the later row."""
     from pyspark.sql import functions as F
@@ -367,34 +388,23 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     data_columns = [f.name for f in struct.fields]
 
     rows = prepare(df, config, opts)
+    if opts.operation == "bulk_insert":
+        return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
+    if opts.operation in REPLACE_OPERATIONS:  # its rows are materialised first, then checked and counted at once
+        return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns)
     batch_rows, partitions = None, None
-    if config.record_key_fields and opts.operation != "bulk_insert":
+    if config.record_key_fields:
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
-        scoped = opts.index == "partition" and opts.operation not in REPLACE_OPERATIONS
-        # a null precombine value would lose to every version, even an older stored one: refused
-        orders = (opts.operation == "upsert" or opts.combine_before_insert) and opts.precombine_nulls == "fail"
-        ordering = config.precombine_field if orders and config.precombine_field in rows.columns else None
+        ordering = _null_ordering(config, opts, rows)
         null_order = F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)
-        if scoped:
+        if opts.index == "partition":
             per_partition = {p: (n, nulls, no) for p, n, nulls, no in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).collect()}
             partitions = {p: n for p, (n, _, _) in per_partition.items()}
             batch_rows, null_keys = sum(partitions.values()), sum(nulls for _, nulls, _ in per_partition.values())
             null_orders = sum(no for _, _, no in per_partition.values())
         else:
             batch_rows, null_keys, null_orders = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).first()
-        if null_keys:
-            raise WriteError(f"the input has {null_keys} row(s) whose key column {config.record_key_fields[0]} is null; every row needs a key")
-        if null_orders:
-            keys = [r[0] for r in rows.where(F.col(f"`{ordering}`").isNull()).select(KEY).limit(3).collect()]
-            raise WriteError(f"table {config.name}: {null_orders} row(s) have a null precombine value (column {ordering}), e.g. key "
-                             f"{', '.join(keys)}; a null orders below every value, so such a row would be dropped as older than a stored version. "
-                             f"Give every row a value (e.g. coalesce({ordering}, ...) in the table's SQL), filter those rows out, "
-                             f"or set `precombine_nulls: lowest` on the table to accept that")
-
-    if opts.operation == "bulk_insert":
-        return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
-    if opts.operation in REPLACE_OPERATIONS:
-        return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns)
+        _refuse_nulls(config, rows, ordering, null_keys, null_orders)
 
     keyed = bool(config.record_key_fields)
     if keyed and opts.operation in ("upsert", "delete") and partitions is not None and _partition_upsert.fits(partitions, slices):
@@ -776,10 +786,20 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
     from pyspark.sql import functions as F
 
     config = table.config
-    if opts.combine_before_insert and config.record_key_fields:
-        rows = dedupe(rows, config, opts)
-    rows = spark_api.local_checkpoint(rows.where(~F.col(_DELETE)))  # counted, then routed: the same rows
-    counts = {r[0]: r[1] for r in rows.groupBy(PART).count().collect()}  # one row per partition
+    keyed = bool(config.record_key_fields)
+    ordering = _null_ordering(config, opts, rows) if keyed else None
+    # one materialised batch, checked, counted and routed: the same rows. Rows flagged as deletes
+    # are kept in it until a key's winner is known (combine_before_insert), then dropped.
+    rows = spark_api.local_checkpoint(rows)
+    checks = [F.count_if(F.col(KEY).isNull()), F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)] if keyed else [F.lit(0), F.lit(0)]
+    per_partition = rows.groupBy(PART).agg(F.count_if(~F.col(_DELETE)), *checks).collect()  # one row per partition
+    _refuse_nulls(config, rows, ordering, sum(r[2] for r in per_partition), sum(r[3] for r in per_partition))
+    if opts.combine_before_insert and keyed:
+        rows = spark_api.local_checkpoint(dedupe(rows, config, opts).where(~F.col(_DELETE)))
+        counts = {r[0]: r[1] for r in rows.groupBy(PART).count().collect()}
+    else:
+        rows = rows.where(~F.col(_DELETE))
+        counts = {r[0]: r[1] for r in per_partition if r[1]}
     whole_table = opts.operation == "insert_overwrite_table"
     replaced = _replaced_ids(s for s in slices if whole_table or s.partition in counts)
     stats, totals = [], WriteCounts()
