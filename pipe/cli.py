@@ -288,7 +288,7 @@ def _own_server(plan, root: Path, master: str, conf: dict):
         return None
     if not server.started_with(state, master, conf, plan.project):
         output.err.print(f"[yellow]warning[/]: the pipe server of target {plan.target.name} ({state.url}) was started with other "
-                         "Spark settings; this command starts its own Spark (`pipe server stop` and `pipe server start` renew it)")
+                         "Spark settings or another version of pipe's code; this command starts its own Spark (`pipe server stop` and `pipe server start` renew it)")
         return None
     server.touch(state)
     return state
@@ -692,7 +692,8 @@ def server_status(ctx: _Context, target: str | None) -> None:
     output.line(f"The pipe server of target [bold]{plan.target.name}[/] runs at {state.url} ({state.master}, pid {state.server_pid}), "
                 f"up {_age(time.time() - state.started_at)}, {idle}{stops}")
     if not matches:
-        output.line("[yellow]It was started with other Spark settings than the target has now: commands do not use it[/] "
+        output.line("[yellow]It was started with other Spark settings than the target has now, or another version of pipe's code: "
+                    "commands do not use it[/] "
                     "(`pipe server stop`, then `pipe server start`)")
         raise click.exceptions.Exit(EXIT_FAILED)
     output.line(f"Log: {state.log}")

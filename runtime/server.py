@@ -72,9 +72,26 @@ class ServerState:
 
 
 def fingerprint(settings: Mapping[str, str]) -> str:
-    """Of the Spark settings a server starts with (and of the Python its workers run)."""
-    text = json.dumps({"settings": dict(sorted(settings.items())), "python": this_python()}, sort_keys=True)
+    """Of the Spark settings a server starts with, of the Python its workers run, and of pipe's
+    code, which its Python workers imported when it started (an upgrade of pipe, or an edit of
+    its code, needs a new server)."""
+    text = json.dumps({"settings": dict(sorted(settings.items())), "python": this_python(), "code": code_stamp()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def code_stamp() -> str:
+    """The names, sizes and modification times of the Python files of the packages the server's
+    workers import (runtime/cluster.py ships the same to clusters): a few milliseconds, no
+    file read."""
+    from runtime.cluster import SHIPPED_PACKAGES
+
+    base = Path(__file__).resolve().parent.parent  # beside runtime/: compiler/ (and pipe/)
+    digest = hashlib.sha256()
+    for name in SHIPPED_PACKAGES:
+        for path in sorted((base / name).rglob("*.py")):
+            st = path.stat()
+            digest.update(f"{path.relative_to(base)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:16]
 
 
 def started_with(state: ServerState, master: str, conf: Mapping[str, Any] | None, project_name: str) -> bool:
@@ -199,7 +216,8 @@ def start(project: Path, project_name: str, target: str, master: str, conf: Mapp
     if running is not None:
         if running.fingerprint == print_:
             return running, False
-        raise ServerError(f"a pipe server for target {target} of this project runs with other Spark settings ({running.url})",
+        raise ServerError(f"a pipe server for target {target} of this project runs with other Spark settings or another version of "
+                          f"pipe's code ({running.url})",
                           "stop it with `pipe server stop`, then start it again")
     path = state_path(project, target)
     path.parent.mkdir(parents=True, exist_ok=True)

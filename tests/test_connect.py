@@ -134,6 +134,17 @@ def test_a_server_belongs_to_one_project_and_its_settings(server, tmp_path):
     finally:
         project_file.write_text(text)
 
+    # nor does another version of pipe's code (an upgrade, an edit): its workers run the old one
+    module = REPO / "runtime" / "table" / "writer.py"
+    before = module.stat()
+    try:
+        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        upgraded = pipe(root, cache, "server", "status")
+        assert upgraded.returncode == 1 and "another version of pipe's code" in upgraded.stdout, upgraded.stdout
+    finally:
+        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert ok(pipe(root, cache, "server", "status")).returncode == 0
+
 
 MOR_PROJECT = {
     "sources/s.yml": """
