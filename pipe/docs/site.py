@@ -192,6 +192,7 @@ def write_site(site: Site, out: Path) -> Path:
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["setting"] = _setting
+    env.filters["settings"] = _settings
     env.filters["checkpoint"] = _checkpoint
     (out / "nodes").mkdir(parents=True, exist_ok=True)
     (out / "static").mkdir(exist_ok=True)
@@ -214,6 +215,11 @@ def write_site(site: Site, out: Path) -> Path:
 
 def _setting(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _settings(config: Mapping[str, Any]) -> str:
+    """Every setting that is set, one per line as YAML would show a flow mapping."""
+    return "\n".join(f"{k}: {_setting(v)}" for k, v in sorted(config.items()) if v not in (None, [], {}))
 
 
 def _checkpoint(value: str) -> str:
