@@ -1,6 +1,6 @@
 """Column lineage: for each column a table's SQL selects, the columns of its inputs (sources and
 upstream tables, as ref() and source() render them) that it is computed from, read from the
-rendered SQL with sqlglot (Spark dialect). Used by `pipe docs`; `pipe compile` never imports it.
+rendered SQL with sqlglot (Spark dialect). Only `pipe docs` imports this module.
 
 Only what the SQL says for certain is traced: a column reference is followed to the relation that
 provides it through CTEs, derived tables and set operations. Where that is not certain (an
@@ -20,6 +20,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, build_scope
 
 from compiler.render import ENV_PLACEHOLDER_RE
 
@@ -66,10 +70,6 @@ UNKNOWN = TableLineage((), False)
 def table_lineage(sql: str, catalog: Mapping[str, list[str] | None]) -> TableLineage:
     """The lineage of `sql`'s columns. `catalog`: lower-case relation name -> its columns, or
     None when unknown."""
-    import sqlglot
-    from sqlglot import exp
-    from sqlglot.optimizer.scope import build_scope
-
     # env_var() placeholders are filled in at run time; an identifier keeps the SQL parseable
     text = ENV_PLACEHOLDER_RE.sub(lambda m: "_" * len(m.group(0)), sql)
     try:
@@ -106,8 +106,6 @@ class _Tracer:
     def names(self, scope) -> list[str | None] | None:
         """The names of the columns a scope selects (None for an unnamed one), or None when
         they cannot all be counted."""
-        from sqlglot import exp
-
         expr = scope.expression
         if isinstance(expr, exp.SetOperation):  # named by its first branch
             return self.names(scope.set_operation_scopes[0]) if scope.set_operation_scopes else None
@@ -126,8 +124,6 @@ class _Tracer:
 
     def star(self, scope, p) -> list[tuple[str, str]] | None:
         """(source alias, column) of each column a `*` or `t.*` stands for; None if unknown."""
-        from sqlglot import exp
-
         star = p if isinstance(p, exp.Star) else p.this
         if any(star.args.get(k) for k in ("except", "replace", "rename")):
             return None
@@ -151,9 +147,6 @@ class _Tracer:
 
     def columns_of(self, scope, alias: str) -> list[str] | None:
         """The columns the source `alias` of a scope provides, or None when unknown."""
-        from sqlglot import exp
-        from sqlglot.optimizer.scope import Scope
-
         source = scope.sources.get(alias)
         if isinstance(source, Scope):
             names = self.names(source)
@@ -166,8 +159,6 @@ class _Tracer:
 
     def trace(self, scope, name: str, position: int, seen: set) -> tuple[tuple[tuple[str, str], ...] | None, bool]:
         """The inputs of the column `name` (at `position`) that `scope` selects."""
-        from sqlglot import exp
-
         key = (id(scope), name, position)
         if key in seen:  # a recursive CTE reaching itself
             return None, False
@@ -213,8 +204,6 @@ class _Tracer:
     def projection(self, scope, name: str, position: int):
         """The select-list expression that makes column `name`, or (alias, column) when a `*`
         makes it; None when unknown."""
-        from sqlglot import exp
-
         at = 0
         for p in scope.expression.expressions:
             if isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star)):
@@ -238,8 +227,6 @@ class _Tracer:
 
     def resolve(self, scope, column, seen: set) -> tuple[tuple[tuple[str, str], ...] | None, bool]:
         """The inputs behind one column reference of a scope's select list."""
-        from sqlglot import exp
-
         name = column.name.lower()
         if len(column.parts) > 2 or not all(isinstance(p, exp.Identifier) for p in column.parts):
             return None, False
@@ -258,16 +245,11 @@ class _Tracer:
         return None, False
 
     def _is_select_alias(self, scope, name: str) -> bool:
-        from sqlglot import exp
-
         return any(isinstance(p, exp.Alias) and p.alias.lower() == name for p in scope.expression.expressions)
 
     def from_source(self, scope, alias: str, column: str, seen: set) -> tuple[tuple[tuple[str, str], ...] | None, bool]:
         """Column `column` of the source `alias` of a scope: a relation of the project, or a
         CTE or derived table traced further."""
-        from sqlglot import exp
-        from sqlglot.optimizer.scope import Scope
-
         source = scope.sources.get(alias)
         if isinstance(source, Scope):
             names = self.names(source)

@@ -138,6 +138,10 @@ class Page:
                 raise BrowserError(f"timed out waiting for {expression}")
             time.sleep(0.05)
 
+    def move(self, x: float, y: float) -> None:
+        """The mouse pointer moved to (x, y) of the viewport."""
+        self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+
     def click(self, x: float, y: float) -> None:
         """A real left click at (x, y) of the viewport, as a user's mouse makes it."""
         self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)

@@ -251,9 +251,16 @@ def test_in_chromium_clicking_a_node_opens_its_page_with_key_and_upstream(shop, 
     with Chromium() as browser:
         tab = browser.open((shop / "target/docs/index.html").as_uri())
         assert tab.wait_for("document.body.getAttribute('data-graph-nodes')") == "5"
-        x, y = tab.evaluate("(() => { const r = document.querySelector('.node[href=\"nodes/table.orders.html\"]').getBoundingClientRect();"
-                            " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
-        tab.click(x, y)
+
+        def centre_of(step_id):
+            return tab.evaluate(f"(() => {{ const r = document.querySelector('.node[href=\"nodes/{step_id}.html\"]').getBoundingClientRect();"
+                                " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+
+        tab.move(*centre_of("table.orders"))  # pointing at orders lights its upstream and downstream only
+        lit = tab.wait_for("[...document.querySelectorAll('.node.hl')].map(e => e.getAttribute('href').slice(6, -5)).sort()")
+        assert lit == ["source.raw_orders", "table.customer_revenue", "table.orders"]
+        tab.screenshot(tmp_path / "graph-hover.png")
+        tab.click(*centre_of("table.orders"))
         tab.wait_for("location.pathname.endsWith('/nodes/table.orders.html') && document.readyState === 'complete'")
         assert tab.evaluate("document.getElementById('key').textContent") == "order_id"
         assert tab.evaluate("[...document.querySelectorAll('#upstream a')].map(a => a.textContent)") == ["raw_orders"]
