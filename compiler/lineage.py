@@ -29,6 +29,7 @@ from compiler.render import ENV_PLACEHOLDER_RE
 
 LINEAGE_VERSION = 1
 CACHE_FILE = "lineage_cache.json"
+_SPARK = sqlglot.Dialect.get_or_raise("spark")  # made once: making it costs as much as parsing a short query
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def table_lineage(sql: str, catalog: Mapping[str, list[str] | None]) -> TableLin
     # env_var() placeholders are filled in at run time; an identifier keeps the SQL parseable
     text = ENV_PLACEHOLDER_RE.sub(lambda m: "_" * len(m.group(0)), sql)
     try:
-        trees = [t for t in sqlglot.parse(text, read="spark") if t is not None]
+        trees = [t for t in _SPARK.parse(text) if t is not None]
         if len(trees) != 1 or not isinstance(trees[0], exp.Query):
             return UNKNOWN
         root = build_scope(trees[0])
@@ -88,6 +89,7 @@ class _Tracer:
     def __init__(self, catalog: Mapping[str, list[str] | None]):
         self.catalog = {k.lower(): ([c.lower() for c in v] if v is not None else None) for k, v in catalog.items()}
         self.owned: dict[int, set[int]] = {}  # scope -> ids of the column nodes that belong to it
+        self._names: dict[int, list[str | None] | None] = {}  # scope -> names(scope)
 
     def table(self, root) -> TableLineage:
         names = self.names(root)
@@ -106,6 +108,13 @@ class _Tracer:
     def names(self, scope) -> list[str | None] | None:
         """The names of the columns a scope selects (None for an unnamed one), or None when
         they cannot all be counted."""
+        key = id(scope)
+        if key not in self._names:
+            self._names[key] = None  # a query that reaches itself stays unknown
+            self._names[key] = self._count_names(scope)
+        return self._names[key]
+
+    def _count_names(self, scope) -> list[str | None] | None:
         expr = scope.expression
         if isinstance(expr, exp.SetOperation):  # named by its first branch
             return self.names(scope.set_operation_scopes[0]) if scope.set_operation_scopes else None
