@@ -68,16 +68,19 @@ class TableLineage:
 UNKNOWN = TableLineage((), False)
 
 
-def table_lineage(sql: str, catalog: Mapping[str, list[str] | None]) -> TableLineage:
+def table_lineage(sql: str, catalog: Mapping[str, list[str] | None], tree: exp.Expression | None = None) -> TableLineage:
     """The lineage of `sql`'s columns. `catalog`: lower-case relation name -> its columns, or
-    None when unknown."""
-    # env_var() placeholders are filled in at run time; an identifier keeps the SQL parseable
-    text = ENV_PLACEHOLDER_RE.sub(lambda m: "_" * len(m.group(0)), sql)
+    None when unknown. `tree`: `sql` as parsed already (compiler/sqlcheck.py's keep_parsed)."""
     try:
-        trees = [t for t in _SPARK.parse(text) if t is not None]
-        if len(trees) != 1 or not isinstance(trees[0], exp.Query):
+        if tree is None:
+            # env_var() placeholders are filled in at run time; an identifier keeps the SQL parseable
+            trees = [t for t in _SPARK.parse(ENV_PLACEHOLDER_RE.sub(lambda m: "_" * len(m.group(0)), sql)) if t is not None]
+            if len(trees) != 1:
+                return UNKNOWN
+            tree = trees[0]
+        if not isinstance(tree, exp.Query):
             return UNKNOWN
-        root = build_scope(trees[0])
+        root = build_scope(tree)
         if root is None:
             return UNKNOWN
         return _Tracer(catalog).table(root)
@@ -291,7 +294,7 @@ class LineageCache:
             except (OSError, ValueError, RecursionError):
                 pass
 
-    def lineage(self, sql: str, catalog: Mapping[str, list[str] | None]) -> TableLineage:
+    def lineage(self, sql: str, catalog: Mapping[str, list[str] | None], tree: exp.Expression | None = None) -> TableLineage:
         if self._salt is None:
             from importlib.metadata import version
 
@@ -305,7 +308,7 @@ class LineageCache:
                 return out
             except (TypeError, ValueError):  # a damaged entry: trace again
                 pass
-        out = table_lineage(sql, catalog)
+        out = table_lineage(sql, catalog, tree)
         self.used[key] = [[c.to_json() for c in out.columns], out.complete]
         return out
 

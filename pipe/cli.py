@@ -229,14 +229,18 @@ def docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) ->
     from pipe.docs.lake import read_histories
     from pipe.docs.site import build_site, write_site
 
-    result = _compile(ctx, target, vars_text)
+    from compiler.sqlcheck import keep_parsed
+
+    with keep_parsed() as parsed:  # column lineage reads the trees the SQL check parses
+        result = _compile(ctx, target, vars_text)
     root = result.project.root
     chosen = select_steps(result.graph, select, exclude)
-    tables = [s.name for s in result.plan.steps if s.kind == "write" and s.id in set(chosen)]
+    picked = set(chosen)
+    tables = [s.name for s in result.plan.steps if s.kind == "write" and s.id in picked]
     histories, note = ({}, "Commits are not shown: the site was generated with --no-lake.") if no_lake else read_histories(result.plan, root, tables)
     selection = " ".join(([f"--select {' '.join(select)}"] if any(s.strip() for s in select) else [])
                          + ([f"--exclude {' '.join(exclude)}"] if any(s.strip() for s in exclude) else []))
-    site = build_site(result, chosen, histories=histories, lake_note=note, cache_dir=root / "target", selection=selection)
+    site = build_site(result, chosen, histories=histories, lake_note=note, cache_dir=root / "target", selection=selection, parsed=parsed)
     index = write_site(site, root / "target" / "docs")
     sources = sum(p.kind == "source" for p in site.pages.values())
     read = sum(1 for h in histories.values() if h.rows)

@@ -71,8 +71,9 @@ class Site:
 
 
 def build_site(result: CompileResult, chosen: Iterable[str], *, histories: Mapping[str, History] | None = None,
-               lake_note: str = "", cache_dir: Path | None = None, selection: str = "") -> Site:
-    """The site of the steps `chosen` (ids; tests among them are shown on their tables' pages)."""
+               lake_note: str = "", cache_dir: Path | None = None, selection: str = "", parsed: Mapping[str, Any] | None = None) -> Site:
+    """The site of the steps `chosen` (ids; tests among them are shown on their tables' pages).
+    `parsed`: the tables' SQL as the compile's SQL check parsed it (sqlcheck.keep_parsed)."""
     plan = result.plan
     steps = {s.id: s for s in plan.steps if s.kind in KINDS}
     chosen_ids = set(chosen)
@@ -85,7 +86,7 @@ def build_site(result: CompileResult, chosen: Iterable[str], *, histories: Mappi
                 tests[d].append(s)
             elif s.kind in KINDS and d in downstream:
                 downstream[d].append(s.id)
-    lineage = _lineage(result, steps, cache_dir)
+    lineage = _lineage(result, steps, cache_dir, parsed or {})
     histories = histories or {}
     pages = {}
     for s in shown:
@@ -111,7 +112,7 @@ def _tests_model(test: Step, step: Step) -> bool:
 # --- columns and their lineage --------------------------------------------------------------------
 
 
-def _lineage(result: CompileResult, steps: Mapping[str, Step], cache_dir: Path | None) -> dict[str, TableLineage]:
+def _lineage(result: CompileResult, steps: Mapping[str, Step], cache_dir: Path | None, parsed: Mapping[str, Any]) -> dict[str, TableLineage]:
     """Each table's column lineage, upstream before downstream: a table's output columns are
     the known columns of the tables that read it."""
     cache = LineageCache(cache_dir)
@@ -128,7 +129,7 @@ def _lineage(result: CompileResult, steps: Mapping[str, Step], cache_dir: Path |
         if s.sql:
             catalog = {steps[d].name.lower(): known.get(d) for d in s.depends_on if d in steps}
             catalog.setdefault(s.name.lower(), declared)  # {{ this }}: the table as stored
-            out[sid] = cache.lineage(s.sql, catalog)
+            out[sid] = cache.lineage(s.sql, catalog, parsed.get(s.sql))
         names = out[sid].names if sid in out else None
         known[sid] = list(names) if names is not None else declared
     cache.save()
