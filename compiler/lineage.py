@@ -21,15 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.optimizer.scope import Scope, build_scope
+from functools import cache
 
 from compiler.render import ENV_PLACEHOLDER_RE
 
 LINEAGE_VERSION = 1
 CACHE_FILE = "lineage_cache.json"
-_SPARK = sqlglot.Dialect.get_or_raise("spark")  # made once: making it costs as much as parsing a short query
 
 
 @dataclass(frozen=True)
@@ -68,13 +65,25 @@ class TableLineage:
 UNKNOWN = TableLineage((), False)
 
 
-def table_lineage(sql: str, catalog: Mapping[str, list[str] | None], tree: exp.Expression | None = None) -> TableLineage:
+@cache
+def _spark():
+    """sqlglot's Spark dialect, made once (making it costs as much as parsing a short query).
+    sqlglot is imported on first use: with every table's lineage cached, it is not needed."""
+    import sqlglot
+
+    return sqlglot.Dialect.get_or_raise("spark")
+
+
+def table_lineage(sql: str, catalog: Mapping[str, list[str] | None], tree=None) -> TableLineage:
     """The lineage of `sql`'s columns. `catalog`: lower-case relation name -> its columns, or
     None when unknown. `tree`: `sql` as parsed already (compiler/sqlcheck.py's keep_parsed)."""
+    from sqlglot import exp
+    from sqlglot.optimizer.scope import build_scope
+
     try:
         if tree is None:
             # env_var() placeholders are filled in at run time; an identifier keeps the SQL parseable
-            trees = [t for t in _SPARK.parse(ENV_PLACEHOLDER_RE.sub(lambda m: "_" * len(m.group(0)), sql)) if t is not None]
+            trees = [t for t in _spark().parse(ENV_PLACEHOLDER_RE.sub(lambda m: "_" * len(m.group(0)), sql)) if t is not None]
             if len(trees) != 1:
                 return UNKNOWN
             tree = trees[0]
@@ -118,6 +127,8 @@ class _Tracer:
         return self._names[key]
 
     def _count_names(self, scope) -> list[str | None] | None:
+        from sqlglot import exp
+
         expr = scope.expression
         if isinstance(expr, exp.SetOperation):  # named by its first branch
             return self.names(scope.set_operation_scopes[0]) if scope.set_operation_scopes else None
@@ -136,6 +147,8 @@ class _Tracer:
 
     def star(self, scope, p) -> list[tuple[str, str]] | None:
         """(source alias, column) of each column a `*` or `t.*` stands for; None if unknown."""
+        from sqlglot import exp
+
         star = p if isinstance(p, exp.Star) else p.this
         if any(star.args.get(k) for k in ("except", "replace", "rename")):
             return None
@@ -159,6 +172,9 @@ class _Tracer:
 
     def columns_of(self, scope, alias: str) -> list[str] | None:
         """The columns the source `alias` of a scope provides, or None when unknown."""
+        from sqlglot import exp
+        from sqlglot.optimizer.scope import Scope
+
         source = scope.sources.get(alias)
         if isinstance(source, Scope):
             names = self.names(source)
@@ -171,6 +187,8 @@ class _Tracer:
 
     def trace(self, scope, name: str, position: int, seen: set) -> tuple[tuple[tuple[str, str], ...] | None, bool]:
         """The inputs of the column `name` (at `position`) that `scope` selects."""
+        from sqlglot import exp
+
         key = (id(scope), name, position)
         if key in seen:  # a recursive CTE reaching itself
             return None, False
@@ -216,6 +234,8 @@ class _Tracer:
     def projection(self, scope, name: str, position: int):
         """The select-list expression that makes column `name`, or (alias, column) when a `*`
         makes it; None when unknown."""
+        from sqlglot import exp
+
         at = 0
         for p in scope.expression.expressions:
             if isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star)):
@@ -239,6 +259,8 @@ class _Tracer:
 
     def resolve(self, scope, column, seen: set) -> tuple[tuple[tuple[str, str], ...] | None, bool]:
         """The inputs behind one column reference of a scope's select list."""
+        from sqlglot import exp
+
         name = column.name.lower()
         if len(column.parts) > 2 or not all(isinstance(p, exp.Identifier) for p in column.parts):
             return None, False
@@ -257,11 +279,16 @@ class _Tracer:
         return None, False
 
     def _is_select_alias(self, scope, name: str) -> bool:
+        from sqlglot import exp
+
         return any(isinstance(p, exp.Alias) and p.alias.lower() == name for p in scope.expression.expressions)
 
     def from_source(self, scope, alias: str, column: str, seen: set) -> tuple[tuple[tuple[str, str], ...] | None, bool]:
         """Column `column` of the source `alias` of a scope: a relation of the project, or a
         CTE or derived table traced further."""
+        from sqlglot import exp
+        from sqlglot.optimizer.scope import Scope
+
         source = scope.sources.get(alias)
         if isinstance(source, Scope):
             names = self.names(source)
@@ -294,7 +321,7 @@ class LineageCache:
             except (OSError, ValueError, RecursionError):
                 pass
 
-    def lineage(self, sql: str, catalog: Mapping[str, list[str] | None], tree: exp.Expression | None = None) -> TableLineage:
+    def lineage(self, sql: str, catalog: Mapping[str, list[str] | None], tree=None) -> TableLineage:
         if self._salt is None:
             from importlib.metadata import version
 
