@@ -224,12 +224,25 @@ def docs_group() -> None:
 @click.pass_obj
 def docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
     """Write the site to target/docs/ (open target/docs/index.html, no server needed)."""
+    import gc
+
+    # as compile_project does: many small objects and nothing cyclic to free; the SQL trees kept
+    # for column lineage would make each collection walk millions of nodes
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _docs_generate(ctx, select, exclude, target, vars_text, no_lake)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
     started = time.perf_counter()
     from compiler.graph import select as select_steps
+    from compiler.sqlcheck import keep_parsed
     from pipe.docs.lake import read_histories
     from pipe.docs.site import build_site, write_site
-
-    from compiler.sqlcheck import keep_parsed
 
     with keep_parsed() as parsed:  # column lineage reads the trees the SQL check parses
         result = _compile(ctx, target, vars_text)
