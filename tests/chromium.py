@@ -148,6 +148,11 @@ class Page:
         self.call("Input.dispatchMouseEvent", type="mousePressed", x=x, y=y, button="left", clickCount=1)
         self.call("Input.dispatchMouseEvent", type="mouseReleased", x=x, y=y, button="left", clickCount=1)
 
+    def press(self, key: str, code: int) -> None:
+        """A key pressed and released (`key` as KeyboardEvent.key names it, `code` its key code)."""
+        for kind in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=kind, key=key, code=key, windowsVirtualKeyCode=code)
+
     def screenshot(self, path: Path) -> Path:
         data = self.call("Page.captureScreenshot", format="png")["data"]
         Path(path).write_bytes(base64.b64decode(data))

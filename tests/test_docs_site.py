@@ -285,6 +285,8 @@ def test_in_chromium_search_finds_a_node_among_a_thousand_and_highlights_its_lin
         lit = tab.evaluate("[...document.querySelectorAll('.node.hl')].map(e => e.getAttribute('href'))")
         assert "nodes/table.t462.html" in lit and "nodes/table.t473.html" in lit  # its upstream, highlighted
         tab.screenshot(tmp_path / "thousand-search.png")
+        tab.press("Escape", 27)  # lets go of it
+        assert tab.evaluate("document.querySelectorAll('.node.hl').length") == 0 and tab.evaluate("location.hash") == ""
         tab.click(x, y)
         tab.wait_for("location.pathname.endsWith('/nodes/table.t500.html') && document.readyState === 'complete'")
         assert tab.evaluate("document.getElementById('key').textContent") == "id"

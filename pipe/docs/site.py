@@ -91,12 +91,13 @@ def build_site(result: CompileResult, chosen: Iterable[str], *, histories: Mappi
     pages = {}
     for s in shown:
         own_tests = tuple(t for t in tests[s.id] if _tests_model(t, s))
-        others = tuple(t for t in tests[s.id] if not _tests_model(t, s))
+        others = tuple(t for t in tests[s.id] if not _tests_model(t, s))  # e.g. a tests/*.sql reading it
+        history = histories.get(s.name) if s.kind == "write" else None
+        columns, columns_from = _columns(result, s, lineage.get(s.id), history, own_tests, steps)
         pages[s.id] = Page(
             step=s, kind=KINDS[s.kind], category=s.config.get("kind") if s.kind == "ingest" else s.config.get("operation"),
             upstream=tuple(d for d in s.depends_on if d in steps), downstream=tuple(downstream[s.id]),
-            tests=own_tests + others, history=histories.get(s.name) if s.kind == "write" else None,
-            **_columns(result, s, lineage.get(s.id), histories.get(s.name), own_tests, steps),
+            columns=columns, columns_from=columns_from, tests=own_tests + others, history=history,
         )
     edges = [(u, p.id) for p in pages.values() for u in p.upstream]
     positions = layered_layout(pages, edges)
@@ -113,8 +114,8 @@ def _tests_model(test: Step, step: Step) -> bool:
 
 
 def _lineage(result: CompileResult, steps: Mapping[str, Step], cache_dir: Path | None, parsed: Mapping[str, Any]) -> dict[str, TableLineage]:
-    """Each table's column lineage, upstream before downstream: a table's output columns are
-    the known columns of the tables that read it."""
+    """Each table's column lineage, upstream before downstream: the columns a table's SQL
+    selects are what the SQL of the tables reading it sees."""
     cache = LineageCache(cache_dir)
     known: dict[str, list[str] | None] = {}
     for sid, s in steps.items():
@@ -141,7 +142,7 @@ def _declared(schema) -> list[str] | None:
 
 
 def _columns(result: CompileResult, step: Step, lineage: TableLineage | None, history: History | None, tests: tuple[Step, ...],
-             steps: Mapping[str, Step]) -> dict[str, Any]:
+             steps: Mapping[str, Step]) -> tuple[tuple[Column, ...], str]:
     """The page's columns, in this order of preference for names and types: the latest
     commit's schema, the declared `schema:`, the SQL's select list, the documented `columns:`."""
     node = (result.project.tables if step.kind == "write" else result.project.sources).get(step.name)
@@ -169,7 +170,7 @@ def _columns(result: CompileResult, step: Step, lineage: TableLineage | None, hi
         inputs = tuple((relations.get(r, ""), c) for r, c in traced.inputs) if traced is not None and traced.inputs is not None else None
         columns.append(Column(name=name, type=type_, description=str(doc.get("description") or "").strip(), tests=col_tests,
                               inputs=inputs, direct=traced.direct if traced else False, traced=step.kind == "write" and bool(step.sql)))
-    return {"columns": tuple(columns), "columns_from": origin}
+    return tuple(columns), origin
 
 
 # --- writing the files --------------------------------------------------------------------------

@@ -168,6 +168,16 @@
     go(document.getElementById("search-box").value);
   });
   document.getElementById("search-box").addEventListener("change", function (ev) { go(ev.target.value); });
+  document.addEventListener("keydown", function (ev) {
+    if (ev.key === "Escape") {  // let go of the node found
+      selected = null;
+      highlight(null);
+      history.replaceState(null, "", location.pathname);
+    } else if (ev.key === "/" && document.activeElement.id !== "search-box") {
+      ev.preventDefault();
+      document.getElementById("search-box").focus();
+    }
+  });
 
   // --- first view: the node named in the URL (#table.orders), else the whole graph ---
   fit();
