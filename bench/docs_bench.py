@@ -65,6 +65,20 @@ def pipe(root: Path, *args: str) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def create_files(folder: Path, count: int) -> tuple[float, float]:
+    """Wall and CPU seconds of creating `count` empty files in a new folder: the part of a first
+    generate that depends on the file system alone (one file per page)."""
+    before = os.times()
+    t = time.perf_counter()
+    folder.mkdir()
+    for i in range(count):
+        (folder / f"table.t{i}.html").touch()
+    wall = time.perf_counter() - t
+    after = os.times()
+    shutil.rmtree(folder)
+    return wall, (after.user - before.user) + (after.system - before.system)
+
+
 def prepare(root: Path, state: str) -> None:
     if state == "first":
         shutil.rmtree(root / "target", ignore_errors=True)
@@ -83,6 +97,7 @@ def commands(work: Path, n: int, rounds: int) -> dict[tuple[str, str], list[tupl
         pipe(root, *args[what])
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in range(rounds):
+        times.setdefault(("floor", "create"), []).append(create_files(work / f"empty{r}", n + 6))
         for state in ("first", "after a change", "unchanged"):
             for what in (("compile", "docs") if r % 2 == 0 else ("docs", "compile")):
                 prepare(roots[what], state)
@@ -142,6 +157,10 @@ def report(n: int, rounds: int, times, shown, load: Load, started: dt.datetime, 
         lines.append(f"| {state} | {med([w for w, _ in c]):.2f} | {min(w for w, _ in c):.2f} | {med([u for _, u in c]):.2f} | "
                      f"{med([w for w, _ in d]):.2f} | {min(w for w, _ in d):.2f} | {med([u for _, u in d]):.2f} | {mark} | "
                      f"{med([u for _, u in d]) / med([u for _, u in c]):.2f}x |")
+    floor = times[("floor", "create")]
+    lines += ["", f"For scale: creating {n + 6:,} empty files in a new folder on this machine's disk takes {med([w for w, _ in floor]):.2f} s "
+              f"(CPU {med([u for _, u in floor]):.2f} s, nearly all in the kernel), which a first generate pays for its pages and "
+              "compile does not."]
     lines += ["", "### The graph page in headless Chromium (1280×800)", "",
               "Time from the start of navigation to the graph drawn and painted (`data-graph-ready-ms`, written by graph.js "
               "after the first frame); a cold load is the first page of a fresh browser, warm loads are new tabs of one browser. "
