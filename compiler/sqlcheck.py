@@ -20,6 +20,7 @@ and of this check)."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -40,6 +41,21 @@ CACHE_FILE = "sql_check_cache.json"
 _MAX_CACHE_ENTRIES = 20000
 # Tests set this to see a failure of the column analysis, which users never see (Spark judges).
 RAISE_ANALYSIS_ERRORS = False
+# The trees `analyse` parsed, by SQL text, while `keep_parsed()` is active: `pipe docs` traces
+# column lineage on them instead of parsing every table's SQL a second time.
+_kept: dict[str, Any] | None = None
+
+
+@contextlib.contextmanager
+def keep_parsed():
+    """Within the block, every tree `analyse` parses is kept in the dict it yields (sqlglot's
+    trees, by the SQL text; the check does not change them)."""
+    global _kept
+    _kept = {}
+    try:
+        yield _kept
+    finally:
+        _kept = None
 
 # Columns Spark resolves without any declared schema: file metadata of file-based reads, and
 # Hudi's meta columns (not selected by pipe's reads, but left to Spark to judge).
@@ -277,6 +293,8 @@ def analyse(sql: str, catalog: Mapping[str, list[str] | None]) -> Outcome:
     trees = [t for t in trees if t is not None]
     if len(trees) != 1:
         return Outcome((), None)
+    if _kept is not None:
+        _kept[sql] = trees[0]
     try:
         return _Resolver(text, catalog).run(trees[0])
     except Exception:  # noqa: BLE001 - an analysis sqlglot cannot do is no finding

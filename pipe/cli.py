@@ -209,6 +209,82 @@ def ls_cmd(ctx: _Context, select, exclude, target, vars_text, fmt) -> None:
             output.plain(step_id)
 
 
+@cli.group(name="docs")
+def docs_group() -> None:
+    """A browsable site of the project: the lineage graph, every table and source, their columns and commits."""
+
+
+@docs_group.command(name="generate")
+@_select_option
+@_exclude_option
+@_target_option
+@_vars_option
+@click.option("--no-lake", is_flag=True, help="Do not read the tables' timelines (no commits on the pages).")
+@_common
+@click.pass_obj
+def docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
+    """Write the site to target/docs/ (open target/docs/index.html, no server needed)."""
+    import gc
+
+    # as compile_project does: many small objects and nothing cyclic to free; the SQL trees kept
+    # for column lineage would make each collection walk millions of nodes
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _docs_generate(ctx, select, exclude, target, vars_text, no_lake)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
+    started = time.perf_counter()
+    from compiler.graph import select as select_steps
+    from compiler.sqlcheck import keep_parsed
+    from pipe.docs.lake import read_histories
+    from pipe.docs.site import build_site, write_site
+
+    with keep_parsed() as parsed:  # column lineage reads the trees the SQL check parses
+        result = _compile(ctx, target, vars_text)
+    root = result.project.root
+    chosen = select_steps(result.graph, select, exclude)
+    picked = set(chosen)
+    tables = [s.name for s in result.plan.steps if s.kind == "write" and s.id in picked]
+    histories, note = ({}, "Commits are not shown: the site was generated with --no-lake.") if no_lake else read_histories(result.plan, root, tables)
+    selection = " ".join(([f"--select {' '.join(select)}"] if any(s.strip() for s in select) else [])
+                         + ([f"--exclude {' '.join(exclude)}"] if any(s.strip() for s in exclude) else []))
+    site = build_site(result, chosen, histories=histories, lake_note=note, cache_dir=root / "target", selection=selection, parsed=parsed)
+    index = write_site(site, root / "target" / "docs")
+    sources = sum(p.kind == "source" for p in site.pages.values())
+    read = sum(1 for h in histories.values() if h.rows)
+    output.line(f"Wrote the docs of [bold]{site.project}[/]: {len(site.pages) - sources} table{'s' if len(site.pages) - sources != 1 else ''}, "
+                f"{sources} source{'s' if sources != 1 else ''}"
+                + (f", commits of {read} table{'s' if read != 1 else ''}" if read else "")
+                + f" -> {index.relative_to(root)} in {time.perf_counter() - started:.2f}s")
+    if note and not no_lake:
+        output.line(f"[dim]{note}[/]")
+    output.line("Open it in a browser (no server needed), or run `pipe docs serve`")
+
+
+@docs_group.command(name="serve")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port on 127.0.0.1 (0: any free one).")
+@_common
+@click.pass_obj
+def docs_serve(ctx: _Context, port: int) -> None:
+    """Serve target/docs/ on 127.0.0.1 until Ctrl-C."""
+    from pipe.docs.serve import serve
+
+    site = ctx.root() / "target" / "docs"
+    if not (site / "index.html").is_file():
+        raise ProjectError([_cli(f"no site in {site}", "run `pipe docs generate` first")])
+    try:
+        serve(site, port, lambda url: output.line(f"Serving the docs at {url} (Ctrl-C stops)"))
+    except OSError as exc:
+        raise ProjectError([_cli(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}",
+                                 "choose another port with --port (0 picks a free one)")]) from exc
+    output.line("Stopped")
+
+
 def _load_plan(ctx: _Context, plan_path: str | None, target: str | None, vars_text: str | None):
     """The plan to run: compiled now from the project, or read from --plan (as reviewed in CI)."""
     from compiler.plan import Plan
@@ -886,26 +962,10 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
     """Print the instants of a table: time, action, state, operation, counts, checkpoints."""
     from rich.table import Table as RichTable
 
-    from runtime.table import services
+    from runtime.table.history import instant_rows, short_checkpoint
 
     table, _ = _table_for(ctx, table_name, target)
-    timeline = table.timeline()
-    rows = []
-    archived = services.archived_instants(table.storage) if show_all else []
-    for inst, where in [(i, "archived") for i in archived] + [(i, "active") for i in timeline.instants]:
-        row = {"instant": inst.time, "action": inst.action, "state": inst.state, "timeline": where}
-        if inst.is_completed and inst.action in ("commit", "deltacommit", "replacecommit") and where == "active":
-            meta = timeline.commit_metadata(inst)
-            row.update(operation=meta.operation_type, inserts=sum(s.num_inserts for s in meta.write_stats),
-                       updates=sum(s.num_update_writes for s in meta.write_stats), deletes=sum(s.num_deletes for s in meta.write_stats),
-                       files=len(meta.write_stats), checkpoints=meta.checkpoints())
-            if "pipe.expectations" in meta.extra:  # runtime/steps/expect.py
-                row["expectations"] = json.loads(meta.extra["pipe.expectations"])
-        elif inst.is_completed and where == "active":
-            detail = _service_detail(table.storage, inst)
-            if detail:
-                row["detail"] = detail
-        rows.append(row)
+    rows = instant_rows(table, archived=show_all)
     if fmt == "json":
         for row in rows:
             output.plain(json.dumps(row, sort_keys=True))
@@ -916,7 +976,7 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
         t.add_column(col, overflow="fold", no_wrap=col not in ("checkpoints", "expectations"))
     for row in rows:
         cps = row.get("checkpoints") or {}
-        cp_text = ", ".join(f"{k}={_short_checkpoint(v)}" for k, v in sorted(cps.items()))
+        cp_text = ", ".join(f"{k}={short_checkpoint(v)}" for k, v in sorted(cps.items()))
         iud = f"{row['inserts']}/{row['updates']}/{row['deletes']}" if "inserts" in row else ""
         state = row["state"] + (" (archived)" if row["timeline"] == "archived" else "")
         cells = [row["instant"], row["action"], state, row.get("operation", row.get("detail", "")), iud, str(row.get("files", "")), cp_text]
@@ -925,28 +985,6 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
             cells.append(", ".join(f"{n}: {v['failed']} {v['action']}" for n, v in sorted(e.items()) if n != "rows"))
         t.add_row(*cells)
     output.table(t)  # never crop instants
-
-
-def _service_detail(storage, inst) -> str | None:
-    """What a clean, rollback, restore or savepoint instant did, from its Avro metadata."""
-    from runtime.table import avro
-    from runtime.table.timeline import HOODIE
-
-    if inst.action not in ("clean", "rollback", "restore", "savepoint"):
-        return None
-    try:
-        meta = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
-    except Exception:  # noqa: BLE001 - written by another tool in a form we do not know
-        return None
-    if inst.action == "clean":
-        return f"deleted {meta.get('totalFilesDeleted', 0)} file(s)"
-    if inst.action == "rollback":
-        return "undid " + ", ".join(meta.get("commitsRollback") or [])
-    if inst.action == "restore":
-        undone = meta.get("instantsToRollback") or []
-        return f"undid {len(undone)} write(s): " + ", ".join(undone)
-    files = sum(len(pm.get("savepointDataFile") or []) for pm in (meta.get("partitionMetadata") or {}).values())
-    return f"keeps {files} file(s)" + (f": {meta['comments']}" if meta.get("comments") else "")
 
 
 # --- table services ---------------------------------------------------------------------------
@@ -1187,20 +1225,6 @@ def rollback_cmd(ctx: _Context, table_name, instant, target) -> None:
     now = f"the table is as of {latest.time}" if latest else "the table has no commit now"
     output.line(f"[green]✓[/] rolled back {table_name} {instant} (rollback instant {rolled}); {now}")
     _downstream_warning(table_name, consumers, latest.time if latest else "")
-
-
-def _short_checkpoint(value: str) -> str:
-    """A files checkpoint is JSON with a file list; show its watermark and the list's size."""
-    try:
-        d = json.loads(value)
-    except ValueError:
-        return value
-    if isinstance(d, dict) and "mtime_ms" in d:
-        import datetime as dt
-
-        t = dt.datetime.fromtimestamp(d["mtime_ms"] / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return f"files up to {t} (+{len(d.get('files', []))} named)"
-    return value
 
 
 def _print_traceback() -> None:

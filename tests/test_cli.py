@@ -161,7 +161,8 @@ def test_compile_never_imports_pyspark_or_boto3(tmp_path):
         "from pipe.cli import main\n"
         f"rc = main(['--project-dir', {str(tmp_path / 'shop')!r}, 'compile'])\n"
         "rc2 = main(['--project-dir', " + repr(str(tmp_path / "shop")) + ", 'ls'])\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'boto3', 'botocore', 'pyarrow', 'pandas'))\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'boto3', 'botocore', 'pyarrow', 'pandas')\n"
+        "               or m in ('compiler.lineage', 'pipe.docs'))  # pipe docs' own modules too\n"
         "print('RC', rc, rc2, 'HEAVY', heavy)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -181,6 +182,8 @@ def test_wheel_ships_the_template_and_init_works_from_it(wheel, tmp_path):
     for rel in ("pipe_project.yml", "tables/orders.yml", "tables/orders.sql", "macros/money.sql", "data/orders/orders-0001.json", "data/customers/customers-0001.json"):
         assert f"pipe/project_template/{rel}" in names
     assert "compiler/api.py" in names and "runtime/__init__.py" in names
+    for rel in ("templates/node.html", "templates/graph.html", "static/graph.js", "static/style.css"):  # pipe docs
+        assert f"pipe/docs/{rel}" in names
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)], check=True, capture_output=True)
     work = tmp_path / "work"
@@ -191,11 +194,13 @@ def test_wheel_ships_the_template_and_init_works_from_it(wheel, tmp_path):
         f"assert pipe.__file__.startswith({str(site)!r}), pipe.__file__\n"
         "rc = pipe.cli.main(['init', 'fromwheel'])\n"
         "rc2 = pipe.cli.main(['--project-dir', 'fromwheel', 'compile'])\n"
-        "print('RC', rc, rc2)\n"
+        "rc3 = pipe.cli.main(['--project-dir', 'fromwheel', 'docs', 'generate'])\n"
+        "print('RC', rc, rc2, rc3)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True)
-    assert "RC 0 0" in proc.stdout, proc.stdout + proc.stderr
+    assert "RC 0 0 0" in proc.stdout, proc.stdout + proc.stderr
     assert (work / "fromwheel/target/plan.json").is_file()
+    assert (work / "fromwheel/target/docs/static/graph.js").is_file()
 
 
 @pytest.mark.parametrize("text", [

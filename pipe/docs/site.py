@@ -1,0 +1,245 @@
+"""The site's pages, gathered from the compiled plan (steps, SQL, tests), the project (column
+descriptions), column lineage (compiler/lineage.py) and, where the lake is readable, each table's
+timeline (lake.py); then written as static files with Jinja.
+
+The graph's data goes into `graph-data.js`, a script every page can load from disk: browsers
+refuse fetch() of a file:// URL, so a JSON file could not be read without a server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from compiler.api import CompileResult
+from compiler.lineage import ColumnLineage, LineageCache, TableLineage
+from compiler.plan import Step
+from pipe.docs.lake import History
+from pipe.docs.layout import Position, layered_layout
+
+HERE = Path(__file__).resolve().parent
+KINDS = {"ingest": "source", "write": "table"}
+# Sources whose declared `schema:` is the columns their SQL readers see (as compiler/sqlcheck.py)
+_DECLARED_READS = ("files", "s3_incremental")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str = ""  # "" when unknown
+    description: str = ""
+    tests: tuple[str, ...] = ()
+    # where it comes from: (step id or "" outside the project, column) pairs; None: not traced
+    inputs: tuple[tuple[str, str], ...] | None = None
+    direct: bool = False
+    traced: bool = False  # lineage applies (a table with SQL); False for a source's columns
+
+
+@dataclass(frozen=True)
+class Page:
+    step: Step
+    kind: str  # source | table
+    category: str  # what colours the node: a source's kind, a table's operation
+    upstream: tuple[str, ...]
+    downstream: tuple[str, ...]
+    columns: tuple[Column, ...]
+    columns_from: str  # where the columns and types were read
+    tests: tuple[Step, ...]
+    history: History | None = None
+
+    @property
+    def id(self) -> str:
+        return self.step.id
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        return self.step.config
+
+
+@dataclass(frozen=True)
+class Site:
+    project: str
+    target: str
+    pages: dict[str, Page]  # by step id, in the plan's (topological) order
+    positions: dict[str, Position]
+    lake_note: str = ""  # why no page shows commits ("" when the lake was read)
+    selection: str = ""  # the --select/--exclude the site was made with
+    names: dict[str, str] = field(default_factory=dict)  # every step id of the project -> name
+
+
+def build_site(result: CompileResult, chosen: Iterable[str], *, histories: Mapping[str, History] | None = None,
+               lake_note: str = "", cache_dir: Path | None = None, selection: str = "", parsed: Mapping[str, Any] | None = None) -> Site:
+    """The site of the steps `chosen` (ids; tests among them are shown on their tables' pages).
+    `parsed`: the tables' SQL as the compile's SQL check parsed it (sqlcheck.keep_parsed)."""
+    plan = result.plan
+    steps = {s.id: s for s in plan.steps if s.kind in KINDS}
+    chosen_ids = set(chosen)
+    shown = [s for s in plan.steps if s.id in chosen_ids and s.kind in KINDS]
+    downstream: dict[str, list[str]] = {i: [] for i in steps}
+    tests: dict[str, list[Step]] = {i: [] for i in steps}
+    for s in plan.steps:
+        for d in s.depends_on:
+            if s.kind == "test" and d in tests:
+                tests[d].append(s)
+            elif s.kind in KINDS and d in downstream:
+                downstream[d].append(s.id)
+    lineage = _lineage(result, steps, cache_dir, parsed or {})
+    histories = histories or {}
+    pages = {}
+    for s in shown:
+        own_tests = tuple(t for t in tests[s.id] if _tests_model(t, s))
+        others = tuple(t for t in tests[s.id] if not _tests_model(t, s))  # e.g. a tests/*.sql reading it
+        history = histories.get(s.name) if s.kind == "write" else None
+        columns, columns_from = _columns(result, s, lineage.get(s.id), history, own_tests, steps)
+        pages[s.id] = Page(
+            step=s, kind=KINDS[s.kind], category=s.config.get("kind") if s.kind == "ingest" else s.config.get("operation"),
+            upstream=tuple(d for d in s.depends_on if d in steps), downstream=tuple(downstream[s.id]),
+            columns=columns, columns_from=columns_from, tests=own_tests + others, history=history,
+        )
+    edges = [(u, p.id) for p in pages.values() for u in p.upstream]
+    positions = layered_layout(pages, edges)
+    return Site(project=plan.project, target=plan.target.name, pages=pages, positions=positions, lake_note=lake_note,
+                selection=selection, names={i: s.name for i, s in steps.items()})
+
+
+def _tests_model(test: Step, step: Step) -> bool:
+    """Whether `test` is declared on `step` (rather than only reading it)."""
+    return test.config.get("model") == step.name and test.config.get("model_kind") == KINDS[step.kind]
+
+
+# --- columns and their lineage --------------------------------------------------------------------
+
+
+def _lineage(result: CompileResult, steps: Mapping[str, Step], cache_dir: Path | None, parsed: Mapping[str, Any]) -> dict[str, TableLineage]:
+    """Each table's column lineage, upstream before downstream: the columns a table's SQL
+    selects are what the SQL of the tables reading it sees."""
+    cache = LineageCache(cache_dir)
+    known: dict[str, list[str] | None] = {}
+    for sid, s in steps.items():
+        if s.kind == "ingest":
+            declared = _declared(s.config.get("schema"))
+            known[sid] = declared if s.config.get("kind") in _DECLARED_READS else None
+    out: dict[str, TableLineage] = {}
+    for sid, s in steps.items():  # the plan's order is topological
+        if s.kind != "write":
+            continue
+        declared = _declared(s.config.get("schema"))
+        if s.sql:
+            catalog = {steps[d].name.lower(): known.get(d) for d in s.depends_on if d in steps}
+            catalog.setdefault(s.name.lower(), declared)  # {{ this }}: the table as stored
+            out[sid] = cache.lineage(s.sql, catalog, parsed.get(s.sql))
+        names = out[sid].names if sid in out else None
+        known[sid] = list(names) if names is not None else declared
+    cache.save()
+    return out
+
+
+def _declared(schema) -> list[str] | None:
+    return [c["name"] for c in schema] if schema else None
+
+
+def _columns(result: CompileResult, step: Step, lineage: TableLineage | None, history: History | None, tests: tuple[Step, ...],
+             steps: Mapping[str, Step]) -> tuple[tuple[Column, ...], str]:
+    """The page's columns, in this order of preference for names and types: the latest
+    commit's schema, the declared `schema:`, the SQL's select list, the documented `columns:`."""
+    node = (result.project.tables if step.kind == "write" else result.project.sources).get(step.name)
+    documented = {c["name"].lower(): c for c in (node.config.get("columns") or []) if isinstance(c, dict) and "name" in c} if node else {}
+    if history is not None and history.schema:
+        typed, origin = list(history.schema), f"the latest commit ({history.last_write_instant})"
+    elif step.config.get("schema"):
+        typed, origin = [(c["name"], c["type"]) for c in step.config["schema"]], "the declared schema"
+    elif lineage is not None and lineage.columns:
+        typed, origin = [(c.column, "") for c in lineage.columns], "the SQL's select list (types are known once the table is written)"
+    else:
+        typed, origin = [], ""
+    names = {n.lower() for n, _ in typed}
+    typed += [(c["name"], "") for key, c in documented.items() if key not in names]
+    if typed and not origin:
+        origin = "the documented columns"
+    by_name = {c.column.lower(): c for c in lineage.columns} if lineage is not None else {}
+    relations = {steps[d].name.lower(): d for d in step.depends_on if d in steps}
+    relations.setdefault(step.name.lower(), step.id)
+    columns = []
+    for name, type_ in typed:
+        doc = documented.get(name.lower()) or {}
+        col_tests = tuple(t.name for t in tests if name.lower() in [c.lower() for c in t.config.get("columns") or ()])
+        traced: ColumnLineage | None = by_name.get(name.lower())
+        inputs = tuple((relations.get(r, ""), c) for r, c in traced.inputs) if traced is not None and traced.inputs is not None else None
+        columns.append(Column(name=name, type=type_, description=str(doc.get("description") or "").strip(), tests=col_tests,
+                              inputs=inputs, direct=traced.direct if traced else False, traced=step.kind == "write" and bool(step.sql)))
+    return tuple(columns), origin
+
+
+# --- writing the files --------------------------------------------------------------------------
+
+NODE_W, NODE_H, COL_W, ROW_H = 180, 28, 250, 44  # the graph's geometry, in SVG units
+
+
+def graph_data(site: Site) -> dict[str, Any]:
+    """What graph.js draws: nodes as [id, name, kind, category, x, y], edges as index pairs."""
+    index = {sid: i for i, sid in enumerate(site.pages)}
+    nodes = [[p.id, p.step.name, p.kind, p.category, site.positions[p.id].layer * COL_W, round(site.positions[p.id].row * ROW_H, 1)]
+             for p in site.pages.values()]
+    edges = [[index[u], index[p.id]] for p in site.pages.values() for u in p.upstream if u in index]
+    return {"project": site.project, "nodes": nodes, "edges": edges, "node": [NODE_W, NODE_H]}
+
+
+MANIFEST = ".pages.json"  # each page's hash as last written, so an unchanged page is not written again
+
+
+def write_site(site: Site, out: Path) -> Path:
+    """Writes the site to `out`, in place: the pages that changed since the last generate, and
+    removes those of steps no longer in it (rewriting a thousand unchanged files would cost a
+    fifth of the command; creating them afresh, more)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["setting"] = _setting
+    env.filters["settings"] = _settings
+    env.filters["checkpoint"] = _checkpoint
+    (out / "nodes").mkdir(parents=True, exist_ok=True)
+    (out / "static").mkdir(exist_ok=True)
+    try:
+        before = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        before = {}
+    present = {f"nodes/{n}" for n in os.listdir(out / "nodes")} | {f"static/{n}" for n in os.listdir(out / "static")}
+    written: dict[str, str] = {}
+
+    def write(rel: str, text: str) -> None:
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        written[rel] = digest
+        if before.get(rel) != digest or rel not in present:
+            (out / rel).write_text(text, encoding="utf-8")
+
+    for f in (HERE / "static").iterdir():
+        write(f"static/{f.name}", f.read_text(encoding="utf-8"))
+    write("static/graph-data.js", "window.PIPE_GRAPH = " + json.dumps(graph_data(site), separators=(",", ":"), ensure_ascii=False) + ";\n")
+    node = env.get_template("node.html")
+    for page in site.pages.values():
+        write(f"nodes/{page.id}.html", node.render(site=site, page=page, up="../"))
+    for stale in sorted(present - set(written)):
+        (out / stale).unlink()
+    categories = sorted({(p.kind, p.category) for p in site.pages.values()})
+    # the graph page last: it is what a reader opens, and links to every page written above
+    (out / "index.html").write_text(env.get_template("graph.html").render(site=site, categories=categories, up=""), encoding="utf-8")
+    (out / MANIFEST).write_text(json.dumps(written, sort_keys=True), encoding="utf-8")
+    return out / "index.html"
+
+
+def _setting(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _settings(config: Mapping[str, Any]) -> str:
+    """Every setting that is set, one per line as YAML would show a flow mapping."""
+    return "\n".join(f"{k}: {_setting(v)}" for k, v in sorted(config.items()) if v not in (None, [], {}))
+
+
+def _checkpoint(value: str) -> str:
+    from runtime.table.history import short_checkpoint
+
+    return short_checkpoint(value)

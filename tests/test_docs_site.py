@@ -1,0 +1,328 @@
+"""`pipe docs`: the site generated for the example project and for a generated 1,000-table
+project (its graph data, its pages, column lineage), opened in headless Chromium (a node clicked,
+its page read, a screenshot kept), and its commits read from a real timeline without Spark."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from compiler.lineage import table_lineage
+from pipe.cli import main
+from pipe.docs.layout import layered_layout
+from tests.chromium import Chromium
+from tests.conftest import REPO, TEMPLATE, write_project
+
+
+def pipe(capsys, root: Path, *args: str) -> tuple[int, str, str]:
+    code = main([*args, "--project-dir", str(root)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def generate(capsys, root: Path, *args: str) -> str:
+    code, out, err = pipe(capsys, root, "docs", "generate", *args)
+    assert code == 0, out + err
+    assert "Traceback" not in out + err
+    return out
+
+
+def graph(root: Path) -> dict:
+    text = (root / "target/docs/static/graph-data.js").read_text()
+    return json.loads(text.removeprefix("window.PIPE_GRAPH = ").rstrip().rstrip(";"))
+
+
+def page(root: Path, step_id: str) -> str:
+    return (root / f"target/docs/nodes/{step_id}.html").read_text()
+
+
+def text_of(html: str, element_id: str) -> str:
+    """The text of the element with that id (tags dropped, blanks squeezed)."""
+    m = re.search(rf'<(\w+)[^>]* id="{re.escape(element_id)}"[^>]*>(.*?)</\1>', html, re.S)
+    assert m, f"no #{element_id}"
+    return " ".join(re.sub(r"<[^>]+>", " ", m.group(2)).split())
+
+
+def lineage_cell(html: str, column: str) -> str:
+    m = re.search(rf'<tr id="col-{column}">(.*?)</tr>', html, re.S)
+    assert m, f"no column {column}"
+    cell = re.search(r'<td class="lineage">(.*?)</td>', m.group(1), re.S).group(1)
+    return " ".join(re.sub(r"<[^>]+>", " ", cell).split())
+
+
+@pytest.fixture
+def shop(tmp_path):
+    root = tmp_path / "shop"
+    shutil.copytree(TEMPLATE, root, ignore=shutil.ignore_patterns("lake", "target"))
+    return root
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("compile_bench", REPO / "bench" / "compile_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """bench/compile_bench.py's 1,000-table project, its site generated once."""
+    root = tmp_path_factory.mktemp("big") / "p"
+    stats = _bench_module().generate_project(root, 1000)
+    code = main(["docs", "generate", "--project-dir", str(root)])
+    assert code == 0
+    return root, stats
+
+
+# --- the example project ---------------------------------------------------------------------------
+
+
+def test_example_site_has_every_source_and_table_with_its_edges(shop, capsys):
+    out = generate(capsys, shop)
+    assert "Wrote the docs of shop: 3 tables, 2 sources -> target/docs/index.html" in out
+    assert "nothing has been written to the lake yet" in out  # no run yet: the pages say so
+    g = graph(shop)
+    ids = [n[0] for n in g["nodes"]]
+    assert sorted(ids) == ["source.raw_customers", "source.raw_orders", "table.customer_revenue", "table.customers", "table.orders"]
+    edges = {(ids[a], ids[b]) for a, b in g["edges"]}
+    assert edges == {("source.raw_orders", "table.orders"), ("source.raw_customers", "table.customers"),
+                     ("table.orders", "table.customer_revenue"), ("table.customers", "table.customer_revenue")}
+    kinds = {n[0]: (n[2], n[3]) for n in g["nodes"]}
+    assert kinds["source.raw_orders"] == ("source", "files") and kinds["table.customer_revenue"] == ("table", "insert_overwrite_table")
+    x = {n[0]: n[4] for n in g["nodes"]}
+    assert x["source.raw_orders"] < x["table.orders"] < x["table.customer_revenue"]  # left to right
+    assert all((shop / f"target/docs/nodes/{i}.html").is_file() for i in ids)
+
+
+def test_a_table_page_shows_its_settings_columns_tests_and_sql(shop, capsys):
+    generate(capsys, shop)
+    orders = page(shop, "table.orders")
+    assert text_of(orders, "key") == "order_id"
+    assert text_of(orders, "partitioning") == "region"
+    assert text_of(orders, "upstream") == "raw_orders"
+    assert text_of(orders, "downstream") == "customer_revenue"
+    assert "upsert" in text_of(orders, "operation") and "copy_on_write" in orders
+    assert "has_customer" in orders and "customer_id is not null" in orders  # the expectation
+    tests = text_of(orders, "tests")
+    assert "unique_orders_order_id" in tests and "relationships_orders_customer_id" in tests and "orders_amount_positive" in tests
+    assert "from `raw_orders`" in orders  # the rendered SQL
+    assert "<code>order_id</code></td>\n    <td>bigint</td>" in orders  # declared types
+    assert "Commits are not shown" in orders
+
+
+def test_column_lineage_of_the_example_follows_columns_through_expressions_and_joins(shop, capsys):
+    generate(capsys, shop)
+    revenue = page(shop, "table.customer_revenue")
+    assert lineage_cell(revenue, "customer_id") == "= customers.customer_id"
+    assert lineage_cell(revenue, "orders") == "from orders.order_id"
+    assert lineage_cell(revenue, "revenue") == "from orders.amount"
+    assert 'href="table.customers.html#col-customer_id"' in revenue
+    assert lineage_cell(page(shop, "table.orders"), "amount") == "from raw_orders.amount"
+    assert lineage_cell(page(shop, "table.customers"), "email") == "from raw_customers.email"
+
+
+def test_a_column_that_cannot_be_traced_says_so(tmp_path, capsys):
+    root = write_project(tmp_path / "p", {
+        "sources/s.yml": """
+            sources:
+              a: {kind: files, path: data/a, format: json, schema: "id BIGINT, v STRING"}
+              b: {kind: files, path: data/b, format: json}
+            """,
+        "tables/t.yml": "tables:\n  t: {key: [id]}\n",
+        # `w` may be a column of b (whose columns are unknown): Spark decides, we do not guess
+        "tables/t.sql": "select a.id, a.v, w, (select max(id) from {{ source('a') }}) as top, 1 as one\n"
+                        "from {{ source('a') }} a join {{ source('b') }} b on a.id = b.id",
+    })
+    generate(capsys, root)
+    t = page(root, "table.t")
+    assert lineage_cell(t, "id") == "= a.id"
+    assert lineage_cell(t, "w") == "not traced"
+    assert lineage_cell(t, "top") == "not traced"  # a scalar subquery is not followed
+    assert lineage_cell(t, "one") == "computed from no column"
+
+
+@pytest.mark.parametrize("sql, expected", [
+    # through a CTE and a rename
+    ("with x as (select id as k, v from s) select k, upper(v) as v2 from x", {"k": ([("s", "id")], True), "v2": ([("s", "v")], False)}),
+    # a union: each branch at the same position
+    ("select id from s union all select id2 from u", {"id": ([("s", "id"), ("u", "id2")], False)}),
+    # `*` over known columns, and a qualified star
+    ("select * from s", {"id": ([("s", "id")], True), "v": ([("s", "v")], True)}),
+    ("select s.*, u.id2 from s join u on s.id = u.id2", {"id": ([("s", "id")], True), "v": ([("s", "v")], True), "id2": ([("u", "id2")], True)}),
+    # unqualified over two inputs: found in the one that has it
+    ("select v from s join u on s.id = u.id2", {"v": ([("s", "v")], True)}),
+    # unqualified over an input of unknown columns and another: not certain
+    ("select v from s join x on true", {"v": (None, False)}),
+    # an input of unknown columns alone: the name is its own
+    ("select q, q + 1 as r from x", {"q": ([("x", "q")], True), "r": ([("x", "q")], False)}),
+])
+def test_lineage_follows_what_the_sql_says_for_certain(sql, expected):
+    got = table_lineage(sql, {"s": ["id", "v"], "u": ["id2"], "x": None})
+    assert {c.column: (list(c.inputs) if c.inputs is not None else None, c.direct) for c in got.columns} == expected
+
+
+def test_lineage_of_a_star_over_unknown_columns_or_bad_sql_is_unknown():
+    assert table_lineage("select * from x", {"x": None}).names is None
+    assert table_lineage("selec nothing", {}).columns == ()
+
+
+def test_layout_puts_each_node_one_layer_after_its_longest_path_and_uncrosses_edges():
+    nodes = ["a", "b", "c", "d", "x", "y"]
+    edges = [("a", "y"), ("b", "x"), ("a", "c"), ("c", "d"), ("b", "d")]
+    pos = layered_layout(nodes, edges)
+    assert {n: p.layer for n, p in pos.items()} == {"a": 0, "b": 0, "c": 1, "x": 1, "y": 1, "d": 2}
+    # in the input order a's children c and y have b's child x between them (a->y crosses b->x);
+    # after the sweeps both are on a's side of x
+    above = pos["a"].row < pos["b"].row
+    assert all((pos[n].row < pos["x"].row) == above for n in ("c", "y"))
+
+
+def test_select_draws_a_part_and_links_outside_it_are_plain_names(shop, capsys):
+    generate(capsys, shop)  # the whole site first: the pages of what is not selected go
+    out = generate(capsys, shop, "--select", "+orders")
+    assert "1 table, 1 source" in out
+    assert sorted(n[0] for n in graph(shop)["nodes"]) == ["source.raw_orders", "table.orders"]
+    assert not (shop / "target/docs/nodes/table.customers.html").exists()
+    orders = page(shop, "table.orders")
+    assert text_of(orders, "downstream") == "customer_revenue"
+    assert 'href="table.customer_revenue.html"' not in orders and "--select +orders" in orders
+
+
+def test_mistakes_are_clear_messages_without_tracebacks(shop, capsys):
+    code, out, err = pipe(capsys, shop, "docs", "serve")
+    assert code == 2 and "no site in" in err and "pipe docs generate" in err and "Traceback" not in out + err
+    code, out, err = pipe(capsys, shop, "docs", "generate", "--select", "ordres")
+    assert code == 2 and "orders" in err and "Traceback" not in out + err  # did you mean
+    (shop / "tables/orders.yml").write_text("tables:\n  orders:\n    operation: upsrt\n")
+    code, out, err = pipe(capsys, shop, "docs", "generate")
+    assert code == 2 and "tables/orders.yml" in err and "Traceback" not in out + err
+    assert not (shop / "target/docs").exists()
+
+
+def test_serve_prints_its_url_serves_the_site_and_stops_on_ctrl_c(shop, capsys):
+    generate(capsys, shop)
+    proc = subprocess.Popen([sys.executable, "-m", "pipe", "docs", "serve", "--port", "0", "--project-dir", str(shop)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        with urllib.request.urlopen(url + "nodes/table.orders.html", timeout=10) as r:
+            assert b'id="key">order_id<' in r.read()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "Stopped" in out and "Traceback" not in err
+
+
+# --- 1,000 tables ------------------------------------------------------------------------------------
+
+
+def test_a_thousand_tables_give_a_thousand_pages_and_a_layered_graph(big):
+    root, stats = big
+    g = graph(root)
+    assert len(g["nodes"]) == 1006
+    assert len(g["edges"]) == stats.refs + stats.source_calls
+    x = [n[4] for n in g["nodes"]]
+    assert all(x[a] < x[b] for a, b in g["edges"])  # every edge points right
+    assert len({x_ for x_ in x}) == stats.max_depth + 2  # sources, then one column per layer of tables
+    assert len(list((root / "target/docs/nodes").glob("*.html"))) == 1006
+    sql = (root / "tables/t500.sql").read_text()
+    t500 = page(root, "table.t500")
+    assert text_of(t500, "key") == "id"
+    assert text_of(t500, "upstream").split() == sorted(re.findall(r"ref\('(t\d+)'\)", sql))
+    assert lineage_cell(t500, "id") == "= t462.id"
+
+
+# --- in a real browser ----------------------------------------------------------------------------
+
+
+def test_in_chromium_clicking_a_node_opens_its_page_with_key_and_upstream(shop, capsys, tmp_path):
+    generate(capsys, shop)
+    with Chromium() as browser:
+        tab = browser.open((shop / "target/docs/index.html").as_uri())
+        assert tab.wait_for("document.body.getAttribute('data-graph-nodes')") == "5"
+
+        def centre_of(step_id):
+            return tab.evaluate(f"(() => {{ const r = document.querySelector('.node[href=\"nodes/{step_id}.html\"]').getBoundingClientRect();"
+                                " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+
+        tab.move(*centre_of("table.orders"))  # pointing at orders lights its upstream and downstream only
+        lit = tab.wait_for("[...document.querySelectorAll('.node.hl')].map(e => e.getAttribute('href').slice(6, -5)).sort()")
+        assert lit == ["source.raw_orders", "table.customer_revenue", "table.orders"]
+        tab.screenshot(tmp_path / "graph-hover.png")
+        tab.click(*centre_of("table.orders"))
+        tab.wait_for("location.pathname.endsWith('/nodes/table.orders.html') && document.readyState === 'complete'")
+        assert tab.evaluate("document.getElementById('key').textContent") == "order_id"
+        assert tab.evaluate("[...document.querySelectorAll('#upstream a')].map(a => a.textContent)") == ["raw_orders"]
+        shot = tab.screenshot(tmp_path / "orders-page.png")
+    assert shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+
+
+def test_in_chromium_search_finds_a_node_among_a_thousand_and_highlights_its_lineage(big, tmp_path):
+    root, _ = big
+    with Chromium() as browser:
+        tab = browser.open((root / "target/docs/index.html").as_uri())
+        assert tab.wait_for("document.body.getAttribute('data-graph-nodes')") == "1006"
+        tab.evaluate("document.getElementById('search-box').value = 't500';"
+                     "document.getElementById('search').requestSubmit(); true")
+        assert tab.evaluate("location.hash") == "#table.t500"
+        focus = tab.evaluate("(() => { const el = document.querySelector('.node.focus'); const r = el.getBoundingClientRect();"
+                             " return [el.getAttribute('href'), r.x + r.width / 2, r.y + r.height / 2, innerWidth / 2, innerHeight]; })()")
+        href, x, y, middle, height = focus
+        assert href == "nodes/table.t500.html" and abs(x - middle) < 2  # centred
+        lit = tab.evaluate("[...document.querySelectorAll('.node.hl')].map(e => e.getAttribute('href'))")
+        assert "nodes/table.t462.html" in lit and "nodes/table.t473.html" in lit  # its upstream, highlighted
+        tab.screenshot(tmp_path / "thousand-search.png")
+        tab.press("Escape", 27)  # lets go of it
+        assert tab.evaluate("document.querySelectorAll('.node.hl').length") == 0 and tab.evaluate("location.hash") == ""
+        tab.click(x, y)
+        tab.wait_for("location.pathname.endsWith('/nodes/table.t500.html') && document.readyState === 'complete'")
+        assert tab.evaluate("document.getElementById('key').textContent") == "id"
+
+
+# --- commits, from a real timeline -------------------------------------------------------------------
+
+PROJECT_YML = """\
+name: shop
+targets:
+  dev:
+    spark:
+      master: "local[2]"
+      conf:
+        spark.sql.shuffle.partitions: 4
+vars:
+  min_amount: 0
+"""
+
+
+@pytest.mark.spark
+def test_pages_show_the_latest_commits_and_the_committed_schema_read_without_spark(spark, shop, capsys):
+    (shop / "pipe_project.yml").write_text(PROJECT_YML)  # the shared session's settings
+    code, out, err = pipe(capsys, shop, "run")
+    assert code == 0, out + err
+    # a fresh process: reading the timelines must start no JVM
+    code = ("import sys, pipe.cli; rc = pipe.cli.main(['docs', 'generate', '--project-dir', sys.argv[1]]);"
+            "from pyspark import SparkContext; print('RC', rc, 'JVM', SparkContext._gateway is not None)")
+    proc = subprocess.run([sys.executable, "-c", code, str(shop)], capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert "RC 0 JVM False" in proc.stdout, proc.stdout + proc.stderr
+    assert "commits of 3 tables" in proc.stdout
+    orders = page(shop, "table.orders")
+    assert re.search(r'id="last-write">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(UTC\)<', orders)
+    commits = text_of(orders, "commits")
+    assert "commit completed UPSERT" in commits and "raw_orders : files up to" in commits
+    assert "expectation has_customer: 1 drop" in commits  # orders-0002.json has an order without a customer
+    revenue = page(shop, "table.customer_revenue")
+    assert "replacecommit completed INSERT_OVERWRITE_TABLE" in text_of(revenue, "commits")
+    assert "the latest commit" in revenue and "<code>revenue</code></td>\n    <td>double</td>" in revenue  # types from the commit
