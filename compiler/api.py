@@ -7,6 +7,7 @@ user sees all of a project's mistakes in one go."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,12 +46,19 @@ def compile_project(root: str | Path, target: str | None = None, cli_vars: Mappi
     outcomes are cached in `cache_dir` when given (the commands pass the project's target/), and
     only read from there when not `cache_write`. `files`: the project's files when they have been
     read already (`pipe compile` reads them first, for partial parsing)."""
-    # Compiling allocates many small objects and frees nothing cyclic; pausing the cyclic
-    # collector saves about a fifth of the time on large projects.
+    with cyclic_gc_paused():
+        return _compile(Path(root), target, cli_vars, check_sql, cache_dir, cache_write, files)
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused():
+    """Compiling allocates many small objects and frees nothing cyclic; pausing the cyclic
+    collector saves about a fifth of the time on large projects (and more when sqlglot's trees
+    are kept, as `pipe docs` does)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(Path(root), target, cli_vars, check_sql, cache_dir, cache_write, files)
+        yield
     finally:
         if was_enabled:
             gc.enable()

@@ -224,17 +224,10 @@ def docs_group() -> None:
 @click.pass_obj
 def docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
     """Write the site to target/docs/ (open target/docs/index.html, no server needed)."""
-    import gc
+    from compiler.api import cyclic_gc_paused
 
-    # as compile_project does: many small objects and nothing cyclic to free; the SQL trees kept
-    # for column lineage would make each collection walk millions of nodes
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with cyclic_gc_paused():  # the SQL trees kept for column lineage would make each collection walk millions of nodes
         _docs_generate(ctx, select, exclude, target, vars_text, no_lake)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:

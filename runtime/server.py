@@ -85,7 +85,7 @@ def code_stamp() -> str:
     file read."""
     from runtime.cluster import SHIPPED_PACKAGES
 
-    base = Path(__file__).resolve().parent.parent  # beside runtime/: compiler/ (and pipe/)
+    base = Path(__file__).resolve().parent.parent  # the folder holding runtime/ and compiler/
     digest = hashlib.sha256()
     for name in SHIPPED_PACKAGES:
         for path in sorted((base / name).rglob("*.py")):

@@ -18,8 +18,8 @@ class Position:
 
 
 def layered_layout(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> dict[str, Position]:
-    """Positions of `nodes` (in a deterministic order, e.g. topological) of the acyclic graph
-    `edges` (upstream, downstream); edges to nodes not listed are ignored."""
+    """Positions of `nodes`, given in topological order (as the plan's steps are), of the
+    acyclic graph `edges` (upstream, downstream); edges to nodes not listed are ignored."""
     order = list(nodes)
     known = set(order)
     ups: dict[str, list[str]] = {n: [] for n in order}
@@ -29,7 +29,7 @@ def layered_layout(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> di
             ups[b].append(a)
             downs[a].append(b)
     layer: dict[str, int] = {}
-    for n in _topological(order, ups, downs):
+    for n in order:  # upstream first: its layer is known
         layer[n] = 1 + max((layer[u] for u in ups[n]), default=-1)
     layers: list[list[str]] = [[] for _ in range(max(layer.values(), default=-1) + 1)]
     for n in order:
@@ -49,19 +49,3 @@ def _rows(layers: list[list[str]]) -> dict[str, float]:
     """Each node's height: its index in its layer, the layer centred on 0."""
     return {n: i - (len(nodes) - 1) / 2 for nodes in layers for i, n in enumerate(nodes)}
 
-
-def _topological(order: list[str], ups: dict[str, list[str]], downs: dict[str, list[str]]) -> list[str]:
-    """`order` rearranged so that every node comes after its upstream (Kahn's algorithm)."""
-    waiting = {n: len(ups[n]) for n in order}
-    ready = [n for n in reversed(order) if not waiting[n]]
-    out = []
-    while ready:
-        n = ready.pop()
-        out.append(n)
-        for m in downs[n]:
-            waiting[m] -= 1
-            if not waiting[m]:
-                ready.append(m)
-    if len(out) != len(order):
-        raise ValueError("the graph has a cycle")  # compile refuses cycles before this
-    return out
