@@ -1,0 +1,56 @@
+"""Builds, side by side, the environments the tests use and git ignores: the cluster nodes'
+Python (.cluster/), Java Hudi's bundles and its pyspark 3.5 venv (.java-hudi/), and the s3a jars
+(.s3a/). They are downloads and installs (pip, Maven), not tests: run before `pytest` (the README's
+test command and .ci/run do), they overlap one another and leave the test session's time to the
+tests. Each is also built on first use by the tests that need it, under the same file lock, so
+`pytest` alone works on a fresh machine too; when everything is there this takes a second.
+
+`python -m tests.setup_envs`: exit 1, naming the environment, when one cannot be built."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sys
+import time
+
+
+def _cluster() -> str:
+    from tests.cluster import env
+
+    env.ensure()
+    return f"executors' Python {env.PYSPARK_ONLY.python}"
+
+
+def _java_hudi() -> str:
+    from tests.java_hudi import env
+
+    bundles = env.ensure()
+    return f"Java Hudi {', '.join(b.hudi for b in bundles)} on pyspark {env.PYSPARK}"
+
+
+def _s3a() -> str:
+    from tests.s3a import env
+
+    return f"{len(env.jars())} s3a jars in {env.folder()}"
+
+
+BUILDS = {"cluster": _cluster, "java-hudi": _java_hudi, "s3a": _s3a}
+
+
+def main() -> int:
+    started = time.monotonic()
+    failed = []
+    with concurrent.futures.ThreadPoolExecutor(len(BUILDS)) as pool:
+        futures = {name: pool.submit(build) for name, build in BUILDS.items()}
+        for name, future in futures.items():
+            try:
+                print(f"{name}: {future.result()}", flush=True)
+            except Exception as exc:  # a SetupError of the environment's own module, or what pip/mvn raised
+                failed.append(name)
+                print(f"{name}: could not be set up: {exc}", file=sys.stderr, flush=True)
+    print(f"test environments {'incomplete' if failed else 'ready'} after {time.monotonic() - started:.1f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
