@@ -117,8 +117,7 @@ def reuse(target_dir: Path, fp: str | None) -> Reused | None:
         with open(target_dir / "plan.json", "rb") as f:
             if hashlib.sha256(f.read()).hexdigest() != record["plan_sha256"]:
                 return None
-        warnings = tuple(Diagnostic(Location(w["file"], w["line"], w["col"]), w["message"], w["hint"], "warning")
-                         for w in record["warnings"])
+        warnings = warnings_from_json(record["warnings"])
         s = record["summary"]
         summary = Summary(project=s["project"], target=s["target"], sources=s["sources"], actions=dict(s["actions"]), tests=s["tests"])
     except (OSError, ValueError, RecursionError, KeyError, TypeError):
@@ -126,6 +125,17 @@ def reuse(target_dir: Path, fp: str | None) -> Reused | None:
     if not all(isinstance(n, int) for n in (summary.sources, summary.tests, *summary.actions.values())):
         return None
     return Reused(warnings, summary)
+
+
+def warnings_to_json(warnings: Iterable[Diagnostic]) -> list[dict[str, Any]]:
+    """A compile's warnings as a record keeps them, to print them again when it is reused."""
+    return [{"file": w.location.file, "line": w.location.line, "col": w.location.col, "message": w.message, "hint": w.hint}
+            for w in warnings]
+
+
+def warnings_from_json(items: Iterable[Mapping[str, Any]]) -> tuple[Diagnostic, ...]:
+    """The warnings of a record (KeyError or TypeError when it is damaged)."""
+    return tuple(Diagnostic(Location(w["file"], w["line"], w["col"]), w["message"], w["hint"], "warning") for w in items)
 
 
 def remember(target_dir: Path, fp: str | None, plan_json: str, warnings: Iterable[Diagnostic], summary: Summary) -> None:
@@ -138,8 +148,7 @@ def remember(target_dir: Path, fp: str | None, plan_json: str, warnings: Iterabl
         "fingerprint": fp,
         # the bytes as text mode wrote them
         "plan_sha256": hashlib.sha256(plan_json.replace("\n", os.linesep).encode("utf-8")).hexdigest(),
-        "warnings": [{"file": w.location.file, "line": w.location.line, "col": w.location.col, "message": w.message, "hint": w.hint}
-                     for w in warnings],
+        "warnings": warnings_to_json(warnings),
         "summary": {"project": summary.project, "target": summary.target, "sources": summary.sources,
                     "actions": dict(summary.actions), "tests": summary.tests},
     }

@@ -224,22 +224,48 @@ def docs_group() -> None:
 @click.pass_obj
 def docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
     """Write the site to target/docs/ (open target/docs/index.html, no server needed)."""
-    from compiler.api import cyclic_gc_paused
-
-    with cyclic_gc_paused():  # the SQL trees kept for column lineage would make each collection walk millions of nodes
-        _docs_generate(ctx, select, exclude, target, vars_text, no_lake)
+    _docs_generate(ctx, select, exclude, target, vars_text, no_lake)
 
 
 def _docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
     started = time.perf_counter()
+    from compiler import partial
+    from compiler.project import ProjectFiles, parse_cli_vars
+    from pipe.docs import record
+
+    root = ctx.root()
+    out = root / "target" / "docs"
+    cli_vars = parse_cli_vars(vars_text)
+    files = ProjectFiles.read(root)  # compiled below from the very bytes fingerprinted
+    fingerprint = record.fingerprint(partial.fingerprint(files, target, cli_vars), select, exclude, no_lake)
+    done = record.up_to_date(out, fingerprint)
+    if done is not None:  # an unchanged project, and a site without commits: nothing to parse, trace or render
+        if done.warnings:
+            output.diagnostics(done.warnings)
+        output.line(f"The docs of [bold]{done.project}[/] are up to date ({done.tables} table{'s' if done.tables != 1 else ''}, "
+                    f"{done.sources} source{'s' if done.sources != 1 else ''}; the project has not changed): "
+                    f"{(out / 'index.html').relative_to(root)} in {time.perf_counter() - started:.2f}s")
+        output.line("Open it in a browser (no server needed), or run `pipe docs serve`")
+        return
+
+    from compiler.api import cyclic_gc_paused
+
+    with cyclic_gc_paused():  # the SQL trees kept for column lineage would make each collection walk millions of nodes
+        _docs_build(root, out, files, fingerprint, started, select, exclude, target, cli_vars, no_lake)
+
+
+def _docs_build(root: Path, out: Path, files, fingerprint: str | None, started: float, select, exclude, target, cli_vars, no_lake) -> None:
+    from compiler.api import compile_project
     from compiler.graph import select as select_steps
     from compiler.sqlcheck import keep_parsed
+    from pipe.docs import record
     from pipe.docs.lake import read_histories
     from pipe.docs.site import build_site, write_site
 
     with keep_parsed() as parsed:  # column lineage reads the trees the SQL check parses
-        result = _compile(ctx, target, vars_text)
-    root = result.project.root
+        result = compile_project(root, target=target, cli_vars=cli_vars, cache_dir=root / "target", files=files)
+    if result.warnings:
+        output.diagnostics(result.warnings)
     chosen = select_steps(result.graph, select, exclude)
     picked = set(chosen)
     tables = [s.name for s in result.plan.steps if s.kind == "write" and s.id in picked]
@@ -247,8 +273,10 @@ def _docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -
     selection = " ".join(([f"--select {' '.join(select)}"] if any(s.strip() for s in select) else [])
                          + ([f"--exclude {' '.join(exclude)}"] if any(s.strip() for s in exclude) else []))
     site = build_site(result, chosen, histories=histories, lake_note=note, cache_dir=root / "target", selection=selection, parsed=parsed)
-    index = write_site(site, root / "target" / "docs")
+    record.remember(out, None)  # a site half written is never taken for an up-to-date one
+    index = write_site(site, out)
     sources = sum(p.kind == "source" for p in site.pages.values())
+    record.remember(out, fingerprint, record.Recorded(result.warnings, site.project, len(site.pages) - sources, sources))
     read = sum(1 for h in histories.values() if h.rows)
     output.line(f"Wrote the docs of [bold]{site.project}[/]: {len(site.pages) - sources} table{'s' if len(site.pages) - sources != 1 else ''}, "
                 f"{sources} source{'s' if sources != 1 else ''}"

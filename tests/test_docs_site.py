@@ -198,6 +198,36 @@ def test_select_draws_a_part_and_links_outside_it_are_plain_names(shop, capsys):
     assert 'href="table.customer_revenue.html"' not in orders and "--select +orders" in orders
 
 
+def test_an_unchanged_project_keeps_its_site_and_any_change_makes_it_again(shop, capsys):
+    """Without commits (--no-lake), a site made from the same files, selection and pipe is up to
+    date: nothing is parsed or written, and the compile's warnings are said again."""
+    revenue = shop / "tables/customer_revenue.yml"
+    revenue.write_text(revenue.read_text() + "    precombine: customer_id\n")  # a warning: no effect on insert_overwrite_table
+    out = generate(capsys, shop, "--no-lake")
+    assert out.startswith("Wrote the docs of shop: 3 tables, 2 sources")
+    pages = {p.name: p.stat().st_mtime_ns for p in (shop / "target/docs/nodes").iterdir()}
+
+    code, out, err = pipe(capsys, shop, "docs", "generate", "--no-lake")
+    assert code == 0 and out.startswith("The docs of shop are up to date (3 tables, 2 sources; the project has not changed)"), out
+    assert "precombine has no effect on table 'customer_revenue'" in err
+    assert {p.name: p.stat().st_mtime_ns for p in (shop / "target/docs/nodes").iterdir()} == pages
+
+    orders = shop / "tables/orders.yml"
+    orders.write_text(orders.read_text().replace("description: >", "description: >\n      Changed for the docs test.", 1))
+    assert generate(capsys, shop, "--no-lake").startswith("Wrote the docs")
+    assert "Changed for the docs test." in page(shop, "table.orders")
+    assert "up to date" in generate(capsys, shop, "--no-lake")
+
+    assert generate(capsys, shop, "--no-lake", "--select", "+orders").startswith("Wrote the docs of shop: 1 table, 1 source")
+    assert "up to date (1 table, 1 source" in generate(capsys, shop, "--no-lake", "--select", "+orders")
+    (shop / "target/docs/nodes/table.orders.html").unlink()  # a page gone: made again
+    assert generate(capsys, shop, "--no-lake", "--select", "+orders").startswith("Wrote the docs")
+    assert "Changed for the docs test." in page(shop, "table.orders")
+    # with commits, the tables' timelines may have moved without the project changing
+    assert generate(capsys, shop).startswith("Wrote the docs")
+    assert generate(capsys, shop).startswith("Wrote the docs")
+
+
 def test_mistakes_are_clear_messages_without_tracebacks(shop, capsys):
     code, out, err = pipe(capsys, shop, "docs", "serve")
     assert code == 2 and "no site in" in err and "pipe docs generate" in err and "Traceback" not in out + err
@@ -242,6 +272,30 @@ def test_a_thousand_tables_give_a_thousand_pages_and_a_layered_graph(big):
     assert text_of(t500, "key") == "id"
     assert text_of(t500, "upstream").split() == sorted(re.findall(r"ref\('(t\d+)'\)", sql))
     assert lineage_cell(t500, "id") == "= t462.id"
+
+
+def test_pages_written_by_a_process_per_core_equal_those_written_by_one(big, tmp_path, monkeypatch):
+    """A site of 1,000 pages is rendered by forked processes (site._write_pages); one process
+    writes the same files, byte for byte, and the manifest lists each once."""
+    import os
+
+    from pipe.docs import site as docs_site
+
+    root, _ = big
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the pages are always written by one process")  # never on CI's 2 cores
+    assert docs_site._FORK_FROM <= 1006  # so the first generate below forks
+    sites = {}
+    for how, fork_from in (("forked", docs_site._FORK_FROM), ("one", 10**9)):
+        copy = tmp_path / how
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns("target"))
+        monkeypatch.setattr(docs_site, "_FORK_FROM", fork_from)
+        assert main(["docs", "generate", "--no-lake", "--project-dir", str(copy)]) == 0  # no lake folder on the pages
+        sites[how] = copy / "target/docs"
+    forked, alone = (json.loads((sites[h] / ".pages.json").read_text()) for h in ("forked", "one"))
+    assert alone == forked and len([k for k in alone if k.startswith("nodes/")]) == 1006
+    for rel in ("nodes/table.t500.html", "nodes/table.t0.html", "nodes/source.raw_0.html"):
+        assert (sites["one"] / rel).read_bytes() == (sites["forked"] / rel).read_bytes()
 
 
 # --- in a real browser ----------------------------------------------------------------------------

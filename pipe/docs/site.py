@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -19,6 +20,7 @@ from compiler.lineage import ColumnLineage, LineageCache, TableLineage
 from compiler.plan import Step
 from pipe.docs.lake import History
 from pipe.docs.layout import Position, layered_layout
+from pipe.docs.record import MANIFEST
 
 HERE = Path(__file__).resolve().parent
 KINDS = {"ingest": "source", "write": "table"}
@@ -187,7 +189,6 @@ def graph_data(site: Site) -> dict[str, Any]:
     return {"project": site.project, "nodes": nodes, "edges": edges, "node": [NODE_W, NODE_H]}
 
 
-MANIFEST = ".pages.json"  # each page's hash as last written, so an unchanged page is not written again
 
 
 def write_site(site: Site, out: Path) -> Path:
@@ -196,7 +197,8 @@ def write_site(site: Site, out: Path) -> Path:
     fifth of the command; creating them afresh, more)."""
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                             auto_reload=False)  # the templates do not change while a site is written: no stat per page
     env.filters["setting"] = _setting
     env.filters["settings"] = _settings
     env.filters["checkpoint"] = _checkpoint
@@ -207,20 +209,12 @@ def write_site(site: Site, out: Path) -> Path:
     except (OSError, ValueError):
         before = {}
     present = {f"nodes/{n}" for n in os.listdir(out / "nodes")} | {f"static/{n}" for n in os.listdir(out / "static")}
-    written: dict[str, str] = {}
-
-    def write(rel: str, text: str) -> None:
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        written[rel] = digest
-        if before.get(rel) != digest or rel not in present:
-            (out / rel).write_text(text, encoding="utf-8")
-
+    writer = _Writer(out, before, present)
     for f in (HERE / "static").iterdir():
-        write(f"static/{f.name}", f.read_text(encoding="utf-8"))
-    write("static/graph-data.js", "window.PIPE_GRAPH = " + json.dumps(graph_data(site), separators=(",", ":"), ensure_ascii=False) + ";\n")
-    node = env.get_template("node.html")
-    for page in site.pages.values():
-        write(f"nodes/{page.id}.html", node.render(site=site, page=page, up="../"))
+        writer.write(f"static/{f.name}", f.read_text(encoding="utf-8"))
+    writer.write("static/graph-data.js", "window.PIPE_GRAPH = " + json.dumps(graph_data(site), separators=(",", ":"), ensure_ascii=False) + ";\n")
+    written = writer.written
+    written.update(_write_pages(site, env.get_template("node.html"), writer))
     for stale in sorted(present - set(written)):
         (out / stale).unlink()
     categories = sorted({(p.kind, p.category) for p in site.pages.values()})
@@ -228,6 +222,56 @@ def write_site(site: Site, out: Path) -> Path:
     (out / "index.html").write_text(env.get_template("graph.html").render(site=site, categories=categories, up=""), encoding="utf-8")
     (out / MANIFEST).write_text(json.dumps(written, sort_keys=True), encoding="utf-8")
     return out / "index.html"
+
+
+class _Writer:
+    """Writes a file of the site unless the last generate wrote the same text there."""
+
+    def __init__(self, out: Path, before: Mapping[str, str], present: set[str]):
+        self.out, self.before, self.present = out, before, present
+        self.written: dict[str, str] = {}  # each file's digest, for the manifest
+
+    def write(self, rel: str, text: str) -> None:
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        self.written[rel] = digest
+        if self.before.get(rel) != digest or rel not in self.present:
+            (self.out / rel).write_text(text, encoding="utf-8")
+
+
+# Rendering a page takes about a millisecond, and creating its file about as long again on some
+# disks: a site of this many pages or more is written by a process per core, forked once the
+# whole site is in memory (Linux only: fork is what makes the site and the templates free to share).
+_FORK_FROM = 300
+_job: tuple[Any, Any, Any] | None = None  # (site, template, writer) of the forked children
+
+
+def _write_pages(site: Site, template, writer: _Writer) -> dict[str, str]:
+    """Renders and writes a page per step; their files' digests."""
+    global _job
+    ids = list(site.pages)
+    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
+    if len(ids) < _FORK_FROM or workers < 2 or sys.platform != "linux":
+        return _render(site, template, writer, ids)
+    import multiprocessing
+
+    _job = (site, template, writer)
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            parts = pool.map(_render_part, [ids[i::workers] for i in range(workers)])
+    finally:
+        _job = None
+    return {rel: digest for part in parts for rel, digest in part.items()}
+
+
+def _render_part(ids: list[str]) -> dict[str, str]:
+    site, template, writer = _job
+    return _render(site, template, _Writer(writer.out, writer.before, writer.present), ids)
+
+
+def _render(site: Site, template, writer: _Writer, ids: list[str]) -> dict[str, str]:
+    for sid in ids:
+        writer.write(f"nodes/{sid}.html", template.render(site=site, page=site.pages[sid], up="../"))
+    return writer.written
 
 
 def _setting(value: Any) -> str:
