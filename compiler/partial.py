@@ -105,14 +105,21 @@ def _code(h) -> None:
         h.update(f"{name}\0{origin}\0{st and st.st_size}\0{st and st.st_mtime_ns}\0".encode())
 
 
-def reuse(target_dir: Path, fp: str | None) -> Reused | None:
-    """The recorded compile, when its fingerprint is `fp` and plan.json is as it wrote it."""
+def read_record(path: Path, fmt: int, fp: str | None) -> dict[str, Any] | None:
+    """The JSON record at `path` when it is of format `fmt` and fingerprint `fp` (not None);
+    OSError or ValueError when there is none or it is damaged."""
     if fp is None:
         return None
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    return record if isinstance(record, dict) and record.get("format") == fmt and record.get("fingerprint") == fp else None
+
+
+def reuse(target_dir: Path, fp: str | None) -> Reused | None:
+    """The recorded compile, when its fingerprint is `fp` and plan.json is as it wrote it."""
     try:
-        with open(target_dir / RECORD_FILE, encoding="utf-8") as f:
-            record = json.load(f)
-        if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("fingerprint") != fp:
+        record = read_record(target_dir / RECORD_FILE, FORMAT, fp)
+        if record is None:
             return None
         with open(target_dir / "plan.json", "rb") as f:
             if hashlib.sha256(f.read()).hexdigest() != record["plan_sha256"]:

@@ -69,14 +69,11 @@ class Recorded:
 def up_to_date(out: Path, fp: str | None) -> Recorded | None:
     """The recorded generate, when its fingerprint is `fp` and every file it wrote (the pages
     listed in its manifest, and index.html) is still there."""
-    from compiler.partial import warnings_from_json
+    from compiler.partial import read_record, warnings_from_json
 
-    if fp is None:
-        return None
     try:
-        with open(out / RECORD_FILE, encoding="utf-8") as f:
-            record = json.load(f)
-        if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("fingerprint") != fp:
+        record = read_record(out / RECORD_FILE, FORMAT, fp)
+        if record is None:
             return None
         with open(out / MANIFEST, encoding="utf-8") as f:
             written = json.load(f)
