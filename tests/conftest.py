@@ -187,7 +187,10 @@ def _warm_if_needed_after(item) -> None:
         at = items.index(item)
     except ValueError:
         return
-    if any("warm_python" in getattr(later, "fixturenames", ()) for later in items[at + 1:at + 1 + WARM_AHEAD]):
+    ahead = items[at + 1:at + 1 + WARM_AHEAD]
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the next files may go to another worker: warm for this file only
+        ahead = [later for later in ahead if later.fspath == item.fspath]
+    if any("warm_python" in getattr(later, "fixturenames", ()) for later in ahead):
         _warm().prepare()
 
 
