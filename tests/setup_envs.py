@@ -13,25 +13,27 @@ import concurrent.futures
 import sys
 import time
 
+# imported here, before the threads start: two threads importing modules that share imports can
+# see one half initialised ("partially initialized module 'typing'"), as a first CI run did
+import pyspark  # noqa: F401 - the cluster's and s3a's set-ups ask it for its version
+
+from tests.cluster import env as cluster_env
+from tests.java_hudi import env as java_hudi_env
+from tests.s3a import env as s3a_env
+
 
 def _cluster() -> str:
-    from tests.cluster import env
-
-    env.ensure()
-    return f"executors' Python {env.PYSPARK_ONLY.python}"
+    cluster_env.ensure()
+    return f"executors' Python {cluster_env.PYSPARK_ONLY.python}"
 
 
 def _java_hudi() -> str:
-    from tests.java_hudi import env
-
-    bundles = env.ensure()
-    return f"Java Hudi {', '.join(b.hudi for b in bundles)} on pyspark {env.PYSPARK}"
+    bundles = java_hudi_env.ensure()
+    return f"Java Hudi {', '.join(b.hudi for b in bundles)} on pyspark {java_hudi_env.PYSPARK}"
 
 
 def _s3a() -> str:
-    from tests.s3a import env
-
-    return f"{len(env.jars())} s3a jars in {env.folder()}"
+    return f"{len(s3a_env.jars())} s3a jars in {s3a_env.folder()}"
 
 
 BUILDS = {"cluster": _cluster, "java-hudi": _java_hudi, "s3a": _s3a}
