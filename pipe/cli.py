@@ -38,14 +38,16 @@ class _Context:
         return found
 
 
-def _compile(ctx: _Context, target: str | None, vars_text: str | None, cache_write: bool = True):
+def _compile(ctx: _Context, target: str | None, vars_text: str | None, cache_write: bool = True, files=None):
     """The outcomes of the SQL checks are cached in target/; `pipe diff`, which leaves the
-    working tree alone, only reads them (cache_write=False)."""
+    working tree alone, only reads them (cache_write=False). `files`: the project's files, when
+    already read (compiler.project.ProjectFiles)."""
     from compiler.api import compile_project
     from compiler.project import parse_cli_vars
 
     root = ctx.root()
-    result = compile_project(root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target", cache_write=cache_write)
+    result = compile_project(root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target", cache_write=cache_write,
+                             files=files)
     if result.warnings:
         output.diagnostics(result.warnings)
     return result
@@ -224,10 +226,6 @@ def docs_group() -> None:
 @click.pass_obj
 def docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
     """Write the site to target/docs/ (open target/docs/index.html, no server needed)."""
-    _docs_generate(ctx, select, exclude, target, vars_text, no_lake)
-
-
-def _docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -> None:
     started = time.perf_counter()
     from compiler import partial
     from compiler.project import ProjectFiles, parse_cli_vars
@@ -251,11 +249,10 @@ def _docs_generate(ctx: _Context, select, exclude, target, vars_text, no_lake) -
     from compiler.api import cyclic_gc_paused
 
     with cyclic_gc_paused():  # the SQL trees kept for column lineage would make each collection walk millions of nodes
-        _docs_build(root, out, files, fingerprint, started, select, exclude, target, cli_vars, no_lake)
+        _docs_build(ctx, files, fingerprint, started, select, exclude, target, vars_text, no_lake)
 
 
-def _docs_build(root: Path, out: Path, files, fingerprint: str | None, started: float, select, exclude, target, cli_vars, no_lake) -> None:
-    from compiler.api import compile_project
+def _docs_build(ctx: _Context, files, fingerprint: str | None, started: float, select, exclude, target, vars_text, no_lake) -> None:
     from compiler.graph import select as select_steps
     from compiler.sqlcheck import keep_parsed
     from pipe.docs import record
@@ -263,9 +260,9 @@ def _docs_build(root: Path, out: Path, files, fingerprint: str | None, started: 
     from pipe.docs.site import build_site, write_site
 
     with keep_parsed() as parsed:  # column lineage reads the trees the SQL check parses
-        result = compile_project(root, target=target, cli_vars=cli_vars, cache_dir=root / "target", files=files)
-    if result.warnings:
-        output.diagnostics(result.warnings)
+        result = _compile(ctx, target, vars_text, files=files)
+    root = result.project.root
+    out = root / "target" / "docs"
     chosen = select_steps(result.graph, select, exclude)
     picked = set(chosen)
     tables = [s.name for s in result.plan.steps if s.kind == "write" and s.id in picked]

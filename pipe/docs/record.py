@@ -20,8 +20,8 @@ import contextlib
 import hashlib
 import json
 import os
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable
 
 from compiler.errors import Diagnostic
@@ -77,13 +77,17 @@ def up_to_date(out: Path, fp: str | None) -> Recorded | None:
             return None
         with open(out / MANIFEST, encoding="utf-8") as f:
             written = json.load(f)
-        present = {f"nodes/{n}" for n in os.listdir(out / "nodes")} | {f"static/{n}" for n in os.listdir(out / "static")}
-        if not (out / "index.html").is_file() or not set(written) <= present:
+        if not (out / "index.html").is_file() or not set(written) <= files_present(out):
             return None
         done = Recorded(warnings_from_json(record["warnings"]), str(record["project"]), record["tables"], record["sources"])
         return done if isinstance(done.tables, int) and isinstance(done.sources, int) else None
     except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
         return None  # no record, or a damaged one: generate in full
+
+
+def files_present(out: Path) -> set[str]:
+    """The pages and static files in the site folder `out`, as the manifest names them."""
+    return {f"nodes/{n}" for n in os.listdir(out / "nodes")} | {f"static/{n}" for n in os.listdir(out / "static")}
 
 
 def remember(out: Path, fp: str | None, done: Recorded | None = None) -> None:

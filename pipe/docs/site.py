@@ -20,7 +20,7 @@ from compiler.lineage import ColumnLineage, LineageCache, TableLineage
 from compiler.plan import Step
 from pipe.docs.lake import History
 from pipe.docs.layout import Position, layered_layout
-from pipe.docs.record import MANIFEST
+from pipe.docs.record import MANIFEST, files_present
 
 HERE = Path(__file__).resolve().parent
 KINDS = {"ingest": "source", "write": "table"}
@@ -208,13 +208,12 @@ def write_site(site: Site, out: Path) -> Path:
         before = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         before = {}
-    present = {f"nodes/{n}" for n in os.listdir(out / "nodes")} | {f"static/{n}" for n in os.listdir(out / "static")}
+    present = files_present(out)
     writer = _Writer(out, before, present)
     for f in (HERE / "static").iterdir():
         writer.write(f"static/{f.name}", f.read_text(encoding="utf-8"))
     writer.write("static/graph-data.js", "window.PIPE_GRAPH = " + json.dumps(graph_data(site), separators=(",", ":"), ensure_ascii=False) + ";\n")
-    written = writer.written
-    written.update(_write_pages(site, env.get_template("node.html"), writer))
+    written = {**writer.written, **_write_pages(site, env.get_template("node.html"), writer)}
     for stale in sorted(present - set(written)):
         (out / stale).unlink()
     categories = sorted({(p.kind, p.category) for p in site.pages.values()})
@@ -237,6 +236,10 @@ class _Writer:
         if self.before.get(rel) != digest or rel not in self.present:
             (self.out / rel).write_text(text, encoding="utf-8")
 
+    def fresh(self) -> "_Writer":
+        """A writer of the same site that has written nothing yet."""
+        return _Writer(self.out, self.before, self.present)
+
 
 # Rendering a page takes about a millisecond, and creating its file about as long again on some
 # disks: a site of this many pages or more is written by a process per core, forked once the
@@ -245,11 +248,16 @@ _FORK_FROM = 300
 _job: tuple[Any, Any, Any] | None = None  # (site, template, writer) of the forked children
 
 
+def _workers() -> int:
+    """The processes that render pages: one per core this process may use, at most 8."""
+    return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
+
+
 def _write_pages(site: Site, template, writer: _Writer) -> dict[str, str]:
     """Renders and writes a page per step; their files' digests."""
     global _job
     ids = list(site.pages)
-    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
+    workers = _workers()
     if len(ids) < _FORK_FROM or workers < 2 or sys.platform != "linux":
         return _render(site, template, writer, ids)
     import multiprocessing
@@ -265,13 +273,14 @@ def _write_pages(site: Site, template, writer: _Writer) -> dict[str, str]:
 
 def _render_part(ids: list[str]) -> dict[str, str]:
     site, template, writer = _job
-    return _render(site, template, _Writer(writer.out, writer.before, writer.present), ids)
+    return _render(site, template, writer, ids)
 
 
 def _render(site: Site, template, writer: _Writer, ids: list[str]) -> dict[str, str]:
+    pages = writer.fresh()
     for sid in ids:
-        writer.write(f"nodes/{sid}.html", template.render(site=site, page=site.pages[sid], up="../"))
-    return writer.written
+        pages.write(f"nodes/{sid}.html", template.render(site=site, page=site.pages[sid], up="../"))
+    return pages.written
 
 
 def _setting(value: Any) -> str:
