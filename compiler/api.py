@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import graphlib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Mapping
 
 from compiler import data_tests
 from compiler.errors import Collector, Diagnostic
-from compiler.graph import Edge, build_graph, check_cycles, ordered, source_id, table_id, test_id
+from compiler.graph import Edge, build_graph, check_cycles, source_id, table_id, test_id, topological_order
+from compiler.partial import ParseCache
 from compiler.plan import Plan, Step, TargetSpec, step_attributes, timeline_action
 from compiler.project import Project, ProjectFiles, load_project
 from compiler.render import Renderer, RenderedSource, RenderedTable
 from compiler.schema import CATALOG_NAME_RE
 from compiler.validate import validate
+
+if TYPE_CHECKING:  # imported when a graph is built: a compile without a cycle never needs it
+    import networkx as nx
 
 # Settings that describe a step for people and selection but do not change what it does; a
 # table's tests become test steps of their own.
@@ -32,9 +36,14 @@ _DESCRIPTIVE = ("description", "tags", "columns", "tests", "data_tests")
 @dataclass(frozen=True)
 class CompileResult:
     plan: Plan
-    graph: nx.DiGraph
     warnings: tuple[Diagnostic, ...]
     project: Project
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The plan's dependency graph (networkx), built when a command asks for it: the
+        compile orders its steps without it (compiler.graph.topological_order)."""
+        return self.plan.graph()
 
 
 def compile_project(root: str | Path, target: str | None = None, cli_vars: Mapping[str, Any] | None = None, *,
@@ -44,10 +53,17 @@ def compile_project(root: str | Path, target: str | None = None, cli_vars: Mappi
 
     `check_sql` parses every table's SQL and checks its columns (compiler/sqlcheck.py); its
     outcomes are cached in `cache_dir` when given (the commands pass the project's target/), and
-    only read from there when not `cache_write`. `files`: the project's files when they have been
-    read already (`pipe compile` reads them first, for partial parsing)."""
-    with cyclic_gc_paused():
-        return _compile(Path(root), target, cli_vars, check_sql, cache_dir, cache_write, files)
+    only read from there when not `cache_write`, as is what the compile made of each file
+    (compiler/partial.py's ParseCache). `files`: the project's files when they have been read
+    already (`pipe compile` reads them first, for partial parsing)."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else None
+    cache = ParseCache.load(cache_dir) if cache_dir is not None else None
+    try:
+        with cyclic_gc_paused():
+            return _compile(Path(root), target, cli_vars, check_sql, cache_dir, cache_write, files, cache)
+    finally:  # a compile with errors still leaves what it made of its good files
+        if cache is not None and cache_write:
+            cache.save(cache_dir)
 
 
 @contextlib.contextmanager
@@ -65,12 +81,12 @@ def cyclic_gc_paused():
 
 
 def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None, check_sql: bool, cache_dir: Path | None,
-             cache_write: bool, files: ProjectFiles | None) -> CompileResult:
+             cache_write: bool, files: ProjectFiles | None, cache: ParseCache | None) -> CompileResult:
     errors = Collector()
-    project = load_project(Path(root), target=target, cli_vars=cli_vars, errors=errors, files=files)
+    project = load_project(Path(root), target=target, cli_vars=cli_vars, errors=errors, files=files, parse_cache=cache)
     validate(project, errors)
 
-    renderer = Renderer(project, errors)
+    renderer = Renderer(project, errors, cache)
     target = _render_target(project, renderer)
     renderer.set_target_lake(target.lake)
     rendered_tables = {name: renderer.render_table(t) for name, t in project.tables.items()}
@@ -82,29 +98,38 @@ def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None,
     _check_s3_sources(project, edges, errors)
     steps = _steps(project, rendered_tables, rendered_sources, edges, expectations)
     _check_catalog_names(project, target, steps, errors)
-    graph = build_graph({s.id: step_attributes(s) for s in steps.values()}, edges)
-    check_cycles(graph, errors)
+    order = _order(steps, edges, errors)
     known_columns: Mapping[str, Any] = {}
     if check_sql:
         from compiler.sqlcheck import check_sql as check_tables_sql
 
-        acyclic = nx.is_directed_acyclic_graph(graph)
-        order = [graph.nodes[i]["name"] for i in ordered(graph) if graph.nodes[i]["kind"] == "write"] if acyclic else sorted(project.tables)
-        known_columns = check_tables_sql(project, rendered_tables, order, errors, cache_dir, cache_write)
+        write_order = [steps[i].name for i in order if i in steps and steps[i].kind == "write"] if order is not None else sorted(project.tables)
+        known_columns = check_tables_sql(project, rendered_tables, write_order, errors, cache_dir, cache_write)
     tests = data_tests.finish(declared_tests, project, known_columns, errors)
     errors.raise_if_errors()
     if tests:
         test_steps, test_edges = _test_steps(tests)
         steps.update(test_steps)
-        graph = build_graph({s.id: step_attributes(s) for s in steps.values()}, edges + test_edges)
+        order = _order(steps, edges + test_edges, errors)
+        errors.raise_if_errors()
 
     plan = Plan(
         project=project.name,
         target=target,
         vars=dict(sorted(project.vars.items())),
-        steps=tuple(steps[i] for i in ordered(graph)),
+        steps=tuple(steps[i] for i in order),
     )
-    return CompileResult(plan=plan, graph=graph, warnings=tuple(errors.warnings), project=project)
+    return CompileResult(plan=plan, warnings=tuple(errors.warnings), project=project)
+
+
+def _order(steps: Mapping[str, Step], edges: list[Edge], errors: Collector) -> list[str] | None:
+    """The steps' ids in the plan's order, or None when the edges make a cycle: then the
+    networkx graph is built to report every cycle and where each of its links is written."""
+    try:
+        return topological_order(steps, ((e.upstream, e.downstream) for e in edges))
+    except graphlib.CycleError:
+        check_cycles(build_graph({s.id: step_attributes(s) for s in steps.values()}, edges), errors)
+        return None
 
 
 def _check_catalog_names(project: Project, target: TargetSpec, steps: Mapping[str, Step], errors: Collector) -> None:

@@ -15,13 +15,26 @@ counts its summary line gives. The fingerprint covers
 
 Other environment variables are no input: env_var() leaves a placeholder the runtime resolves.
 A compile whose fingerprint and plan.json are both as recorded prints the recorded warnings and
-summary and parses nothing (no YAML, Jinja, SQL or graph); anything else compiles in full."""
+summary and parses nothing (no YAML, Jinja, SQL or graph).
+
+A project that has changed is compiled again, but file by file what did not change is reused
+(`ParseCache`, kept in `target/partial_parse_files.marshal`):
+
+- each YAML file of sources/ and tables/ is parsed and checked against the schema once per
+  content: the parsed document (values and positions) and its checked entries are kept by the
+  file's digest, for files that gave no diagnostic (a file with a warning or an error is read
+  again, so that the compile reports it again);
+- each table's SQL file is split into text and expressions (compiler/simple_template.py) once
+  per content; it is still rendered every time, as vars, macros and other tables may change.
+
+What is kept is only used under the same compiler code and libraries (the fingerprint's `_code`)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import marshal
 import os
 import sys
 from dataclasses import dataclass
@@ -75,14 +88,20 @@ class Reused:
 def fingerprint(files: ProjectFiles, target: str | None, cli_vars: Mapping[str, Any]) -> str | None:
     """The fingerprint of a compile of these files with these options, or None when a file
     could not be read (the compile reports it, and is not recorded)."""
-    h = hashlib.sha256(f"pipe partial parse {FORMAT}\0{sys.version}\0".encode())
-    _code(h)
+    h = hashlib.sha256(code_digest().encode() + b"\0")
     h.update(json.dumps([str(files.root), target, cli_vars], sort_keys=True, default=repr).encode() + b"\0")
     for rel, data in files.contents.items():
         if isinstance(data, OSError):
             return None
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
+    return h.hexdigest()
+
+
+def code_digest() -> str:
+    """The digest of the compiler's code, the libraries it uses and the Python running it."""
+    h = hashlib.sha256(f"pipe partial parse {FORMAT}\0{sys.version}\0".encode())
+    _code(h)
     return h.hexdigest()
 
 
@@ -167,3 +186,74 @@ def remember(target_dir: Path, fp: str | None, plan_json: str, warnings: Iterabl
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+FILES_RECORD = "partial_parse_files.marshal"
+FILES_FORMAT = 1
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=20).digest()
+
+
+class ParseCache:
+    """What a compile made of each project file, by the file's digest: file-level partial
+    parsing (see the module's docstring).
+
+    Kept with marshal, which reads Python's plain values back several times faster than YAML is
+    parsed and, unlike pickle, never runs code. A file whose result holds anything else (a YAML
+    date) is parsed every time. Anything unreadable is an empty cache."""
+
+    def __init__(self, code: str, files: dict[str, tuple[bytes, bytes]] | None = None):
+        self._code = code  # code_digest(): what the record was and will be written under
+        self._old_files = files or {}
+        self._files: dict[str, tuple[bytes, bytes]] = {}  # what this compile used or made: the next record
+        self.hits = 0
+
+    @classmethod
+    def load(cls, target_dir: Path) -> "ParseCache":
+        code = code_digest()
+        try:
+            with open(target_dir / FILES_RECORD, "rb") as f:
+                fmt, recorded, files = marshal.load(f)
+        except (OSError, ValueError, EOFError, TypeError):
+            return cls(code)  # none, or a damaged one
+        if fmt != FILES_FORMAT or recorded != code or not isinstance(files, dict):
+            return cls(code)
+        return cls(code, files)
+
+    def get(self, rel: str, data: bytes) -> Any | None:
+        """What `put` kept for this file with these bytes, or None."""
+        old = self._old_files.get(rel)
+        if not isinstance(old, tuple) or len(old) != 2 or old[0] != _digest(data):
+            return None
+        try:
+            payload = marshal.loads(old[1])
+        except (ValueError, EOFError, TypeError):
+            return None
+        self._files[rel] = old
+        self.hits += 1
+        return payload
+
+    def put(self, rel: str, data: bytes, payload: Any) -> None:
+        """Keeps what the compile made of the file with these bytes (a copy, taken now)."""
+        try:
+            blob = marshal.dumps(payload)
+        except ValueError:  # a value marshal does not hold: this file is parsed every time
+            return
+        self._files[rel] = (_digest(data), blob)
+
+    def save(self, target_dir: Path) -> None:
+        """Writes the record for the next compile: the files this one used (best effort, and
+        only when it differs from the one read)."""
+        if self._files == self._old_files:
+            return
+        tmp = target_dir / f".{FILES_RECORD}.{os.getpid()}.tmp"
+        try:
+            target_dir.mkdir(exist_ok=True)
+            with open(tmp, "wb") as f:
+                marshal.dump((FILES_FORMAT, self._code, self._files), f)
+            os.replace(tmp, target_dir / FILES_RECORD)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)

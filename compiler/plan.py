@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Mapping
 
 from compiler.errors import PipeError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 SCHEMA_VERSION = 1
 

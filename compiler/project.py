@@ -268,9 +268,11 @@ def load_project(
     cli_vars: Mapping[str, Any] | None = None,
     errors: Collector | None = None,
     files: ProjectFiles | None = None,
+    parse_cache=None,
 ) -> Project:
     """Reads the project at `root` (from `files` when they have been read already). Raises
-    ProjectError listing every problem found."""
+    ProjectError listing every problem found. `parse_cache` (compiler.partial.ParseCache):
+    what earlier compiles made of the YAML files, reused for those unchanged."""
     errors = errors if errors is not None else Collector()
     root = Path(root).resolve()
     project_path = root / PROJECT_FILE
@@ -315,8 +317,8 @@ def load_project(
         _check_var(name_, value, Location("<command line>"), errors)
     merged_vars = {**conf["vars"], **tconf["vars"], **(cli_vars or {})}
 
-    sources = _load_sources(files, errors)
-    tables = _load_tables(files, errors)
+    sources = _load_sources(files, errors, parse_cache)
+    tables = _load_tables(files, errors, parse_cache)
     _check_sql_names(sources, tables, errors)
     macros = []
     for rel in files.listing("macros", (".sql",)):
@@ -373,38 +375,79 @@ def _diag(location: Location, message: str, hint: str | None = None):
     return Diagnostic(location, message, hint)
 
 
-def _entries(files: ProjectFiles, folder: str, other: str, errors: Collector):
-    """(file, doc, name, body, path) of every well-named entry under `folder:` in folder/*.yml."""
+def _entries(files: ProjectFiles, folder: str, other: str, errors: Collector, check, cache=None):
+    """(doc, name, path, config) of every well-named entry under `folder:` in folder/*.yml, its
+    config as `check(doc, name, body, path, errors)` made it (None: a mistake it reported).
+
+    `cache` (compiler.partial.ParseCache): a file whose bytes are as when it was last read
+    without a diagnostic is not parsed or checked again."""
     for rel in files.listing(folder, (".yml", ".yaml")):
-        text = files.text(rel, errors)
-        doc = load_yaml(text, rel, errors) if text is not None else None
-        if doc is None:
-            continue
-        for name, body in _top_level(doc, folder, errors, other).items():
-            p = (folder, name)
-            if _check_name(doc, p, name, folder[:-1], errors):
-                yield rel, doc, name, body, p
+        data = files.contents[rel]
+        found = _cached_entries(cache, rel, data)
+        if found is None:
+            before = len(errors.diagnostics)
+            found = _read_entries(files, rel, folder, other, errors, check)
+            if cache is not None and found is not None and len(errors.diagnostics) == before:
+                doc, entries = found
+                cache.put(rel, data, (doc.value, doc.key_pos, doc.value_pos, doc.has_templates, entries))
+        if found is not None:
+            doc, entries = found
+            for name, path, config in entries:
+                yield doc, name, path, config
 
 
-def _load_sources(files: ProjectFiles, errors: Collector) -> dict[str, Source]:
+def _read_entries(files: ProjectFiles, rel: str, folder: str, other: str, errors: Collector, check):
+    text = files.text(rel, errors)
+    doc = load_yaml(text, rel, errors) if text is not None else None
+    if doc is None:
+        return None
+    entries = []
+    for name, body in _top_level(doc, folder, errors, other).items():
+        p = (folder, name)
+        if _check_name(doc, p, name, folder[:-1], errors):
+            config = check(doc, name, body, p, errors)
+            if config is not None:
+                entries.append((name, p, config))
+    return doc, entries
+
+
+def _cached_entries(cache, rel: str, data: bytes | OSError):
+    """The doc and entries the cache keeps for this file's bytes, or None."""
+    if cache is None or isinstance(data, OSError):
+        return None
+    payload = cache.get(rel, data)
+    try:
+        value, key_pos, value_pos, has_templates, entries = payload
+        doc = Doc(rel, value, key_pos, value_pos, has_templates)
+        return doc, [(name, tuple(path), config) for name, path, config in entries]
+    except (TypeError, ValueError):  # nothing kept (None), or not what put() keeps
+        return None
+
+
+def _check_source(doc: Doc, name: str, body: Any, p: tuple, errors: Collector) -> dict[str, Any] | None:
+    kind = body.get("kind") if isinstance(body, dict) else None
+    if isinstance(body, dict) and kind is None:
+        errors.error(doc.at(p, key=True), f"source '{name}' is missing required key 'kind'", "add `kind:` with one of: " + ", ".join(schema.SOURCE_KINDS))
+        return None
+    if isinstance(body, dict) and not isinstance(kind, str):
+        errors.error(doc.at(p + ("kind",)), f"'kind' in source '{name}' must be a string, not {schema.type_name(kind)}", "choose one of: " + ", ".join(schema.SOURCE_KINDS))
+        return None
+    if isinstance(body, dict) and kind not in schema.SOURCES:
+        hint = did_you_mean(str(kind), schema.SOURCES) or ""
+        errors.error(doc.at(p + ("kind",)), f"unknown source kind '{kind}' in source '{name}'", (hint + " " if hint else "") + "choose one of: " + ", ".join(schema.SOURCE_KINDS))
+        return None
+    checker = schema.Checker(doc, errors, elsewhere=_source_elsewhere(kind or "files"))
+    config = checker.section(schema.SOURCES.get(kind or "files"), body, p, f"source '{name}'")
+    return config if config.get("kind") is not None else None  # a missing kind was reported
+
+
+def _check_table(doc: Doc, name: str, body: Any, p: tuple, errors: Collector) -> dict[str, Any]:
+    return schema.Checker(doc, errors).section(schema.TABLE, body, p, f"table '{name}'")
+
+
+def _load_sources(files: ProjectFiles, errors: Collector, cache=None) -> dict[str, Source]:
     sources: dict[str, Source] = {}
-    for _rel, doc, name, body, p in _entries(files, "sources", "tables", errors):
-        kind = body.get("kind") if isinstance(body, dict) else None
-        if isinstance(body, dict) and kind is None:
-            errors.error(doc.at(p, key=True), f"source '{name}' is missing required key 'kind'", "add `kind:` with one of: " + ", ".join(schema.SOURCE_KINDS))
-            continue
-        if isinstance(body, dict) and not isinstance(kind, str):
-            errors.error(doc.at(p + ("kind",)), f"'kind' in source '{name}' must be a string, not {schema.type_name(kind)}", "choose one of: " + ", ".join(schema.SOURCE_KINDS))
-            continue
-        if isinstance(body, dict) and kind not in schema.SOURCES:
-            hint = did_you_mean(str(kind), schema.SOURCES) or ""
-            errors.error(doc.at(p + ("kind",)), f"unknown source kind '{kind}' in source '{name}'", (hint + " " if hint else "") + "choose one of: " + ", ".join(schema.SOURCE_KINDS))
-            continue
-        section = schema.SOURCES.get(kind or "files")
-        checker = schema.Checker(doc, errors, elsewhere=_source_elsewhere(kind or "files"))
-        config = checker.section(section, body, p, f"source '{name}'")
-        if config.get("kind") is None:
-            continue  # missing kind was reported
+    for doc, name, p, config in _entries(files, "sources", "tables", errors, _check_source, cache):
         source = Source(name=name, config=config, doc=doc, path=p)
         if name in sources:
             errors.error(source.location, f"source '{name}' is declared twice (first at {sources[name].location})", "source names are unique across all files in sources/")
@@ -413,14 +456,13 @@ def _load_sources(files: ProjectFiles, errors: Collector) -> dict[str, Source]:
     return sources
 
 
-def _load_tables(files: ProjectFiles, errors: Collector) -> dict[str, Table]:
+def _load_tables(files: ProjectFiles, errors: Collector, cache=None) -> dict[str, Table]:
     tables: dict[str, Table] = {}
     declared_sql: set[str] = set()
     sql_files = files.listing("tables", (".sql",))
     existing_sql = set(sql_files)
-    for rel, doc, name, body, p in _entries(files, "tables", "sources", errors):
-        config = schema.Checker(doc, errors).section(schema.TABLE, body, p, f"table '{name}'")
-        sql_rel = f"{rel.rsplit('/', 1)[0]}/{name}.sql"
+    for doc, name, p, config in _entries(files, "tables", "sources", errors, _check_table, cache):
+        sql_rel = f"{doc.file.rsplit('/', 1)[0]}/{name}.sql"
         sql_text = files.text(sql_rel, errors) if sql_rel in existing_sql else None
         if sql_text is not None:
             declared_sql.add(sql_rel)

@@ -17,6 +17,7 @@ and every macro in macros/*.sql. Mistakes are reported at the SQL file and line.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -166,9 +167,10 @@ class Renderer:
     # turn this off to check that both paths give the same plan.
     fast_path = True
 
-    def __init__(self, project: Project, errors: Collector):
+    def __init__(self, project: Project, errors: Collector, parse_cache=None):
         self.project = project
         self.errors = errors
+        self.parse_cache = parse_cache  # compiler.partial.ParseCache: SQL files parsed by earlier compiles
         self.scope: _Scope | None = None
         self.templates: dict[str, str] = {t.sql_file: t.sql_text for t in project.tables.values() if t.sql_file}
         self.templates.update({m.file: m.text for m in project.macros})
@@ -455,7 +457,7 @@ class Renderer:
 
     def _template(self, table: Table) -> jinja2.Template | SimpleTemplate | None:
         if self.fast_path:
-            simple = SimpleTemplate.parse(table.sql_file, table.sql_text)
+            simple = self._simple(table)
             if simple is not None and all(self._simple_name_ok(p) for p in simple.parts if not isinstance(p, str)):
                 return simple
         try:
@@ -463,6 +465,20 @@ class Renderer:
         except jinja2.TemplateSyntaxError as exc:
             self._template_error(exc, Location(table.sql_file))
         return None
+
+    def _simple(self, table: Table) -> SimpleTemplate | None:
+        """The table's SQL as a simple template (None: Jinja's), parsed once per content."""
+        data = self.project.files.contents.get(table.sql_file)
+        cache = self.parse_cache if isinstance(data, bytes) else None
+        if cache is not None:
+            kept = cache.get(table.sql_file, data)
+            if kept is not None:
+                with contextlib.suppress(TypeError, ValueError, IndexError):  # not what to_data() gives: parse again
+                    return SimpleTemplate.from_data(table.sql_file, kept)
+        simple = SimpleTemplate.parse(table.sql_file, table.sql_text)
+        if cache is not None:
+            cache.put(table.sql_file, data, SimpleTemplate.to_data(simple))
+        return simple
 
     def _simple_name_ok(self, expr) -> bool:
         value = self.env.globals.get(expr.name, _MISSING)

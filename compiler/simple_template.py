@@ -95,6 +95,25 @@ class SimpleTemplate:
         parts.append(text[pos:])
         return cls(name, parts)
 
+    @staticmethod
+    def to_data(template: "SimpleTemplate | None") -> tuple:
+        """What `parse` found, in plain values (for compiler/partial.py's cache): a template's
+        parts, or that the text is Jinja's."""
+        if template is None:
+            return ("jinja",)
+        return ("simple", [p if isinstance(p, str) else (p.line, p.kind, p.name, p.args, p.kwargs, p.attr) for p in template.parts])
+
+    @classmethod
+    def from_data(cls, name: str, data: tuple) -> "SimpleTemplate | None":
+        """The inverse of `to_data` (TypeError, ValueError or IndexError for anything it did not give)."""
+        if data == ("jinja",):
+            return None
+        tag, parts = data
+        if tag != "simple":
+            raise ValueError(tag)
+        return cls(name, [p if isinstance(p, str) else _Expr(p[0], p[1], p[2], tuple(p[3]), tuple(tuple(kw) for kw in p[4]), p[5])
+                          for p in parts])
+
     def names(self) -> set[str]:
         return {p.name for p in self.parts if isinstance(p, _Expr)}
 

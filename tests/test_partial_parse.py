@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 import io
 import json
+import marshal
 import re
 import shutil
 import subprocess
@@ -17,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from compiler import api, partial
+from compiler import project as project_module
 from compiler.api import compile_project  # the real one: `full_compiles` counts calls through api
 from compiler.project import ProjectFiles
+from compiler.simple_template import SimpleTemplate
 from pipe.cli import main
 from tests.conftest import TEMPLATE
 
@@ -228,6 +231,142 @@ def test_an_unchanged_projects_compile_imports_no_compiler_stage(shop):
         "print('RC', rc, 'HEAVY', heavy)\n"
     )
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "RC 0 HEAVY [" in first.stdout and "'rich" not in first.stdout and "'networkx'" in first.stdout, first.stdout + first.stderr
+    assert "RC 0 HEAVY [" in first.stdout and "'rich" not in first.stdout and "'jinja2'" in first.stdout, first.stdout + first.stderr
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "RC 0 HEAVY []" in again.stdout, again.stdout + again.stderr
+
+
+# --- file-level partial parsing: a changed project reuses what its unchanged files gave -----------
+
+STEPS_OF_EDITS = [  # applied one after the other, each compiled with what the compile before kept
+    ("a SQL body edited", lambda root: _edit(root / "tables/orders.sql", "lower(status)", "upper(status)")),
+    ("a ref added", lambda root: _edit(root / "tables/customers.sql", "from {{ source('raw_customers') }}",
+                                       "from {{ source('raw_customers') }}\nwhere customer_id in (select customer_id from {{ ref('orders') }})")),
+    ("a key changed", lambda root: _edit(root / "tables/customers.yml", "key: [customer_id]", "key: [customer_id, email]")),
+    ("a source's schema changed", lambda root: _edit(root / "sources/shop.yml", "region STRING, updated_at", "region STRING, note STRING, updated_at")),
+    ("the ref removed again", lambda root: _edit(root / "tables/customers.sql", "\nwhere customer_id in (select customer_id from {{ ref('orders') }})", "")),
+    ("a table added", lambda root: (root / "tables/extra.sql").write_text("select customer_id from {{ ref('customers') }}\n")),
+    ("a table with settings added", lambda root: (root / "tables/extra.yml").write_text("tables:\n  extra:\n    key: [customer_id]\n")),
+    ("the table's YAML removed", lambda root: (root / "tables/extra.yml").unlink()),
+]
+
+
+def test_each_edit_gives_the_plan_a_compile_from_nothing_gives(shop, capsys):
+    """The differential check of file-level partial parsing: after every edit, the plan compiled
+    with what the previous compile kept is byte for byte the plan of a compile without it."""
+    assert pipe_compile(capsys, shop)[0] == 0
+    assert (shop / "target" / partial.FILES_RECORD).is_file()
+    for what, edit in STEPS_OF_EDITS:
+        before = plan_text(shop)
+        edit(shop)
+        code, _, err = pipe_compile(capsys, shop)
+        assert code == 0, (what, err)
+        assert plan_text(shop) == fresh_plan(shop) != before, what
+
+
+def test_an_edit_reparses_only_its_file(shop, monkeypatch):
+    """What the unchanged YAML and SQL files gave is reused; the edited file is read again."""
+    target = shop / "target"
+    compile_project(shop, cache_dir=target)
+    parsed: list[str] = []
+    real_load = project_module.load_yaml
+    monkeypatch.setattr(project_module, "load_yaml", lambda text, file, errors: parsed.append(file) or real_load(text, file, errors))
+    split: list[str] = []
+    real_parse = SimpleTemplate.parse
+    monkeypatch.setattr(SimpleTemplate, "parse", lambda name, text: split.append(name) or real_parse(name, text))
+
+    _edit(shop / "tables/customers.yml", "latest state", "newest state")
+    result = compile_project(shop, cache_dir=target)
+    assert parsed == ["pipe_project.yml", "tables/customers.yml"]  # not sources/shop.yml, tables/orders.yml, ...
+    assert split == []
+    assert result.plan.to_json() == fresh_plan(shop)
+    assert sorted(result.graph.nodes) == sorted(result.plan.step_ids)  # built from the plan when asked for
+
+    parsed.clear(), split.clear()
+    _edit(shop / "tables/orders.sql", "where amount >= {{ var('min_amount') }}",
+          "where amount >= {{ var('min_amount') }} and customer_id in (select customer_id from {{ ref('customers') }})")
+    result = compile_project(shop, cache_dir=target)
+    assert parsed == ["pipe_project.yml"] and split == ["tables/orders.sql"]
+    assert result.plan.to_json() == fresh_plan(shop)
+    assert result.plan.step_ids.index("table.customers") < result.plan.step_ids.index("table.orders")
+
+
+def test_a_compile_without_a_cycle_imports_no_networkx(shop, capsys):
+    code = (
+        "import sys\n"
+        "from pipe.cli import main\n"
+        f"rc = main(['--project-dir', {str(shop)!r}, 'compile'])\n"
+        "print('RC', rc, 'NETWORKX', 'networkx' in sys.modules)\n"
+    )
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "RC 0 NETWORKX False" in first.stdout, first.stdout + first.stderr
+    _edit(shop / "tables/orders.sql", "from {{ source('raw_orders') }}",
+          "from {{ source('raw_orders') }} where customer_id in (select customer_id from {{ ref('customer_revenue') }})")
+    cycle = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "RC 2 NETWORKX True" in cycle.stdout and "dependency cycle" in cycle.stderr, cycle.stdout + cycle.stderr
+
+
+def test_a_file_with_a_warning_is_read_again_and_warns_again(shop, capsys):
+    yml = shop / "tables" / "customer_revenue.yml"
+    yml.write_text(yml.read_text().replace("    operation: insert_overwrite_table\n",
+                                           "    operation: insert_overwrite_table\n    precombine: customer_id\n"))
+    warning = "warning: precombine has no effect on table 'customer_revenue'"
+    assert warning in pipe_compile(capsys, shop)[2]
+    _edit(shop / "tables/orders.sql", "lower(status)", "upper(status)")  # another file: the project changed
+    code, _, err = pipe_compile(capsys, shop)
+    assert code == 0 and warning in err
+
+
+def test_a_cycle_made_by_an_edit_is_reported_though_the_order_was_kept(shop, capsys):
+    assert pipe_compile(capsys, shop)[0] == 0
+    _edit(shop / "tables/orders.sql", "from {{ source('raw_orders') }}",
+          "from {{ source('raw_orders') }} where customer_id in (select customer_id from {{ ref('customer_revenue') }})")
+    code, _, err = pipe_compile(capsys, shop)
+    assert code == 2 and "dependency cycle: table.customer_revenue -> table.orders -> table.customer_revenue" in err, err
+
+
+DAMAGED_FILE_RECORDS = {
+    "not marshal": b"\x00garbage",
+    "truncated": None,  # the first half of the good record
+    "another shape": marshal.dumps([1, 2, 3]),
+    "another format": None,  # the good record with format 0
+    "payloads of another shape": None,  # every file's payload replaced by a list
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_FILE_RECORDS)
+def test_a_damaged_file_record_is_no_record(shop, capsys, damage):
+    assert pipe_compile(capsys, shop)[0] == 0
+    record = shop / "target" / partial.FILES_RECORD
+    good = record.read_bytes()
+    fmt, code, files = marshal.loads(good)
+    damaged = {
+        "truncated": good[: len(good) // 2],
+        "another format": marshal.dumps((0, code, files)),
+        "payloads of another shape": marshal.dumps((fmt, code, {rel: (digest, marshal.dumps([1])) for rel, (digest, _) in files.items()})),
+    }.get(damage, DAMAGED_FILE_RECORDS[damage])
+    record.write_bytes(damaged)
+    _edit(shop / "tables/customers.yml", "latest state", "newest state")
+    code, out, err = pipe_compile(capsys, shop)
+    assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), err
+    assert plan_text(shop) == fresh_plan(shop)
+    assert marshal.loads(record.read_bytes())[0] == partial.FILES_FORMAT  # written good again
+
+
+def test_a_value_marshal_cannot_keep_leaves_its_file_parsed_every_time(tmp_path):
+    import datetime
+
+    cache = partial.ParseCache("code")
+    cache.put("tables/a.yml", b"a: 2024-01-01\n", ({"a": datetime.date(2024, 1, 1)},))
+    cache.put("tables/b.yml", b"b: 1\n", ({"b": 1},))
+    cache.save(tmp_path)
+    again = partial.ParseCache.load(tmp_path)
+    assert again.get("tables/a.yml", b"a: 2024-01-01\n") is None  # the record is under another code digest
+    kept = partial.ParseCache(partial.code_digest())
+    kept.put("tables/a.yml", b"a: 2024-01-01\n", ({"a": datetime.date(2024, 1, 1)},))
+    kept.put("tables/b.yml", b"b: 1\n", ({"b": 1},))
+    kept.save(tmp_path)
+    again = partial.ParseCache.load(tmp_path)
+    assert again.get("tables/a.yml", b"a: 2024-01-01\n") is None
+    assert again.get("tables/b.yml", b"b: 1\n") == ({"b": 1},)
+    assert again.get("tables/b.yml", b"b: 2\n") is None  # other bytes

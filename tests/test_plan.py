@@ -143,3 +143,31 @@ def test_a_targets_shared_paths_are_in_its_plan_only_when_set(project):
                                                           "    spark: {master: 'spark://m:7077'}\n", **files})).plan
     assert shared.to_dict()["target"]["shared_paths"] == ["/mnt/nfs/shop"]
     assert Plan.from_json(shared.to_json()).target.shared_paths == ("/mnt/nfs/shop",)
+
+
+def test_the_plans_order_is_networkxs_lexicographical_topological_sort():
+    """The compile orders steps with the standard library (compiler.graph.topological_order),
+    without importing networkx: on random graphs of every density its order is networkx's."""
+    import graphlib
+    import random
+
+    import networkx as nx
+
+    from compiler.graph import topological_order
+
+    rng = random.Random(20261125)
+    for case in range(300):
+        n = rng.randint(1, 60)
+        names = [f"{rng.choice(['source', 'table', 'test'])}.{rng.choice('abcxyz')}{i}" for i in range(n)]
+        rng.shuffle(names)
+        density = rng.choice([0.0, 0.05, 0.2, 0.6])
+        rank = {name: i for i, name in enumerate(rng.sample(names, n))}  # edges go up this rank: a DAG
+        edges = [(u, v) for u in names for v in names if rank[u] < rank[v] and rng.random() < density]
+        graph = nx.DiGraph()
+        graph.add_nodes_from(names)
+        graph.add_edges_from(edges)
+        assert topological_order(names, edges) == list(nx.lexicographical_topological_sort(graph)), case
+        if edges:
+            u, v = rng.choice(edges)
+            with pytest.raises(graphlib.CycleError):
+                topological_order(names, edges + [(v, u)])
