@@ -16,11 +16,11 @@ TEMPLATE = REPO / "project_template"
 
 MINIMAL_PROJECT = "name: shop\n"
 
-# pytest runs two workers (pyproject.toml: -n 2 --dist loadfile), each a session of its own with
+# pytest runs three workers (pyproject.toml: -n 3 --dist loadfile), each a session of its own with
 # its own shared Spark, moto server and Java Hudi processes; a file's tests stay on one worker, so
-# its module fixtures are made once. Measured on 2 cores: 851 tests in 29.7 min against 40.0 min
-# in one process an hour before (the tests leave a core idle a third of the time: JVM start-ups,
-# Java Hudi and pipe taking turns, subprocesses waited for).
+# its module fixtures are made once. Measured on 2 cores, clean clones of the same commit an hour
+# apart: 863 tests in 33.4 min on two workers, 27.7 min on three (both cores then stay busy while
+# tests wait on JVM start-ups, Java Hudi and subprocesses); one process took 40.0 min for 851.
 # The JVMs the tests start live seconds to minutes, on a machine of 2 cores, with little data.
 # - Every one of them collects garbage with the serial collector (tests/jvm_options.py): G1's concurrent
 #   and parallel threads took more CPU than they saved (a module mix of Spark writes, crash
