@@ -60,6 +60,7 @@ REPO = BENCH_DIR.parent
 if str(REPO) not in sys.path:  # works from a plain checkout too; normally pipe is installed
     sys.path.insert(0, str(REPO))
 
+from compiler import partial  # noqa: E402
 from compiler.api import compile_project  # noqa: E402
 
 SEED = 20240601
@@ -323,7 +324,7 @@ def compile_in_process(root: Path, check_sql: bool = True, cache: bool = True):
     """What `pipe compile` does minus start-up and the summary line: by default with the SQL
     checks and their cache in target/, as the command runs them; in full, without the record of
     what earlier compiles made of each file (compiler/partial.py)."""
-    (root / "target" / "partial_parse_files.marshal").unlink(missing_ok=True)
+    (root / "target" / partial.FILES_RECORD).unlink(missing_ok=True)
     result = compile_project(root, check_sql=check_sql, cache_dir=root / "target" if cache else None)
     target = root / "target"
     target.mkdir(exist_ok=True)
@@ -368,8 +369,8 @@ def _drop_sql_cache(root: Path) -> None:
 
 def _drop_partial_parse(root: Path) -> None:
     """Both records of partial parsing: the whole project's and its files' (compiler/partial.py)."""
-    (root / "target" / "partial_parse.json").unlink(missing_ok=True)
-    (root / "target" / "partial_parse_files.marshal").unlink(missing_ok=True)
+    for record in (partial.RECORD_FILE, partial.FILES_RECORD):
+        (root / "target" / record).unlink(missing_ok=True)
 
 
 def cli_compile_changed(root: Path) -> None:

@@ -7,6 +7,8 @@ an `s3_incremental` source reads its metadata table."""
 from __future__ import annotations
 
 import fnmatch
+import graphlib
+import heapq
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
@@ -82,9 +84,6 @@ def topological_order(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) ->
 
     Built on the standard library's graphlib rather than networkx: a compile orders its steps
     without importing networkx (about 0.2 s), which only the commands that select need."""
-    import graphlib
-    import heapq
-
     sorter: graphlib.TopologicalSorter = graphlib.TopologicalSorter()
     for node in nodes:
         sorter.add(node)

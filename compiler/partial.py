@@ -208,7 +208,6 @@ class ParseCache:
         self._code = code  # code_digest(): what the record was and will be written under
         self._old_files = files or {}
         self._files: dict[str, tuple[bytes, bytes]] = {}  # what this compile used or made: the next record
-        self.hits = 0
 
     @classmethod
     def load(cls, target_dir: Path) -> "ParseCache":
@@ -232,7 +231,6 @@ class ParseCache:
         except (ValueError, EOFError, TypeError):
             return None
         self._files[rel] = old
-        self.hits += 1
         return payload
 
     def put(self, rel: str, data: bytes, payload: Any) -> None:

@@ -416,11 +416,13 @@ def _cached_entries(cache, rel: str, data: bytes | OSError):
     if cache is None or isinstance(data, OSError):
         return None
     payload = cache.get(rel, data)
+    if payload is None:
+        return None
     try:
         value, key_pos, value_pos, has_templates, entries = payload
         doc = Doc(rel, value, key_pos, value_pos, has_templates)
         return doc, [(name, tuple(path), config) for name, path, config in entries]
-    except (TypeError, ValueError):  # nothing kept (None), or not what put() keeps
+    except (TypeError, ValueError):  # not what _entries keeps: read the file again
         return None
 
 
