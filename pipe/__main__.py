@@ -1,3 +1,3 @@
-from pipe.cli import entry
+from pipe.launch import main
 
-entry()
+main()

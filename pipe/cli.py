@@ -732,6 +732,9 @@ def server_start(ctx: _Context, target: str | None, idle_timeout: str) -> None:
     plan, root, master, conf = _server_target(ctx, target)
     started = time.perf_counter()
     state, new = server.start(root, plan.project, plan.target.name, master, conf, idle_timeout_s=idle)  # ServerError: a RunError
+    from pipe import forkserver
+
+    forkserver.ensure_started()  # commands on the server start without importing pipe and PySpark (pipe/launch.py)
     if not new:
         output.line(f"The pipe server of target [bold]{plan.target.name}[/] already runs at {state.url} "
                     f"(for {_age(time.time() - state.started_at)})")
@@ -790,7 +793,10 @@ def server_status(ctx: _Context, target: str | None) -> None:
                     "commands do not use it[/] "
                     "(`pipe server stop`, then `pipe server start`)")
         raise click.exceptions.Exit(EXIT_FAILED)
-    output.line(f"Log: {state.log}")
+    from pipe import forkserver
+
+    handed = "commands are handed to pipe's fork server" if forkserver.serves() else "no fork server: commands import pipe and PySpark themselves"
+    output.line(f"{handed}. Log: {state.log}")
 
 
 @cli.command(name="show")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -91,6 +92,23 @@ def test_the_example_project_runs_on_its_pipe_server_and_a_new_file_is_read_alon
     # the fixed sessions the steps used outlive the commands, without the steps' views (which
     # would shadow a catalog table of the same name in the next step, and keep its input cached)
     assert _temporary_views(root, cache, ["step", "step-1"]) == {"step": [], "step-1": []}
+
+
+def test_commands_on_the_server_are_forked_from_a_process_that_has_imported_pipe_and_pyspark(server, tmp_path):
+    """`pipe server start` started pipe's fork server too (pipe/forkserver.py): the command is
+    handed to it, and its child imports none of what a run on the server needs."""
+    root, cache, _ = server
+    write_jsonl(root / "data/orders/orders-0010.json", [
+        {"order_id": 990002, "customer_id": 101, "amount": 19.5, "status": "placed", "region": "us", "updated_at": "2026-11-25T11:00:00Z"}])
+    imported = tmp_path / "imported.txt"
+    r = ok(pipe(root, cache, "run", PIPE_FORKSERVER_IMPORTS=str(imported)))
+    assert "pipe server" in r.stderr.splitlines()[0] and steps(root)["table.orders"]["rows_read"] == 1
+    assert {r[0]: r[1] for r in hudi_rows(root, "orders", ["order_id", "amount"])}[990002] == 19.5
+    log = (cache / "servers" / "forkserver.log").read_text()
+    assert re.search(rf"pid (\d+): pipe --project-dir {re.escape(str(root))} run \(in .*\n(.*\n)*.*pid \1: exit 0", log), log
+    heavy = [m for m in imported.read_text().split() if m.split(".")[0] in (
+        "pipe", "compiler", "runtime", "pyspark", "pandas", "pyarrow", "numpy", "grpc", "networkx", "sqlglot", "fastavro", "boto3")]
+    assert heavy == [], "preload these in pipe/forkserver.py PRELOAD"
 
 
 def _temporary_views(root: Path, cache: Path, sessions: list[str]) -> dict[str, list[str]]:

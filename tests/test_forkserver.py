@@ -1,0 +1,199 @@
+"""pipe's fork server (pipe/forkserver.py) and the `pipe` command's hand-over to it (pipe/launch.py).
+
+The fork server here serves a project whose pipe server is stood in for by a state file naming
+this test process as its supervisor: the commands used (`pipe run --dry-run`, a continuous run
+of the source step alone, a refused selection) start no Spark, so no JVM is needed to see what the
+hand-over must keep: the client's folder, environment, streams, exit code and signals. The real
+server's path is in tests/test_connect.py. The fork server runs a private copy of pipe's code
+(PYTHONPATH), so that a test can change that code without touching the repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, write_project
+
+SOURCES = "sources:\n  s:\n    kind: files\n    path: \"{{ env_var('DATA_DIR') }}\"\n    format: json\n    schema: \"id BIGINT\"\n"
+
+
+class Forked:
+    def __init__(self, base: Path):
+        self.code = base / "code"
+        for package in ("pipe", "compiler", "runtime"):
+            shutil.copytree(REPO / package, self.code / package, ignore=shutil.ignore_patterns("__pycache__"))
+        self.cache = base / "cache"
+        self.servers = self.cache / "servers"
+        self.servers.mkdir(parents=True)
+        self.root = write_project(base / "p", {"sources/s.yml": SOURCES, "tables/t.yml": "tables:\n  t:\n    key: [id]\n",
+                                               "tables/t.sql": "select id from {{ source('s') }}\n"})
+        for folder, n in (("one", 1), ("three", 3)):
+            for i in range(n):
+                (self.root / folder).mkdir(exist_ok=True)
+                (self.root / folder / f"{i}.json").write_text('{"id": 1}\n')
+        (self.root / "empty").mkdir()
+        # a pipe server of the project, stood in for: its supervisor is this (living) process
+        self.state = self.servers / "stand-in.json"
+        self.state.write_text(json.dumps({"project": str(self.root.resolve()), "supervisor_pid": os.getpid()}))
+        self.log = self.servers / "forkserver.log"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "PIPE_NO_FORKSERVER")}
+        env.update({"PIPE_CACHE_DIR": str(self.cache), "PYTHONPATH": str(self.code), "COLUMNS": "200", **extra})
+        return env
+
+    def start(self) -> int:
+        """Starts the fork server; its pid, once it serves."""
+        before = self.log.read_text() if self.log.exists() else ""
+        subprocess.run([sys.executable, "-c", "from pipe import forkserver; forkserver.ensure_started()"], env=self.env(), check=True,
+                       cwd=self.root)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            found = re.findall(r"serving fork-\w+\.sock \(pid (\d+)\)", self.log.read_text()[len(before):] if self.log.exists() else "")
+            if found:
+                return int(found[-1])
+            time.sleep(0.1)
+        raise AssertionError(f"the fork server did not start: {self.log.read_text() if self.log.exists() else 'no log'}")
+
+    def pipe(self, *args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipe", *args], cwd=cwd or self.root, capture_output=True, text=True,
+                              env=self.env(**env), timeout=120)
+
+    def handed(self) -> list[tuple[int, str]]:
+        """(pid, command line) of every command the fork server took."""
+        return [(int(pid), line) for pid, line in re.findall(r"pid (\d+): (pipe .*) \(in ", self.log.read_text())]
+
+    def exits(self) -> dict[int, int]:
+        return {int(pid): int(code) for pid, code in re.findall(r"pid (\d+): exit (-?\d+)", self.log.read_text())}
+
+
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory):
+    f = Forked(tmp_path_factory.mktemp("forkserver"))
+    f.pid = f.start()
+    yield f
+    for pid in set(map(int, re.findall(r"\(pid (\d+)\)", f.log.read_text()))):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def _wait_for(predicate, timeout_s: float = 30, what: str = "") -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_command_runs_in_a_child_of_the_fork_server_with_the_callers_folder_environment_and_streams(forked):
+    one = forked.pipe("run", "--dry-run", DATA_DIR="one")
+    three = forked.pipe("run", "--dry-run", DATA_DIR="three")
+    # the environment variable and the relative folder are the caller's, not the fork server's
+    assert one.returncode == 0 and "first build: s: 1 new file (10 B)" in one.stdout, one.stdout + one.stderr
+    assert three.returncode == 0 and "first build: s: 3 new files (30 B)" in three.stdout, three.stdout + three.stderr
+    # from a folder inside the project, as git finds its repository (a relative path is the project's)
+    inside = forked.pipe("run", "--dry-run", cwd=forked.root / "three", DATA_DIR="one")
+    assert inside.returncode == 0 and "s: 1 new file" in inside.stdout, inside.stdout + inside.stderr
+    handed = forked.handed()
+    assert [line for _, line in handed] == ["pipe run --dry-run"] * 3
+    assert all(forked.exits()[pid] == 0 for pid, _ in handed)
+    assert not any(pid == forked.pid for pid, _ in handed)
+
+
+def test_a_refused_command_says_why_on_the_callers_stderr_with_its_exit_code(forked):
+    before = len(forked.handed())
+    r = forked.pipe("run", "--select", "nosuch", DATA_DIR="one")
+    assert r.returncode == 2
+    assert "--select 'nosuch' matches no step" in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
+    (pid, line), = forked.handed()[before:]
+    assert line == "pipe run --select nosuch" and forked.exits()[pid] == 2
+
+
+def test_ctrl_c_reaches_the_command_in_the_fork_server(forked):
+    before = len(forked.handed())
+    proc = subprocess.Popen([sys.executable, "-m", "pipe", "run", "--select", "s", "--continuous", "--min-sync-interval-s", "600"], cwd=forked.root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=forked.env(DATA_DIR="empty"))
+    try:
+        assert proc.stdout.readline().startswith("round 1 (")
+        assert next(line for line in proc.stdout if line.startswith("Done in ")).endswith(": 1 succeeded\n")
+        proc.send_signal(signal.SIGINT)  # as the terminal sends Ctrl-C to the command it runs
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "stopping: the current round finishes first" in err and "stopped after 1 round" in err, err
+    assert proc.returncode == 0 and "Traceback" not in out + err
+    (pid, line), = forked.handed()[before:]
+    assert line == "pipe run --select s --continuous --min-sync-interval-s 600" and forked.exits()[pid] == 0
+
+
+def test_a_caller_killed_outright_leaves_no_command_running(forked):
+    before = len(forked.handed())
+    proc = subprocess.Popen([sys.executable, "-m", "pipe", "run", "--select", "s", "--continuous", "--min-sync-interval-s", "600"], cwd=forked.root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=forked.env(DATA_DIR="empty"))
+    assert proc.stdout.readline().startswith("round 1 (")
+    proc.kill()  # SIGKILL: nothing passes it on; the fork server sees the connection close
+    proc.wait()
+    _wait_for(lambda: len(forked.handed()) > before, what="the command in the log")
+    (pid, _), = forked.handed()[before:]
+    _wait_for(lambda: pid in forked.exits(), what="the orphaned command to stop")
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_commands_run_in_their_own_process_when_they_cannot_be_handed_over(forked, tmp_path):
+    before = len(forked.handed())
+    # the user says so
+    assert "s: 1 new file" in forked.pipe("run", "--dry-run", DATA_DIR="one", PIPE_NO_FORKSERVER="1").stdout
+    # another project, for which no pipe server runs
+    other = write_project(tmp_path / "other", {"sources/s.yml": SOURCES, "tables/t.yml": "tables:\n  t:\n    key: [id]\n",
+                                               "tables/t.sql": "select id from {{ source('s') }}\n"})
+    (other / "d").mkdir()
+    assert forked.pipe("run", "--dry-run", cwd=other, DATA_DIR="d").returncode == 0
+    # another version of pipe's code than the fork server's (here: another PYTHONPATH)
+    r = forked.pipe("run", "--dry-run", DATA_DIR="one", PYTHONPATH=f"{forked.code}{os.pathsep}{tmp_path}")
+    assert r.returncode == 0 and "s: 1 new file" in r.stdout
+    # commands that do not use a pipe server
+    assert forked.pipe("compile").returncode == 0 and forked.pipe("run", "--help").returncode == 0
+    assert len(forked.handed()) == before
+
+
+def test_the_client_finds_servers_where_runtime_remembers_them(monkeypatch, tmp_path):
+    from pipe import launch
+    from runtime import server
+
+    for env in ({"PIPE_CACHE_DIR": str(tmp_path / "c")}, {"XDG_CACHE_HOME": str(tmp_path / "x")}, {"HOME": str(tmp_path / "h")}):
+        for k in ("PIPE_CACHE_DIR", "XDG_CACHE_HOME"):
+            monkeypatch.delenv(k, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        assert launch.state_dir() == server.state_dir()
+
+
+def test_the_fork_server_leaves_when_pipes_code_changes_and_when_no_server_runs(forked):
+    # an edit of pipe's code: the fork server goes, and commands run in their own process
+    before = len(forked.handed())
+    edited = forked.code / "pipe" / "output.py"
+    edited.write_text(edited.read_text() + "\n# edited\n")
+    _wait_for(lambda: "stopped (pipe's code or the installed libraries changed)" in forked.log.read_text(), what="the fork server to stop")
+    assert not list(forked.servers.glob("fork-*.sock"))
+    assert "s: 1 new file" in forked.pipe("run", "--dry-run", DATA_DIR="one").stdout
+    assert len(forked.handed()) == before
+    # a new one serves the new code; with no pipe server left, it goes too
+    pid = forked.start()
+    assert "s: 3 new files" in forked.pipe("run", "--dry-run", DATA_DIR="three").stdout and len(forked.handed()) == before + 1
+    forked.state.unlink()
+    _wait_for(lambda: "stopped (no pipe server runs)" in forked.log.read_text(), timeout_s=40, what="the idle fork server to stop")
+    _wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="its process to end")
+    assert not list(forked.servers.glob("fork-*.sock"))
