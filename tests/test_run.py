@@ -690,6 +690,54 @@ def test_a_ref_table_runs_again_when_its_sql_changes(spark, tmp_path, capsys):
         "table.base": "no_input", "table.r1": "no_input", "table.r2": "no_input"}
 
 
+def test_this_reads_the_tables_own_rows_in_its_sql_and_expectations(spark, tmp_path, capsys):
+    root = project(tmp_path, {
+        "sources/s.yml": ONE_SOURCE,
+        "tables/t.yml": """
+            tables:
+              latest: {key: [id]}
+              frozen: {key: [id]}
+              other: {key: [id]}
+            """,
+        # once the table exists, only ids above its largest one, and fixes
+        "tables/latest.sql": """
+            select id, v from {{ source('s') }}
+            {% if is_incremental() %}where id > (select max(id) from {{ this }}) or v like 'fix%'{% endif %}
+            """,
+        "tables/frozen.sql": "select id, v from {{ source('s') }}\n",
+        # names itself only in a comment and a string: no view of its own rows is made, none is needed
+        "tables/other.sql": "-- other: a copy\nselect id, 'other' as v from {{ source('s') }}\n",
+    })
+    write_jsonl(root / "data/s/s-1.json", [{"id": 1, "v": "a"}, {"id": 5, "v": "frozen"}])
+    run_ok(capsys, root)
+    # from now on, rows of an id stored as frozen are left out: only the expectation reads the table
+    tables = (root / "tables/t.yml").read_text().replace(
+        "frozen: {key: [id]}", "frozen:\n    key: [id]\n    expect:\n      not_frozen: {expression: \"id not in (select id from frozen where v = 'frozen')\", action: drop}")
+    (root / "tables/t.yml").write_text(tables)
+    write_jsonl(root / "data/s/s-2.json", [{"id": 3, "v": "late"}, {"id": 6, "v": "c"}, {"id": 1, "v": "fix"}, {"id": 5, "v": "fix2"}])
+    run_ok(capsys, root)
+    by_id = steps(root)
+    assert by_id["table.latest"]["rows_written"] == 3  # 6, and the two fixes
+    assert by_id["table.frozen"]["expectations"]["not_frozen"]["failed"] == 1
+    assert_rows(spark, root, "latest", ["id", "v"], [(1, "fix"), (5, "fix2"), (6, "c")])
+    assert_rows(spark, root, "frozen", ["id", "v"], [(1, "fix"), (3, "late"), (5, "frozen"), (6, "c")])
+    assert_rows(spark, root, "other", ["id", "v"], [(1, "other"), (3, "other"), (5, "other"), (6, "other")])
+
+
+def test_a_table_reads_itself_when_its_name_is_a_word_of_its_sql_outside_comments_and_strings():
+    from runtime.steps.write import reads_itself
+
+    assert reads_itself(["select * from `orders`"], "orders")  # {{ this }}
+    assert reads_itself(["select max(t) from ORDERS o"], "orders")
+    assert reads_itself(["select 1", "id in (select id from orders)"], "orders")  # an expectation
+    assert reads_itself(["select 'it''s' as a, x from orders -- orders"], "orders")
+    assert not reads_itself(["-- The orders of each export\nselect * from `raw_orders` where s = 'orders' or t = \"orders\""], "orders")
+    assert not reads_itself(["select /* from orders */ 1 from orders_2, my_orders"], "orders")
+    assert not reads_itself(["select 'a--b' as orders_count from x"], "orders")
+    # an unclosed comment or string is kept as text: a yes is only a view made for nothing
+    assert reads_itself(["select 'orders from x"], "orders")
+
+
 # --- 11. a run that dies mid-write --------------------------------------------------------------
 
 

@@ -114,11 +114,12 @@ def _delete_flag(F, columns, opts: WriteOptions):
 # --- 1. dedupe ------------------------------------------------------------------------------------
 
 
-def _null_ordering(config, opts: WriteOptions, rows) -> str | None:
+def _null_ordering(config, opts: WriteOptions, present) -> str | None:
     """The precombine column whose nulls a write refuses, if any: a null would lose to every
-    version, even an older stored one (`precombine_nulls: fail`, the default)."""
+    version, even an older stored one (`precombine_nulls: fail`, the default). `present`: the
+    input's data columns."""
     orders = (opts.operation == "upsert" or opts.combine_before_insert) and opts.precombine_nulls == "fail"
-    return config.precombine_field if orders and config.precombine_field in rows.columns else None
+    return config.precombine_field if orders and config.precombine_field in present else None
 
 
 def _refuse_nulls(config, rows, ordering: str | None, null_keys: int, null_orders: int) -> None:
@@ -135,13 +136,14 @@ def _refuse_nulls(config, rows, ordering: str | None, null_keys: int, null_order
                          f"or set `precombine_nulls: lowest` on the table to accept that")
 
 
-def dedupe(df, config, opts: WriteOptions):
-    """One row per key in the batch: the largest precombine value wins, then the later row."""
+def dedupe(df, config, opts: WriteOptions, present):
+    """One row per key in the batch: the largest precombine value wins, then the later row.
+    `present`: the input's data columns."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     keys = [KEY] + ([PART] if opts.index == "partition" else [])
-    ordered = config.precombine_field and config.precombine_field in df.columns  # deletes by key have none
+    ordered = config.precombine_field and config.precombine_field in present  # deletes by key have none
     order = ([F.col(f"`{config.precombine_field}`").desc_nulls_last()] if ordered else []) + [F.col(_SEQ).desc()]
     w = Window.partitionBy(*keys).orderBy(*order)
     return df.withColumn("_pipe_rank", F.row_number().over(w)).where("_pipe_rank = 1").drop("_pipe_rank")
@@ -199,11 +201,12 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     return df.join(index, on=cond, how="left").drop("_k")
 
 
-def drop_stale(df, config):
-    """An incoming row older than the stored one is ignored (event-time ordering)."""
+def drop_stale(df, config, present):
+    """An incoming row older than the stored one is ignored (event-time ordering). `present`:
+    the input's data columns."""
     from pyspark.sql import functions as F
 
-    if not config.precombine_field or config.precombine_field not in df.columns:
+    if not config.precombine_field or config.precombine_field not in present:
         return df  # deletes by key apply whatever the stored ordering value
     # a null ordering value loses, as it does within a batch
     newer_or_equal = F.col(_OLD_ORDER).isNull() | (F.col(f"`{config.precombine_field}`") >= F.col(_OLD_ORDER))
@@ -386,16 +389,19 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         except SchemaChangeError as exc:
             raise WriteError(str(exc)) from exc
     data_columns = [f.name for f in struct.fields]
+    # the input's data columns: known here, so that no later DataFrame's columns are asked of
+    # the server (a round trip, and an analysis of its whole plan, each time)
+    present = frozenset(f.name for f in incoming_struct.fields)
 
     rows = prepare(df, config, opts)
     if opts.operation == "bulk_insert":
-        return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns)
+        return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns, present)
     if opts.operation in REPLACE_OPERATIONS:  # its rows are materialised first, then checked and counted at once
-        return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns)
+        return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns, present)
     batch_rows, partitions = None, None
     if config.record_key_fields:
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
-        ordering = _null_ordering(config, opts, rows)
+        ordering = _null_ordering(config, opts, present)
         null_order = F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)
         if opts.index == "partition":
             per_partition = {p: (n, nulls, no) for p, n, nulls, no in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).collect()}
@@ -408,9 +414,10 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
 
     keyed = bool(config.record_key_fields)
     if keyed and opts.operation in ("upsert", "delete") and partitions is not None and _partition_upsert.fits(partitions, slices):
-        return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, partitions)
+        return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, partitions,
+                                    present)
     if keyed and (opts.operation in ("upsert", "delete") or opts.combine_before_insert):
-        rows = dedupe(rows, config, opts)
+        rows = dedupe(rows, config, opts, present)
     lookup = keyed and (opts.operation in ("upsert", "delete") or opts.insert_duplicates != "none")
     if lookup:
         merged = None
@@ -431,7 +438,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     if opts.operation == "insert" and opts.insert_duplicates == "drop":
         rows = rows.where(F.col(_OLD_FILE).isNull())
     if opts.operation in ("upsert", "delete"):
-        rows = drop_stale(rows, config)
+        rows = drop_stale(rows, config, present)
     scattered = lookup and opts.index != "partition"  # a key may be stored in several partitions
     if scattered:
         rows = one_insert_per_key(rows)
@@ -451,7 +458,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             touched.add((op, of))
 
     in_place = rows.where(same_place).select(
-        *[F.col(f"`{c}`") for c in data_columns if c in rows.columns], KEY,
+        *[F.col(f"`{c}`") for c in data_columns if c in present], KEY,
         F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID),
         F.when(F.col(_DELETE), "D").otherwise("U").alias(_KIND))
     # a key whose partition changed leaves its old file group and is inserted in the new one
@@ -460,7 +467,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline))
     if buckets:
         routed = assign_file_groups(spark, rows.where(is_insert), buckets)
-        changes = changes.unionByName(routed.select(*[F.col(f"`{c}`") for c in data_columns if c in rows.columns], KEY, PART, FILE_ID, F.lit("I").alias(_KIND)),
+        changes = changes.unionByName(routed.select(*[F.col(f"`{c}`") for c in data_columns if c in present], KEY, PART, FILE_ID, F.lit("I").alias(_KIND)),
                                       allowMissingColumns=True)
 
     # file groups to rewrite: those with updates or deletes, and small files taking inserts
@@ -473,18 +480,20 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     # in small files taking inserts, which are rewritten like copy-on-write (as Hudi does)
     log_groups = _log_targets(touched - {(b.partition, b.file_id) for b in buckets}, existing) if config.table_type == MERGE_ON_READ and merge else {}
     n = max(1, min(len(groups), spark_api.default_parallelism(spark) * 4))
-    return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n)
+    return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n, present)
 
 
 def _write_changes(spark, table, timeline, changes, instant: str, struct, data_columns: list[str], opts: WriteOptions,
-                   existing: dict[tuple[str, str], FileSlice], groups, log_groups: dict[str, LogTarget], merge: bool, tasks: int) -> StagedWrite:
+                   existing: dict[tuple[str, str], FileSlice], groups, log_groups: dict[str, LogTarget], merge: bool, tasks: int,
+                   present) -> StagedWrite:
     """Step 4 of an upsert, insert or delete: `changes` (rows with their file id and kind) are
     shuffled, every file group to one task, and written; `groups` are the stored groups
     (partition, file id) the tasks may rewrite, `log_groups` the merge-on-read groups whose
-    updates and deletes go to a log file instead. Returns what to commit."""
+    updates and deletes go to a log file instead; `present`: the data columns `changes` has.
+    Returns what to commit."""
     from pyspark.sql import functions as F
 
-    changes = changes.select(*_data_select(F, changes, struct, data_columns), KEY, PART, FILE_ID, _KIND)
+    changes = changes.select(*_data_select(F, present, struct, data_columns), KEY, PART, FILE_ID, _KIND)
     changes = _in_turns(F, changes, FILE_ID, sorted({fid for _, fid in groups}), tasks).sortWithinPartitions(FILE_ID, KEY)
     written = write_file_groups(changes, _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, groups, log_groups, merge))
     return _staged(table, written, instant, struct, existing, log_groups)
@@ -578,7 +587,7 @@ def _murmur3_int(value: int, seed: int = 42) -> int:
 
 
 def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], struct, stored_struct,
-                         data_columns: list[str], partitions: dict[str, int]) -> StagedWrite:
+                         data_columns: list[str], partitions: dict[str, int], present) -> StagedWrite:
     """An upsert or delete with `index: partition` whose partitions each fit a task
     (partition_upsert.py): deduplication, lookup, stale rows and insert routing happen in one
     task per partition, which then writes the file groups it touched."""
@@ -587,7 +596,7 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
 
     config = table.config
     mine = [s for s in slices if s.partition in partitions]
-    ordering = config.precombine_field if config.precombine_field and config.precombine_field in rows.columns else None
+    ordering = config.precombine_field if config.precombine_field and config.precombine_field in present else None
     # stored keys are read with the meta columns and the precombine field only
     narrow = with_meta_struct(T.StructType([f for f in (stored_struct or struct).fields if f.name == config.precombine_field]))
     tag_spec = _partition_upsert.TagSpec(
@@ -602,14 +611,14 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
     existing = {(s.partition, s.file_id): s for s in mine}
     log_groups = _log_targets(set(existing), existing) if config.table_type == MERGE_ON_READ else {}
     tasks = max(1, min(len(partitions), spark_api.default_parallelism(spark) * 4))
-    incoming = rows.select(*_data_select(F, rows, struct, data_columns), KEY, PART, _DELETE, _SEQ)
+    incoming = rows.select(*_data_select(F, present, struct, data_columns), KEY, PART, _DELETE, _SEQ)
     incoming = _in_turns(F, incoming, PART, sorted(partitions), tasks).sortWithinPartitions(PART)
     threads = _partition_task_threads(spark, tasks)
     if threads is None:  # the groups of a partition are written by write tasks all over the cluster
         out = T.StructType(list(struct.fields) + [T.StructField(c, T.StringType(), True) for c in (KEY, PART, _KIND, FILE_ID)])
         changes = incoming.mapInArrow(lambda batches: _partition_upsert.tag_task(tag_spec, batches), out)
         return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
-                              max(1, min(len(mine) + len(partitions), spark_api.default_parallelism(spark) * 4)))
+                              max(1, min(len(mine) + len(partitions), spark_api.default_parallelism(spark) * 4)), set(data_columns))
     write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
     written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches), STATS_SCHEMA).collect()
     return _staged(table, written, instant, struct, existing, log_groups)
@@ -706,13 +715,13 @@ def with_meta_struct(struct):
     return T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + list(struct.fields))
 
 
-def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, data_columns: list[str]) -> StagedWrite:
+def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, data_columns: list[str], present) -> StagedWrite:
     from pyspark.sql import functions as F
 
     config = table.config
     rows = rows.where(~F.col(_DELETE))  # a delete has nothing to insert
     if opts.combine_before_insert and config.record_key_fields:
-        rows = dedupe(rows, config, opts)
+        rows = dedupe(rows, config, opts, present)
     mode = opts.bulk_insert_sort_mode
     if mode == "GLOBAL_SORT":
         rows = rows.orderBy(PART, KEY)
@@ -720,7 +729,7 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
         rows = rows.sortWithinPartitions(PART, KEY)
     derived = _derived(config, struct) if mode == "NONE" else None
     shipped = [c for c, computed in ((KEY, derived and derived.key_field), (PART, derived and derived.partition_fields is not None)) if not computed]
-    out = rows.select(*_data_select(F, rows, struct, data_columns), *shipped)
+    out = rows.select(*_data_select(F, present, struct, data_columns), *shipped)
     stats, counts = _new_file_stats(write_file_groups(out, file_write_spec(table.storage, instant, data_columns, opts, "bulk", derived=derived)))
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
 
@@ -745,10 +754,11 @@ def _derived(config, struct) -> Derived | None:
     return Derived(key_field, partitions, encoded, config.hive_style, prefix)
 
 
-def _data_select(F, rows, struct, data_columns: list[str]) -> list:
+def _data_select(F, present, struct, data_columns: list[str]) -> list:
     """The table's data columns in order, as the table types them; a column the input lacks
-    is null. (A delete's key column may come typed otherwise; stored rows are read to match.)"""
-    return [(F.col(f"`{c}`") if c in rows.columns else F.lit(None)).cast(struct[c].dataType).alias(c) for c in data_columns]
+    (not in `present`) is null. (A delete's key column may come typed otherwise; stored rows are
+    read to match.)"""
+    return [(F.col(f"`{c}`") if c in present else F.lit(None)).cast(struct[c].dataType).alias(c) for c in data_columns]
 
 
 def _new_file_stats(written) -> tuple[list, WriteCounts]:
@@ -775,7 +785,8 @@ def _replaced_ids(slices) -> dict[str, list[str]]:
     return {p: sorted(ids) for p, ids in sorted(out.items())}
 
 
-def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], struct, data_columns: list[str]) -> StagedWrite:
+def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], struct, data_columns: list[str],
+               present) -> StagedWrite:
     """insert_overwrite replaces every live file group of the partitions the input has rows
     for; insert_overwrite_table replaces every live file group of the table. The input goes
     to new file groups sized like inserts (no small file takes rows: its group is replaced),
@@ -787,7 +798,7 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
 
     config = table.config
     keyed = bool(config.record_key_fields)
-    ordering = _null_ordering(config, opts, rows) if keyed else None
+    ordering = _null_ordering(config, opts, present) if keyed else None
     # one materialised batch, checked, counted and routed: the same rows. Rows flagged as deletes
     # are kept in it until a key's winner is known (combine_before_insert), then dropped.
     rows = spark_api.local_checkpoint(rows)
@@ -795,7 +806,7 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
     per_partition = rows.groupBy(PART).agg(F.count_if(~F.col(_DELETE)), *checks).collect()  # one row per partition
     _refuse_nulls(config, rows, ordering, sum(r[2] for r in per_partition), sum(r[3] for r in per_partition))
     if opts.combine_before_insert and keyed:
-        rows = spark_api.local_checkpoint(dedupe(rows, config, opts).where(~F.col(_DELETE)))
+        rows = spark_api.local_checkpoint(dedupe(rows, config, opts, present).where(~F.col(_DELETE)))
         counts = {r[0]: r[1] for r in rows.groupBy(PART).count().collect()}
     else:
         rows = rows.where(~F.col(_DELETE))
@@ -806,7 +817,7 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
     if counts:
         buckets = plan_buckets(counts, [], opts, table.record_size_estimate(opts.record_size_estimate, timeline))
         routed = assign_file_groups(spark, rows, buckets)
-        out = routed.select(*_data_select(F, routed, struct, data_columns), KEY, PART, FILE_ID)
+        out = routed.select(*_data_select(F, present, struct, data_columns), KEY, PART, FILE_ID)
         n = max(1, min(len(buckets), spark_api.default_parallelism(spark) * 4))
         out = out.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)  # a group's rows in one run
         stats, totals = _new_file_stats(write_file_groups(out, file_write_spec(table.storage, instant, data_columns, opts, "groups")))
