@@ -34,6 +34,7 @@ import traceback
 from pathlib import Path
 
 from pipe import launch
+from runtime.host import alive
 
 # What commands on a pipe server import (a failure leaves the command to import, and report, it).
 PRELOAD = (
@@ -180,7 +181,7 @@ def _unlink(folder: Path, name: str) -> None:
 def _servers_run(folder: Path) -> bool:
     for path in folder.glob("*.json"):
         try:
-            if launch._alive(int(json.loads(path.read_text(encoding="utf-8"))["supervisor_pid"])):
+            if alive(int(json.loads(path.read_text(encoding="utf-8"))["supervisor_pid"])):
                 return True
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -9,8 +9,8 @@ umask and terminal (its standard input, output and error, passed over a Unix soc
 process waits for the child, passes signals on to it (Ctrl-C cancels the run as before) and exits
 with its exit status.
 
-This module imports only the standard library, and nothing at all is imported from pipe when the
-command is handed over. Anything else (another command, no pipe server for the project, no fork
+This module imports only the standard library and runtime/host.py, which imports nothing more:
+nothing else of pipe is imported when the command is handed over. Anything else (another command, no pipe server for the project, no fork
 server, another Python or another version of pipe's code, PIPE_NO_FORKSERVER set, Windows) runs
 the command in this process, as before; so does any failure to hand it over before the child
 started."""
@@ -25,6 +25,8 @@ import socket
 import struct
 import sys
 from pathlib import Path
+
+from runtime.host import alive, cache_dir
 
 # The commands that use a project's pipe server.
 HANDED_OVER = ("run", "build", "test", "show")
@@ -48,15 +50,12 @@ def main() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Where things are (stdlib only: runtime.cluster.cache_dir and runtime.server.state_dir say the same)
+# Where things are
 
 
 def state_dir() -> Path:
-    """Where pipe servers are remembered: runtime.server.state_dir()."""
-    if os.environ.get("PIPE_CACHE_DIR"):
-        return Path(os.environ["PIPE_CACHE_DIR"]) / "servers"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pipe" / "servers"
+    """Where pipe servers are remembered (runtime.server.state_dir)."""
+    return cache_dir() / "servers"
 
 
 def code_root() -> Path:
@@ -129,21 +128,11 @@ def server_runs_for(project: Path, folder: Path) -> bool:
     for path in folder.glob("*.json"):
         try:
             state = json.loads(path.read_text(encoding="utf-8"))
-            if state.get("project") == str(project) and _alive(int(state["supervisor_pid"])):
+            if state.get("project") == str(project) and alive(int(state["supervisor_pid"])):
                 return True
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --------------------------------------------------------------------------------------------

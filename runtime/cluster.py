@@ -23,6 +23,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.host import cache_dir
+
 # The packages of pipe that executor tasks import (runtime.table.*, runtime.sources.* and the
 # compiler's error types they use). The command line (pipe/) never runs on an executor.
 SHIPPED_PACKAGES = ("runtime", "compiler")
@@ -128,15 +130,6 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 # --------------------------------------------------------------------------------------------
 # The code archive
-
-
-def cache_dir() -> Path:
-    """Where pipe keeps what it builds for clusters: $PIPE_CACHE_DIR, else $XDG_CACHE_HOME/pipe,
-    else ~/.cache/pipe."""
-    if os.environ.get("PIPE_CACHE_DIR"):
-        return Path(os.environ["PIPE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pipe"
 
 
 def _package_files() -> list[tuple[str, Path]]:

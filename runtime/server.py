@@ -8,7 +8,7 @@ of work on a handful of rows. `pipe server start` starts that JVM once, as a Spa
 What keeps it safe and private:
 - It listens on 127.0.0.1 only, on a port chosen free at start.
 - It is remembered per project folder and target, in a state file under pipe's cache folder
-  (runtime/cluster.py cache_dir), with a fingerprint of the Spark settings it was started with:
+  (runtime/host.py cache_dir), with a fingerprint of the Spark settings it was started with:
   a command uses it only when the project folder, the target and the settings all match, so two
   projects, or a target whose settings changed, never share a server by accident.
 - A supervisor process (this module run as `python -m runtime.server`) owns the JVM: it stops it
@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from runtime.host import alive, cache_dir
 from runtime.steps.errors import RunError
 
 IDLE_TIMEOUT_S = 3600  # an idle server stops after an hour (`pipe server start --idle-timeout`)
@@ -100,8 +101,6 @@ def started_with(state: ServerState, master: str, conf: Mapping[str, Any] | None
 
 
 def state_dir() -> Path:
-    from runtime.cluster import cache_dir
-
     return cache_dir() / "servers"
 
 
@@ -111,16 +110,6 @@ def state_path(project: Path, target: str) -> Path:
     return state_dir() / f"{key}.json"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_state(project: Path, target: str) -> ServerState | None:
     """The running server of `project` and `target`, or None (a stale state file is removed)."""
     path = state_path(project, target)
@@ -128,7 +117,7 @@ def read_state(project: Path, target: str) -> ServerState | None:
         state = ServerState(**json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         return None
-    if not (_alive(state.supervisor_pid) and _alive(state.server_pid)):
+    if not (alive(state.supervisor_pid) and alive(state.server_pid)):
         path.unlink(missing_ok=True)
         return None
     return state
@@ -158,7 +147,7 @@ def idle_for(state: ServerState) -> float:
     folder = lease_dir(state)
     for lease_file in folder.glob("lease-*"):
         pid = int(lease_file.name.split("-", 1)[1])
-        if _alive(pid):
+        if alive(pid):
             return 0.0
         lease_file.unlink(missing_ok=True)
     try:
@@ -251,9 +240,9 @@ def stop(project: Path, target: str, timeout_s: float = 30) -> ServerState | Non
         return None
     _terminate(state.supervisor_pid)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and (_alive(state.supervisor_pid) or _alive(state.server_pid)):
+    while time.monotonic() < deadline and (alive(state.supervisor_pid) or alive(state.server_pid)):
         time.sleep(0.1)
-    if _alive(state.server_pid):
+    if alive(state.server_pid):
         _terminate(state.server_pid, signal.SIGKILL)
     state_path(Path(project), target).unlink(missing_ok=True)
     return state

@@ -121,10 +121,15 @@ def test_a_refused_command_says_why_on_the_callers_stderr_with_its_exit_code(for
     assert line == "pipe run --select nosuch" and forked.exits()[pid] == 2
 
 
+def _continuous(forked) -> subprocess.Popen:
+    """`pipe run --continuous` of the source step alone (no Spark), a round every 10 minutes."""
+    return subprocess.Popen([sys.executable, "-m", "pipe", "run", "--select", "s", "--continuous", "--min-sync-interval-s", "600"],
+                            cwd=forked.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=forked.env(DATA_DIR="empty"))
+
+
 def test_ctrl_c_reaches_the_command_in_the_fork_server(forked):
     before = len(forked.handed())
-    proc = subprocess.Popen([sys.executable, "-m", "pipe", "run", "--select", "s", "--continuous", "--min-sync-interval-s", "600"], cwd=forked.root,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=forked.env(DATA_DIR="empty"))
+    proc = _continuous(forked)
     try:
         assert proc.stdout.readline().startswith("round 1 (")
         assert next(line for line in proc.stdout if line.startswith("Done in ")).endswith(": 1 succeeded\n")
@@ -141,8 +146,7 @@ def test_ctrl_c_reaches_the_command_in_the_fork_server(forked):
 
 def test_a_caller_killed_outright_leaves_no_command_running(forked):
     before = len(forked.handed())
-    proc = subprocess.Popen([sys.executable, "-m", "pipe", "run", "--select", "s", "--continuous", "--min-sync-interval-s", "600"], cwd=forked.root,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=forked.env(DATA_DIR="empty"))
+    proc = _continuous(forked)
     assert proc.stdout.readline().startswith("round 1 (")
     proc.kill()  # SIGKILL: nothing passes it on; the fork server sees the connection close
     proc.wait()
@@ -197,3 +201,10 @@ def test_the_fork_server_leaves_when_pipes_code_changes_and_when_no_server_runs(
     _wait_for(lambda: "stopped (no pipe server runs)" in forked.log.read_text(), timeout_s=40, what="the idle fork server to stop")
     _wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="its process to end")
     assert not list(forked.servers.glob("fork-*.sock"))
+
+
+def test_the_pipe_command_imports_nothing_of_pipe_before_it_hands_a_command_over():
+    code = ("import sys, pipe.launch; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pipe', 'runtime', 'compiler', 'click', 'rich', 'yaml', 'jinja2', 'pyspark', 'pandas', 'pyarrow')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    assert r.stdout.strip() == "['pipe', 'pipe.launch', 'runtime', 'runtime.host']"
