@@ -159,7 +159,10 @@ class _Pool:
             views = self.views.pop(id(spark), set())
         try:
             for name in sorted(views):
-                spark.catalog.dropTempView(name)
+                # a SQL command, run every time: the server's plan cache keeps the outcome of a
+                # catalog call such as dropTempView per session, so the same drop a second time in
+                # this fixed session would not run again (and the view would stay)
+                spark.sql(f"DROP VIEW IF EXISTS `{name.replace('`', '``')}`")
             spark.clearTags()
         except Exception:  # noqa: BLE001 - a session that cannot be cleaned is not taken again here
             return
