@@ -55,10 +55,11 @@ IDLE_EXIT_S = 10.0  # no pipe server in the cache folder for this long: the fork
 LOG_NAME = "forkserver.log"
 
 
-def serves() -> bool:
-    """Whether the fork server of this Python and pipe's code takes commands."""
+def serves(name: str | None = None) -> bool:
+    """Whether the fork server of this Python and pipe's code (its socket `name`, if known)
+    takes commands."""
     try:
-        launch.connect(launch.state_dir(), launch.socket_name(launch.stamp()), timeout_s=2).close()
+        launch.connect(launch.state_dir(), name or launch.socket_name(launch.stamp()), timeout_s=2).close()
     except OSError:
         return False
     return True
@@ -68,11 +69,11 @@ def ensure_started() -> bool:
     """Starts the fork server of this Python and pipe's code unless one runs; whether one was
     started. Returns at once: it imports for a second or two before it serves, and commands run
     in their own process until then."""
-    if serves():
+    name = launch.socket_name(launch.stamp())
+    if serves(name):
         return False
     folder = launch.state_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    name = launch.socket_name(launch.stamp())
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
     with open(folder / LOG_NAME, "ab") as log:
         subprocess.Popen([sys.executable, "-m", "pipe.forkserver", str(folder), name], stdin=subprocess.DEVNULL, stdout=log,
@@ -135,7 +136,7 @@ def serve(folder: Path, name: str) -> int:
                 if launch.socket_name(launch.stamp()) != name:
                     reason = "pipe's code or the installed libraries changed"
                     break
-                if _servers_run(folder):
+                if launch.server_runs_for(None, folder):
                     last_server = now
                 elif now - last_server > IDLE_EXIT_S:
                     reason = "no pipe server runs"
@@ -176,16 +177,6 @@ def _unlink(folder: Path, name: str) -> None:
         (folder / name).unlink()
     except OSError:
         pass
-
-
-def _servers_run(folder: Path) -> bool:
-    for path in folder.glob("*.json"):
-        try:
-            if alive(int(json.loads(path.read_text(encoding="utf-8"))["supervisor_pid"])):
-                return True
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return False
 
 
 def _accept(listener: socket.socket, selector, children: dict[int, socket.socket], own: list) -> int:

@@ -122,13 +122,13 @@ def project_of(args: list[str]) -> Path | None:
     return None
 
 
-def server_runs_for(project: Path, folder: Path) -> bool:
-    """Whether a pipe server of `project` (any target) is running: its state file names the
-    project and its supervisor lives."""
+def server_runs_for(project: Path | None, folder: Path) -> bool:
+    """Whether a pipe server of `project` (any target; None: of any project) is running: its
+    state file in `folder` names the project and its supervisor lives."""
     for path in folder.glob("*.json"):
         try:
             state = json.loads(path.read_text(encoding="utf-8"))
-            if state.get("project") == str(project) and alive(int(state["supervisor_pid"])):
+            if (project is None or state.get("project") == str(project)) and alive(int(state["supervisor_pid"])):
                 return True
         except (OSError, ValueError, KeyError, TypeError):
             continue
