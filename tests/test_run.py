@@ -724,6 +724,20 @@ def test_this_reads_the_tables_own_rows_in_its_sql_and_expectations(spark, tmp_p
     assert_rows(spark, root, "other", ["id", "v"], [(1, "other"), (3, "other"), (5, "other"), (6, "other")])
 
 
+def test_a_table_reads_itself_when_its_name_is_a_word_of_its_sql_outside_comments_and_strings():
+    from runtime.steps.write import reads_itself
+
+    assert reads_itself(["select * from `orders`"], "orders")  # {{ this }}
+    assert reads_itself(["select max(t) from ORDERS o"], "orders")
+    assert reads_itself(["select 1", "id in (select id from orders)"], "orders")  # an expectation
+    assert reads_itself(["select 'it''s' as a, x from orders -- orders"], "orders")
+    assert not reads_itself(["-- The orders of each export\nselect * from `raw_orders` where s = 'orders' or t = \"orders\""], "orders")
+    assert not reads_itself(["select /* from orders */ 1 from orders_2, my_orders"], "orders")
+    assert not reads_itself(["select 'a--b' as orders_count from x"], "orders")
+    # an unclosed comment or string is kept as text: a yes is only a view made for nothing
+    assert reads_itself(["select 'orders from x"], "orders")
+
+
 # --- 11. a run that dies mid-write --------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Mapping
 
 from compiler.plan import Step
@@ -27,6 +28,20 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     finally:
         source.settle(ctx, step, result, sources, outcome["committed"], outcome["succeeded"])
     return sync.after_write(ctx, step, result, state, message + source.notes(sources))
+
+
+# What cannot name a table in Spark SQL: comments and string literals.
+_NOT_NAMES = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"", re.DOTALL)
+
+
+def reads_itself(texts: list[str], name: str) -> bool:
+    """Whether the SQL of table `name` (its query, its expectations and `delete_when`) may read
+    the table itself (`{{ this }}`, which renders as its name, or the name written out): the
+    name as a word outside comments and string literals. A false yes only costs the view of the
+    table's snapshot, as before; otherwise reading the snapshot's metadata (the timeline, its
+    files, its schema in Spark) is skipped."""
+    word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", re.IGNORECASE)
+    return any(word.search(_NOT_NAMES.sub(" ", text)) for text in texts)
 
 
 def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[str, Pending], outcome: dict[str, bool]) -> tuple[str, str]:
@@ -84,7 +99,9 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         rows_read += p.rows or 0
     for name, instant in refs.items():
         spark_api.temp_view(ctx.open_table(name, session).read(as_of=instant, meta=False), name)
-    if exists and not full:  # {{ this }}: the table's current snapshot
+    sql = step.sql_full_refresh if (full and step.sql_full_refresh) else step.sql
+    said = [sql, config.get("delete_when"), *(e.get("expression") for e in config.get("expect") or [])]
+    if exists and not full and reads_itself([t for t in said if t], step.name):  # {{ this }}: the table's current snapshot
         spark_api.temp_view(ctx.open_table(step.name, session).read(meta=False), step.name)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
     result.inputs = {name: p.to_dict() for name, p in sources.items()}
