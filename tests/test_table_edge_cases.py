@@ -280,3 +280,43 @@ def test_a_few_file_groups_go_to_as_many_write_tasks(spark):
             per_task.setdefault(task, set()).add(fid)
         assert sorted(len(v) for v in per_task.values()) == sorted([groups // tasks + (t < groups % tasks) for t in range(tasks) if groups // tasks + (t < groups % tasks)])
         assert sum(len(v) for v in per_task.values()) == groups  # each group in exactly one task
+
+
+def test_the_spark_schema_of_a_tables_files_is_remembered_per_spark_setting(spark, tmp_path, monkeypatch):
+    """Table.schema asks Spark for the schema of the table's latest file once per Parquet
+    schema, Spark version and Parquet reading settings, and keeps its answer in pipe's cache
+    folder: a later process reads it back. A setting that changes what Spark reads (binary
+    columns as strings) is another entry, never the remembered one."""
+    from runtime.table import table as table_module
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(cache))
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="t", record_key_fields=("id", "at"), precombine_field="ms"))
+    df = spark.createDataFrame([(7, "2024-03-01 10:00:00", 1709287200123, "12345.67", b"\x00\xff", {"a": [1, 2]})],
+                               "id long, at string, ms long, amount string, raw binary, tags map<string,array<int>>")
+    df = df.selectExpr("id", "cast(at as timestamp) as at", "ms", "cast(amount as decimal(38,18)) as amount", "raw", "tags")
+    table.write(df, "upsert")
+    expected = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+
+    table_module._FILE_SCHEMAS.clear()  # as a new process
+    assert [(f.name, f.dataType.simpleString()) for f in table.schema().fields] == expected
+    remembered = list((cache / "spark-schemas").glob("*.json"))
+    assert len(remembered) == 1
+    table_module._FILE_SCHEMAS.clear()
+    assert [(f.name, f.dataType.simpleString()) for f in table.schema().fields] == expected
+    assert list((cache / "spark-schemas").glob("*.json")) == remembered  # read back, not asked again
+
+    spark.conf.set("spark.sql.parquet.binaryAsString", "true")
+    try:
+        table_module._FILE_SCHEMAS.clear()
+        assert table.schema()["raw"].dataType.simpleString() == "string"  # Spark's answer for this setting
+    finally:
+        spark.conf.unset("spark.sql.parquet.binaryAsString")
+    assert len(list((cache / "spark-schemas").glob("*.json"))) == 2
+    # a damaged entry is asked of Spark again, and written anew
+    for f in (cache / "spark-schemas").glob("*.json"):
+        f.write_text("{not json")
+    table_module._FILE_SCHEMAS.clear()
+    assert [(f.name, f.dataType.simpleString()) for f in table.schema().fields] == expected
+    assert any(f.read_text().startswith('{"fields"') for f in (cache / "spark-schemas").glob("*.json"))

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from runtime import spark_api
 from runtime.storage import Storage, StorageSpec, open_storage
 from runtime.table import avro as _avro
 from runtime.table import cdc as _cdc
@@ -170,7 +171,9 @@ class Table:
         key = self.storage.full_path(path) if size is None else _schema_key(parquet_footer(self.storage, path, size))
         struct = _FILE_SCHEMAS.get(key)
         if struct is None:
-            struct = _FILE_SCHEMAS[key] = self.spark.read.parquet(self.storage.full_path(path)).schema
+            full = self.storage.full_path(path)
+            # no footer read (size unknown): the path is the key, and Spark is asked each time
+            struct = _FILE_SCHEMAS[key] = self.spark.read.parquet(full).schema if size is None else spark_api.parquet_schema(self.spark, full, key)
         return T.StructType([f for f in struct.fields if f.name not in META_COLUMNS])
 
     def arrow_schema(self, timeline: Timeline | None = None, as_of: str | None = None):
