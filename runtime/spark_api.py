@@ -148,7 +148,7 @@ def parquet_schema(spark, path: str, key: str):
     struct = spark.read.parquet(path).schema
     try:  # best effort: an unwritable cache folder costs the analysis next time
         file.parent.mkdir(parents=True, exist_ok=True)
-        partial = file.with_name(f".{file.name}.{os.getpid()}")
+        partial = file.with_name(f".{file.name}.{os.getpid()}.{threading.get_ident()}")  # steps run in threads
         partial.write_text(struct.json(), encoding="utf-8")
         os.replace(partial, file)
     except OSError:

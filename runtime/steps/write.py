@@ -106,7 +106,6 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
     result.inputs = {name: p.to_dict() for name, p in sources.items()}
     result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
-    sql = step.sql_full_refresh if (full and step.sql_full_refresh) else step.sql
     if dataset is not None:
         df = _bootstrap_frame(session, step, config, dataset)
     elif sql is None:  # delete_partition with partitions_to_delete only
