@@ -188,6 +188,12 @@ def _close_all() -> None:
             pass
 
 
+def is_own_server() -> bool:
+    """Whether this process's Connect session is of pipe's own local server (`pipe server`), which
+    runs on this machine, in the project's folder, with the target's local master."""
+    return _pool is not None
+
+
 def step_session(spark, tag: str):
     """A session of its own for a step (runtime/spark_api.py), tagged `tag`: a fixed one on pipe's
     own server, else a clone of `spark` (its settings and shipped code)."""

@@ -447,12 +447,11 @@ def java_message(exc: BaseException) -> str:
 # Starting Spark
 
 
-def _launch_gateway(settings: Mapping[str, str], java: Java | None) -> None:
-    """Starts the driver JVM as PySpark would, but with its stderr going through _JavaOutput, so
-    that a failed start can say what Java printed."""
-    global _java_output
+def _launch_gateway(settings: Mapping[str, str], java: Java | None):
+    """Starts a JVM with Spark's jars as PySpark would (its py4j gateway, no SparkContext yet),
+    but with its stderr going through a _JavaOutput, so that a failed start can say what Java
+    printed. Returns (gateway, output)."""
     from pyspark import SparkConf
-    from pyspark.core.context import SparkContext
     from pyspark.java_gateway import launch_gateway
 
     conf = SparkConf(loadDefaults=False)
@@ -479,8 +478,55 @@ def _launch_gateway(settings: Mapping[str, str], java: Java | None) -> None:
     finally:
         if write_fd >= 0:
             os.close(write_fd)
-    _java_output = output
+    return gateway, output
+
+
+def _start_driver_jvm(settings: Mapping[str, str], java: Java | None) -> None:
+    """The driver JVM of the classic session about to be built (see _launch_gateway)."""
+    global _java_output
+    from pyspark.core.context import SparkContext
+
+    gateway, _java_output = _launch_gateway(settings, java)
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+_own_jvm = None  # the gateway of java_gateway()
+
+
+def java_gateway():
+    """A JVM of pipe's own, in its process, with the installed pyspark's jars and no Spark in it:
+    for the Java libraries pyspark ships that pipe uses itself (Hive's metastore client,
+    runtime/sync/hive.py) when Spark runs elsewhere, on a Spark Connect server. Started on first
+    use, once per process, with the Java an embedded session would run on; it ends with the
+    process (py4j's --die-on-broken-pipe). Plain `java` with py4j's gateway rather than Spark's
+    launcher: that reads the process's environment (SPARK_REMOTE makes it refuse a master),
+    which steps running in other threads must keep. Returns the py4j gateway (`.jvm`); raises
+    SparkStartError when Java is missing or does not start."""
+    global _own_jvm
+    with _lock:
+        if _own_jvm is not None:
+            return _own_jvm
+        import pyspark
+        from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+
+        java = find_java()
+        check_java_version(java)
+        jars = Path(pyspark.__file__).resolve().parent / "jars"
+        py4j_jar = next(iter(sorted(jars.glob("py4j-*.jar"))), None)
+        if py4j_jar is None:
+            raise SparkStartError(f"pyspark's jars ({jars}) hold no py4j jar", "reinstall pyspark")
+        options = ["-Xmx512m"]
+        if LOG4J2_PROPERTIES.is_file():
+            options.append(f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}")
+        said: collections.deque[str] = collections.deque(maxlen=60)  # what Java printed, for a failed start
+        try:
+            port, token = launch_gateway(jarpath=str(py4j_jar), classpath=f"{jars}/*", javaopts=options, die_on_exit=True,
+                                         redirect_stderr=said, java_path=java.executable, enable_auth=True)
+        except (OSError, ValueError) as exc:  # no java, or it exited before giving its port
+            last = next((line.strip() for line in reversed(said) if line.strip()), str(exc))
+            raise SparkStartError(f"{java.describe()} did not start: {last}", _hint_for(list(said))) from exc
+        _own_jvm = JavaGateway(gateway_parameters=GatewayParameters(port=port, auth_token=token, auto_convert=True))
+        return _own_jvm
 
 
 def local_cores(master: str) -> int:
@@ -635,7 +681,7 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
                 builder = builder.config(k, v)
         with _environ(env):
             if needs_java and classic:
-                _launch_gateway(settings, java)
+                _start_driver_jvm(settings, java)
             spark = _get_or_create(builder, java)
         if _java_output is not None:
             _java_output.go_live()

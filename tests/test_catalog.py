@@ -6,6 +6,7 @@ name by another Spark: Spark 3.5 with Hudi 0.15.0's bundle, in its own process."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,38 @@ def _glue_table(glue, name: str) -> dict:
             "input": t["StorageDescriptor"]["InputFormat"], "params": t["Parameters"],
             "serde": t["StorageDescriptor"]["SerdeInfo"]["Parameters"],
             "partitions": sorted((tuple(p["Values"]), p["StorageDescriptor"]["Location"]) for p in parts)}
+
+
+# the example's orders as Spark reads them from the catalog: Hudi's meta columns, then the data's
+ORDERS_SCHEMA = ("struct<_hoodie_commit_time:string,_hoodie_commit_seqno:string,_hoodie_record_key:string,_hoodie_partition_path:string,"
+                 "_hoodie_file_name:string,order_id:bigint,customer_id:bigint,amount:double,status:string,updated_at:timestamp,region:string>")
+
+
+def what_a_metastore_holds(root: Path, uris: str = "", database: str = "shop") -> tuple[str, str, str]:
+    """What plain Spark with Hive support, started in the project folder `root` in a process of its
+    own, finds of `database`.orders: the embedded Derby metastore there, or the one at `uris`.
+    Three lines: the tables of the database, the table (provider, type, location, schema), and
+    its region partitions."""
+    script = textwrap.dedent("""
+        import sys
+        from pyspark.sql import SparkSession
+        builder = SparkSession.builder.master("local[1]").enableHiveSupport()
+        if sys.argv[1]:
+            builder = builder.config("spark.hadoop.hive.metastore.uris", sys.argv[1])
+        spark = builder.getOrCreate()
+        db = sys.argv[2]
+        print(sorted(r.tableName for r in spark.sql(f"show tables in {db}").collect()))
+        catalog = spark._jsparkSession.sharedState().externalCatalog()  # what the metastore holds
+        t = catalog.getTable(db, "orders")
+        print([t.provider().get(), t.tableType().name(), t.location().toString(), t.schema().simpleString()])
+        parts = catalog.listPartitions(db, "orders", spark._jvm.scala.Option.empty())
+        print(sorted(parts.apply(i).spec().apply("region") for i in range(parts.size())))
+        """)
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    proc = subprocess.run([sys.executable, "-c", script, uris, database], cwd=root, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tables, table, partitions = proc.stdout.strip().splitlines()[-3:]
+    return tables, table, partitions
 
 
 @pytest.fixture(scope="module")
@@ -310,23 +343,9 @@ def test_an_embedded_metastore_in_the_project_folder_is_what_spark_finds_there(s
         spark._jvm.java.sql.DriverManager.getConnection(f"jdbc:derby:;databaseName={root / 'metastore_db'};shutdown=true")
     except Exception as exc:  # noqa: BLE001 - Derby says it shut the database down with an exception
         assert "shutdown" in str(exc).lower(), exc
-    script = textwrap.dedent("""
-        from pyspark.sql import SparkSession
-        spark = SparkSession.builder.master("local[1]").enableHiveSupport().getOrCreate()
-        print([r.tableName for r in spark.sql("show tables in shop").collect()])
-        catalog = spark._jsparkSession.sharedState().externalCatalog()  # what the metastore holds
-        t = catalog.getTable("shop", "orders")
-        print([t.provider().get(), t.tableType().name(), t.location().toString(), t.schema().simpleString()])
-        parts = catalog.listPartitions("shop", "orders", spark._jvm.scala.Option.empty())
-        print(sorted(parts.apply(i).spec().apply("region") for i in range(parts.size())))
-        """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    tables, table, partitions = proc.stdout.strip().splitlines()[-3:]
+    tables, table, partitions = what_a_metastore_holds(root)
     assert tables == "['orders']"
-    assert table == str(["hudi", "EXTERNAL", (root / "lake/orders").as_uri(),
-                         "struct<_hoodie_commit_time:string,_hoodie_commit_seqno:string,_hoodie_record_key:string,_hoodie_partition_path:string,"
-                         "_hoodie_file_name:string,order_id:bigint,customer_id:bigint,amount:double,status:string,updated_at:timestamp,region:string>"])
+    assert table == str(["hudi", "EXTERNAL", (root / "lake/orders").as_uri(), ORDERS_SCHEMA])
     assert partitions == "['APAC', 'EU', 'US']"
 
 

@@ -273,6 +273,52 @@ def test_ctrl_c_cancels_the_runs_jobs_on_the_server_and_writes_nothing(server, t
     assert _cpu_seconds(state["server_pid"]) - before < 1.5, "the server still runs the cancelled job"
 
 
+def test_a_hive_metastore_catalog_is_synced_over_connect_by_a_jvm_of_pipes_own(server, tmp_path, hive_metastore):
+    """`catalog: {kind: spark}` over Connect: the server's JVM is out of pipe's reach, so Hive's
+    metastore client runs in a JVM pipe starts beside its session (the same jars, no Spark)."""
+    from tests.test_catalog import ORDERS_SCHEMA, what_a_metastore_holds
+
+    # pipe's own server, no metastore named: the embedded Derby one in the project folder, as embedded Spark makes it
+    root, cache, url = server
+    project_file = root / "pipe_project.yml"
+    text = project_file.read_text()
+    write_jsonl(root / "data/orders/orders-0100.json", [
+        {"order_id": 4_000_000_000_001, "customer_id": 101, "amount": 99.5, "status": "paid",
+         "updated_at": "2024-03-01T10:00:00Z", "region": "latam"}])
+    try:
+        project_file.write_text(text.replace('master: "local[*]"', 'master: "local[*]"\n    catalog: {kind: spark}', 1))
+        ran = ok(pipe(root, cache, "run"))
+    finally:
+        project_file.write_text(text)
+    assert "Spark: the pipe server of target dev" in ran.stderr.splitlines()[0], ran.stderr
+    assert steps(root)["table.orders"]["catalog"]["created"] == ["shop.orders"], steps(root)["table.orders"]
+    tables, table, partitions = what_a_metastore_holds(root)
+    assert tables == "['customer_revenue', 'customers', 'orders']"
+    assert table == str(["hudi", "EXTERNAL", (root / "lake/orders").as_uri(), ORDERS_SCHEMA])
+    assert partitions == "['APAC', 'EU', 'LATAM', 'US']"
+
+    # a remote Connect server: an embedded metastore would be pipe's alone, so one must be named
+    ok(subprocess.run([sys.executable, "-m", "pipe", "init", "shop"], cwd=tmp_path, capture_output=True, text=True, env=_env(cache)))
+    other = tmp_path / "shop"
+    other_file = other / "pipe_project.yml"
+    other_text = other_file.read_text()
+    other_file.write_text(other_text.replace('master: "local[*]"', 'master: "local[*]"\n    catalog: {kind: spark, database: remote_shop}', 1))
+    warned = ok(pipe(other, cache, "run", SPARK_REMOTE=url))
+    orders = steps(other)["table.orders"]
+    assert orders["state"] == "warn" and "no Hive metastore is named for this target" in orders["message"], orders
+    assert "spark.hadoop.hive.metastore.uris" in warned.stdout + warned.stderr
+    assert not (other / "metastore_db").exists()
+    other_file.write_text(other_text.replace(
+        'master: "local[*]"', f'master: "local[*]"\n      conf:\n        spark.hadoop.hive.metastore.uris: "{hive_metastore.uri}"'
+                              '\n    catalog: {kind: spark, database: remote_shop}', 1))
+    synced = ok(pipe(other, cache, "sync", SPARK_REMOTE=url))
+    assert "✓ orders: registered remote_shop.orders, +3 partition(s)" in synced.stdout, synced.stdout
+    tables, table, partitions = what_a_metastore_holds(tmp_path, hive_metastore.uri, "remote_shop")
+    assert tables == "['customer_revenue', 'customers', 'orders']"
+    assert table == str(["hudi", "EXTERNAL", (other / "lake/orders").as_uri(), ORDERS_SCHEMA])
+    assert partitions == "['APAC', 'EU', 'US']"
+
+
 def test_pipe_server_stop_ends_it_and_commands_go_back_to_embedded_spark(server):
     root, cache, url = server
     state = json.loads(next((cache / "servers").glob("*.json")).read_text())

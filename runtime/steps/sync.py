@@ -14,7 +14,8 @@ from runtime.sync import SyncError, SyncOutcome, definitions, sync_table
 
 
 def open_catalog(ctx: RunContext):
-    """The target's catalog, opened once per run (a Hive metastore needs the run's Spark)."""
+    """The target's catalog, opened once per run (a Hive metastore needs the run's Spark, or
+    over Spark Connect a JVM of pipe's own: runtime/sync/hive.py)."""
     with ctx.catalog_lock:
         if ctx.catalog_error is not None:  # one unreachable catalog is waited for once per run
             raise ctx.catalog_error
@@ -33,13 +34,16 @@ def _open(ctx: RunContext):
         from runtime.sync.glue import GlueCatalog
 
         return GlueCatalog(_resolved(ctx, spec.get("region")), _resolved(ctx, spec.get("endpoint_url")))
-    from runtime import cluster
+    from runtime import cluster, connect, spark_api
     from runtime.sync.hive import HiveMetastore
 
     needed_by = f"the Spark settings of target {ctx.plan.target.name} need it"
     settings = {k: ctx.resolved(str(v), needed_by) for k, v in ctx.plan.target.spark_conf.items() if k.startswith("spark.hadoop.")}
+    spark = ctx.spark()
     local = cluster.is_local(ctx.resolved(ctx.plan.target.spark_master, needed_by))
-    return HiveMetastore(ctx.spark(), ctx.root, settings, local=local)
+    if spark_api.is_connect(spark) and not connect.is_own_server():
+        local = False  # a remote server's catalog is shared: an embedded one would be pipe's alone
+    return HiveMetastore(spark, ctx.root, settings, local=local)
 
 
 def close_catalog(ctx: RunContext) -> None:

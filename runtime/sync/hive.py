@@ -2,7 +2,9 @@
 (the jars pyspark ships), as Hudi's HiveSyncTool does in HMS mode: the metastore that
 `spark.hadoop.hive.metastore.uris` (or a hive-site.xml) names, or else an embedded Derby
 database in the project folder, `metastore_db/`, where a Spark session started in the project
-folder with Hive support finds it. pipe's own session needs no Hive support for this.
+folder with Hive support finds it. pipe's own session needs no Hive support for this. Over Spark
+Connect the driver's JVM is the server's: the client then runs in a JVM of pipe's own with the
+same jars (runtime/session.py java_gateway).
 
 Thrift objects are built directly, so Hudi's input format classes, which pipe's JVM does not
 have, are stored by name (Spark's own catalog API would load them)."""
@@ -18,21 +20,38 @@ from runtime.sync import Definition, Stored, SyncError
 _DERBY_DEFAULT = "jdbc:derby:;databaseName=metastore_db;create=true"
 
 
+def _jvm_of(spark):
+    """The JVM that holds the metastore client, and the Hadoop configuration it starts from: the
+    classic session's own driver JVM, or, over Spark Connect (whose JVM is the server's, out of
+    pipe's reach), a JVM of pipe's own with the same jars (runtime/session.py java_gateway),
+    started with the first sync of the process."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is not None:
+        return jvm, spark._jsc.hadoopConfiguration()
+    from runtime.session import SparkStartError, java_gateway
+
+    try:
+        jvm = java_gateway().jvm
+    except SparkStartError as exc:
+        raise SyncError(f"the Hive metastore's client needs a Java of pipe's own beside the Spark Connect session, "
+                        f"which did not start: {exc}", exc.hint) from exc
+    return jvm, jvm.org.apache.hadoop.conf.Configuration()
+
+
 class HiveMetastore:
     def __init__(self, spark, project_root: Path, settings: dict[str, str] | None = None, local: bool = True):
         """`settings`: the target's `spark.hadoop.*` settings, which win over the session's
         Hadoop configuration (a session started before, for another target, lacks them).
-        `local`: the master is local; on a cluster a metastore must be named (an embedded one
-        would live on the driver alone)."""
+        `local`: an embedded metastore may be made: the master is local and, over Spark Connect,
+        the server is pipe's own (on a cluster or a remote server one must be named: an embedded
+        one would live beside pipe alone)."""
         self._lock = threading.Lock()
         self.where = "the Hive metastore"
-        jvm = self._jvm = getattr(spark, "_jvm", None)
-        if jvm is None:
-            raise SyncError("a Hive metastore catalog needs Spark's JVM in pipe's process, which a Spark Connect session does not give",
-                            "use a local or cluster master for this target, or `catalog: {kind: glue}`")
+        jvm, hadoop_conf = _jvm_of(spark)
+        self._jvm = jvm
         try:
             hive_conf_class = jvm.org.apache.hadoop.hive.conf.HiveConf
-            conf = hive_conf_class(spark._jsc.hadoopConfiguration(), hive_conf_class._java_lang_class)
+            conf = hive_conf_class(hadoop_conf, hive_conf_class._java_lang_class)
         except Exception as exc:  # noqa: BLE001 - a Spark without Hive's classes
             raise SyncError(f"this Spark has no Hive metastore client ({java_message(exc)})",
                             "pyspark's own jars have it; a Spark distribution built without Hive needs the spark-hive jars") from exc
@@ -47,7 +66,8 @@ class HiveMetastore:
         uris = conf.get("hive.metastore.uris") or ""
         self.where = uris or self.where
         if not uris.strip() and not local:
-            raise SyncError("no Hive metastore is named for this cluster target: an embedded one would live on the driver alone",
+            raise SyncError("no Hive metastore is named for this target, whose Spark is a cluster or a remote Spark Connect server: "
+                            "an embedded one would live beside pipe alone",
                             "set spark.hadoop.hive.metastore.uris (thrift://host:9083) in the target's spark conf, or put the "
                             "cluster's hive-site.xml in SPARK_CONF_DIR", unreachable=True)
         if not uris.strip():
