@@ -27,6 +27,11 @@ A project that has changed is compiled again, but file by file what did not chan
 - each table's SQL file is split into text and expressions (compiler/simple_template.py) once
   per content; it is still rendered every time, as vars, macros and other tables may change.
 
+plan.json itself is written with the text of each step the last compile encoded, where the step
+is the same (`load_step_texts`, kept in `target/plan_steps.marshal`): Python's JSON encoder is
+pure Python when it indents, and a plan of 1,000 steps took it 0.1 s, a fifth of a compile after
+an edit.
+
 What is kept is only used under the same compiler code and libraries (the fingerprint's `_code`)."""
 
 from __future__ import annotations
@@ -255,3 +260,35 @@ class ParseCache:
         except OSError:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
+
+
+STEPS_RECORD = "plan_steps.marshal"
+STEPS_FORMAT = 1
+
+
+def load_step_texts(target_dir: Path) -> dict[bytes, str]:
+    """The JSON text of each step of the last plan.json written, by the digest of the step's
+    canonical JSON (compiler.plan.Plan.to_json): empty when there is none, or when it was written
+    by other compiler code, libraries or Python, or is damaged."""
+    try:
+        with open(target_dir / STEPS_RECORD, "rb") as f:
+            fmt, code, texts = marshal.load(f)
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    if fmt != STEPS_FORMAT or code != code_digest() or not isinstance(texts, dict):
+        return {}
+    if not all(isinstance(k, bytes) and isinstance(v, str) for k, v in texts.items()):
+        return {}
+    return texts
+
+
+def save_step_texts(target_dir: Path, texts: dict[bytes, str]) -> None:
+    """Keeps the texts of the plan.json just written for the next compile (best effort)."""
+    tmp = target_dir / f".{STEPS_RECORD}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            marshal.dump((STEPS_FORMAT, code_digest(), texts), f)
+        os.replace(tmp, target_dir / STEPS_RECORD)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)

@@ -255,8 +255,8 @@ class _Cache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(f".{CACHE_FILE}.{os.getpid()}.tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"version": CHECK_VERSION, "entries": entries}, f, separators=(",", ":"))
+            # json.dumps, not json.dump: a stream is encoded in pure Python, a string by the C encoder (6x faster)
+            tmp.write_text(json.dumps({"version": CHECK_VERSION, "entries": entries}, separators=(",", ":")), encoding="utf-8")
             os.replace(tmp, self.path)
         except OSError:
             pass

@@ -163,18 +163,21 @@ def compile_cmd(ctx: _Context, target: str | None, vars_text: str | None) -> Non
             output.diagnostics(reused.warnings)
         summary = reused.summary
     else:
-        from compiler.api import compile_project
+        from compiler.api import compile_project, cyclic_gc_paused
 
-        result = compile_project(root, target=target, cli_vars=cli_vars, cache_dir=target_dir, files=files)
-        if result.warnings:
-            output.diagnostics(result.warnings)
-        plan_json = result.plan.to_json()
-        target_dir.mkdir(exist_ok=True)
-        tmp = target_dir / ".plan.json.tmp"
-        tmp.write_text(plan_json, encoding="utf-8")
-        os.replace(tmp, target_dir / "plan.json")
-        summary = partial.Summary.of(result.plan)
-        partial.remember(target_dir, fingerprint, plan_json, result.warnings, summary)
+        with cyclic_gc_paused():  # the plan's encoding too: a collection then walks every object the compile made
+            result = compile_project(root, target=target, cli_vars=cli_vars, cache_dir=target_dir, files=files)
+            if result.warnings:
+                output.diagnostics(result.warnings)
+            step_texts = partial.load_step_texts(target_dir)  # steps encoded by the last compile are not encoded again
+            plan_json = result.plan.to_json(step_texts)
+            target_dir.mkdir(exist_ok=True)
+            tmp = target_dir / ".plan.json.tmp"
+            tmp.write_text(plan_json, encoding="utf-8")
+            os.replace(tmp, target_dir / "plan.json")
+            partial.save_step_texts(target_dir, step_texts)
+            summary = partial.Summary.of(result.plan)
+            partial.remember(target_dir, fingerprint, plan_json, result.warnings, summary)
     elapsed = time.perf_counter() - started
     detail = ", ".join(f"{n} {a}" for a, n in summary.actions.items())
     output.line(

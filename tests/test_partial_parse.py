@@ -370,3 +370,52 @@ def test_a_value_marshal_cannot_keep_leaves_its_file_parsed_every_time(tmp_path)
     assert again.get("tables/a.yml", b"a: 2024-01-01\n") is None
     assert again.get("tables/b.yml", b"b: 1\n") == ({"b": 1},)
     assert again.get("tables/b.yml", b"b: 2\n") is None  # other bytes
+
+
+# --- plan.json written with the text of the steps the last compile encoded -------------------------
+
+
+def test_plan_json_reuses_the_text_of_unchanged_steps_and_is_the_same_as_encoded_whole(shop, capsys, monkeypatch):
+    import json
+
+    from compiler import plan as plan_module
+
+    assert pipe_compile(capsys, shop)[0] == 0
+    texts = partial.load_step_texts(shop / "target")
+    assert len(texts) == len(json.loads(plan_text(shop))["steps"])  # one text per step of plan.json
+    encoded = []
+    real_dumps = json.dumps
+
+    def counting(value, *args, **kwargs):
+        if kwargs.get("indent") and isinstance(value, dict) and "kind" in value and "id" in value:
+            encoded.append(value["id"])
+        return real_dumps(value, *args, **kwargs)
+
+    monkeypatch.setattr(plan_module.json, "dumps", counting)
+    _edit(shop / "tables/orders.sql", "lower(status)", "upper(status)")
+    assert pipe_compile(capsys, shop)[0] == 0
+    assert encoded == ["table.orders"]  # the others' text came from the record
+    monkeypatch.setattr(plan_module.json, "dumps", real_dumps)
+    assert plan_text(shop) == fresh_plan(shop)
+    # what Python's own encoder writes for the whole plan, byte for byte: unicode, an empty plan too
+    plan = plan_module.Plan.from_json(plan_text(shop))
+    texts = {}
+    assert plan.to_json(texts) == plan.to_json() == real_dumps(plan.to_dict(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    assert plan.to_json(texts) == plan.to_json()  # from the texts just kept
+    empty = plan_module.Plan(project="ä", target=plan.target, vars={"steps": None, "x": "ü"}, steps=())
+    assert empty.to_json({}) == real_dumps(empty.to_dict(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "another code", "texts of another shape"])
+def test_a_damaged_record_of_step_texts_is_no_record(shop, capsys, damage):
+    assert pipe_compile(capsys, shop)[0] == 0
+    record = shop / "target" / partial.STEPS_RECORD
+    good = record.read_bytes()
+    fmt, code, texts = marshal.loads(good)
+    record.write_bytes({"truncated": good[: len(good) // 2],
+                        "another code": marshal.dumps((fmt, "another", {k: "{}" for k in texts})),
+                        "texts of another shape": marshal.dumps((fmt, code, {k: 1 for k in texts}))}[damage])
+    _edit(shop / "tables/orders.sql", "lower(status)", "upper(status)")
+    assert pipe_compile(capsys, shop)[0] == 0
+    assert plan_text(shop) == fresh_plan(shop)
+    assert marshal.loads(record.read_bytes())[:2] == (partial.STEPS_FORMAT, code)  # written good again
