@@ -447,11 +447,12 @@ def java_message(exc: BaseException) -> str:
 # Starting Spark
 
 
-def _launch_gateway(settings: Mapping[str, str], java: Java | None):
-    """Starts a JVM with Spark's jars as PySpark would (its py4j gateway, no SparkContext yet),
-    but with its stderr going through a _JavaOutput, so that a failed start can say what Java
-    printed. Returns (gateway, output)."""
+def _launch_gateway(settings: Mapping[str, str], java: Java | None) -> None:
+    """Starts the driver JVM as PySpark would, but with its stderr going through _JavaOutput, so
+    that a failed start can say what Java printed."""
+    global _java_output
     from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
     from pyspark.java_gateway import launch_gateway
 
     conf = SparkConf(loadDefaults=False)
@@ -478,15 +479,7 @@ def _launch_gateway(settings: Mapping[str, str], java: Java | None):
     finally:
         if write_fd >= 0:
             os.close(write_fd)
-    return gateway, output
-
-
-def _start_driver_jvm(settings: Mapping[str, str], java: Java | None) -> None:
-    """The driver JVM of the classic session about to be built (see _launch_gateway)."""
-    global _java_output
-    from pyspark.core.context import SparkContext
-
-    gateway, _java_output = _launch_gateway(settings, java)
+    _java_output = output
     SparkContext._ensure_initialized(gateway=gateway)
 
 
@@ -681,7 +674,7 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
                 builder = builder.config(k, v)
         with _environ(env):
             if needs_java and classic:
-                _start_driver_jvm(settings, java)
+                _launch_gateway(settings, java)
             spark = _get_or_create(builder, java)
         if _java_output is not None:
             _java_output.go_live()
