@@ -251,15 +251,21 @@ class ParseCache:
         only when it differs from the one read)."""
         if self._files == self._old_files:
             return
-        tmp = target_dir / f".{FILES_RECORD}.{os.getpid()}.tmp"
-        try:
-            target_dir.mkdir(exist_ok=True)
-            with open(tmp, "wb") as f:
-                marshal.dump((FILES_FORMAT, self._code, self._files), f)
-            os.replace(tmp, target_dir / FILES_RECORD)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+        _write_marshal(target_dir, FILES_RECORD, (FILES_FORMAT, self._code, self._files))
+
+
+def _write_marshal(target_dir: Path, name: str, value: Any) -> None:
+    """target_dir/name holds `value` in marshal's format, whole or not at all (best effort: a
+    record that cannot be written only costs the next compile its time)."""
+    tmp = target_dir / f".{name}.{os.getpid()}.tmp"
+    try:
+        target_dir.mkdir(exist_ok=True)
+        with open(tmp, "wb") as f:
+            marshal.dump(value, f)
+        os.replace(tmp, target_dir / name)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 STEPS_RECORD = "plan_steps.marshal"
@@ -284,11 +290,4 @@ def load_step_texts(target_dir: Path) -> dict[bytes, str]:
 
 def save_step_texts(target_dir: Path, texts: dict[bytes, str]) -> None:
     """Keeps the texts of the plan.json just written for the next compile (best effort)."""
-    tmp = target_dir / f".{STEPS_RECORD}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            marshal.dump((STEPS_FORMAT, code_digest(), texts), f)
-        os.replace(tmp, target_dir / STEPS_RECORD)
-    except (OSError, ValueError):
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    _write_marshal(target_dir, STEPS_RECORD, (STEPS_FORMAT, code_digest(), texts))
