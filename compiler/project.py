@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -113,23 +114,31 @@ class ProjectFiles:
     @classmethod
     def read(cls, root: Path) -> "ProjectFiles":
         contents: dict[str, bytes | OSError] = {}
-        for rel in [PROJECT_FILE] + [rel for folder, suffixes in INPUT_FOLDERS for rel in _files(root, folder, suffixes)]:
-            try:
-                with open(os.path.join(root, rel), "rb") as f:
-                    contents[rel] = f.read()
-            except OSError as exc:
-                contents[rel] = exc
+        listed = [PROJECT_FILE] + [rel for folder, suffixes in INPUT_FOLDERS for rel in _files(root, folder, suffixes, contents)]
+        for rel in listed:
+            contents[rel] = _read_regular(root, rel)
+        _links_in_target(root, contents)
         return cls(Path(root), contents)
 
     def listing(self, folder: str, suffixes: tuple[str, ...]) -> list[str]:
-        """Relative paths of the files under `folder` ending in `suffixes`, sorted."""
+        """Relative paths of the files under `folder` ending in `suffixes`, sorted (not those
+        refused: `refused` reports them)."""
         prefix = folder + "/"
-        return [rel for rel in self.contents if rel.startswith(prefix) and rel.endswith(suffixes)]
+        return [rel for rel, data in self.contents.items()
+                if rel.startswith(prefix) and rel.endswith(suffixes) and not isinstance(data, RefusedFile)]
+
+    def refused(self, errors: Collector) -> None:
+        """Reports every symbolic link and special file found where the project's files are read."""
+        for data in self.contents.values():
+            if isinstance(data, RefusedFile):
+                errors.error(Location(data.rel, 1), data.message, data.hint)
 
     def text(self, rel: str, errors: Collector) -> str | None:
         """The file's text with universal newlines (as text mode reads it), or None with the
         reason reported when it could not be read or is not UTF-8."""
         data = self.contents[rel]
+        if isinstance(data, RefusedFile):
+            return None  # `refused` reports it
         if isinstance(data, OSError):
             errors.error(Location(rel, 1), f"cannot read file: {data.strerror}")
             return None
@@ -184,14 +193,91 @@ def _cli_diag(message: str):
     return Diagnostic(Location("<command line>"), message, "quote the value: --vars '{name: value}'")
 
 
-def _files(root: Path, folder: str, suffixes: tuple[str, ...]) -> list[str]:
+class RefusedFile(OSError):
+    """A symbolic link or a file that is not a regular file, where the project's files are read.
+
+    A project may come from an untrusted pull request: a link `macros/env.sql` ->
+    /proc/self/environ and an `{% include %}` would copy the CI's secrets into plan.json. pipe
+    refuses every link (also one that stays inside the project: a copy costs nothing and links
+    are easy to get wrong) and every device, pipe or socket, and never opens them."""
+
+    def __init__(self, rel: str, link: str | None = None, kind: str | None = None):
+        super().__init__(f"{rel} is refused")
+        self.rel = rel
+        if link is not None:
+            self.message = f"'{rel}' is a symbolic link (to {link}); pipe does not follow links in a project"
+            self.hint = ("delete it: pipe writes target/ itself (and it is best left out of git)" if rel.split("/")[0] == "target"
+                         else "replace the link with a copy of the file or folder it points to (git: commit the file itself)")
+        else:
+            self.message = f"'{rel}' is a {kind}, not a regular file; pipe reads only regular files in a project"
+            self.hint = "remove it, or replace it with a regular file"
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "named pipe"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "folder")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_regular(root: Path, rel: str) -> bytes | OSError:
+    """The bytes of root/rel, or why not: RefusedFile for a link or a special file, which is
+    never read (O_NOFOLLOW and a check of the open file, so no race swaps one in)."""
+    path = os.path.join(root, rel)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        if os.path.islink(path):
+            return RefusedFile(rel, os.readlink(path))
+        return exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return RefusedFile(rel, kind=_kind(mode))
+        with open(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError as exc:
+        return exc
+    finally:
+        os.close(fd)
+
+
+def _links_in_target(root: Path, refused: dict[str, bytes | OSError]) -> None:
+    """target/, where compiles write plan.json and their caches, and the files at its top level
+    must not be links: a write through a committed one would land outside the project."""
+    target = os.path.join(root, "target")
+    if os.path.islink(target):
+        refused["target"] = RefusedFile("target", os.readlink(target))
+        return
+    try:
+        with os.scandir(target) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    refused[f"target/{entry.name}"] = RefusedFile(f"target/{entry.name}", os.readlink(entry.path))
+    except OSError:
+        pass  # no target/ yet
+
+
+def _files(root: Path, folder: str, suffixes: tuple[str, ...], refused: dict[str, bytes | OSError]) -> list[str]:
     """Relative posix paths of the files under root/folder ending in `suffixes`, sorted.
-    (os.walk and plain strings: pathlib costs more than the listing on large projects.)"""
+    Links, to files or folders, and special files go into `refused` instead (whatever their
+    names: a linked folder could hold anything). (os.walk and plain strings: pathlib costs more
+    than the listing on large projects.)"""
     found = []
     base = os.path.join(root, folder)
+    if os.path.islink(base):
+        refused[folder] = RefusedFile(folder, os.readlink(base))
+        return []
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames.sort()
         rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        for name in [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            dirnames.remove(name)  # os.walk lists a linked folder but does not enter it
+            refused[f"{rel_dir}/{name}"] = RefusedFile(f"{rel_dir}/{name}", os.readlink(os.path.join(dirpath, name)))
         found.extend(f"{rel_dir}/{name}" for name in filenames if name.endswith(suffixes))
     return sorted(found)
 
@@ -281,6 +367,7 @@ def load_project(
             [_diag(Location(PROJECT_FILE), f"no {PROJECT_FILE} in {root}", "run pipe inside a project folder, pass --project-dir, or create one with `pipe init NAME`")]
         )
     files = files if files is not None else ProjectFiles.read(root)
+    files.refused(errors)
     text = files.text(PROJECT_FILE, errors)
     doc = load_yaml(text or "", PROJECT_FILE, errors)
     if doc is None:  # unreadable: its error is reported; go on with defaults to check the rest

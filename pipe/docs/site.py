@@ -202,8 +202,7 @@ def write_site(site: Site, out: Path) -> Path:
     env.filters["setting"] = _setting
     env.filters["settings"] = _settings
     env.filters["checkpoint"] = _checkpoint
-    (out / "nodes").mkdir(parents=True, exist_ok=True)
-    (out / "static").mkdir(exist_ok=True)
+    _remove_links(out)
     try:
         before = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -221,6 +220,21 @@ def write_site(site: Site, out: Path) -> Path:
     (out / "index.html").write_text(env.get_template("graph.html").render(site=site, categories=categories, up=""), encoding="utf-8")
     (out / MANIFEST).write_text(json.dumps(written, sort_keys=True), encoding="utf-8")
     return out / "index.html"
+
+
+def _remove_links(out: Path) -> None:
+    """Makes the site's folders real folders holding no link: a link committed where the site
+    is written (`target/docs/nodes` -> a folder of the user's) is removed, never written or
+    deleted through (pages of steps no longer in the site are deleted, and pages overwritten)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (out, out / "nodes", out / "static"):
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            folder.unlink()  # the link itself, not what it points to
+        folder.mkdir(exist_ok=True)
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    os.unlink(entry.path)
 
 
 class _Writer:
