@@ -325,7 +325,10 @@ class LineageCache:
         if self._salt is None:
             from importlib.metadata import version
 
-            self._salt = f"{LINEAGE_VERSION}:{version('sqlglot')}"
+            from compiler.cache_key import keyed
+
+            # keyed: outcomes written to target/ by anyone else (a committed file) never match
+            self._salt = f"{LINEAGE_VERSION}:{version('sqlglot')}:{keyed('column lineage') or os.urandom(16).hex()}"
         key = hashlib.sha256(json.dumps([self._salt, sql, catalog], sort_keys=True).encode("utf-8")).hexdigest()
         entry = self.used.get(key) or self.old.get(key)
         if entry is not None:

@@ -32,7 +32,10 @@ is the same (`load_step_texts`, kept in `target/plan_steps.marshal`): Python's J
 pure Python when it indents, and a plan of 1,000 steps took it 0.1 s, a fifth of a compile after
 an edit.
 
-What is kept is only used under the same compiler code and libraries (the fingerprint's `_code`)."""
+What is kept is only used under the same compiler code and libraries (the fingerprint's `_code`),
+and only when this user wrote it: target/ is part of the project, and a pull request can commit
+a crafted one. The fingerprint is keyed and the marshal records are signed with the user's key
+(compiler/cache_key.py); a record the key does not vouch for is ignored, undecoded."""
 
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from compiler import cache_key
 from compiler.errors import Diagnostic, Location
 from compiler.project import ProjectFiles
 
@@ -92,8 +96,13 @@ class Reused:
 
 def fingerprint(files: ProjectFiles, target: str | None, cli_vars: Mapping[str, Any]) -> str | None:
     """The fingerprint of a compile of these files with these options, or None when a file
-    could not be read (the compile reports it, and is not recorded)."""
-    h = hashlib.sha256(code_digest().encode() + b"\0")
+    could not be read (the compile reports it, and is not recorded) or there is no key to
+    vouch for records (compiler/cache_key.py). Keyed, so a record committed to target/ by
+    someone else never matches."""
+    secret = cache_key.keyed("partial parse fingerprint")
+    if secret is None:
+        return None
+    h = hashlib.sha256(code_digest().encode() + b"\0" + secret.encode() + b"\0")
     h.update(json.dumps([str(files.root), target, cli_vars], sort_keys=True, default=repr).encode() + b"\0")
     for rel, data in files.contents.items():
         if isinstance(data, OSError):
@@ -194,7 +203,7 @@ def remember(target_dir: Path, fp: str | None, plan_json: str, warnings: Iterabl
 
 
 FILES_RECORD = "partial_parse_files.marshal"
-FILES_FORMAT = 1
+FILES_FORMAT = 2  # 2: signed
 
 
 def _digest(data: bytes) -> bytes:
@@ -218,10 +227,9 @@ class ParseCache:
     def load(cls, target_dir: Path) -> "ParseCache":
         code = code_digest()
         try:
-            with open(target_dir / FILES_RECORD, "rb") as f:
-                fmt, recorded, files = marshal.load(f)
+            fmt, recorded, files = _read_marshal(target_dir, FILES_RECORD)
         except (OSError, ValueError, EOFError, TypeError):
-            return cls(code)  # none, or a damaged one
+            return cls(code)  # none, a damaged one, or one this user's key does not vouch for
         if fmt != FILES_FORMAT or recorded != code or not isinstance(files, dict):
             return cls(code)
         return cls(code, files)
@@ -254,14 +262,33 @@ class ParseCache:
         _write_marshal(target_dir, FILES_RECORD, (FILES_FORMAT, self._code, self._files))
 
 
+def _read_marshal(target_dir: Path, name: str) -> Any:
+    """The value `_write_marshal` kept in target_dir/name; ValueError when this user's key does
+    not vouch for it (a file committed to target/, or written with another key): marshal is not
+    meant for data it did not write, so nothing unsigned is even decoded."""
+    with open(target_dir / name, "rb") as f:
+        data = f.read()
+    signature, blob = data[:_SIGNATURE], data[_SIGNATURE:]
+    if not cache_key.verified(signature, blob):
+        raise ValueError(f"{name} is not signed with this user's key")
+    return marshal.loads(blob)
+
+
+_SIGNATURE = 32  # bytes of HMAC-SHA256 before the marshalled value
+
+
 def _write_marshal(target_dir: Path, name: str, value: Any) -> None:
-    """target_dir/name holds `value` in marshal's format, whole or not at all (best effort: a
-    record that cannot be written only costs the next compile its time)."""
+    """target_dir/name holds `value` in marshal's format after its signature, whole or not at
+    all (best effort: a record that cannot be written only costs the next compile its time)."""
     tmp = target_dir / f".{name}.{os.getpid()}.tmp"
     try:
+        blob = marshal.dumps(value)
+        signature = cache_key.sign(blob)
+        if signature is None:
+            return  # no key: nothing kept could be trusted
         target_dir.mkdir(exist_ok=True)
         with open(tmp, "wb") as f:
-            marshal.dump(value, f)
+            f.write(signature + blob)
         os.replace(tmp, target_dir / name)
     except (OSError, ValueError):
         with contextlib.suppress(OSError):
@@ -269,7 +296,7 @@ def _write_marshal(target_dir: Path, name: str, value: Any) -> None:
 
 
 STEPS_RECORD = "plan_steps.marshal"
-STEPS_FORMAT = 1
+STEPS_FORMAT = 2  # 2: signed
 
 
 def load_step_texts(target_dir: Path) -> dict[bytes, str]:
@@ -277,8 +304,7 @@ def load_step_texts(target_dir: Path) -> dict[bytes, str]:
     canonical JSON (compiler.plan.Plan.to_json): empty when there is none, or when it was written
     by other compiler code, libraries or Python, or is damaged."""
     try:
-        with open(target_dir / STEPS_RECORD, "rb") as f:
-            fmt, code, texts = marshal.load(f)
+        fmt, code, texts = _read_marshal(target_dir, STEPS_RECORD)
     except (OSError, ValueError, EOFError, TypeError):
         return {}
     if fmt != STEPS_FORMAT or code != code_digest() or not isinstance(texts, dict):

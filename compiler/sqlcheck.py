@@ -223,7 +223,10 @@ class _Cache:
         if self._salt is None:
             from importlib.metadata import version
 
-            self._salt = f"{CHECK_VERSION}:{version('sqlglot')}"
+            from compiler.cache_key import keyed
+
+            # keyed: outcomes written to target/ by anyone else (a committed file) never match
+            self._salt = f"{CHECK_VERSION}:{version('sqlglot')}:{keyed('sql checks') or os.urandom(16).hex()}"
         return self._salt
 
     def get_or_check(self, sql: str, catalog: Mapping[str, list[str] | None]) -> Outcome:

@@ -255,6 +255,39 @@ def test_serve_prints_its_url_serves_the_site_and_stops_on_ctrl_c(shop, capsys):
     assert "Stopped" in out and "Traceback" not in err
 
 
+def test_serve_answers_only_requests_addressed_to_localhost(shop, capsys):
+    """A page of another site whose name resolves to 127.0.0.1 (DNS rebinding) sends that name
+    as Host: it gets 403 and no page."""
+    import http.client
+
+    generate(capsys, shop)
+    proc = subprocess.Popen([sys.executable, "-m", "pipe", "docs", "serve", "--port", "0", "--project-dir", str(shop)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", proc.stdout.readline()).group(1))
+
+        def get(host: str, method: str = "GET") -> tuple[int, bytes]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.putrequest(method, "/nodes/table.orders.html", skip_host=True)
+            conn.putheader("Host", host)
+            conn.endheaders()
+            r = conn.getresponse()
+            body = r.read()
+            conn.close()
+            return r.status, body
+
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}", f"[::1]:{port}"):
+            status, body = get(host)
+            assert status == 200 and b'id="key">order_id<' in body, host
+        for host in (f"attacker.example:{port}", "attacker.example", f"127.0.0.1.nip.io:{port}", "localhost", f"localhost:{port + 1}", ""):
+            status, body = get(host)
+            assert status == 403 and b"order_id" not in body, host
+        assert get("attacker.example", "HEAD")[0] == 403
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=10)
+
+
 # --- 1,000 tables ------------------------------------------------------------------------------------
 
 

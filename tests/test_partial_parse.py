@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import api, partial
+from compiler import api, cache_key, partial
 from compiler import project as project_module
 from compiler.api import compile_project  # the real one: `full_compiles` counts calls through api
 from compiler.project import ProjectFiles
@@ -325,6 +325,16 @@ def test_a_cycle_made_by_an_edit_is_reported_though_the_order_was_kept(shop, cap
     assert code == 2 and "dependency cycle: table.customer_revenue -> table.orders -> table.customer_revenue" in err, err
 
 
+def signed(blob: bytes) -> bytes:
+    """A marshal record as this user's compile signs it (compiler/cache_key.py)."""
+    return cache_key.sign(blob) + blob
+
+
+def unsigned(data: bytes) -> bytes:
+    assert cache_key.verified(data[:32], data[32:])
+    return data[32:]
+
+
 DAMAGED_FILE_RECORDS = {
     "not marshal": b"\x00garbage",
     "truncated": None,  # the first half of the good record
@@ -338,19 +348,19 @@ DAMAGED_FILE_RECORDS = {
 def test_a_damaged_file_record_is_no_record(shop, capsys, damage):
     assert pipe_compile(capsys, shop)[0] == 0
     record = shop / "target" / partial.FILES_RECORD
-    good = record.read_bytes()
+    good = unsigned(record.read_bytes())
     fmt, code, files = marshal.loads(good)
     damaged = {
         "truncated": good[: len(good) // 2],
         "another format": marshal.dumps((0, code, files)),
         "payloads of another shape": marshal.dumps((fmt, code, {rel: (digest, marshal.dumps([1])) for rel, (digest, _) in files.items()})),
     }.get(damage, DAMAGED_FILE_RECORDS[damage])
-    record.write_bytes(damaged)
+    record.write_bytes(signed(damaged))  # damaged, yet signed with this user's key
     _edit(shop / "tables/customers.yml", "latest state", "newest state")
     code, out, err = pipe_compile(capsys, shop)
     assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), err
     assert plan_text(shop) == fresh_plan(shop)
-    assert marshal.loads(record.read_bytes())[0] == partial.FILES_FORMAT  # written good again
+    assert marshal.loads(unsigned(record.read_bytes()))[0] == partial.FILES_FORMAT  # written good again
 
 
 def test_a_value_marshal_cannot_keep_leaves_its_file_parsed_every_time(tmp_path):
@@ -410,12 +420,86 @@ def test_plan_json_reuses_the_text_of_unchanged_steps_and_is_the_same_as_encoded
 def test_a_damaged_record_of_step_texts_is_no_record(shop, capsys, damage):
     assert pipe_compile(capsys, shop)[0] == 0
     record = shop / "target" / partial.STEPS_RECORD
-    good = record.read_bytes()
+    good = unsigned(record.read_bytes())
     fmt, code, texts = marshal.loads(good)
-    record.write_bytes({"truncated": good[: len(good) // 2],
-                        "another code": marshal.dumps((fmt, "another", {k: "{}" for k in texts})),
-                        "texts of another shape": marshal.dumps((fmt, code, {k: 1 for k in texts}))}[damage])
+    record.write_bytes(signed({"truncated": good[: len(good) // 2],
+                               "another code": marshal.dumps((fmt, "another", {k: "{}" for k in texts})),
+                               "texts of another shape": marshal.dumps((fmt, code, {k: 1 for k in texts}))}[damage]))
     _edit(shop / "tables/orders.sql", "lower(status)", "upper(status)")
     assert pipe_compile(capsys, shop)[0] == 0
     assert plan_text(shop) == fresh_plan(shop)
-    assert marshal.loads(record.read_bytes())[:2] == (partial.STEPS_FORMAT, code)  # written good again
+    assert marshal.loads(unsigned(record.read_bytes()))[:2] == (partial.STEPS_FORMAT, code)  # written good again
+
+
+# --- target/ committed by someone else (a pull request) ----------------------------------------------
+
+
+def test_a_committed_record_and_plan_json_are_not_taken_for_this_users_compile(shop, tmp_path, capsys, monkeypatch):
+    """The author of a pull request compiles the project, puts SQL of their own into plan.json,
+    fixes the record's hash and commits target/: the reviewer's compile writes the project's plan."""
+    import hashlib
+
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path / "author-cache"))
+    assert pipe_compile(capsys, shop)[0] == 0
+    crafted = plan_text(shop).replace("lower(status)", "(select secret from prod.credentials)")
+    assert crafted != plan_text(shop)
+    (shop / "target/plan.json").write_text(crafted, encoding="utf-8")
+    record = json.loads((shop / "target" / partial.RECORD_FILE).read_text())
+    record["plan_sha256"] = hashlib.sha256(crafted.encode()).hexdigest()
+    (shop / "target" / partial.RECORD_FILE).write_text(json.dumps(record))
+
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path / "reviewer-cache"))
+    code, out, err = pipe_compile(capsys, shop)
+    assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), out + err
+    assert "prod.credentials" not in plan_text(shop)
+    assert plan_text(shop) == fresh_plan(shop)
+
+
+def test_a_crafted_file_record_is_not_used(shop, capsys):
+    """A partial-parse record written by hand for the project's own bytes, holding a table whose
+    settings were never checked (an operation pipe does not have): nothing from it is used."""
+    from compiler.errors import Collector
+
+    assert pipe_compile(capsys, shop)[0] == 0
+    rel = "tables/orders.yml"
+    files = ProjectFiles.read(shop)
+    doc, entries = project_module._read_entries(files, rel, "tables", "sources", Collector(), project_module._check_table)
+    entries = [(name, path, {**config, "operation": "truncate_everything", "description": "INJECTED"}) for name, path, config in entries]
+    payload = marshal.dumps((doc.value, doc.key_pos, doc.value_pos, doc.has_templates, entries))
+    crafted = marshal.dumps((partial.FILES_FORMAT, partial.code_digest(), {rel: (partial._digest(files.contents[rel]), payload)}))
+    (shop / "target" / partial.FILES_RECORD).write_bytes(crafted)
+    _edit(shop / "tables/customers.yml", "latest state", "newest state")  # the project changed: compiled file by file
+    code, out, err = pipe_compile(capsys, shop)
+    assert code == 0, out + err
+    assert "INJECTED" not in plan_text(shop) and "truncate_everything" not in plan_text(shop)
+    assert plan_text(shop) == fresh_plan(shop)
+
+
+def test_crafted_step_texts_are_not_written_into_plan_json(shop, capsys):
+    from compiler import plan as plan_module
+
+    assert pipe_compile(capsys, shop)[0] == 0
+    texts: dict[bytes, str] = {}
+    plan_module.Plan.from_json(plan_text(shop)).to_json(texts)  # the digest of every step, as a compile keys them
+    crafted = {k: v.replace('"sql": "', '"sql": "/* from the committed target/ */ ') for k, v in texts.items()}
+    (shop / "target" / partial.STEPS_RECORD).write_bytes(marshal.dumps((partial.STEPS_FORMAT, partial.code_digest(), crafted)))
+    _edit(shop / "tables/orders.sql", "lower(status)", "upper(status)")
+    assert pipe_compile(capsys, shop)[0] == 0
+    assert "committed target" not in plan_text(shop)
+    assert plan_text(shop) == fresh_plan(shop)
+
+
+def test_the_key_is_private_to_its_user_and_a_readable_one_is_not_trusted(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path / "cache"))
+    assert cache_key.sign(b"plan") is not None
+    key_file = tmp_path / "cache" / cache_key.KEY_FILE
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) == 0o700
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path / "shared"))
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / cache_key.KEY_FILE).write_bytes(os.urandom(32))
+    os.chmod(tmp_path / "shared" / cache_key.KEY_FILE, 0o644)  # anyone could sign with it
+    assert cache_key.key() is None and cache_key.sign(b"plan") is None
