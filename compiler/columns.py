@@ -94,7 +94,10 @@ class _Parser:
         if low in _PARAMETRIC:
             canon = _PARAMETRIC[low]
             if self.peek() != "(":
-                return "decimal(10,0)" if canon == "decimal" else canon
+                if canon == "decimal":
+                    return "decimal(10,0)"  # as Spark reads a bare DECIMAL
+                raise ColumnsError(f"{word.upper()} needs a length, e.g. {word.upper()}(255)",
+                                   f"write {word.upper()}(n), or STRING for text of any length")
             self.expect("(")
             args = [self.take()]
             while self.peek() == ",":
@@ -103,6 +106,7 @@ class _Parser:
             self.expect(")")
             if not all(a.isdigit() for a in args):
                 raise ColumnsError(f"{word}(...) takes numbers, found {', '.join(args)}")
+            _check_parameters(word, canon, [int(a) for a in args])
             return f"{canon}({','.join(args)})"
         if low == "array":
             self.expect("<")
@@ -141,6 +145,26 @@ class _Parser:
                 comment = self.take()
                 if not comment.startswith("'"):
                     raise ColumnsError("COMMENT must be followed by a quoted string")
+
+
+MAX_DECIMAL_PRECISION = 38  # Spark's DecimalType.MAX_PRECISION (and Avro's fixed-size decimals in Hudi)
+
+
+def _check_parameters(word: str, canon: str, args: list[int]) -> None:
+    """The numbers of DECIMAL(p,s), VARCHAR(n) and CHAR(n) as Spark accepts them."""
+    shown = f"{word.upper()}({','.join(map(str, args))})"
+    if canon == "decimal":
+        if len(args) > 2:
+            raise ColumnsError(f"{shown} has {len(args)} numbers", "write DECIMAL(precision,scale), e.g. DECIMAL(10,2)")
+        precision, scale = args[0], args[1] if len(args) == 2 else 0
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION:
+            raise ColumnsError(f"{shown}: precision {precision} is out of range (1 to {MAX_DECIMAL_PRECISION}, Spark's maximum)",
+                               f"use at most DECIMAL({MAX_DECIMAL_PRECISION},{min(scale, MAX_DECIMAL_PRECISION)}), or DOUBLE or STRING for larger numbers")
+        if scale > precision:
+            raise ColumnsError(f"{shown}: scale {scale} is larger than precision {precision}",
+                               f"the scale counts digits after the point, within the precision: e.g. DECIMAL({max(scale, 10)},{scale})")
+    elif len(args) != 1:
+        raise ColumnsError(f"{shown} takes one number, the length", f"write {word.upper()}(n), e.g. {word.upper()}(255)")
 
 
 def parse_columns(text: str) -> list[dict[str, str]]:

@@ -10,7 +10,8 @@ an empty string. The functions a template can call:
                         so secrets never reach plan.json or logs
     is_incremental()    true when the table exists and the run is not a full refresh; a
                         template that asks is rendered both ways and the plan keeps both
-    this                the table being written (its current snapshot)
+    this                the table being written (its current snapshot); this.name and
+                        this.identifier are its plain name
     target              the chosen target: target.name, target.lake
     project_name        the project's name
 and every macro in macros/*.sql. Mistakes are reported at the SQL file and line."""
@@ -113,17 +114,33 @@ class RenderedSource:
 
 
 class _This:
+    """`this`, as dbt's: written as it is, the relation of the table being written (its current
+    snapshot, `` `orders` ``); `this.name` and `this.identifier` are the table's plain name."""
+
     def __init__(self, renderer: "Renderer"):
         self._r = renderer
 
-    def __str__(self) -> str:
+    def _owner(self) -> str | None:
         scope = self._r.scope
         if scope is None or scope.owner is None:
             self._r.record("`this` is only defined in a table's SQL")
-            return ""
-        return relation(scope.owner.name)
+            return None
+        return scope.owner.name
+
+    def __str__(self) -> str:
+        name = self._owner()
+        return "" if name is None else relation(name)
 
     __html__ = __str__
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    @property
+    def name(self) -> str:
+        return self._owner() or ""
+
+    identifier = name
 
 
 class _MacroProxy:
@@ -238,6 +255,9 @@ class Renderer:
         message = exc.message if isinstance(exc, jinja2.TemplateError) and exc.message else str(exc)
         if isinstance(exc, jinja2.TemplateNotFound):
             self.errors.error(loc, f"template '{exc.name}' not found", "include and import take paths relative to the project folder, e.g. macros/common.sql")
+        elif isinstance(exc, jinja2.UndefinedError) and f"'{__name__}._This object'" in message:
+            self.errors.error(loc, "undefined name in template: " + message.replace(f"'{__name__}._This object'", "`this`"),
+                              "`this` has .name and .identifier (the table's name); `{{ this }}` is its relation, e.g. `orders`")
         elif isinstance(exc, jinja2.UndefinedError):
             name = re.search(r"'([^']+)' is undefined", message)
             known = list(self.env.globals) + list(self.macros)

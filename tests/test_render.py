@@ -166,6 +166,26 @@ def test_target_is_available_in_templates(project):
     assert compile_project(root, target="prod").plan.step("table.t").sql == "select 'prod' as t limit 0\n"
 
 
+def test_this_renders_as_the_tables_relation_and_gives_its_name(project):
+    root = project({
+        "sources/s.yml": SOURCES,
+        "tables/daily_totals.sql": "-- table {{ this.name }} ({{ this.identifier }})\n"
+                                   "select '{{ this.name }}' as written_by, * from {{ source('raw_orders') }}\n"
+                                   "{% if is_incremental() %}where id not in (select id from {{ this }}){% endif %}\n",
+    })
+    step = compile_project(root).plan.step("table.daily_totals")
+    assert step.sql.startswith("-- table daily_totals (daily_totals)\nselect 'daily_totals' as written_by")
+    assert "from `daily_totals`)" in step.sql and "_This" not in step.sql + step.sql_full_refresh
+
+
+def test_an_attribute_this_does_not_have_is_an_error_naming_this(project):
+    root = project({"sources/s.yml": SOURCES, "tables/t.sql": "select 1 as a\n-- {{ this.schema }}\n"})
+    diags = compile_errors(root)
+    assert [str(d.location) for d in diags] == ["tables/t.sql:2"]
+    assert diags[0].message == "undefined name in template: `this` has no attribute 'schema'"
+    assert "name" in diags[0].hint and "identifier" in diags[0].hint and "_This" not in diags[0].message
+
+
 def test_sandbox_blocks_python_internals(project):
     root = project({"tables/t.sql": "select 1\n-- {{ ''.__class__.__mro__[1].__subclasses__() }}"})
     [d] = compile_errors(root)

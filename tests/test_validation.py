@@ -3,6 +3,8 @@ file:line(:col) it is reported at and, where it helps, the hint."""
 
 from __future__ import annotations
 
+import pytest
+
 from compiler.api import compile_project
 from tests.conftest import TEMPLATE, compile_errors
 
@@ -1150,6 +1152,35 @@ schema:
     diags = compile_errors(root)
     check(diags, "column 'amount' in 'schema' in table 't': unknown type 'doubel'", "tables/t.yml:5:15", "did you mean 'double'?")
     assert len(diags) == 1, listing(diags)
+
+
+@pytest.mark.parametrize("ddl, message, hint", [
+    ("id BIGINT, amount DECIMAL(40,2)", "DECIMAL(40,2): precision 40 is out of range (1 to 38, Spark's maximum)", "DECIMAL(38,2)"),
+    ("id BIGINT, amount decimal(0)", "DECIMAL(0): precision 0 is out of range", None),
+    ("id BIGINT, amount DECIMAL(5,7)", "DECIMAL(5,7): scale 7 is larger than precision 5", None),
+    ("id BIGINT, amount DECIMAL(10,2,1)", "DECIMAL(10,2,1) has 3 numbers", "DECIMAL(precision,scale)"),
+    ("id BIGINT, name VARCHAR", "VARCHAR needs a length, e.g. VARCHAR(255)", "or STRING"),
+    ("id BIGINT, code char, name STRING", "CHAR needs a length", "or STRING"),
+    ("id BIGINT, name VARCHAR(10,2)", "VARCHAR(10,2) takes one number, the length", None),
+])
+def test_types_spark_refuses_are_refused_where_written(project, ddl, message, hint):
+    root = project({"sources/s.yml": RAW, **table("t", f'schema: "{ddl}"')})
+    diags = compile_errors(root)
+    check(diags, message, "tables/t.yml:3:13", hint)
+    assert len(diags) == 1, listing(diags)
+
+
+def test_types_spark_refuses_in_a_mapping_schema_name_their_column(project):
+    root = project({"sources/s.yml": RAW + "    schema:\n      id: BIGINT\n      fee: DECIMAL(39,0)\n      note: varchar\n"})
+    diags = compile_errors(root)
+    check(diags, "column 'fee' in 'schema' in source 'raw': DECIMAL(39,0): precision 39 is out of range", "sources/s.yml:8:12")
+    check(diags, "column 'note' in 'schema' in source 'raw': VARCHAR needs a length", "sources/s.yml:9:13")
+
+
+def test_largest_decimal_and_sized_varchar_are_accepted(project):
+    root = project({"sources/s.yml": RAW, **table("t", 'schema: "id BIGINT, amount DECIMAL(38,18), small DECIMAL(5), name VARCHAR(255), code CHAR(3), n DECIMAL"')})
+    step = compile_project(root).plan.step("table.t")
+    assert [c["type"] for c in step.config["schema"]] == ["bigint", "decimal(38,18)", "decimal(5)", "varchar(255)", "char(3)", "decimal(10,0)"]
 
 
 def test_unknown_type_in_source_schema(project):
