@@ -26,7 +26,6 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ import traceback
 from pathlib import Path
 
 from pipe import launch
-from runtime.host import alive
+from runtime.host import alive, private_file
 
 # What commands on a pipe server import (a failure leaves the command to import, and report, it).
 PRELOAD = (
@@ -72,10 +71,9 @@ def ensure_started() -> bool:
     name = launch.socket_name(launch.stamp())
     if serves(name):
         return False
-    folder = launch.state_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = launch.state_dir()  # this user's only (runtime/host.py private_dir)
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-    with open(folder / LOG_NAME, "ab") as log:
+    with open(private_file(folder / LOG_NAME), "ab") as log:
         subprocess.Popen([sys.executable, "-m", "pipe.forkserver", str(folder), name], stdin=subprocess.DEVNULL, stdout=log,
                          stderr=log, env=env, cwd=str(folder), start_new_session=True)
     return True
@@ -86,7 +84,7 @@ def ensure_started() -> bool:
 
 
 def serve(folder: Path, name: str) -> int:
-    held = open(folder / f"{name}.lock", "a+b")  # noqa: SIM115 - held for the server's life
+    held = open(private_file(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT), "a+b")  # noqa: SIM115 - held for the server's life
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -229,11 +227,8 @@ def _accept(listener: socket.socket, selector, children: dict[int, socket.socket
 
 def _same_user(conn: socket.socket) -> bool:
     """Whether the client runs as this user (the socket's permissions say so already)."""
-    if not hasattr(socket, "SO_PEERCRED"):
-        return True
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    return uid == os.getuid()
+    uid = launch.peer_uid(conn)
+    return uid is None or uid == os.getuid()
 
 
 def _reap(children: dict[int, socket.socket], selector) -> None:

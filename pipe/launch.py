@@ -26,7 +26,7 @@ import struct
 import sys
 from pathlib import Path
 
-from runtime.host import alive, cache_dir
+from runtime.host import alive, cache_dir, private_dir
 
 # The commands that use a project's pipe server.
 HANDED_OVER = ("run", "build", "test", "show")
@@ -54,8 +54,9 @@ def main() -> None:
 
 
 def state_dir() -> Path:
-    """Where pipe servers are remembered (runtime.server.state_dir)."""
-    return cache_dir() / "servers"
+    """Where pipe servers are remembered (runtime.server.state_dir): a folder of this user's only.
+    Raises runtime.host.UnsafeFolder (an OSError) when it is not."""
+    return private_dir(cache_dir() / "servers")
 
 
 def code_root() -> Path:
@@ -107,6 +108,15 @@ def connect(folder: Path, name: str, timeout_s: float = 5.0) -> socket.socket:
     return sock
 
 
+def peer_uid(sock: socket.socket) -> int | None:
+    """The user id of the process at the other end of the Unix socket `sock` (None where the
+    system does not say)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
+
+
 def project_of(args: list[str]) -> Path | None:
     """The project folder a command names (--project-dir) or runs in (the nearest folder with
     pipe_project.yml, as compiler.project.find_project_root finds it)."""
@@ -155,6 +165,11 @@ def hand_over(args: list[str]) -> int | None:
     except OSError:
         return None
     with sock:
+        server_uid = peer_uid(sock)
+        if server_uid is not None and server_uid != os.getuid():  # the folder is ours: someone replaced the socket
+            print(f"pipe: the fork server's socket in {folder} is served by another user (uid {server_uid}); "
+                  "the command runs in this process", file=sys.stderr)
+            return None
         try:
             pid = _start(sock, args)
         except (OSError, ValueError, struct.error):

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from runtime.host import alive, cache_dir
+from runtime.host import UnsafeFolder, alive, cache_dir, private_dir
 from runtime.steps.errors import RunError
 
 IDLE_TIMEOUT_S = 3600  # an idle server stops after an hour (`pipe server start --idle-timeout`)
@@ -101,7 +101,12 @@ def started_with(state: ServerState, master: str, conf: Mapping[str, Any] | None
 
 
 def state_dir() -> Path:
-    return cache_dir() / "servers"
+    """Where servers are remembered: a folder of this user's only (runtime/host.py private_dir).
+    Raises ServerError when pipe's cache folder is not private."""
+    try:
+        return private_dir(cache_dir() / "servers")
+    except UnsafeFolder as exc:
+        raise ServerError(str(exc), exc.hint) from exc
 
 
 def state_path(project: Path, target: str) -> Path:

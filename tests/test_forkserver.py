@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -183,6 +184,100 @@ def test_the_client_finds_servers_where_runtime_remembers_them(monkeypatch, tmp_
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         assert launch.state_dir() == server.state_dir()
+
+
+def test_the_cache_folder_socket_lock_and_log_are_the_users_alone(forked):
+    forked.pipe("run", "--dry-run", DATA_DIR="one")  # a command handed over: the folders as a command leaves them
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (forked.cache, forked.servers, forked.log, *forked.servers.glob("fork-*"))}
+    assert {name: mode for name, mode in modes.items() if name in ("cache", "servers")} == {"cache": 0o700, "servers": 0o700}
+    assert [name for name, mode in modes.items() if name not in ("cache", "servers") and mode != 0o600] == [], modes
+    assert any(name.endswith(".sock") for name in modes) and any(name.endswith(".lock") for name in modes)
+
+
+def test_a_cache_folder_of_another_user_is_refused_with_what_to_do(forked, tmp_path):
+    other = tmp_path / "theirs"
+    (other / "servers").mkdir(parents=True)
+    # a pipe server's state file and a socket, as another user would leave them for us to trust
+    (other / "servers" / "planted.json").write_text(json.dumps({"project": str(forked.root.resolve()), "supervisor_pid": os.getpid()}))
+    os.chown(other, 12345, 12345)
+    r = forked.pipe("server", "status", PIPE_CACHE_DIR=str(other))
+    assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr
+    said = " ".join((r.stdout + r.stderr).split())
+    assert f"pipe's cache folder {other} belongs to another user (uid 12345)" in said and "PIPE_CACHE_DIR" in said, said
+
+
+def test_a_cache_folder_others_may_write_into_is_made_private_or_refused(forked, tmp_path):
+    loose = tmp_path / "loose"
+    (loose / "servers").mkdir(parents=True)
+    (loose / "pyfiles").mkdir()
+    (loose / "pyfiles" / "pipe-0.1-0123456789abcdef.zip").write_bytes(b"PK")
+    os.chmod(loose, 0o777)
+    # nothing in it of anyone else's: made the user's alone, and used
+    r = forked.pipe("server", "status", PIPE_CACHE_DIR=str(loose))
+    assert r.returncode == 1 and "No pipe server runs for target" in r.stdout, r.stdout + r.stderr
+    assert stat.S_IMODE(loose.stat().st_mode) == 0o700 and stat.S_IMODE((loose / "servers").stat().st_mode) == 0o700
+    # another user put code for Spark's workers in it: refused, naming it
+    os.chmod(loose, 0o777)
+    planted = loose / "pyfiles" / "pipe-0.1-fedcba9876543210.zip"
+    planted.write_bytes(b"PK")
+    os.chown(planted, 12345, 12345)
+    r = forked.pipe("server", "status", PIPE_CACHE_DIR=str(loose))
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode != 0 and "Traceback" not in said
+    assert f"could be written by other users (mode 777), and {planted} in it belongs to another user (uid 12345)" in said, said
+    assert f"remove {loose}" in said
+
+
+def test_the_client_hands_nothing_to_a_fork_server_socket_of_another_user(monkeypatch, tmp_path, capsys):
+    import socket
+
+    from pipe import launch
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "pipe_project.yml").write_text("name: p\n")
+    servers = tmp_path / "cache" / "servers"
+    servers.mkdir(parents=True)
+    (servers / "stand-in.json").write_text(json.dumps({"project": str(project.resolve()), "supervisor_pid": os.getpid()}))
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PIPE_NO_FORKSERVER", raising=False)
+    monkeypatch.chdir(project)
+    if os.getuid() != 0:  # another user's process cannot be stood in for: the check itself
+        left, right = socket.socketpair(socket.AF_UNIX)
+        with left, right:
+            assert launch.peer_uid(left) == os.getuid()
+        return
+    # a stand-in fork server that listens as another user (root may become one), and says what it was sent
+    told_r, told_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the stand-in
+        try:
+            os.close(told_r)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            os.chdir(servers)
+            listener.bind(launch.socket_name(launch.stamp()))
+            os.setgid(12345)
+            os.setuid(12345)
+            listener.listen(1)
+            os.write(told_w, b"listening\n")
+            conn, _ = listener.accept()
+            conn.settimeout(20)
+            got = b""
+            try:
+                while chunk := conn.recv(65536):
+                    got += chunk
+            except OSError:
+                pass
+            os.write(told_w, f"{len(got)}\n".encode())
+        finally:
+            os._exit(0)
+    os.close(told_w)
+    with os.fdopen(told_r) as told:
+        assert told.readline() == "listening\n"
+        assert launch.hand_over(["run"]) is None  # not handed over: the command runs in this process
+        assert told.readline() == "0\n", "the stand-in received nothing"
+    os.waitpid(pid, 0)
+    assert "is served by another user (uid 12345); the command runs in this process" in capsys.readouterr().err
 
 
 def test_the_fork_server_leaves_when_pipes_code_changes_and_when_no_server_runs(forked):
