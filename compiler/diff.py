@@ -226,13 +226,7 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
         if bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "file layout or table services; the rows stay the same"))
     if bc.get("expect") != hc.get("expect"):
-        before = {e["name"]: e for e in bc.get("expect") or ()}
-        stricter = [e["name"] for e in hc.get("expect") or () if e["action"] != "warn" and before.get(e["name"]) != e]
-        if stricter:
-            out.append(Change("expect", bc.get("expect"), hc.get("expect"), "breaking",
-                              f"rows failing {', '.join(stricter)} are left out (or stop the write) from the next run on"))
-        else:
-            out.append(Change("expect", bc.get("expect"), hc.get("expect"), "non-breaking", "expectations that only count, or fewer of them"))
+        out.append(_expect_change(h.name, bc.get("expect"), hc.get("expect")))
     known = set(REWRITE_KEYS) | set(BREAKING_KEYS) | set(NON_BREAKING_KEYS) | {"operation", "delete_when", "partitions_to_delete", "schema", "expect"}
     for key in sorted(set(bc) | set(hc)):
         if key not in known and bc.get(key) != hc.get(key):
@@ -240,6 +234,48 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
     if b.action != h.action and not any(c.field == "operation" for c in out):
         out.append(Change("action", b.action, h.action, "breaking", "the timeline action of the table's writes"))
     return out
+
+
+# what an expectation's action does to the rows that fail it, and how strict that is for the table
+_FATE = {"warn": "counted and kept", "drop": "left out", "quarantine": "left out", "fail": "refused: the write stops"}
+_STRICTNESS = {"warn": 0, "drop": 1, "quarantine": 1, "fail": 2}
+
+
+def _expect_change(table: str, before: list | None, after: list | None) -> Change:
+    """One change for `expect`, saying what each changed expectation does to the table's rows.
+    Breaking when rows the table kept are now left out or stop the write (an expectation added or
+    its condition changed, with an action other than warn; an action made stricter). drop and
+    quarantine leave the same rows out of the table: between them only `<table>__quarantine`
+    changes (it stops or starts receiving the failing rows), so that is non-breaking."""
+    old = {e["name"]: e for e in before or ()}
+    new = {e["name"]: e for e in after or ()}
+    quarantine = f"{table}__quarantine"
+    breaking: list[str] = []
+    notes: list[str] = []
+    for name, e in new.items():
+        o = old.get(name)
+        if o == e:
+            continue
+        action = e.get("action", "warn")
+        if o is None or o.get("expression") != e.get("expression"):
+            (breaking if action != "warn" else notes).append(
+                f"{name} {'added' if o is None else 'changed'}: failing rows are {_FATE.get(action, action)}"
+                + (f" (written to {quarantine})" if action == "quarantine" else ""))
+            continue
+        was = o.get("action", "warn")
+        if (was, action) == ("quarantine", "drop"):
+            notes.append(f"{name} quarantine -> drop: {table} keeps the same rows; {quarantine} stops receiving the failing rows "
+                         "(the rows it holds stay)")
+        elif (was, action) == ("drop", "quarantine"):
+            notes.append(f"{name} drop -> quarantine: {table} keeps the same rows; the failing rows now also go to {quarantine}")
+        elif _STRICTNESS.get(action, 0) > _STRICTNESS.get(was, 0):
+            breaking.append(f"{name} {was} -> {action}: failing rows are {_FATE.get(action, action)}"
+                            + (f" (written to {quarantine})" if action == "quarantine" else ""))
+        else:
+            notes.append(f"{name} {was} -> {action}: failing rows are {_FATE.get(action, action)}")
+    notes += [f"{name} removed: its failing rows are kept" for name in old if name not in new]
+    cls = "breaking" if breaking else "non-breaking"
+    return Change("expect", before, after, cls, "; ".join(breaking + notes) + (" from the next run on" if breaking else ""))
 
 
 def _source_changes(b: Step, h: Step) -> list[Change]:

@@ -229,3 +229,49 @@ def test_indirect_steps_name_the_nearest_changed_step(tmp_path):
     d = diff_after(tmp_path, {"sources/s.yml": BASE["sources/s.yml"].replace("path: data/raw", "path: data/raw2")})
     assert step(d, "table.t").upstream_changes == ["source.raw"]
     assert step(d, "table.down").upstream_changes == ["source.raw"]  # through t, which did not change itself
+
+
+# --- expectations ------------------------------------------------------------------------------------
+
+
+def diff_expect(tmp_path: Path, before: str | None, after: str | None):
+    """The diff of table t whose `expect:` goes from `before` to `after` (flow YAML, None: unset)."""
+    base = compile_project(write_project(tmp_path / "base", {**BASE, "tables/t.yml": with_table_yml(expect=before)})).plan
+    head = compile_project(write_project(tmp_path / "head", {**BASE, "tables/t.yml": with_table_yml(expect=after)})).plan
+    return step(diff_plans(base, head), "table.t")
+
+
+def expect(**checks: tuple[str, str]) -> str:
+    return "{" + ", ".join(f"{n}: {{expression: \"{e}\", action: {a}}}" for n, (e, a) in checks.items()) + "}"
+
+
+def test_quarantine_to_drop_keeps_the_tables_rows_and_says_the_quarantine_table_stops_receiving(tmp_path):
+    s = diff_expect(tmp_path, expect(has_v=("v is not null", "quarantine"), recent=("ts > 1700000000000", "warn")),
+                    expect(has_v=("v is not null", "drop"), recent=("ts > 1700000000000", "warn")))
+    assert s.cls == "non-breaking"
+    (change,) = [c for c in s.changes if c.field == "expect"]
+    assert change.why == ("has_v quarantine -> drop: t keeps the same rows; t__quarantine stops receiving the failing rows "
+                          "(the rows it holds stay)")
+    back = diff_expect(tmp_path / "back", expect(has_v=("v is not null", "drop")), expect(has_v=("v is not null", "quarantine")))
+    assert back.cls == "non-breaking" and "the failing rows now also go to t__quarantine" in back.changes[0].why
+
+
+@pytest.mark.parametrize("before, after, cls, why", [
+    (None, expect(has_v=("v is not null", "quarantine")), "breaking",
+     "has_v added: failing rows are left out (written to t__quarantine) from the next run on"),
+    (expect(has_v=("v is not null", "warn")), expect(has_v=("v is not null", "drop")), "breaking",
+     "has_v warn -> drop: failing rows are left out from the next run on"),
+    (expect(has_v=("v is not null", "quarantine")), expect(has_v=("v is not null", "fail")), "breaking",
+     "has_v quarantine -> fail: failing rows are refused: the write stops from the next run on"),
+    (expect(has_v=("v is not null", "drop")), expect(has_v=("v <> ''", "drop")), "breaking",
+     "has_v changed: failing rows are left out from the next run on"),
+    (expect(has_v=("v is not null", "fail")), expect(has_v=("v is not null", "drop")), "non-breaking",
+     "has_v fail -> drop: failing rows are left out"),
+    (expect(has_v=("v is not null", "drop")), expect(has_v=("v is not null", "warn")), "non-breaking",
+     "has_v drop -> warn: failing rows are counted and kept"),
+    (expect(has_v=("v is not null", "quarantine")), None, "non-breaking", "has_v removed: its failing rows are kept"),
+])
+def test_each_expectation_change_says_what_it_does_to_the_rows(tmp_path, before, after, cls, why):
+    s = diff_expect(tmp_path, before, after)
+    assert s.cls == cls
+    assert [(c.field, c.cls, c.why) for c in s.changes] == [("expect", cls, why)]
