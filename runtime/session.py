@@ -455,13 +455,13 @@ def _launch_gateway(settings: Mapping[str, str], java: Java | None) -> None:
     from pyspark.core.context import SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    conf = SparkConf(loadDefaults=False)
-    for k, v in settings.items():
-        conf.set(k, v)
     read_fd, write_fd = os.pipe()
     output = _JavaOutput(os.fdopen(read_fd, "rb", buffering=0))
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_fd})
+        # the settings (s3a keys among them) in a file of this user's, not as --conf on the
+        # command line of spark-submit and the JVM, where `ps` shows them to every local user
+        with spark_properties_file(settings) as properties, _environ({"PYSPARK_SUBMIT_ARGS": submit_args(properties)}):
+            gateway = launch_gateway(SparkConf(loadDefaults=False), popen_kwargs={"stderr": write_fd})
     except SystemExit as exc:  # pyspark's find_spark_home exits when SPARK_HOME is unusable
         raise SparkStartError(
             f"Spark's own files were not found (SPARK_HOME={os.environ.get('SPARK_HOME', 'not set')})",
@@ -571,6 +571,45 @@ def _environ(changes: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def spark_properties_file(settings: Mapping[str, str]) -> Iterator[str]:
+    """A Java properties file of `settings` for spark-submit's --properties-file, in a folder of
+    its own readable by this user only (0700, the file 0600), removed on leaving: Spark's
+    launcher and its JVM read it as they start, so no setting is on a command line. Spark trims
+    the values it reads from such a file (as from spark-defaults.conf)."""
+    folder = tempfile.mkdtemp(prefix="pipe-spark-conf-")
+    try:
+        path = os.path.join(folder, "spark.properties")
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as fh:
+            for k, v in settings.items():
+                fh.write(f"{_properties_escape(k, key=True)}={_properties_escape(str(v))}\n")
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def submit_args(properties: str) -> str:
+    """PYSPARK_SUBMIT_ARGS that read the settings from `properties` (spark-defaults.conf too, as
+    without a properties file), then what the environment asked for."""
+    return f"--properties-file {shlex.quote(properties)} --load-spark-defaults {os.environ.get('PYSPARK_SUBMIT_ARGS') or 'pyspark-shell'}"
+
+
+_PROPERTIES_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
+
+
+def _properties_escape(text: str, key: bool = False) -> str:
+    """`text` as java.util.Properties reads it back (UTF-8, as Spark reads the file)."""
+    out = []
+    for i, ch in enumerate(text):
+        if ch in _PROPERTIES_ESCAPES:
+            out.append(_PROPERTIES_ESCAPES[ch])
+        elif (key and ch in "=: #!") or (i == 0 and ch in " #!"):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _live_session():

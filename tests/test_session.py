@@ -233,3 +233,38 @@ def test_local_session_starts_quietly_and_once(tmp_path):
     assert result.returncode == 0 and "DONE" in result.stdout, result.stdout + result.stderr
     noisy = [line for line in result.stderr.splitlines() if any(n in line for n in NOISE)]
     assert noisy == [], result.stderr
+
+
+def test_spark_settings_reach_the_driver_without_showing_on_any_command_line(tmp_path):
+    """s3a keys belong in the target's spark.conf: no process's command line (what `ps` shows
+    every local user) may hold one, and the file Spark read them from is gone once it started."""
+    secret = "sekrit-Zq8/+wX=ä 2026"
+    code = f"""
+        import os, tempfile
+        from pathlib import Path
+        from runtime.session import get_spark
+        spark = get_spark("local[1]", {{"spark.hadoop.fs.s3a.secret.key": {secret!r}, "spark.sql.shuffle.partitions": "7"}})
+        conf = spark.sparkContext.getConf()
+        assert conf.get("spark.hadoop.fs.s3a.secret.key") == {secret!r}, conf.get("spark.hadoop.fs.s3a.secret.key")
+        assert spark.sparkContext._jsc.hadoopConfiguration().get("fs.s3a.secret.key") == {secret!r}
+        assert conf.get("spark.sql.shuffle.partitions") == "7" and spark.range(3).count() == 3
+        shown = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or proc.name == str(os.getpid()):  # this script's own text names the value
+                continue
+            try:
+                line = (proc / "cmdline").read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            if "sekrit-" in line:
+                shown.append(proc.name + ": " + line.replace("\\0", " ")[:300])
+        print("SHOWN", shown)
+        print("LEFT", sorted(p.name for p in Path(tempfile.gettempdir()).glob("pipe-spark-conf-*")))
+        spark.stop()
+        print("DONE")
+    """
+    (tmp_path / "tmp").mkdir()
+    result = run_python(code, tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
+    assert result.returncode == 0 and "DONE" in result.stdout, result.stdout + result.stderr
+    assert "SHOWN []" in result.stdout, result.stdout
+    assert "LEFT []" in result.stdout, result.stdout
