@@ -104,6 +104,48 @@ def test_example_site_has_every_source_and_table_with_its_edges(shop, capsys):
     assert all((shop / f"target/docs/nodes/{i}.html").is_file() for i in ids)
 
 
+def test_the_graph_has_beside_it_a_list_of_every_table_and_source_sorted_by_name(shop, capsys):
+    generate(capsys, shop)
+    index = (shop / "target/docs/index.html").read_text()
+    nav = re.search(r'<nav id="all-nodes".*?</nav>', index, re.S).group(0)
+    assert "All 5 sources and tables" in nav and 'id="list-filter"' in nav
+    items = re.findall(r'<li data-name="([^"]+)" class="(\w+)"><a href="([^"]+)">', nav)
+    assert items == [("customer_revenue", "table", "nodes/table.customer_revenue.html"), ("customers", "table", "nodes/table.customers.html"),
+                     ("orders", "table", "nodes/table.orders.html"), ("raw_customers", "source", "nodes/source.raw_customers.html"),
+                     ("raw_orders", "source", "nodes/source.raw_orders.html")]
+    assert "upsert, copy-on-write" in text_of(index, "node-list")
+    assert index.index('<nav id="all-nodes"') < index.index('<svg id="graph"')  # beside the graph, not below it
+
+
+def _mor_with_quarantine(shop: Path) -> None:
+    orders = shop / "tables/orders.yml"
+    orders.write_text(orders.read_text().replace("    operation: upsert\n", "    operation: upsert\n    type: merge_on_read\n", 1)
+                      .replace("has_customer: {expression: \"customer_id is not null\", action: drop}",
+                               "has_customer: {expression: \"customer_id is not null\", action: quarantine}\n"
+                               "      amount_known: {expression: \"amount is not null\", action: quarantine}", 1))
+
+
+def test_merge_on_read_tables_are_drawn_apart_and_quarantine_tables_are_fed_by_their_table(shop, capsys):
+    _mor_with_quarantine(shop)
+    assert "3 tables, 2 sources" in generate(capsys, shop, "--no-lake")
+    g = graph(shop)
+    by_id = {n[0]: n for n in g["nodes"]}
+    assert by_id["table.orders"][6] == "merge_on_read" and by_id["table.customers"][6] == "copy_on_write"
+    assert by_id["source.raw_orders"][6] == ""
+    q = by_id["quarantine.orders"]
+    assert q[1:4] == ["orders__quarantine", "quarantine", "quarantine"] and q[7] == "nodes/table.orders.html#quarantine"
+    ids = [n[0] for n in g["nodes"]]
+    assert [ids[b] for a, b in g["edges"] if ids[a] == "table.orders"] == ["table.customer_revenue", "quarantine.orders"]
+    assert q[4] > by_id["table.orders"][4]  # right of its table
+    index = (shop / "target/docs/index.html").read_text()
+    legend = " ".join(re.sub(r"<[^>]+>", " ", re.search(r'<aside class="panel legend">(.*?)</aside>', index, re.S).group(1)).split())
+    assert "copy-on-write solid outline" in legend and "merge-on-read dashed outline, marked MOR" in legend and "quarantine" in legend
+    assert "All 6 sources and tables" in index and 'href="nodes/table.orders.html#quarantine">orders__quarantine</a>' in index
+    assert text_of(page(shop, "table.orders"), "quarantine") == (
+        "Rows failing has_customer, amount_known are written to the quarantine table orders__quarantine "
+        "(a Hudi table beside this one in the lake, with the column _pipe_failed_expectations ), not to this table.")
+
+
 def test_a_table_page_shows_its_settings_columns_tests_and_sql(shop, capsys):
     generate(capsys, shop)
     orders = page(shop, "table.orders")
@@ -354,6 +396,30 @@ def test_in_chromium_clicking_a_node_opens_its_page_with_key_and_upstream(shop, 
     print(f"screenshot: {shot}")
 
 
+def test_in_chromium_the_list_filters_by_name_and_merge_on_read_and_quarantine_nodes_look_apart(shop, capsys, tmp_path):
+    _mor_with_quarantine(shop)
+    generate(capsys, shop, "--no-lake")
+    with Chromium() as browser:
+        tab = browser.open((shop / "target/docs/index.html").as_uri())
+        assert tab.wait_for("document.body.getAttribute('data-graph-nodes')") == "6"
+        shown = "[...document.querySelectorAll('#node-list li')].filter(li => !li.hidden && li.offsetParent).map(li => li.dataset.name)"
+        assert tab.evaluate(shown) == ["customer_revenue", "customers", "orders", "orders__quarantine", "raw_customers", "raw_orders"]
+        tab.evaluate("const f = document.getElementById('list-filter'); f.value = 'ORD'; f.dispatchEvent(new Event('input')); true")
+        assert tab.evaluate(shown) == ["orders", "orders__quarantine", "raw_orders"]
+        dash = "(h => getComputedStyle(document.querySelector(`.node[href=\"${h}\"] rect`)).strokeDasharray)"
+        assert tab.evaluate(f"{dash}('nodes/table.orders.html')") not in ("", "none")  # merge-on-read: dashed
+        assert tab.evaluate(f"{dash}('nodes/table.customers.html')") in ("", "none")  # copy-on-write: solid
+        assert tab.evaluate("document.querySelector('.node[href=\"nodes/table.orders.html\"] .badge').textContent") == "MOR"
+        box = tab.evaluate("(() => { const r = document.querySelector('.node.quarantine').getBoundingClientRect();"
+                           " return [r.x + r.width / 2, r.y + r.height / 2, r.width]; })()")
+        assert box[2] > 0
+        tab.screenshot(tmp_path / "graph-mor-quarantine.png")
+        tab.click(box[0], box[1])
+        tab.wait_for("location.pathname.endsWith('/nodes/table.orders.html') && document.readyState === 'complete'")
+        assert tab.evaluate("location.hash") == "#quarantine"
+        assert "orders__quarantine" in tab.evaluate("document.getElementById('quarantine').textContent")
+
+
 def test_in_chromium_search_finds_a_node_among_a_thousand_and_highlights_its_lineage(big, tmp_path):
     root, _ = big
     with Chromium() as browser:
@@ -363,9 +429,10 @@ def test_in_chromium_search_finds_a_node_among_a_thousand_and_highlights_its_lin
                      "document.getElementById('search').requestSubmit(); true")
         assert tab.evaluate("location.hash") == "#table.t500"
         focus = tab.evaluate("(() => { const el = document.querySelector('.node.focus'); const r = el.getBoundingClientRect();"
-                             " return [el.getAttribute('href'), r.x + r.width / 2, r.y + r.height / 2, innerWidth / 2, innerHeight]; })()")
+                             " const g = document.getElementById('graph').getBoundingClientRect();"
+                             " return [el.getAttribute('href'), r.x + r.width / 2, r.y + r.height / 2, g.x + g.width / 2, innerHeight]; })()")
         href, x, y, middle, height = focus
-        assert href == "nodes/table.t500.html" and abs(x - middle) < 2  # centred
+        assert href == "nodes/table.t500.html" and abs(x - middle) < 2  # centred in the graph (the list is on its left)
         lit = tab.evaluate("[...document.querySelectorAll('.node.hl')].map(e => e.getAttribute('href'))")
         assert "nodes/table.t462.html" in lit and "nodes/table.t473.html" in lit  # its upstream, highlighted
         tab.screenshot(tmp_path / "thousand-search.png")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from compiler.api import CompileResult
+from compiler.data_tests import QUARANTINE_SUFFIX
 from compiler.lineage import ColumnLineage, LineageCache, TableLineage
 from compiler.plan import Step
 from pipe.docs.lake import History
@@ -70,6 +71,38 @@ class Site:
     lake_note: str = ""  # why no page shows commits ("" when the lake was read)
     selection: str = ""  # the --select/--exclude the site was made with
     names: dict[str, str] = field(default_factory=dict)  # every step id of the project -> name
+    # the quarantine tables of the tables shown (expectations with action quarantine), by node id
+    quarantines: dict[str, "Quarantine"] = field(default_factory=dict)
+
+    def listing(self) -> list[tuple[str, str, str, str]]:
+        """Every source, table and quarantine table of the site as (name, kind, what, href),
+        sorted by name: the list beside the graph."""
+        rows = [(p.step.name, p.kind, p.category + (f", {_TYPES.get(p.config.get('type'), '')}" if p.kind == "table" else ""),
+                 f"nodes/{p.id}.html") for p in self.pages.values()]
+        rows += [(q.name, "quarantine", f"rows {q.table} quarantined", q.href) for q in self.quarantines.values()]
+        return sorted(rows, key=lambda r: (r[0].lower(), r[0]))
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """`<table>__quarantine`: where a table's expectations with action quarantine put the rows
+    that fail them (runtime/steps/expect.py). It has no step of its own: its node is drawn fed
+    by its table and opens the table's page."""
+
+    table: str  # the table's name
+    table_id: str
+    expectations: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.table + QUARANTINE_SUFFIX
+
+    @property
+    def href(self) -> str:
+        return f"nodes/{self.table_id}.html#quarantine"
+
+
+_TYPES = {"copy_on_write": "copy-on-write", "merge_on_read": "merge-on-read"}
 
 
 def build_site(result: CompileResult, chosen: Iterable[str], *, histories: Mapping[str, History] | None = None,
@@ -101,10 +134,13 @@ def build_site(result: CompileResult, chosen: Iterable[str], *, histories: Mappi
             upstream=tuple(d for d in s.depends_on if d in steps), downstream=tuple(downstream[s.id]),
             columns=columns, columns_from=columns_from, tests=own_tests + others, history=history,
         )
-    edges = [(u, p.id) for p in pages.values() for u in p.upstream]
-    positions = layered_layout(pages, edges)
+    quarantines = {f"quarantine.{p.step.name}": Quarantine(p.step.name, p.id, tuple(e["name"] for e in p.config.get("expect") or ()
+                                                                                  if e.get("action") == "quarantine"))
+                   for p in pages.values() if p.kind == "table" and any(e.get("action") == "quarantine" for e in p.config.get("expect") or ())}
+    edges = [(u, p.id) for p in pages.values() for u in p.upstream] + [(q.table_id, qid) for qid, q in quarantines.items()]
+    positions = layered_layout([*pages, *quarantines], edges)
     return Site(project=plan.project, target=plan.target.name, pages=pages, positions=positions, lake_note=lake_note,
-                selection=selection, names={i: s.name for i, s in steps.items()})
+                selection=selection, names={i: s.name for i, s in steps.items()}, quarantines=quarantines)
 
 
 def _tests_model(test: Step, step: Step) -> bool:
@@ -181,11 +217,19 @@ NODE_W, NODE_H, COL_W, ROW_H = 180, 28, 250, 44  # the graph's geometry, in SVG 
 
 
 def graph_data(site: Site) -> dict[str, Any]:
-    """What graph.js draws: nodes as [id, name, kind, category, x, y], edges as index pairs."""
-    index = {sid: i for i, sid in enumerate(site.pages)}
-    nodes = [[p.id, p.step.name, p.kind, p.category, site.positions[p.id].layer * COL_W, round(site.positions[p.id].row * ROW_H, 1)]
+    """What graph.js draws: nodes as [id, name, kind, category, x, y, table type, href] (a
+    table's type: copy_on_write or merge_on_read, else ""; href "" for the node's own page),
+    edges as index pairs. A quarantine table is a node of kind quarantine fed by its table."""
+    index = {sid: i for i, sid in enumerate([*site.pages, *site.quarantines])}
+
+    def at(sid: str) -> list[float]:
+        return [site.positions[sid].layer * COL_W, round(site.positions[sid].row * ROW_H, 1)]
+
+    nodes = [[p.id, p.step.name, p.kind, p.category, *at(p.id), p.config.get("type") or "" if p.kind == "table" else "", ""]
              for p in site.pages.values()]
+    nodes += [[qid, q.name, "quarantine", "quarantine", *at(qid), "", q.href] for qid, q in site.quarantines.items()]
     edges = [[index[u], index[p.id]] for p in site.pages.values() for u in p.upstream if u in index]
+    edges += [[index[q.table_id], index[qid]] for qid, q in site.quarantines.items()]
     return {"project": site.project, "nodes": nodes, "edges": edges, "node": [NODE_W, NODE_H]}
 
 
@@ -215,9 +259,10 @@ def write_site(site: Site, out: Path) -> Path:
     written = {**writer.written, **_write_pages(site, env.get_template("node.html"), writer)}
     for stale in sorted(present - set(written)):
         (out / stale).unlink()
-    categories = sorted({(p.kind, p.category) for p in site.pages.values()})
+    categories = sorted({(p.kind, p.category) for p in site.pages.values()} | ({("quarantine", "quarantine")} if site.quarantines else set()))
+    types = sorted({p.config.get("type") for p in site.pages.values() if p.kind == "table" and p.config.get("type")})
     # the graph page last: it is what a reader opens, and links to every page written above
-    (out / "index.html").write_text(env.get_template("graph.html").render(site=site, categories=categories, up=""), encoding="utf-8")
+    (out / "index.html").write_text(env.get_template("graph.html").render(site=site, categories=categories, types=types, type_names=_TYPES, up=""), encoding="utf-8")
     (out / MANIFEST).write_text(json.dumps(written, sort_keys=True), encoding="utf-8")
     return out / "index.html"
 

@@ -6,7 +6,8 @@
   var G = window.PIPE_GRAPH;
   var svg = document.getElementById("graph");
   var W = G.node[0], H = G.node[1];
-  var nodes = G.nodes, edges = G.edges;  // node: [id, name, kind, category, x, y]; edge: [from, to]
+  var nodes = G.nodes, edges = G.edges;  // node: [id, name, kind, category, x, y, table type, href]; edge: [from, to]
+  function href(n) { return n[7] || "nodes/" + n[0] + ".html"; }
   var inEdges = nodes.map(function () { return []; });
   var outEdges = nodes.map(function () { return []; });
   edges.forEach(function (e, i) { outEdges[e[0]].push(i); inEdges[e[1]].push(i); });
@@ -26,9 +27,11 @@
   });
   out.push('</g><g class="nodes">');
   nodes.forEach(function (n, i) {
-    out.push('<a class="node ' + n[2] + " c-" + esc(n[3]) + '" data-i="' + i + '" href="nodes/' + esc(n[0]) + '.html" transform="translate(' + n[4] + "," + n[5] + ')">' +
+    var mor = n[6] === "merge_on_read";
+    out.push('<a class="node ' + n[2] + " c-" + esc(n[3]) + (n[6] ? " t-" + esc(n[6]) : "") + '" data-i="' + i + '" href="' + esc(href(n)) + '" transform="translate(' + n[4] + "," + n[5] + ')">' +
       '<rect width="' + W + '" height="' + H + '" rx="' + (n[2] === "source" ? H / 2 : 4) + '"/>' +
-      '<text x="' + (n[2] === "source" ? 14 : 10) + '" y="' + (H / 2 + 4) + '">' + esc(label(n[1])) + "</text></a>");
+      '<text x="' + (n[2] === "source" ? 14 : 10) + '" y="' + (H / 2 + 4) + '">' + esc(label(n[1])) + "</text>" +
+      (mor ? '<text class="badge" x="' + (W - 8) + '" y="' + (H / 2 + 4) + '">MOR</text>' : "") + "</a>");
   });
   out.push("</g></g>");
   svg.innerHTML = out.join("");
@@ -128,7 +131,8 @@
     var n = nodes[i];
     panel.innerHTML = "<h3>" + esc(n[1]) + '</h3><div class="muted">' + esc(n[2]) + ", " + esc(n[3]) + "</div>" +
       "<div>" + inEdges[i].length + " upstream, " + outEdges[i].length + " downstream; " + related + " related in all</div>" +
-      '<a href="nodes/' + esc(n[0]) + '.html">open its page</a>';
+      (n[6] ? "<div>" + (n[6] === "merge_on_read" ? "merge-on-read" : "copy-on-write") + "</div>" : "") +
+      '<a href="' + esc(href(n)) + '">open its page</a>';
     panel.hidden = false;
   }
   svg.addEventListener("pointerover", function (ev) {
@@ -178,6 +182,16 @@
       document.getElementById("search-box").focus();
     }
   });
+
+  // --- the list beside the graph: filtered by a part of the name ---
+  var filter = document.getElementById("list-filter");
+  if (filter) {
+    var items = document.querySelectorAll("#node-list li");
+    filter.addEventListener("input", function () {
+      var t = filter.value.trim().toLowerCase();
+      items.forEach(function (li) { li.hidden = t !== "" && li.getAttribute("data-name").indexOf(t) < 0; });
+    });
+  }
 
   // --- first view: the node named in the URL (#table.orders), else the whole graph ---
   fit();
