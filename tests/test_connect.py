@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,16 @@ def _env(cache: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
     env.update(PIPE_CACHE_DIR=str(cache), PYTHONPATH=str(REPO), COLUMNS="200", **extra)
     return env
+
+
+SECRET = "sekrit-Tq2/9+xY=ä"
+
+
+def _as_remote(cache: Path, url: str) -> dict[str, str]:
+    """The environment of a command that reaches the module's server as a remote Connect
+    server: its URL, and its token (which pipe's own commands take from the state file)."""
+    state = json.loads(next((cache / "servers").glob("*.json")).read_text())
+    return {"SPARK_REMOTE": url, "SPARK_CONNECT_AUTHENTICATE_TOKEN": state["token"]}
 
 
 def pipe(root: Path, cache: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
@@ -53,8 +64,12 @@ def server(tmp_path_factory):
     ok(subprocess.run([sys.executable, "-m", "pipe", "init", "shop"], cwd=base, capture_output=True, text=True,
                       env=_env(cache)))
     root = base / "shop"
+    # the documented place for s3a keys: the target's Spark settings (C.16: on no command line)
+    project_file = root / "pipe_project.yml"
+    project_file.write_text(project_file.read_text().replace('master: "local[*]"\n', f'master: "local[*]"\n      conf:\n        '
+                                                             f'spark.hadoop.fs.s3a.secret.key: "{SECRET}"\n', 1))
     started = ok(pipe(root, cache, "server", "start", timeout=240))
-    assert "Started the pipe server of target dev at sc://127.0.0.1:" in started.stdout and ", warmed up in " in started.stdout
+    assert "Started the pipe server of target dev at sc://localhost:" in started.stdout and ", warmed up in " in started.stdout
     assert not list(Path(tempfile.gettempdir()).glob("pipe-server-warmup-*")), "the warm-up project is removed"
     state = json.loads(next((cache / "servers").glob("*.json")).read_text())
     yield root, cache, state["url"]
@@ -193,14 +208,14 @@ def test_a_merge_on_read_table_and_its_compaction_over_a_remote_connect_server(s
     rows = [{"order_id": i, "status": "new", "amount": f"{i * 10.25:.2f}", "ts": base_ts + i, "note": f"ä/{i}#x y"}
             for i in range(1, 2001)]
     write_jsonl(root / "data/orders/1.json", rows)
-    first = ok(pipe(root, cache, "run", SPARK_REMOTE=url))
+    first = ok(pipe(root, cache, "run", **_as_remote(cache, url)))
     assert f"Spark: Spark Connect server {url}" in first.stderr
     assert "pipe's code shipped as pipe-" in first.stderr  # a remote server gets pipe's code with the session
     write_jsonl(root / "data/orders/2.json", [{**r, "status": "new", "amount": "1.50", "ts": base_ts + 10_000} for r in rows[:500]])
-    ok(pipe(root, cache, "run", SPARK_REMOTE=url))
+    ok(pipe(root, cache, "run", **_as_remote(cache, url)))
     assert list((root / "lake/orders").rglob(".*.log.*")), "the second write went to log files"
 
-    compacted = ok(pipe(root, cache, "compact", "orders", SPARK_REMOTE=url))
+    compacted = ok(pipe(root, cache, "compact", "orders", **_as_remote(cache, url)))
     assert "compacted orders:" in compacted.stdout
     got = {r[0]: r for r in hudi_rows(root, "orders", ["order_id", "status", "amount", "ts", "note"])}
     assert len(got) == 2000
@@ -211,6 +226,21 @@ def test_a_merge_on_read_table_and_its_compaction_over_a_remote_connect_server(s
     assert done == [("deltacommit", "UPSERT"), ("deltacommit", "UPSERT"), ("commit", "COMPACT")], done
 
 
+def test_quarantine_keeps_working_round_after_round_over_connect(server, tmp_path):
+    from tests.test_data_tests import QUARANTINE_ROUNDS, _quarantine_tables, assert_quarantine_round, quarantine_round
+
+    _, cache, url = server
+    root = write_project(tmp_path / "p", {"pipe_project.yml": "name: q\n", **QUARANTINE_ROUNDS,
+                                          "tables/orders.yml": _quarantine_tables("merge_on_read")})
+    good: dict = {}
+    quarantined: set = set()
+    for round_ in range(4):
+        write_jsonl(root / f"data/orders/round-{round_}.json", quarantine_round(round_, good, quarantined))
+        r = ok(pipe(root, cache, "run", **_as_remote(cache, url)))
+        assert "has_customer quarantined 1, positive_amount quarantined 1; quarantine commit" in r.stdout
+        assert_quarantine_round(root, round_, good, quarantined)
+
+
 def test_s3_events_flow_to_the_table_over_connect(server, tmp_path, s3env):
     from tests.test_s3_events import s3_project
 
@@ -218,7 +248,7 @@ def test_s3_events_flow_to_the_table_over_connect(server, tmp_path, s3env):
     s3env.put("orders/o-1.json", [{"order_id": 1_000_000_000_001, "amount": 12.5}, {"order_id": 2, "amount": 0.1}])
     s3env.put("orders/o 2+x.json", [{"order_id": 3, "amount": 3.5}])
     root = s3_project(tmp_path, s3env)
-    ok(pipe(root, cache, "run", SPARK_REMOTE=url))
+    ok(pipe(root, cache, "run", **_as_remote(cache, url)))
     assert steps(root)["table.orders"]["rows_read"] == 3
     assert hudi_rows(root, "orders", ["order_id", "amount"]) == [(2, 0.1), (3, 3.5), (1_000_000_000_001, 12.5)]
     assert s3env.waiting() == 0, "the messages are deleted once their commit completed"
@@ -247,7 +277,7 @@ def test_ctrl_c_cancels_the_runs_jobs_on_the_server_and_writes_nothing(server, t
     })
     write_jsonl(root / "data/s/s-1.json", [{"id": 1, "v": "x"}])
     proc = subprocess.Popen([sys.executable, "-m", "pipe", "--project-dir", str(root), "run", "--log-format", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cache, SPARK_REMOTE=url))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cache, **_as_remote(cache, url)))
     try:
         for line in proc.stdout:
             if '"step_start"' in line and '"table.slow"' in line:
@@ -303,7 +333,7 @@ def test_a_hive_metastore_catalog_is_synced_over_connect_by_a_jvm_of_pipes_own(s
     other_file = other / "pipe_project.yml"
     other_text = other_file.read_text()
     other_file.write_text(other_text.replace('master: "local[*]"', 'master: "local[*]"\n    catalog: {kind: spark, database: remote_shop}', 1))
-    warned = ok(pipe(other, cache, "run", SPARK_REMOTE=url))
+    warned = ok(pipe(other, cache, "run", **_as_remote(cache, url)))
     orders = steps(other)["table.orders"]
     assert orders["state"] == "warn" and "no Hive metastore is named for this target" in orders["message"], orders
     assert "spark.hadoop.hive.metastore.uris" in warned.stdout + warned.stderr
@@ -311,12 +341,68 @@ def test_a_hive_metastore_catalog_is_synced_over_connect_by_a_jvm_of_pipes_own(s
     other_file.write_text(other_text.replace(
         'master: "local[*]"', f'master: "local[*]"\n      conf:\n        spark.hadoop.hive.metastore.uris: "{hive_metastore.uri}"'
                               '\n    catalog: {kind: spark, database: remote_shop}', 1))
-    synced = ok(pipe(other, cache, "sync", SPARK_REMOTE=url))
+    synced = ok(pipe(other, cache, "sync", **_as_remote(cache, url)))
     assert "✓ orders: registered remote_shop.orders, +3 partition(s)" in synced.stdout, synced.stdout
     tables, table, partitions = what_a_metastore_holds(tmp_path, hive_metastore.uri, "remote_shop")
     assert tables == "['customer_revenue', 'customers', 'orders']"
     assert table == str(["hudi", "EXTERNAL", (other / "lake/orders").as_uri(), ORDERS_SCHEMA])
     assert partitions == "['APAC', 'EU', 'US']"
+
+
+def _cmdlines(pids: set[int]) -> dict[int, str]:
+    """The command lines of `pids` and of all their descendants (what `ps` shows any local user)."""
+    parents = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, grew = set(pids), True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        grew, found = bool(more), found | more
+    lines = {}
+    for pid in found:
+        try:
+            lines[pid] = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace"))
+        except OSError:
+            pass
+    return lines
+
+
+def test_the_server_serves_only_clients_with_its_token_which_no_other_user_can_see(server):
+    root, cache, url = server
+    state = json.loads(next((cache / "servers").glob("*.json")).read_text())
+    # a plain Spark Connect client of another local user: refused, by address or by name
+    code = f"""
+import os
+os.environ.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
+from pyspark.sql.connect.session import SparkSession
+for url in ("sc://127.0.0.1:{state['port']}", "sc://localhost:{state['port']}/;token=guessed"):
+    try:
+        rows = SparkSession.builder.remote(url).create().sql("select current_user() as u").collect()
+        print("SERVED", url, rows)
+    except Exception as exc:
+        print("REFUSED", url, type(exc).__name__, (str(exc).splitlines() or [""])[0][:200])
+"""
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(cache), timeout=180)
+    assert plain.stdout.count("REFUSED") == 2 and "SERVED" not in plain.stdout, plain.stdout + plain.stderr
+    # pipe's own commands give it
+    shown = ok(pipe(root, cache, "show", "orders", "-n", "2"))
+    assert "pipe server" in shown.stderr.splitlines()[0]
+    # neither the token nor a Spark setting's secret is on a command line of the supervisor, the
+    # JVM or its Python workers; the state file (token, session ids) and log are this user's only
+    lines = _cmdlines({state["supervisor_pid"], state["server_pid"]})
+    assert state["server_pid"] in lines and any("SparkConnectServer" in line for line in lines.values()), lines
+    assert [pid for pid, line in lines.items() if state["token"] in line or "sekrit-" in line] == [], lines
+    servers = cache / "servers"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700 and stat.S_IMODE(servers.stat().st_mode) == 0o700
+    files = [p for p in servers.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    assert {p.suffix for p in files} >= {".json", ".log"}, files
+    assert {str(p.relative_to(servers)): oct(stat.S_IMODE(p.stat().st_mode)) for p in files if stat.S_IMODE(p.stat().st_mode) != 0o600} == {}
+    assert [p for p in servers.rglob("*") if p.is_dir() and stat.S_IMODE(p.stat().st_mode) != 0o700] == []
+    assert "sekrit-" not in Path(state["log"]).read_text(errors="replace")
 
 
 def test_pipe_server_stop_ends_it_and_commands_go_back_to_embedded_spark(server):
@@ -340,7 +426,7 @@ def test_a_server_is_idle_only_when_no_command_holds_a_lease_and_none_used_it_la
     monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path))
     state = server.ServerState(project=str(tmp_path), target="dev", fingerprint="f", url="sc://127.0.0.1:1", port=1,
                                supervisor_pid=os.getpid(), server_pid=os.getpid(), session_base="1b4e28ba-2fa1-11d2-883f-0016d3cca427",
-                               started_at=time.time() - 600, idle_timeout_s=60, log="", master="local[2]")
+                               started_at=time.time() - 600, idle_timeout_s=60, log="", master="local[2]", token="t")
     assert server.idle_for(state) >= 599  # never used: idle since it started
     server.touch(state)
     assert server.idle_for(state) < 5

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from compiler import compile_project
 from compiler.diff import diff_plans
 from tests.conftest import compile_errors
-from tests.test_run import PROJECT_YML, assert_clean, pipe, project, run_results, write_jsonl
+from tests.test_run import PROJECT_YML, assert_clean, hudi_rows, pipe, project, run_results, write_jsonl
 
 LINES = """
     sources:
@@ -353,3 +355,75 @@ def test_expectations_warn_drop_quarantine_and_fail_before_the_commit(spark, tmp
     assert [json.loads(line) for line in out.splitlines()][-1] == latest
     code, out, err = pipe(capsys, root, "run", "--select", "lines", "--dry-run")
     assert "1 new file" in out
+
+
+QUARANTINE_ROUNDS = {
+    "sources/s.yml": """
+        sources:
+          raw_orders:
+            kind: files
+            path: data/orders
+            format: json
+            schema: "order_id BIGINT, line INT, customer STRING, region STRING, amount DECIMAL(12,2), updated_ms BIGINT"
+        """,
+    "tables/orders.sql": "select * from {{ source('raw_orders') }}\n",
+}
+
+
+def _quarantine_tables(table_type: str) -> str:
+    return f"""
+        tables:
+          orders:
+            type: {table_type}
+            key: [order_id, line]
+            precombine: updated_ms
+            partition_by: [region]
+            expect:
+              has_customer: {{expression: "customer is not null", action: quarantine}}
+              positive_amount: {{expression: "amount > 0", action: quarantine}}
+        """
+
+
+def quarantine_round(round_: int, good: dict, quarantined: set) -> list[dict]:
+    """Round `round_` of input for QUARANTINE_ROUNDS: two new orders, two updates of the last
+    round's (accents and quotes), a null customer and a negative amount to quarantine. Adds
+    what the table and its quarantine table should hold after it to `good` and `quarantined`."""
+    base_ms = 1_767_225_600_000  # 2026-01-01
+    rows = []
+    for i in range(4):
+        order = 9_000_000_000 + 2 * (round_ if i < 2 or round_ == 0 else round_ - 1) + i % 2
+        row = {"order_id": order, "line": i % 2 + 1, "customer": f"Zoë O'Brien {round_}", "region": ["EU", "US"][i % 2],
+               "amount": f"{round_ * 10 + i}.25", "updated_ms": base_ms + round_ * 3_600_000 + i}
+        rows.append(row)
+        good[(order, row["line"])] = (row["customer"], row["region"], row["updated_ms"])
+    bad = [{"order_id": 8_000_000_000 + round_, "line": 1, "customer": None, "region": "EU", "amount": "5.00",
+            "updated_ms": base_ms + round_},
+           {"order_id": 8_100_000_000 + round_, "line": 2, "customer": "Ann", "region": "APAC", "amount": "-1.50",
+            "updated_ms": base_ms + round_}]
+    quarantined |= {(b["order_id"], b["line"], b["customer"], ("has_customer",) if b["customer"] is None else ("positive_amount",))
+                    for b in bad}
+    return rows + bad
+
+
+def assert_quarantine_round(root: Path, round_: int, good: dict, quarantined: set) -> None:
+    stored = hudi_rows(root, "orders", ["order_id", "line", "customer", "region", "updated_ms"])
+    assert sorted(stored) == sorted((o, l, *v) for (o, l), v in good.items()), f"round {round_}"
+    in_quarantine = hudi_rows(root, "orders__quarantine", ["order_id", "line", "customer", "_pipe_failed_expectations"])
+    assert sorted((o, l, c, tuple(f)) for o, l, c, f in in_quarantine) == sorted(quarantined), f"round {round_}"
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_quarantine_keeps_working_round_after_round(spark, tmp_path, capsys, table_type):
+    """Every round quarantines rows (a null customer, a negative amount); after each run the
+    quarantine table holds every row quarantined so far and the table every good one, latest
+    version by updated_ms (read by hudi-rs)."""
+    root = project(tmp_path, {**QUARANTINE_ROUNDS, "tables/orders.yml": _quarantine_tables(table_type)})
+    good: dict[tuple[int, int], tuple] = {}
+    quarantined: set[tuple] = set()
+    for round_ in range(6):
+        write_jsonl(root / f"data/orders/round-{round_}.json", quarantine_round(round_, good, quarantined))
+        code, out, err = pipe(capsys, root, "run")
+        assert code == 0, f"round {round_}:\n{out}\n{err}"
+        assert_clean(out, err)
+        assert "has_customer quarantined 1, positive_amount quarantined 1; quarantine commit" in out
+        assert_quarantine_round(root, round_, good, quarantined)

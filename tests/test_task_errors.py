@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from compiler.plan import Step
-from runtime.steps.errors import describe_error
+from runtime.steps.errors import describe_error, is_user_error
 from runtime.task_errors import worker_error
 
 ORDERS = Step(id="table.orders", kind="write", name="orders", depends_on=(), config={}, file="tables/orders.yml", line=2,
@@ -44,3 +44,13 @@ def test_memory_exhausted_in_a_task_points_at_the_executors_memory(spark):
 def test_pipe_own_error_raised_in_a_task_is_its_message(spark):
     exc = _task_raising(spark, "from runtime.table.errors import TableError; raise TableError('orders: the log file x.log.1 is damaged')")
     assert worker_error(exc).line() == "orders: the log file x.log.1 is damaged"
+
+
+def test_a_python_exception_in_a_task_is_an_internal_error_not_blamed_on_the_sql(spark):
+    exc = _task_raising(spark, "raise KeyError('Field \"_pipe_failed_expectations\" does not exist in schema')")
+    assert not is_user_error(exc)  # so the executor keeps the traceback for --debug
+    message, hint = describe_error(exc, ORDERS)
+    assert message == ("table.orders: internal error in a Spark task: KeyError: "
+                       "'Field \"_pipe_failed_expectations\" does not exist in schema'")
+    assert hint == "this may be a bug in pipe; run with --debug for the traceback"
+    assert "tables/orders.sql" not in message

@@ -65,6 +65,9 @@ def is_user_error(exc: BaseException) -> bool:
 
     if isinstance(exc, (TableError, WriteError)):
         return True
+    failure = worker_error(exc)
+    if failure is not None and failure.kind not in PIPE_ERRORS:
+        return False  # a Python exception in one of pipe's tasks (describe_error)
     try:  # Spark's own errors with an error condition: a query that fails on the data or the SQL
         from pyspark.errors.exceptions.captured import CapturedException
     except ImportError:  # pragma: no cover
@@ -96,6 +99,9 @@ def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
     if failure is not None and failure.kind not in PIPE_ERRORS and failure.hint() is not None:
         # not the SQL's fault nor the data's: the executors' Python, memory, a lost executor
         return f"{step.id}: a Spark task failed: {failure.line()}", failure.hint()
+    if failure is not None and failure.kind not in PIPE_ERRORS:
+        # any other Python exception in a task runs pipe's own code (a project has no Python): not the SQL's fault
+        return f"{step.id}: internal error in a Spark task: {failure.line()}", _BUG
     if is_user_error(exc):
         where = f"{step.sql_file}: " if step.kind == "write" and step.sql_file else ""
         if step.kind == "write" and "lacks column(s)" in str(exc):
@@ -106,4 +112,7 @@ def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
         return f"{where}{step.id}: {spark_message(exc)}", None
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", None
-    return f"{step.id}: internal error: {type(exc).__name__}: {spark_message(exc)}", "this may be a bug in pipe; run with --debug for the traceback"
+    return f"{step.id}: internal error: {type(exc).__name__}: {spark_message(exc)}", _BUG
+
+
+_BUG = "this may be a bug in pipe; run with --debug for the traceback"

@@ -473,6 +473,7 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
     keys the incoming rows do not replace or delete, when merging) and then the incoming
     rows. Returns the stats row, with counts of inserts, updates and deletes; its path is ""
     when no row is left (the driver writes the empty base file)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     base = spec.base_files.get(f"{partition}/{file_id}")
@@ -494,10 +495,14 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
     if KIND in rows.column_names:
         rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
     out = task.open_files[file_id] = _OpenFile(spec, partition, file_id, task)
+    # the record key and the table's columns, without the write's working columns (_pipe_*): a
+    # data column may start with _pipe_ too (a quarantine table's)
+    data = set(spec.data_columns)
+    schema = pa.schema([f for f in rows.schema if f.name in data or not f.name.startswith("_pipe_")])
     if log is not None and log.log_paths:  # merge-on-read: the slice as readers see it, base and logs merged
-        stored_rows = _merged_batches(out.storage, spec.merge_spec, base, log.log_paths, rows.schema)
+        stored_rows = _merged_batches(out.storage, spec.merge_spec, base, log.log_paths, schema)
     else:
-        stored_rows = _stored_batches(out.storage, base, rows.schema) if base is not None else ()
+        stored_rows = _stored_batches(out.storage, base, schema) if base is not None else ()
     for stored in stored_rows:
         if spec.merge:
             stored = stored.filter(pc.invert(pc.is_in(stored.column("_hoodie_record_key"), value_set=replaced)))
@@ -634,7 +639,7 @@ def _merged_batches(storage, merge_spec, base: str | None, log_paths, schema) ->
 
 def _stored_batches(storage, rel_path: str, schema) -> Iterator:
     """The rows of a stored base file in batches, with the data columns of `schema` (the
-    incoming rows' Arrow schema, which is the table's): a column the file lacks is null, a
+    table's, as the incoming rows have them): a column the file lacks is null, a
     widened column is cast."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -645,7 +650,7 @@ def _stored_batches(storage, rel_path: str, schema) -> Iterator:
         source = pa.BufferReader(storage.read_bytes(rel_path))
     stored = pq.ParquetFile(source)
     present = set(stored.schema_arrow.names)
-    wanted = [f for f in schema if not f.name.startswith("_pipe_") and f.name not in ("_hoodie_partition_path",)]
+    wanted = [f for f in schema if f.name != "_hoodie_partition_path"]
     meta = [c for c in ("_hoodie_commit_time", "_hoodie_commit_seqno") if c in present]
     columns = meta + [f.name for f in wanted if f.name in present]
     for batch in stored.iter_batches(batch_size=1 << 16, columns=columns):
@@ -657,7 +662,7 @@ def _carried(batch, present: set, schema):
     of `schema` (a column the batch lacks is null, a widened one is cast)."""
     import pyarrow as pa
 
-    wanted = [f for f in schema if not f.name.startswith("_pipe_") and f.name not in ("_hoodie_partition_path",)]
+    wanted = [f for f in schema if f.name != "_hoodie_partition_path"]
     arrays, names = [], []
     for c in ("_hoodie_commit_time", "_hoodie_commit_seqno"):
         if c in present:
