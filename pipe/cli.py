@@ -42,15 +42,46 @@ def _compile(ctx: _Context, target: str | None, vars_text: str | None, cache_wri
     """The outcomes of the SQL checks are cached in target/; `pipe diff`, which leaves the
     working tree alone, only reads them (cache_write=False). `files`: the project's files, when
     already read (compiler.project.ProjectFiles)."""
+    from compiler import partial
     from compiler.api import compile_project
-    from compiler.project import parse_cli_vars
+    from compiler.project import ProjectFiles, parse_cli_vars
 
     root = ctx.root()
-    result = compile_project(root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target", cache_write=cache_write,
+    cli_vars = parse_cli_vars(vars_text)
+    if cache_write and files is None:
+        files = ProjectFiles.read(root)  # the plan written below is of the very files fingerprinted
+    result = compile_project(root, target=target, cli_vars=cli_vars, cache_dir=root / "target", cache_write=cache_write,
                              files=files)
     if result.warnings:
         output.diagnostics(result.warnings)
+    if cache_write:
+        # every command that compiles leaves the plan it used in target/plan.json, as `pipe compile`
+        # does (dbt writes its manifest on every command): `pipe diff` compares against what ran
+        fingerprint = partial.fingerprint(files, target, cli_vars)
+        if partial.reuse(root / "target", fingerprint) is None:
+            _write_plan(root / "target", result, fingerprint)
     return result
+
+
+def _write_plan(target_dir: Path, result, fingerprint: str | None):
+    """Writes the compiled plan to target_dir/plan.json atomically (a temporary file replaced),
+    and records the compile for the next one (compiler/partial.py). Returns its summary."""
+    from compiler import partial
+
+    step_texts = partial.load_step_texts(target_dir)  # steps encoded by the last compile are not encoded again
+    plan_json = result.plan.to_json(step_texts)
+    target_dir.mkdir(exist_ok=True)
+    tmp = target_dir / f".plan.json.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(plan_json, encoding="utf-8")
+        os.replace(tmp, target_dir / "plan.json")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    partial.save_step_texts(target_dir, step_texts)
+    summary = partial.Summary.of(result.plan)
+    partial.remember(target_dir, fingerprint, plan_json, result.warnings, summary)
+    return summary
 
 
 def _set_project_dir(click_ctx: click.Context, _param, value):
@@ -169,15 +200,7 @@ def compile_cmd(ctx: _Context, target: str | None, vars_text: str | None) -> Non
             result = compile_project(root, target=target, cli_vars=cli_vars, cache_dir=target_dir, files=files)
             if result.warnings:
                 output.diagnostics(result.warnings)
-            step_texts = partial.load_step_texts(target_dir)  # steps encoded by the last compile are not encoded again
-            plan_json = result.plan.to_json(step_texts)
-            target_dir.mkdir(exist_ok=True)
-            tmp = target_dir / ".plan.json.tmp"
-            tmp.write_text(plan_json, encoding="utf-8")
-            os.replace(tmp, target_dir / "plan.json")
-            partial.save_step_texts(target_dir, step_texts)
-            summary = partial.Summary.of(result.plan)
-            partial.remember(target_dir, fingerprint, plan_json, result.warnings, summary)
+            summary = _write_plan(target_dir, result, fingerprint)
     elapsed = time.perf_counter() - started
     detail = ", ".join(f"{n} {a}" for a, n in summary.actions.items())
     output.line(

@@ -231,3 +231,28 @@ def test_lines_printed_without_rich_read_as_rich_prints_them(text, monkeypatch):
         assert plain is not None  # style tags alone do not need rich
     monkeypatch.setenv("FORCE_COLOR", "1")  # rich would colour even a pipe
     assert _plain(text, io.StringIO()) is None
+
+
+def test_every_command_that_compiles_leaves_the_plan_it_used_in_target(spark, tmp_path, capsys):
+    from compiler import compile_project
+    from tests.test_run import ONE_SOURCE, project, write_jsonl
+
+    root = project(tmp_path, {"sources/s.yml": ONE_SOURCE, "tables/t.sql": "select id, v from {{ source('s') }}\n"})
+    write_jsonl(root / "data/s/1.json", [{"id": 1_700_000_000_123, "v": "Zoë"}, {"id": 1_700_000_000_456, "v": None}])
+    code, out, err = run(capsys, "--project-dir", str(root), "compile")
+    assert code == 0, err
+    compiled = (root / "target/plan.json").read_text()
+
+    (root / "tables/t.sql").write_text("select id, upper(v) as v from {{ source('s') }}\n")
+    code, out, err = run(capsys, "--project-dir", str(root), "run")
+    assert code == 0, out + err
+    ran = (root / "target/plan.json").read_text()
+    assert ran != compiled and ran == compile_project(root).plan.to_json()
+    code, out, err = run(capsys, "--project-dir", str(root), "diff", str(root / "target/plan.json"))
+    assert code == 0 and "No changes" in out, out + err
+
+    (root / "tables/t.sql").write_text("select id, lower(v) as v from {{ source('s') }}\n")
+    code, out, err = run(capsys, "--project-dir", str(root), "ls")
+    assert code == 0, err
+    assert (root / "target/plan.json").read_text() == compile_project(root).plan.to_json()
+    assert not [p.name for p in (root / "target").iterdir() if p.name.endswith(".tmp")]
