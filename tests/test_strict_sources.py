@@ -105,8 +105,8 @@ def test_csv_bad_values_and_short_or_long_rows_stop_an_overwrite_before_it_repla
     step = _fails(capsys, root, "table.products")
     assert step["message"] == ("source raw_products: 3 records of the new files do not fit the declared schema: "
                                'data/products/p2.csv line 2: column price: "abc" is not a DOUBLE; '
-                               "data/products/p2.csv line 3: fewer fields than the 3 declared: 7,Short; "
-                               "data/products/p2.csv line 4: more fields than the 3 declared: 8,Long,1.0,extra")
+                               "data/products/p2.csv line 3: fewer fields than the 3 declared; quoting is the likely cause: 7,Short; "
+                               "data/products/p2.csv line 4: more fields than the 3 declared; quoting is the likely cause: 8,Long,1.0,extra")
     assert timeline(capsys, root, "products") == before
     assert_rows(spark, root, "products", ["product_id", "name", "price"], [(1, "Desk", 100.0), (2, "Lamp", None)])
 
@@ -238,3 +238,79 @@ def test_a_file_read_in_small_pieces_is_numbered_as_when_read_at_once():
         assert expected[0] == (1, "id,name", True) and expected[-1][1] == "400,last"
         assert [h for *_, h in expected].count(True) == 1
         assert expected[-1][0] == 1 + 399 + 399 // 7 + 1  # header, data lines, blank lines (counted), the last line
+
+
+PLANS_SOURCE = """
+    sources:
+      raw_plans:
+        kind: files
+        path: data/plans
+        format: csv
+        options: {header: true%s}
+        schema: "plan_id BIGINT, customer STRING, note STRING, monthly_fee DECIMAL(10,2), updated_at BIGINT"
+    """
+PLANS_TABLE = {
+    "tables/plans.yml": "tables:\n  plans:\n    key: [plan_id]\n    precombine: updated_at\n",
+    "tables/plans.sql": "select * from {{ source('raw_plans') }}\n",
+}
+
+
+def _write_csv(path: Path, rows: list[tuple]) -> None:
+    """As Python's csv module (and Excel) write it: \\r\\n line ends, `"` quotes, `""` inside them."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["plan_id", "customer", "note", "monthly_fee", "updated_at"])
+        writer.writerows(rows)
+
+
+def test_a_csv_written_by_pythons_csv_module_is_read_exactly_quotes_commas_line_breaks_and_accents(spark, tmp_path, capsys):
+    from decimal import Decimal
+
+    root = project(tmp_path, {"sources/plans.yml": PLANS_SOURCE % "", **PLANS_TABLE})
+    one_line = [
+        (1001, 'Zoë "the books" Müller', 'likes "books", maps', Decimal("12.50"), 1_700_000_000_123),
+        (1002, "Ana, Inc.", "", Decimal("0.99"), 1_700_000_000_456),  # an empty field is a null
+        (1003, 'Ōtsuka ""Café""', 'a lone " quote', Decimal("-3.10"), 1_700_000_001_000),
+        (1004, "plain", "naïve façade", Decimal("99999999.99"), 1_700_000_002_000),
+    ]
+    _write_csv(root / "data/plans/plans-0001.csv", one_line)
+    run_ok(capsys, root)
+    expected = [(r[0], r[1], r[2] or None, r[3]) for r in one_line]
+    assert_rows(spark, root, "plans", ["plan_id", "customer", "note", "monthly_fee"], expected)
+
+    # line breaks inside quoted fields: `multiLine: true`, lines still numbered for messages
+    (root / "sources/plans.yml").write_text(textwrap.dedent(PLANS_SOURCE % ", multiLine: true"), encoding="utf-8")
+    multi = [
+        (2001, 'Renée "RJ" Jones', 'first line\nsecond, with comma\r\n\nfourth "quoted"', Decimal("10.00"), 1_700_000_100_000),
+        (2002, "Łukasz", "one line", Decimal("7.25"), 1_700_000_100_001),
+        (1001, 'Zoë "the books" Müller', 'moved\nto "gold"', Decimal("15.75"), 1_700_000_100_002),  # an update of round 1's row
+    ]
+    _write_csv(root / "data/plans/plans-0002.csv", multi)
+    run_ok(capsys, root)
+    expected = [e for e in expected if e[0] != 1001] + [r[:4] for r in multi]
+    assert_rows(spark, root, "plans", ["plan_id", "customer", "note", "monthly_fee"], expected)
+
+
+def test_a_csv_with_broken_quoting_names_file_and_line_and_blames_the_quoting_not_the_values(spark, tmp_path, capsys):
+    root = project(tmp_path, {"sources/plans.yml": PLANS_SOURCE % "", **PLANS_TABLE})
+    _write_csv(root / "data/plans/plans-0001.csv", [(1, "Ann", "ok", "1.00", 1_700_000_000_000)])
+    run_ok(capsys, root)
+    before = timeline(capsys, root, "plans")
+    (root / "data/plans/plans-0002.csv").write_text(
+        "plan_id,customer,note,monthly_fee,updated_at\r\n"
+        "2,Bob,fine,2.00,1700000000001\r\n"
+        '3,"Kim ""books"" Lee",note,3.00,1700000000002\r\n'
+        '4,"Lou, unclosed,4.00,1700000000003\r\n'
+        "5,Max,a,b,5.00,1700000000004\r\n", encoding="utf-8")
+    step = _fails(capsys, root, "table.plans")
+    where = "data/plans/plans-0002.csv"
+    assert step["message"] == (
+        "source raw_plans: 2 records of the new files do not fit the declared schema: "
+        f'{where} line 4: unbalanced quotes (a quoted field is not closed); quoting is the likely cause: 4,"Lou, unclosed,4.00,1700000000003; '
+        f"{where} line 5: more fields than the 5 declared; quoting is the likely cause: 5,Max,a,b,5.00,1700000000004")
+    assert "RFC 4180" in step["hint"] and "escape" in step["hint"] and "multiLine" in step["hint"]
+    assert "on_bad_record" not in step["hint"]  # dropping would leave out every quoted record
+    assert timeline(capsys, root, "plans") == before

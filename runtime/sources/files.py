@@ -169,7 +169,7 @@ def read_checked(spark, files: list[tuple[str, str]], config: Mapping[str, Any],
     options = config.get("options") or {}
     declared = config.get("schema")
     on_bad = config.get("on_bad_record") or "fail"
-    if declared and fmt in ("json", "csv") and not (fmt == "csv" and records.flag(options, "multiLine")):
+    if declared and fmt in ("json", "csv"):
         lines = records.line_reader(spark, files, opener, options, fmt)
         ddl = columns_ddl(declared)
         try:
@@ -234,14 +234,16 @@ def check_parquet_footers(files: list[tuple[str, str]], declared, name: str) -> 
 
 def read_with_spark(spark, paths: list[str], config: Mapping[str, Any], name: str, what: str = "objects", cache: list | None = None):
     """(DataFrame, record count, bad records left out, samples) of `paths` read by Spark's reader
-    of the source's format: Parquet, JSON or CSV without a declared schema, multiLine CSV, and
-    s3a:// objects. Malformed records stop the step naming their file, unless
+    of the source's format: Parquet, JSON or CSV without a declared schema, and s3a:// objects. Malformed records stop the step naming their file, unless
     `on_bad_record: drop`; without line numbers (Spark's readers do not know them)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     fmt = config["format"]
-    reader = spark.read.format(fmt).options(**{k: str(v) for k, v in (config.get("options") or {}).items()})
+    options = config.get("options") or {}
+    reader = spark.read.format(fmt).options(**{k: str(v) for k, v in options.items()})
+    if fmt == "csv" and records.option(options, "escape") is None:  # RFC 4180: a quote in a quoted field is doubled
+        reader = reader.option("escape", records.csv_quoting(options)[1])
     declared = config.get("schema")
     textual = fmt in ("json", "csv")
     if declared:

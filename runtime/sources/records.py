@@ -63,19 +63,24 @@ CHUNK_BYTES = 32 * 1024 * 1024  # a file is read in pieces of this size: memory 
 
 
 def split_stream(stream, name: str, whole: bool, header: bool, encoding: str | None, line_sep: str | None,
-                 chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple]:
+                 chunk_bytes: int = CHUNK_BYTES, quoting: tuple[str, str] | None = None) -> Iterator[tuple]:
     """split_text of a binary stream, read and decompressed `chunk_bytes` at a time: one
     (line numbers, texts, is_header) triple per piece, lines cut only at their separator and
-    numbered across pieces. A `whole` file (one multiLine JSON record) is read at once."""
+    numbered across pieces. A `whole` file (one multiLine JSON record) is read at once.
+    `quoting` ((quote, escape) of a multiLine CSV): a line break inside a quoted field does not
+    end the record; the record is numbered by its first line. Bytes not valid in the encoding
+    become INVALID, which `parse` reports as a bad record."""
     import codecs
     import pyarrow as pa
+
+    _register_invalid_marker()
 
     for suffix, module in _COMPRESSED.items():
         if name.endswith(suffix):
             stream = {"gzip": lambda f: __import__("gzip").GzipFile(fileobj=f), "bz2": lambda f: __import__("bz2").BZ2File(f),
                       "lzma": lambda f: __import__("lzma").LZMAFile(f)}[module](stream)
             break
-    decoder = codecs.getincrementaldecoder(codecs.lookup(encoding).name if encoding else "utf-8")(errors="replace")
+    decoder = codecs.getincrementaldecoder(codecs.lookup(encoding).name if encoding else "utf-8")(errors=_INVALID_HANDLER)
     sep = line_sep or "\n"
     carry, first_line, started, header_left = "", 1, False, header
     while True:
@@ -97,7 +102,13 @@ def split_stream(stream, name: str, whole: bool, header: bool, encoding: str | N
                 carry = text
                 continue
             text, carry = text[:cut], text[cut + len(sep):]
-        nums, texts, heads = _lines(text, first_line, line_sep, header_left)
+            if quoting is not None:  # a record still open at the cut waits for the next piece
+                start = _open_record_start(text, sep, *quoting)
+                if start is not None:
+                    text, carry = text[:max(0, start - len(sep))], text[start:] + sep + carry
+                    if start == 0:
+                        continue
+        nums, texts, heads = _lines(text, first_line, line_sep, header_left, quoting)
         first_line += text.count(sep) + 1
         header_left = header_left and len(texts) == 0
         yield nums, texts, heads
@@ -105,23 +116,80 @@ def split_stream(stream, name: str, whole: bool, header: bool, encoding: str | N
             return
 
 
-def _lines(text: str, first_line: int, line_sep: str | None, header: bool):
+def _lines(text: str, first_line: int, line_sep: str | None, header: bool, quoting: tuple[str, str] | None = None):
     import pyarrow as pa
     import pyarrow.compute as pc
 
     texts = pc.split_pattern(pa.array([text], pa.large_string()), pattern=line_sep or "\n").flatten()
+    numbers = None
+    if quoting is not None:  # a \r\n inside a quoted field is kept
+        numbers, texts = _joined_records(texts, first_line, line_sep or "\n", *quoting)
     if not line_sep:
         texts = pc.utf8_rtrim(texts, characters="\r")  # records end at \n or \r\n, as for Spark
-    return _numbered(texts, first_line, header)
+    return _numbered(texts, first_line, header, numbers)
 
 
-def _numbered(texts, first_line: int, header: bool):
-    """Line numbers from `first_line`, blank lines left out, the first kept line the header."""
+INVALID = "\U0010fffe"  # stands for bytes not valid in the file's encoding (a noncharacter: never in real text)
+_INVALID_HANDLER = "pipe-invalid-bytes"
+
+
+def _register_invalid_marker() -> None:
+    import codecs
+
+    try:
+        codecs.lookup_error(_INVALID_HANDLER)
+    except LookupError:
+        codecs.register_error(_INVALID_HANDLER, lambda exc: (INVALID, exc.end))
+
+
+def _quote_counts(lines: list[str], quote: str, escape: str) -> list[int]:
+    """Quote characters of each line that open or close a quoted field: an escaped quote
+    (`\\"` when the escape is not the quote) counts for none; a doubled one (`""`) for two."""
+    if escape and escape != quote:
+        return [line.count(quote) - line.count(escape + quote) for line in lines]
+    return [line.count(quote) for line in lines]
+
+
+def _open_record_start(text: str, sep: str, quote: str, escape: str) -> int | None:
+    """The offset in `text` of the record its last line leaves open (an odd number of quotes
+    since its start), or None when every record in it is closed."""
+    lines = text.split(sep)
+    open_, start, offset = False, 0, 0
+    for line, n in zip(lines, _quote_counts(lines, quote, escape)):
+        if not open_:
+            start = offset
+        open_ = open_ != (n % 2 == 1)
+        offset += len(line) + len(sep)
+    return start if open_ else None
+
+
+def _joined_records(texts, first_line: int, sep: str, quote: str, escape: str):
+    """(first line numbers, records) of multiLine CSV lines: a line that ends inside a quoted
+    field continues on the next (joined with the separator), the record numbered by its first line."""
+    import pyarrow as pa
+
+    lines = texts.to_pylist()
+    counts = _quote_counts(lines, quote, escape)
+    if all(n % 2 == 0 for n in counts):
+        return None, texts
+    nums, out, open_ = [], [], False
+    for i, (line, n) in enumerate(zip(lines, counts)):
+        if open_:
+            out[-1] += sep + line
+        else:
+            nums.append(first_line + i)
+            out.append(line)
+        open_ = open_ != (n % 2 == 1)
+    return nums, pa.array(out, pa.large_string())
+
+
+def _numbered(texts, first_line: int, header: bool, numbers: list[int] | None = None):
+    """Line numbers from `first_line` (or `numbers`), blank lines left out, the first kept line the header."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    nums = pa.array(np.arange(first_line, first_line + len(texts), dtype=np.int64))
+    nums = pa.array(numbers, pa.int64()) if numbers is not None else pa.array(np.arange(first_line, first_line + len(texts), dtype=np.int64))
     keep = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0)
     nums, texts = nums.filter(keep), texts.filter(keep)
     heads = np.zeros(len(texts), dtype=bool)
@@ -131,7 +199,7 @@ def _numbered(texts, first_line: int, header: bool):
 
 
 def read_lines(opener: Callable[[], Callable[[str], Any]], whole: bool, header: bool, encoding: str | None,
-               line_sep: str | None, batches: Iterator) -> Iterator:
+               line_sep: str | None, batches: Iterator, quoting: tuple[str, str] | None = None) -> Iterator:
     """mapInArrow: (name, locator) rows in, (file, line number, text, is_header, missing) out.
     `opener()` is called once per task and returns a function opening one file by its locator
     as a binary stream (None when the file is gone); the file is read in pieces."""
@@ -147,7 +215,7 @@ def read_lines(opener: Callable[[], Callable[[str], Any]], whole: bool, header: 
                                                  schema=schema)
                 continue
             try:
-                pieces = _naming_file(name, split_stream(stream, name, whole, header, encoding, line_sep))
+                pieces = _naming_file(name, split_stream(stream, name, whole, header, encoding, line_sep, quoting=quoting))
                 for nums, texts, heads in pieces:
                     for start in range(0, len(texts), _BATCH_LINES):  # bounded batches: a big file stays under Arrow's 2 GB strings
                         n = min(_BATCH_LINES, len(texts) - start)
@@ -178,9 +246,26 @@ def line_reader(spark, files: list[tuple[str, str]], opener, options: Mapping[st
     header = fmt == "csv" and flag(options, "header")
     encoding = option(options, "encoding") or option(options, "charset")
     line_sep = option(options, "lineSep")
+    quoting = csv_quoting(options) if fmt == "csv" and flag(options, "multiLine") and csv_quoting(options)[0] else None
     parallelism = max(1, min(len(files), spark_api.default_parallelism(spark) * 2))
     listing = spark.createDataFrame(files, "name STRING, locator STRING").repartition(parallelism)
-    return listing.mapInArrow(lambda it: read_lines(opener, whole, header, encoding, line_sep, it), LINES_DDL)
+    return listing.mapInArrow(lambda it: read_lines(opener, whole, header, encoding, line_sep, it, quoting), LINES_DDL)
+
+
+JSON_MAX_STRING_LEN = 20_000_000  # Spark's JSON option maxStringLen (Jackson's StreamReadConstraints) by default
+
+
+def encoding_name(options: Mapping[str, Any]) -> str:
+    """The encoding files are read in, as users name it (the source's `encoding`, else UTF-8)."""
+    return option(options, "encoding") or option(options, "charset") or "UTF-8"
+
+
+def csv_quoting(options: Mapping[str, Any]) -> tuple[str, str]:
+    """(quote, escape) of a CSV source: RFC 4180's `"` and `""` unless its options say otherwise."""
+    quote = option(options, "quote")
+    quote = '"' if quote is None else quote
+    escape = option(options, "escape")
+    return quote, quote if escape is None else escape
 
 
 def read_local(locator: str):
@@ -213,6 +298,9 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
 
     fields = StructType.fromDDL(ddl).fields
     opts = parse_options(options)
+    quote, escape = csv_quoting(options) if fmt == "csv" else ("", "")
+    if fmt == "csv" and option(options, "escape") is None:  # RFC 4180 (Python's csv, Excel): `""` in a quoted field
+        opts["escape"] = escape
     typed_opts = {**opts, "columnNameOfCorruptRecord": CORRUPT}
     body = lines.where(~F.col(IS_HEADER))  # a file gone (MISSING) keeps its one row, to be counted
     comment = option(options, "comment") if fmt == "csv" else None
@@ -247,15 +335,31 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
         shown = F.concat(F.lit('"'), F.substring(raw, 1, 60), F.when(F.length(raw) > 60, F.lit('…"')).otherwise(F.lit('"')))
         checks.append(F.when(raw.isNotNull() & typed.isNull(),
                              F.concat(F.lit(f"column {f.name}: "), shown, F.lit(f" is not {_a(f.dataType.simpleString().upper())}"))))
-    text = F.substring(F.col(TEXT), 1, 80)
+    text = F.substring(F.regexp_replace(F.col(TEXT), INVALID, "\ufffd"), 1, 80)
+    corrupt = F.col("t").getField(CORRUPT).isNotNull() | F.col("t").isNull()
+    first = []  # problems that explain the others: they come before a value's
     if fmt == "csv":
         n = len(fields)
-        structural = F.when(F.col("s").getField(extra).isNotNull(), F.concat(F.lit(f"more fields than the {n} declared: "), text)) \
-            .otherwise(F.concat(F.lit(f"fewer fields than the {n} declared: "), text))
+        quoting = "; quoting is the likely cause: "
+        structural = F.when(F.col("s").getField(extra).isNotNull(), F.concat(F.lit(f"more fields than the {n} declared{quoting}"), text)) \
+            .otherwise(F.concat(F.lit(f"fewer fields than the {n} declared{quoting}"), text))
+        if quote:  # an odd number of quotes: a quoted field is not closed on its line
+            quotes = F.length(F.col(TEXT)) - F.length(F.replace(F.col(TEXT), F.lit(quote), F.lit("")))
+            if escape and escape != quote:
+                quotes = quotes - (F.length(F.col(TEXT)) - F.length(F.replace(F.col(TEXT), F.lit(escape + quote), F.lit("")))) / len(escape + quote)
+            first.append(F.when(failed & (quotes % 2 == 1), F.concat(F.lit("unbalanced quotes (a quoted field is not closed)"), F.lit(quoting), text)))
+        first.append(F.when(failed & F.col("s").getField(extra).isNotNull(), structural))
     else:  # as text, only a record that is no JSON object fails; else the culprit is nested
-        structural = F.when(F.col("s").getField(CORRUPT).isNotNull() | F.col("s").isNull(), F.concat(F.lit("not a valid JSON object: "), text)) \
+        limit = int(option(options, "maxStringLen") or JSON_MAX_STRING_LEN)
+        structural = F.when(F.col("s").getField(CORRUPT).isNotNull() | F.col("s").isNull(),
+                            F.when(F.length(F.col(TEXT)) > limit,
+                                   F.concat(F.lit("a line of "), F.length(F.col(TEXT)).cast("string"),
+                                            F.lit(f" characters that Spark's JSON parser refuses: a string value longer than {limit} characters "
+                                                  f"(its maxStringLen) is too long; set `maxStringLen` in the source's options to read longer ones: "), text))
+                            .otherwise(F.concat(F.lit("not a valid JSON object: "), text))) \
             .otherwise(F.concat(F.lit("a nested value does not fit the declared type: "), text))
-    problem = F.when(F.col(MISSING).isNull(), F.coalesce(*checks, F.when(F.col("t").getField(CORRUPT).isNotNull() | F.col("t").isNull(), structural)))
+    invalid = F.when(F.col(TEXT).contains(INVALID), F.concat(F.lit(f"bytes that are not valid {encoding_name(options)}: "), text))
+    problem = F.when(F.col(MISSING).isNull(), F.coalesce(invalid, *first, *checks, F.when(corrupt, structural)))
     return both.select(FILE, MISSING, LINE_NO, RECORD_NO, *[F.col("t").getField(f.name).alias(f.name) for f in fields], problem.alias(PROBLEM))
 
 
@@ -324,6 +428,15 @@ def bad_message(name: str, what: str, bad: int, samples: list[str], unit: str = 
 
 
 def bad_hint(samples: list[str]) -> str:
+    if any("quoting is the likely cause" in s for s in samples):  # dropping would leave out every record with a quote in it
+        return ("nothing of this source was written and its checkpoint did not move: check how the file quotes its fields. "
+                "pipe reads CSV as RFC 4180 (as Python's csv module and Excel write it): a field holding a comma, quote or line break "
+                'is quoted with ", and a " inside it is written "". Set `quote` and `escape` in the source\'s options for another '
+                "convention (escape: '\\' when quotes inside quotes are written \\\"), `multiLine: true` when quoted fields hold "
+                "line breaks, and `encoding` when the file is not UTF-8")
+    if all("bytes that are not valid" in s for s in samples):
+        return ("nothing of this source was written and its checkpoint did not move: set `encoding` in the source's options to the "
+                "files' encoding (latin1, cp1252, UTF-16, ...), fix the files, or set `on_bad_record: drop` on the source to leave such records out")
     hint = ("nothing of this source was written and its checkpoint did not move: fix or remove those records and run again, "
             "declare the column with the type its values have, or set `on_bad_record: drop` on the source to leave such records out")
     text = " ".join(samples)
