@@ -503,3 +503,14 @@ def test_the_key_is_private_to_its_user_and_a_readable_one_is_not_trusted(tmp_pa
     (tmp_path / "shared" / cache_key.KEY_FILE).write_bytes(os.urandom(32))
     os.chmod(tmp_path / "shared" / cache_key.KEY_FILE, 0o644)  # anyone could sign with it
     assert cache_key.key() is None and cache_key.sign(b"plan") is None
+
+
+def test_without_a_usable_key_every_compile_is_in_full_and_nothing_is_kept(shop, tmp_path, capsys, monkeypatch, full_compiles):
+    (tmp_path / "not-a-folder").write_text("a file where the cache folder would be\n")
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path / "not-a-folder" / "pipe"))
+    for _ in range(2):
+        code, out, err = pipe_compile(capsys, shop)
+        assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), out + err
+    assert len(full_compiles) == 2
+    assert not (shop / "target" / partial.FILES_RECORD).exists() and not (shop / "target" / partial.STEPS_RECORD).exists()
+    assert plan_text(shop) == fresh_plan(shop)
