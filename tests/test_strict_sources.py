@@ -314,3 +314,28 @@ def test_a_csv_with_broken_quoting_names_file_and_line_and_blames_the_quoting_no
     assert "RFC 4180" in step["hint"] and "escape" in step["hint"] and "multiLine" in step["hint"]
     assert "on_bad_record" not in step["hint"]  # dropping would leave out every quoted record
     assert timeline(capsys, root, "plans") == before
+
+
+def test_a_files_source_refuses_symbolic_links_to_files_or_folders_naming_the_link(spark, tmp_path, capsys):
+    root = _orders(tmp_path)
+    good = {"order_id": 1, "amount": 10.5, "order_date": "2024-01-01", "updated_at": "2024-01-01T10:00:00"}
+    write_jsonl(root / "data/orders/orders-0001.json", [good])
+    outside = tmp_path / "elsewhere"
+    write_jsonl(outside / "secret.json", [{**good, "order_id": 666}])
+    link = root / "data/orders/orders-0002.json"
+    link.symlink_to(outside / "secret.json")
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1, out + err
+    assert_clean(out, err)
+    assert f"source raw_orders: {link} is a symbolic link (to {outside / 'secret.json'})" in err
+    assert "copy or move the file" in err
+    assert not (root / "lake/orders/.hoodie").exists() or commits(timeline(capsys, root, "orders")) == []
+
+    link.unlink()  # a linked folder, even one whose files are inside the project, is refused the same way
+    (root / "data/orders/more").symlink_to(outside)
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1 and f"{root / 'data/orders/more'} is a symbolic link" in err, out + err
+
+    (root / "data/orders/more").unlink()
+    run_ok(capsys, root)
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5)])

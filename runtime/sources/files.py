@@ -84,16 +84,33 @@ def list_files(config: Mapping[str, Any], root: Path, source: str) -> list[FileE
     if pattern is not None:
         found = [Path(f) for f in glob.glob(str(base / pattern), recursive=True)]
     else:
-        found = [Path(d) / n for d, _, names in os.walk(base) for n in names]
+        found = [Path(d) / n for d, dirs, names in os.walk(base) for n in names + [x for x in dirs if os.path.islink(os.path.join(d, x))]]
     entries = []
     for f in found:
         rel = f.relative_to(base).as_posix()
-        if not f.is_file() or any(part.startswith((".", "_")) for part in rel.split("/")):
+        if any(part.startswith((".", "_")) for part in rel.split("/")):
+            continue
+        _refuse_links(base, rel, source)
+        if not f.is_file():
             continue
         st = f.stat()
         entries.append(FileEntry(rel, str(f), st.st_size, int(st.st_mtime * 1000)))
     entries.sort(key=lambda e: (e.mtime_ms, e.path))
     return entries
+
+
+def _refuse_links(base: Path, rel: str, source: str) -> None:
+    """A symbolic link below the source's folder (to a file or a folder, pointing inside it or
+    out) stops the run naming it: input is the regular files the folder holds, never what a link
+    lets someone else's file stand in for. The folder named by `path` may itself be a link."""
+    here = base
+    for part in rel.split("/"):
+        here = here / part
+        if here.is_symlink():
+            raise SourceError(f"source {source}: {here} is a symbolic link (to {os.readlink(here)}); a files source reads only "
+                              f"the regular files inside its folder {base} and follows no link",
+                              "copy or move the file (or folder) itself into the folder, or point the source's `path` at the folder "
+                              "the link leads to; nothing was read")
 
 
 def plan_files(entries: list[FileEntry], checkpoint: Checkpoint | None, max_files: int | None,
