@@ -54,6 +54,7 @@ def _compile(ctx: _Context, target: str | None, vars_text: str | None, cache_wri
                              files=files)
     if result.warnings:
         output.diagnostics(result.warnings)
+    output.hide_secrets(result.plan)
     if cache_write:
         # every command that compiles leaves the plan it used in target/plan.json, as `pipe compile`
         # does (dbt writes its manifest on every command): `pipe diff` compares against what ran
@@ -344,6 +345,7 @@ def _load_plan(ctx: _Context, plan_path: str | None, target: str | None, vars_te
         plan = Plan.from_json(path.read_text(encoding="utf-8"), origin=str(path))
     except OSError as exc:
         raise ProjectError([_cli(f"cannot read {path}: {exc.strerror}", "run `pipe compile` to write target/plan.json")]) from exc
+    output.hide_secrets(plan)
     return plan, plan.graph(), ctx.root()
 
 
@@ -624,7 +626,7 @@ def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, arg
     target_dir = root / "target"
     target_dir.mkdir(exist_ok=True)
     tmp = target_dir / ".run_results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(output.mask(json.dumps(results, indent=2, sort_keys=True, default=str)) + "\n", encoding="utf-8")
     os.replace(tmp, target_dir / "run_results.json")
     display.end(run, {"results": "target/run_results.json"})
     if ctx.debug:
@@ -1298,6 +1300,17 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args  # before or after the command name
     command = next((a for a in args if a in cli.commands), None)
+    # what pipe prints goes through output.mask: env_var() values of settings and options never show
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = output.MaskingStream(sys.stdout), output.MaskingStream(sys.stderr)
+    try:
+        return _main(args, debug, command)
+    finally:
+        sys.stdout, sys.stderr = streams
+        output.forget_secrets()
+
+
+def _main(args: list[str], debug: bool, command: str | None) -> int:
     try:
         code = cli.main(args=args, prog_name="pipe", standalone_mode=False)
         if isinstance(code, int) and code:

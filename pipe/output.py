@@ -165,3 +165,66 @@ def spark_value(value, arrow_type):
     if pa.types.is_struct(t):
         return Row({t.field(i).name: spark_value(value.get(t.field(i).name), t.field(i).type) for i in range(t.num_fields)})
     return value
+
+
+# --- secrets -----------------------------------------------------------------------------------
+# Every value an env_var() gives a setting or an option (the target's lake, Spark master and
+# conf, its catalog, every source's and table's options) is a secret as far as output goes: the
+# plan holds only `${env:NAME}` placeholders, the values are read from the environment by the
+# runtime, and whatever pipe prints or writes (the console, --log-format json, run_results.json,
+# a traceback with --debug) shows `****` in their place, Spark's own error messages included.
+# Values shorter than MIN_SECRET characters are left alone: masking `1` or `EU` would mask every
+# such text of the output and no secret is that short.
+
+MASK = "****"
+MIN_SECRET = 4
+_secrets: list[str] = []  # longest first, with their JSON-escaped forms
+
+
+def hide_secrets(plan, environ=None) -> None:
+    """Masks, from now on, the environment's values of the env_var() placeholders in `plan`'s
+    settings and options (their defaults are written in the project: not secret)."""
+    import json
+
+    from compiler.render import ENV_PLACEHOLDER_RE
+
+    environ = os.environ if environ is None else environ
+    texts = [json.dumps(plan.target.to_dict(), sort_keys=True, default=str)]
+    texts += [json.dumps(s.config, sort_keys=True, default=str) for s in plan.steps]
+    names = {m.group(1) for text in texts for m in ENV_PLACEHOLDER_RE.finditer(text)}
+    values = {environ[n] for n in names if len(environ.get(n) or "") >= MIN_SECRET}
+    forms = set(_secrets)
+    for v in values:
+        forms |= {v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=True)[1:-1]}
+    _secrets[:] = sorted(forms, key=len, reverse=True)
+
+
+def forget_secrets() -> None:
+    _secrets.clear()
+
+
+def mask(text: str) -> str:
+    """`text` with every secret value replaced by MASK."""
+    for s in _secrets:
+        if s in text:
+            text = text.replace(s, MASK)
+    return text
+
+
+class MaskingStream:
+    """A text stream (sys.stdout, sys.stderr) that writes through `mask`; everything else is the
+    stream's own (isatty, fileno, encoding: rich and click see the stream they expect)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(mask(text) if _secrets and isinstance(text, str) else text)
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)

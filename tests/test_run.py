@@ -855,3 +855,33 @@ def test_input_folder_outside_the_shared_paths_is_refused_on_a_cluster_before_sp
            "runs the executors on other machines, which cannot reach it" in err
     assert f"shared_paths: [{root}]" in err
     assert not (shared / "lake").exists() or [p.name for p in (shared / "lake").iterdir()] == []  # no table, no lock left
+
+
+def test_env_var_values_of_settings_and_options_are_masked_in_every_output(spark, tmp_path, capsys, monkeypatch):
+    """A secret given to an option through env_var() that Spark's own error quotes: the run fails
+    and says why, and the value shows nowhere: console, JSON log, run_results.json."""
+    secret = "tok_8fJ2kQ9zXé"
+    monkeypatch.setenv("PIPE_TEST_SECRET", secret)
+    monkeypatch.setenv("PIPE_TEST_S3_KEY", "AKIA_s3cr3t/Key+xyz")
+    root = project(tmp_path, {
+        "pipe_project.yml": PROJECT_YML.replace("spark.sql.shuffle.partitions: 4",
+                                                "spark.sql.shuffle.partitions: 4\n            spark.hadoop.fs.s3a.secret.key: \"{{ env_var('PIPE_TEST_S3_KEY') }}\""),
+        "sources/s.yml": ONE_SOURCE,
+        "tables/t.yml": """
+            tables:
+              t:
+                key: [id]
+                delete_when: "v = `{{ env_var('PIPE_TEST_SECRET') }}`"
+            """,
+        "tables/t.sql": "select id, v from {{ source('s') }}\n",
+    })
+    write_jsonl(root / "data/s/1.json", [{"id": 1_700_000_000_123, "v": "Zoë"}])
+    for log_format in ("text", "json"):
+        code, out, err = pipe(capsys, root, "run", "--log-format", log_format)
+        assert code == 1, out + err
+        assert_clean(out, err)
+        results = (root / "target/run_results.json").read_text()
+        assert "UNRESOLVED_COLUMN" in out + err and "`****`" in out + err, out + err
+        assert "****" in results
+        for text in (out, err, results):
+            assert secret not in text and "tok_8fJ2kQ9zX" not in text and "AKIA_s3cr3t" not in text
