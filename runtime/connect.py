@@ -127,7 +127,7 @@ class _Pool:
         from runtime import server
 
         folder = server.lease_dir(self.state)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # in servers/, this user's only
         for n in range(256):
             name = prefix if n == 0 else f"{prefix}-{n}"
             held = open(folder / f"{name}.lock", "a+b")  # noqa: SIM115 - held while the session is ours

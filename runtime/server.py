@@ -6,7 +6,12 @@ of work on a handful of rows. `pipe server start` starts that JVM once, as a Spa
 `pipe run`, `pipe show` and `pipe test` of the same project and target talk to it.
 
 What keeps it safe and private:
-- It listens on 127.0.0.1 only, on a port chosen free at start.
+- It listens on 127.0.0.1 only, on a port chosen free at start, and serves only clients that
+  give its token: a random one per server, handed to Spark through the environment (never a
+  command line), kept in the state file. The state file, the server's log and its Spark
+  settings (a properties file while it starts, never `--conf` on a command line) are readable by
+  this user only, in pipe's cache folder, which is this user's alone (runtime/host.py); so are
+  the fixed sessions' ids.
 - It is remembered per project folder and target, in a state file under pipe's cache folder
   (runtime/host.py cache_dir), with a fingerprint of the Spark settings it was started with:
   a command uses it only when the project folder, the target and the settings all match, so two
@@ -25,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -35,12 +41,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from runtime.host import UnsafeFolder, alive, cache_dir, private_dir
+from runtime.host import UnsafeFolder, alive, cache_dir, private_dir, private_file
 from runtime.steps.errors import RunError
 
 IDLE_TIMEOUT_S = 3600  # an idle server stops after an hour (`pipe server start --idle-timeout`)
 START_TIMEOUT_S = 180
 _CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark Connect's pre-shared token, server and client
 
 
 class ServerError(RunError):
@@ -54,7 +61,7 @@ class ServerState:
     project: str  # the project folder, resolved
     target: str
     fingerprint: str  # of the Spark settings it was started with
-    url: str  # sc://127.0.0.1:PORT
+    url: str  # sc://localhost:PORT (what pipe shows; the token is not in it)
     port: int
     supervisor_pid: int
     server_pid: int
@@ -63,13 +70,16 @@ class ServerState:
     idle_timeout_s: int
     log: str  # the server's log file
     master: str
+    token: str  # clients give it (Spark Connect's pre-shared token); this user's only, as the file
 
     def session_id(self, name: str) -> str:
         """The id of the fixed session `name` ("main", "step-0", ...) on this server."""
         return str(uuid.uuid5(uuid.UUID(self.session_base), name))
 
     def session_url(self, name: str) -> str:
-        return f"{self.url}/;session_id={self.session_id(name)}"
+        """The connection string of the fixed session `name`, with the token: never shown. The
+        host is `localhost`, for which PySpark sends a token over a local channel without TLS."""
+        return f"{self.url}/;session_id={self.session_id(name)};token={self.token}"
 
 
 def fingerprint(settings: Mapping[str, str]) -> str:
@@ -131,15 +141,15 @@ def read_state(project: Path, target: str) -> ServerState | None:
 def touch(state: ServerState) -> None:
     """A command used the server now: its idle time starts again."""
     mark = lease_dir(state)
-    mark.mkdir(parents=True, exist_ok=True)
-    (mark / "last_used").touch()
+    mark.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (mark / "last_used").touch(mode=0o600)
 
 
 def lease(state: ServerState) -> Path:
     """Marks this process as using the server until it exits (the idle timeout waits for it)."""
     path = lease_dir(state) / f"lease-{os.getpid()}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.touch(mode=0o600)
     return path
 
 
@@ -214,17 +224,17 @@ def start(project: Path, project_name: str, target: str, master: str, conf: Mapp
                           f"pipe's code ({running.url})",
                           "stop it with `pipe server stop`, then start it again")
     path = state_path(project, target)
-    path.parent.mkdir(parents=True, exist_ok=True)
     log = path.with_suffix(".log")
+    # the request (the resolved Spark settings, secrets among them) goes through a pipe, not a file
     request = {"project": str(project), "target": target, "fingerprint": print_, "settings": settings,
                "idle_timeout_s": idle_timeout_s, "log": str(log), "state": str(path)}
-    request_path = path.with_suffix(".request.json")
-    request_path.write_text(json.dumps(request), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", _TOKEN_ENV)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")) if p)
-    with open(log, "ab") as out:
-        supervisor = subprocess.Popen([sys.executable, "-m", "runtime.server", str(request_path)], stdin=subprocess.DEVNULL,
+    with open(private_file(log), "ab") as out:
+        supervisor = subprocess.Popen([sys.executable, "-m", "runtime.server"], stdin=subprocess.PIPE,
                                       stdout=out, stderr=out, env=env, start_new_session=True, cwd=str(project))
+    with supervisor.stdin:
+        supervisor.stdin.write(json.dumps(request).encode())
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         state = read_state(project, target)
@@ -273,28 +283,31 @@ def _last_error(log: Path) -> str:
 # The supervisor (python -m runtime.server REQUEST)
 
 
-def _server_command(settings: Mapping[str, str], port: int) -> list[str]:
-    import pyspark
-
-    spark_home = Path(pyspark.__file__).resolve().parent
-    command = [str(spark_home / "bin" / "spark-submit"), "--class", _CONNECT_CLASS, "--name", settings.get("spark.app.name", "pipe server")]
+def _server_settings(settings: Mapping[str, str], port: int) -> dict[str, str]:
+    """The server's Spark settings: the target's, and those pipe's server needs."""
     fixed = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port),
              # the fixed sessions must not expire while the server waits for the next command
              "spark.connect.session.manager.defaultSessionTimeout": "7d",
              # workers forked with pipe's task packages already imported (runtime/worker_daemon.py)
              "spark.python.daemon.module": "runtime.worker_daemon"}
-    for k, v in {**settings, **fixed}.items():
-        if k not in ("spark.app.name",):
-            command += ["--conf", f"{k}={v}"]
-    return command
+    return {**settings, **fixed}
 
 
-def _supervise(request_path: Path) -> int:
-    from runtime.session import _home_for_spark, find_java
+def _server_command(settings: Mapping[str, str], properties: str) -> list[str]:
+    """spark-submit of the Connect server, its settings read from the file `properties`."""
+    import pyspark
 
-    request = json.loads(request_path.read_text(encoding="utf-8"))
-    request_path.unlink(missing_ok=True)
+    spark_home = Path(pyspark.__file__).resolve().parent
+    return [str(spark_home / "bin" / "spark-submit"), "--class", _CONNECT_CLASS, "--name", settings.get("spark.app.name", "pipe server"),
+            "--properties-file", properties, "--load-spark-defaults"]
+
+
+def _supervise() -> int:
+    from runtime.session import _home_for_spark, find_java, spark_properties_file
+
+    request = json.loads(sys.stdin.buffer.read())
     settings, path = request["settings"], Path(request["state"])
+    token = secrets.token_urlsafe(32)
     java = find_java()
     env = dict(os.environ)
     home = _home_for_spark(java)
@@ -306,8 +319,8 @@ def _supervise(request_path: Path) -> int:
     env["PYSPARK_PYTHON"] = settings.get("spark.pyspark.python", sys.executable)
     if settings.get("spark.master", "").startswith("local"):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env[_TOKEN_ENV] = token  # the server's token: in its environment, which only this user can read
     port = _free_port()
-    server = subprocess.Popen(_server_command(settings, port), stdin=subprocess.DEVNULL, env=env)
     stopping = False
 
     def on_term(signum, frame):  # noqa: ARG001 - signal handler
@@ -317,18 +330,21 @@ def _supervise(request_path: Path) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not _listening(port):
-        if server.poll() is not None or stopping or time.monotonic() > deadline:
-            _terminate(server.pid)
-            print(f"pipe server: the Spark Connect server did not start (exit {server.poll()})", flush=True)
-            return 1
-        time.sleep(0.2)
+    with spark_properties_file(_server_settings(settings, port)) as properties:  # removed once the server has read it
+        server = subprocess.Popen(_server_command(settings, properties), stdin=subprocess.DEVNULL, env=env)
+        while not _listening(port):
+            if server.poll() is not None or stopping or time.monotonic() > deadline:
+                _terminate(server.pid)
+                print(f"pipe server: the Spark Connect server did not start (exit {server.poll()})", flush=True)
+                return 1
+            time.sleep(0.2)
     state = ServerState(project=request["project"], target=request["target"], fingerprint=request["fingerprint"],
-                        url=f"sc://127.0.0.1:{port}", port=port, supervisor_pid=os.getpid(), server_pid=server.pid,
+                        url=f"sc://localhost:{port}", port=port, supervisor_pid=os.getpid(), server_pid=server.pid,
                         session_base=str(uuid.uuid4()), started_at=time.time(), idle_timeout_s=int(request["idle_timeout_s"]),
-                        log=request["log"], master=settings.get("spark.master", ""))
+                        log=request["log"], master=settings.get("spark.master", ""), token=token)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2), encoding="utf-8")
+    with open(private_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(asdict(state), indent=2))
     os.replace(tmp, path)
     print(f"pipe server: Spark Connect server ready at {state.url} (pid {server.pid})", flush=True)
     reason = "stopped"
@@ -367,4 +383,4 @@ def _supervise(request_path: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_supervise(Path(sys.argv[1])))
+    sys.exit(_supervise())

@@ -389,8 +389,10 @@ for url in ("sc://127.0.0.1:{state['port']}", "sc://localhost:{state['port']}/;t
     plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(cache), timeout=180)
     assert plain.stdout.count("REFUSED") == 2 and "SERVED" not in plain.stdout, plain.stdout + plain.stderr
     # pipe's own commands give it
-    shown = ok(pipe(root, cache, "show", "orders", "-n", "2"))
-    assert "pipe server" in shown.stderr.splitlines()[0]
+    write_jsonl(root / "data/orders/orders-0011.json", [
+        {"order_id": 990003, "customer_id": 102, "amount": 42.75, "status": "placed", "region": "eu", "updated_at": "2026-11-25T12:00:00Z"}])
+    ran = ok(pipe(root, cache, "run"))
+    assert "pipe server" in ran.stderr.splitlines()[0] and {r[0]: r[1] for r in hudi_rows(root, "orders", ["order_id", "amount"])}[990003] == 42.75
     # neither the token nor a Spark setting's secret is on a command line of the supervisor, the
     # JVM or its Python workers; the state file (token, session ids) and log are this user's only
     lines = _cmdlines({state["supervisor_pid"], state["server_pid"]})
