@@ -22,6 +22,40 @@ class StorageError(Exception):
     """A storage operation failed; the message says what we were doing."""
 
 
+class PathOutsideRoot(StorageError, ValueError):
+    """A path given to a Storage would leave its root (a `..` part): refused before any I/O."""
+
+
+def path_problem(path: str) -> str | None:
+    """What is wrong with `path` as a path relative to a table, read from one of the table's
+    own files (a marker, a plan), or None: it must not be absolute, name another file system
+    (`s3://...`), go up (`..`), or point into the timeline folder `.hoodie`."""
+    if not isinstance(path, str):
+        return f"{path!r} is not a path"
+    if path.startswith("/"):
+        return "it is an absolute path"
+    if "://" in path or path.startswith(("s3:", "s3a:", "file:", "hdfs:")):
+        return "it names another file system"
+    parts = path.split("/")
+    if ".." in parts or "\0" in path:
+        return "it leaves the table's folder (..)"
+    if parts and parts[0] == ".hoodie":
+        return "it points into the timeline folder .hoodie"
+    return None
+
+
+def check_relative(path: str, root: str) -> list[str]:
+    """The parts of `path`, a path relative to the storage root `root`. A path is resolved
+    inside the root whatever it holds (empty parts and `.` are ignored, a leading `/` is the
+    root), except that a `..` part or a NUL byte is refused: a path read from a file of the
+    table (a marker list, a plan) must never reach a file outside it, whatever a later layer
+    does with it (os.path.join, Hadoop's path normalization, an S3 client)."""
+    parts = [p for p in path.split("/") if p and p != "."]
+    if any(p == ".." for p in parts) or "\0" in path:
+        raise PathOutsideRoot(f"path {path!r} leaves the table's folder {root}: refused")
+    return parts
+
+
 @dataclass(frozen=True)
 class FileInfo:
     path: str  # relative to the storage root
@@ -101,7 +135,7 @@ class LocalStorage:
         self.root = os.path.abspath(root)
 
     def full_path(self, path: str) -> str:
-        return os.path.join(self.root, *[p for p in path.split("/") if p]) if path else self.root
+        return os.path.join(self.root, *check_relative(path, self.root)) if path else self.root
 
     def read_bytes(self, path: str) -> bytes:
         with open(self.full_path(path), "rb") as f:
@@ -196,7 +230,7 @@ class S3Storage:
         self.client = s3.client(spec.options)
 
     def _key(self, path: str) -> str:
-        return "/".join(p for p in (self.prefix, path.strip("/")) if p)
+        return "/".join(p for p in (self.prefix, "/".join(check_relative(path, self.spec.uri))) if p)
 
     def full_path(self, path: str) -> str:
         return f"{self.scheme}://{self.bucket}/{self._key(path)}"

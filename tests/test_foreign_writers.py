@@ -312,3 +312,76 @@ def test_instants_follow_the_table_timeline_time_zone(spark, tmp_path, west_of_u
     ahead = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=1)).strftime("%Y%m%d%H%M%S") + "000"
     (java / ".hoodie" / f"{ahead}.clean.requested").write_bytes(b"")
     assert Timeline.load(table.storage).new_instant_time() > ahead
+
+
+# --- issue 39 C.14: paths read from .hoodie files never leave the table ---------------------------------
+
+
+def test_a_crafted_marker_list_is_refused_and_the_file_outside_the_table_survives(spark, trips, tmp_path):
+    """A timeline-server marker list is plain text: `../precious.txt.marker.CREATE` in it
+    would have had the rollback of the failed instant delete a file beside the table."""
+    table, path = trips
+    precious = tmp_path / "precious.txt"
+    precious.write_text("ledger totals, 2024-06-30: 1 204 511,07 €\n")
+    t = java_pending_deltacommit(table, path)
+    (committed,) = [p for p in path.rglob("*.parquet")]
+    made = committed.with_name(f"{committed.name.split('_')[0]}_1-0-1_{t}.parquet")  # the failed write's new version
+    made.write_bytes(committed.read_bytes())
+    folder = path / ".hoodie" / ".temp" / t
+    folder.mkdir(parents=True)
+    (folder / "MARKERS.type").write_text("TIMELINE_SERVER_BASED")
+    (folder / "MARKERS0").write_text(f"{made.parent.name}/{made.name}.marker.MERGE\n../precious.txt.marker.CREATE\n")
+    before = pipe_rows(table)
+
+    with pytest.raises(TableError) as err:
+        table.write(spark.createDataFrame([row(2, "São Paulo", 6, "7.75", "b6")], SCHEMA), "upsert")
+    message = str(err.value)
+    assert f".hoodie/.temp/{t}/MARKERS0:2" in message and "'../precious.txt'" in message and "leaves the table's folder" in message
+    assert "deleted nothing" in message and "remove the bad entry" in err.value.hint
+    assert precious.read_text() == "ledger totals, 2024-06-30: 1 204 511,07 €\n"
+    assert made.exists() and pipe_rows(table) == before == hudi_rows(path)
+
+    # a marker naming a committed base file of another instant, or the timeline, is refused too
+    (folder / "MARKERS0").write_text(f"{committed.parent.name}/{committed.name}.marker.CREATE\n")
+    with pytest.raises(TableError, match=f"is a base file of instant .*, not of {t}"):
+        table.write(spark.createDataFrame([row(2, "São Paulo", 6, "7.75", "b6")], SCHEMA), "upsert")
+    (folder / "MARKERS0").write_text(".hoodie/hoodie.properties.marker.CREATE\n")
+    with pytest.raises(TableError, match="points into the timeline folder"):
+        table.write(spark.createDataFrame([row(2, "São Paulo", 6, "7.75", "b6")], SCHEMA), "upsert")
+    assert committed.exists() and (path / ".hoodie" / "hoodie.properties").exists()
+
+    # with the list as Java writes it, the failed instant is rolled back and the write goes ahead
+    (folder / "MARKERS0").write_text(f"{made.parent.name}/{made.name}.marker.MERGE\n")
+    table.write(spark.createDataFrame([row(2, "São Paulo", 6, "7.75", "b6")], SCHEMA), "upsert")
+    assert not made.exists() and precious.exists()
+    assert pipe_rows(table) == hudi_rows(path) == [(1, "São Paulo", 1, "10.50", "a"), (2, "São Paulo", 6, "7.75", "b6")]
+
+
+def test_a_compaction_plan_naming_a_partition_outside_the_table_is_refused(spark, trips, tmp_path):
+    table, path = trips
+    table.write(spark.createDataFrame([row(1, "São Paulo", 2, "11.00", "a2")], SCHEMA), "upsert")
+    (sl,) = table.view().latest_slices()
+    # a copy of the partition beside the table: executing the plan would read it and write there
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for f in (path / sl.partition).iterdir():
+        (elsewhere / f.name).write_bytes(f.read_bytes())
+    copied = sorted(p.name for p in elsewhere.iterdir())
+    t = next_instant(table)
+    plan = C.plan([sl])
+    plan["operations"][0]["partitionPath"] = "../elsewhere"
+    table.storage.write_atomic(f".hoodie/{t}.compaction.requested", avro.to_bytes(avro.COMPACTION_PLAN, plan))
+
+    with pytest.raises(TableError) as err:
+        table.compact()
+    assert f".hoodie/{t}.compaction.requested" in str(err.value) and "'../elsewhere'" in str(err.value)
+    assert "leaves the table's folder" in str(err.value) and "no Hudi writer writes such a plan" in err.value.hint
+    assert sorted(p.name for p in elsewhere.iterdir()) == copied  # nothing written outside
+    assert f"{t}.compaction.requested" in timeline_files(path) and f"{t}.compaction.inflight" not in timeline_files(path)
+
+    # an operation whose file group is not that of its files (a new base file would be named by it)
+    plan = C.plan([sl])
+    plan["operations"][0]["fileId"] = "../../x"
+    table.storage.write_atomic(f".hoodie/{t}.compaction.requested", avro.to_bytes(avro.COMPACTION_PLAN, plan))
+    with pytest.raises(TableError, match="operation for file group '../../x' whose files belong to"):
+        table.compact()

@@ -104,3 +104,22 @@ def test_a_file_pipe_replaces_or_deletes_loses_the_crc_javas_local_file_system_k
     assert (hoodie / "hoodie.properties").read_bytes() == b"pipe's bytes"
     assert sorted(p.name for p in hoodie.iterdir()) == [".20240101000000000.commit.crc", "20240101000000000.commit",
                                                          "hoodie.properties", "new.commit"]
+
+
+def test_a_path_that_leaves_the_root_is_refused_before_any_io(storage, tmp_path):
+    """Paths read from a table's own files (markers, plans) reach the storage: `..` never
+    leaves the table, on a local folder or in a bucket."""
+    from runtime.storage import PathOutsideRoot
+
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    storage.write_atomic("p=a/f1.parquet", b"abc")
+    for bad in ("../precious.txt", "p=a/../../precious.txt", "p=a/../../../t/p=a/f1.parquet", "..", "p=a/f1\0.parquet"):
+        for op in (storage.delete, storage.read_bytes, storage.exists, lambda p: storage.write_atomic(p, b"x"),
+                   lambda p: storage.create_exclusive(p, b"x"), storage.full_path, storage.list_files):
+            with pytest.raises(PathOutsideRoot, match="leaves the table's folder"):
+                op(bad)
+    assert outside.read_text() == "keep me" and storage.read_bytes("p=a/f1.parquet") == b"abc"
+    # what stays inside the root is still served: a leading / is the root, `.` parts are ignored
+    assert storage.read_bytes("/p=a/./f1.parquet") == b"abc"
+    assert [f.path for f in storage.list_files("")] == ["p=a/f1.parquet"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+from runtime.storage import path_problem
 from runtime.table.errors import TableError
 from runtime.table.files import STATS_SCHEMA, FileWriteSpec, _OpenFile, _Task, stats_batch
 from runtime.table.layout import BaseFile, FileSlice, LogFile, parse_base_file, parse_log_file
@@ -52,8 +53,9 @@ def planned_slices(storage, table_name: str, instant: str, plan: dict) -> list[F
     """The file slices a pending compaction plan (pipe's or Java's, version 1 with full paths or
     2 with names) folds: each operation's base file and log files, as found on storage.
     Refuses what pipe cannot execute, naming the compaction, with nothing changed."""
-    def refuse(what: str) -> TableError:
+    def refuse(what: str, crafted: bool = False) -> TableError:
         return TableError(f"table {table_name} has a pending compaction {instant} that pipe cannot execute: {what}",
+                          f"no Hudi writer writes such a plan: inspect .hoodie/{instant}.compaction.requested (nothing was changed)" if crafted else
                           "execute it with Hudi (e.g. HoodieCompactor, or a Spark writer with hoodie.compact.inline=true); "
                           "pipe never rolls back a pending compaction")
 
@@ -61,6 +63,9 @@ def planned_slices(storage, table_name: str, instant: str, plan: dict) -> list[F
     out = []
     for op in plan.get("operations") or ():
         part = op.get("partitionPath") or ""
+        problem = path_problem(part) if part else None
+        if problem:
+            raise refuse(f"its plan .hoodie/{instant}.compaction.requested names partition path {part!r} (file group {op.get('fileId')}): {problem}", crafted=True)
         if op.get("bootstrapFilePath"):
             raise refuse(f"file group {op.get('fileId')} has a bootstrap base file")
         if part not in listed:
@@ -82,7 +87,13 @@ def planned_slices(storage, table_name: str, instant: str, plan: dict) -> list[F
                 raise refuse(f"its log file {part}/{log_name} is missing")
             logs.append(log)
         logs.sort(key=lambda lf: (lf.version, lf.token))
-        out.append(FileSlice(part, op.get("fileId") or (base.file_id if base else logs[0].file_id), base, tuple(logs)))
+        ids = {base.file_id} if base else set()
+        ids |= {lf.file_id for lf in logs}
+        file_id = op.get("fileId") or (base.file_id if base else logs[0].file_id if logs else "")
+        if ids != {file_id}:
+            raise refuse(f"its plan .hoodie/{instant}.compaction.requested has an operation for file group {file_id!r} whose files "
+                         f"belong to {', '.join(sorted(ids)) or 'no file group'}", crafted=True)
+        out.append(FileSlice(part, file_id, base, tuple(logs)))
     return out
 
 

@@ -64,15 +64,40 @@ def read(storage, instant: str) -> list[Marker]:
     folder = marker_dir(instant)
     infos = storage.list_files(folder)
     names = {i.path[len(folder) + 1:]: i for i in infos}
-    found: list[str] = []
+    found: list[tuple[str, str]] = []  # (marker, where it was read: file[:line])
     if _TYPE_FILE in names or any(n.startswith("MARKERS") and _SUFFIX not in n for n in names):
         for name in sorted(names):
             if name.startswith("MARKERS") and name != _TYPE_FILE:
-                found += [line.strip() for line in storage.read_bytes(f"{folder}/{name}").decode("utf-8").splitlines() if line.strip()]
-    found += [n for n in names if _SUFFIX in n]
+                lines = storage.read_bytes(f"{folder}/{name}").decode("utf-8", "replace").splitlines()
+                found += [(line.strip(), f"{folder}/{name}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+    found += [(n, f"{folder}/{n}") for n in names if _SUFFIX in n]
     out = []
-    for name in found:
+    for name, where in found:
         path, _, io_type = name.rpartition(_SUFFIX)
         if path and io_type in (CREATE, MERGE, APPEND):
+            _check(storage, instant, path, where)
             out.append(Marker(path, io_type))
     return sorted(set(out), key=lambda m: (m.path, m.io_type))
+
+
+def _check(storage, instant: str, path: str, where: str) -> None:
+    """A marker read from the table's .hoodie folder names a data file of `instant` inside the
+    table, or the rollback that would delete it is refused, with nothing deleted: a marker list
+    is plain text anyone who can write the folder can edit (`../../x.marker.CREATE`)."""
+    from runtime.storage import path_problem
+    from runtime.table.errors import TableError
+    from runtime.table.layout import _BASE_FILE
+    from runtime.table.logfile import parse_name
+
+    name = path.rpartition("/")[2]
+    problem = path_problem(path)
+    base = _BASE_FILE.match(name)
+    if problem is None and base is None and parse_name(name) is None:
+        problem = "it is neither a base file nor a log file of the table"
+    if problem is None and base is not None and base.group("instant") != instant:
+        problem = f"it is a base file of instant {base.group('instant')}, not of {instant}"
+    if problem:
+        raise TableError(f"the write marker {path!r} in {where} of the table at {storage.spec.uri} is refused: {problem}; "
+                         f"pipe refuses to roll back instant {instant} by it and deleted nothing",
+                         f"the folder {marker_dir(instant)} was not written by a Hudi writer as it is; inspect it, remove the bad "
+                         "entry (or the folder, once you know which files the failed instant wrote) and run again")

@@ -90,7 +90,7 @@ def _marked_files(storage, target: str) -> tuple[list[str], list[str]]:
     for m in found:
         if m.path not in sizes:
             continue
-        if m.io_type != markers.APPEND:
+        if m.io_type != markers.APPEND and not _is_log(m.path):  # a log's name has no writer: its blocks tell
             delete.append(m.path)
             continue
         try:
@@ -103,6 +103,12 @@ def _marked_files(storage, target: str) -> tuple[list[str], list[str]]:
         else:
             shared.append(m.path)
     return delete, shared
+
+
+def _is_log(path: str) -> bool:
+    from runtime.table.logfile import parse_name
+
+    return parse_name(path.rpartition("/")[2]) is not None
 
 
 def _write_rollback_blocks(storage, target: str, rollback_time: str, logs: list[str]) -> dict[str, dict[str, int]]:
