@@ -176,6 +176,27 @@ def test_a_live_java_write_is_not_rolled_back_and_an_expired_one_is(spark, trips
     assert pipe_rows(table) == [(1, "São Paulo", 2, "11.00", "a2"), (2, "São Paulo", 1, "7.25", "b")]
 
 
+def test_a_heartbeat_dated_in_the_future_does_not_block_rollback_forever(spark, trips):
+    """Java's expiry test (now - last beat > 120 s) never expires a beat from the future: a
+    heartbeat touched to 2099 kept every later write out. One dated more than a beat interval
+    ahead (clock skew between hosts is allowed for) is not trusted: its writer is dead."""
+    table, path = trips
+    t = java_pending_deltacommit(table, path)
+    beat = path / ".hoodie" / ".heartbeat" / t
+    beat.parent.mkdir(exist_ok=True)
+    beat.write_bytes(b"")
+    skewed = time.time() + 30  # another host's clock a little ahead: still a live writer
+    os.utime(beat, (skewed, skewed))
+    with pytest.raises(TableError, match=f"instant {t} .* another writer"):
+        table.write(spark.createDataFrame([row(1, "São Paulo", 2, "11.00", "a2")], SCHEMA), "upsert")
+
+    future = dt.datetime(2099, 12, 31, 23, 59, tzinfo=dt.timezone.utc).timestamp()
+    os.utime(beat, (future, future))
+    table.write(spark.createDataFrame([row(1, "São Paulo", 2, "11.00", "a2")], SCHEMA), "upsert")
+    assert f"{t}.deltacommit.inflight" not in timeline_files(path) and not beat.exists()
+    assert pipe_rows(table) == hudi_rows(path) == [(1, "São Paulo", 2, "11.00", "a2"), (2, "São Paulo", 1, "7.25", "b")]
+
+
 def test_pending_table_services_of_java_are_not_rolled_back_but_a_clustering_blocks_writes(spark, trips):
     table, path = trips
     hoodie = path / ".hoodie"

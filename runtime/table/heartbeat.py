@@ -18,6 +18,11 @@ FOLDER = f"{HOODIE}/.heartbeat"
 INTERVAL_MS = 60_000  # Java's default hoodie.client.heartbeat.interval_in_ms
 TOLERABLE_MISSES = 2  # Java's default hoodie.client.heartbeat.tolerable.misses
 EXPIRY_MS = INTERVAL_MS * TOLERABLE_MISSES  # as HoodieHeartbeatClient computes it
+# A heartbeat dated later than now by more than this (clock skew between hosts sharing the
+# table) is not trusted: Java's expiry test (now - last beat > expiry) never expires a beat from
+# the future, so a file touched with a date in 2099 would block every rollback forever. Such a
+# heartbeat counts as expired, its writer as dead.
+FUTURE_TOLERANCE_MS = INTERVAL_MS
 
 
 def path(instant: str) -> str:
@@ -43,8 +48,8 @@ def live_foreign(storage, instants: list[str], now_ms: int | None = None) -> dic
     out = {}
     for t in instants:
         info = found.get(t)
-        if info is None or now_ms - info.mtime_ms > EXPIRY_MS:
-            continue  # missing or expired: the writer is dead
+        if info is None or now_ms - info.mtime_ms > EXPIRY_MS or info.mtime_ms - now_ms > FUTURE_TOLERANCE_MS:
+            continue  # missing, expired or dated in the future: the writer is dead
         if info.size and _is_pipes(storage, path(t)):
             continue  # a pipe writer's, and pipe's lock is ours: that writer is gone
         out[t] = max(0, now_ms - info.mtime_ms)
