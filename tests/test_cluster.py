@@ -84,6 +84,7 @@ sources:
   landing_orders:
     kind: s3_incremental
     metadata_table: s3_meta
+    buckets: ["{bucket}"]
     format: json
     key_prefix: orders/
     endpoint_url: "{endpoint}"
@@ -150,7 +151,7 @@ def _project(home: Path, s3: S3Env, cluster, packed: dict[str, str]) -> Path:
     assert "\ntargets:\n" in text
     config.write_text(text.replace("\ntargets:\n", "\n" + _targets(cluster, home, packed), 1))
     for name, text in _EXTRA_FILES.items():
-        (project / name).write_text(text.replace("{queue}", s3.queue).replace("{endpoint}", s3.endpoint))
+        (project / name).write_text(text.replace("{queue}", s3.queue).replace("{endpoint}", s3.endpoint).replace("{bucket}", s3.bucket))
     (project / "data/readings").mkdir()
     (project / "data/returns").mkdir()
     return project

@@ -80,6 +80,7 @@ QUEUE_SOURCES = """
       objs:
         kind: s3_incremental
         metadata_table: meta
+        buckets: [landing]
         format: json
     """
 
@@ -169,9 +170,9 @@ def s3_project(tmp_path: Path, env: S3Env, events: dict | None = None, objects: 
     aws = {"endpoint_url": env.endpoint, "region": "us-east-1"}
     sources = {
         "landing_events": {"kind": "s3_events", "queue_url": env.queue, **aws, "long_poll_wait_s": 0, **(events or {})},
-        "landing_orders": {"kind": "s3_incremental", "metadata_table": "s3_meta", "format": "json", "key_prefix": "orders/", **aws,
+        "landing_orders": {"kind": "s3_incremental", "metadata_table": "s3_meta", "buckets": [env.bucket], "format": "json", "key_prefix": "orders/", **aws,
                            "schema": "order_id BIGINT, amount DOUBLE", **(objects or {})},
-        **{k: {**aws, **v} for k, v in (more_sources or {}).items()},
+        **{k: {**aws, "buckets": [env.bucket], **v} for k, v in (more_sources or {}).items()},
     }
     files = {
         "pipe_project.yml": PROJECT_YML,
@@ -270,7 +271,7 @@ def test_thousands_of_objects_within_a_second_and_a_byte_limit_read_each_object_
                    for i in range(first, first + per_message)]
         s3env.sqs.send_message(QueueUrl=s3env.queue, MessageBody=json.dumps({"Records": records}))
     size = sum(len(b) for b in bodies.values())
-    root = s3_project(tmp_path, s3env, objects={"max_bytes_per_run": size // 2 + 10})
+    root = s3_project(tmp_path, s3env, objects={"max_bytes_per_run": size // 2 + 10, "buckets": [bucket]})
     run_ok(capsys, root)
     assert len(meta_rows(spark, root)) == n
     assert s3env.waiting() == 0
@@ -578,3 +579,39 @@ def test_held_messages_stay_invisible_while_the_run_holds_them(s3env):
     p.finish(committed=False, succeeded=False)  # a failed run: nothing deleted
     # back in the queue at once, for the next run (a fix and a rerun need not wait for the timeout)
     assert s3env.visible() == len(p.messages) == 4  # the 3 events and the bucket's s3:TestEvent
+
+
+def test_events_naming_an_undeclared_bucket_are_not_followed_and_object_sizes_come_from_s3(spark, tmp_path, capsys, s3env):
+    """Anyone who can send to the queue writes the events: an event naming another bucket the
+    credentials can read is not followed, and the size an event states is not believed."""
+    secret = s3env.bucket + "-secret"
+    s3env.s3.create_bucket(Bucket=secret)
+    s3env.s3.put_object(Bucket=secret, Key="orders/payroll.json", Body=b'{"order_id": 666, "amount": 99999.0}\n')
+    s3env.put("orders/a.json", [{"order_id": 1, "amount": 1.5}])
+    big_rows = [{"order_id": 100 + i, "amount": i + 0.25} for i in range(200)]
+    big = s3env.put("orders/big.json", big_rows)
+    assert big > 4096
+    forged = [_event("orders/payroll.json", bucket=secret, size=40, when="2026-11-21T10:00:01.000Z"),
+              _event("orders/big.json", bucket=s3env.bucket, size=10, when="2026-11-21T10:00:02.000Z")]  # a later event: 10 bytes, it says
+    s3env.sqs.send_message(QueueUrl=s3env.queue, MessageBody=json.dumps({"Records": forged}))
+    root = s3_project(tmp_path, s3env, objects={"max_object_size": "4KB"})
+    run_ok(capsys, root)
+
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.5)])  # neither the payroll nor the 'small' big object
+    source = steps(root)["table.orders"]["inputs"]["landing_orders"]
+    assert source["undeclared_bucket_objects"] == 1
+    assert source["undeclared_bucket_samples"] == [f"s3://{secret}/orders/payroll.json"]
+    assert f"1 named by events in buckets the source does not declare (not read), e.g. s3://{secret}/orders/payroll.json" in source["detail"]
+    assert source["bytes"] == s3env.s3.head_object(Bucket=s3env.bucket, Key="orders/a.json")["ContentLength"]
+
+    # declared, the other bucket is read; without the size limit the object is read whole
+    (root / "sources/s3.yml").write_text((root / "sources/s3.yml").read_text().replace("max_object_size: 4KB\n", ""), encoding="utf-8")
+    import yaml
+
+    config = yaml.safe_load((root / "sources/s3.yml").read_text())
+    config["sources"]["landing_orders"]["buckets"].append(secret)
+    (root / "sources/s3.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    code, out, err = pipe(capsys, root, "run", "--select", "orders", "--full-refresh")
+    assert code == 0, out + err
+    assert_rows(spark, root, "orders", ["order_id", "amount"],
+                [(1, 1.5), (666, 99999.0)] + [(r["order_id"], r["amount"]) for r in big_rows])

@@ -78,7 +78,7 @@ def shop_project(root: Path, bucket: str, endpoint: str, queue: str, jars: str |
         "orders_in": {"kind": "files", "path": "data/orders", "format": "json", "schema": ORDERS},
         "landing_events": {"kind": "s3_events", "queue_url": queue, "endpoint_url": endpoint, "region": "us-east-1", "long_poll_wait_s": 0},
         # no endpoint of its own: the objects are read with the target's S3 settings
-        "landing_orders": {"kind": "s3_incremental", "metadata_table": "s3_meta", "format": "json", "key_prefix": "in/",
+        "landing_orders": {"kind": "s3_incremental", "metadata_table": "s3_meta", "buckets": ["s3a-landing", "boto3-landing"], "format": "json", "key_prefix": "in/",
                            "schema": "order_id BIGINT, region STRING, amount DECIMAL(12,2), updated_ms BIGINT"},
     }
     keyed = {"key": ["order_id", "region"], "precombine": "updated_ms", "delete_when": "status = 'cancelled'"}

@@ -90,6 +90,7 @@ class S3IncrementalPending(Pending):
         self.objects: list[S3Object] | None = None
         self.waiting = 0
         self.missing: list[str] = []
+        self.foreign: list[str] = []  # objects named by events in buckets the source does not declare
 
     def describe(self) -> str:
         if self.is_empty:
@@ -103,6 +104,9 @@ class S3IncrementalPending(Pending):
                 text += f", {self.waiting} more waiting for the next run (max_bytes_per_run)"
             if self.missing:
                 text += f"; {len(self.missing)} named by events but gone from the bucket (skipped), e.g. s3://{self.missing[0]}"
+            if self.foreign:
+                text += (f"; {len(self.foreign)} named by events in buckets the source does not declare (not read), "
+                         f"e.g. {self.foreign[0]}")
         return text + (f" ({self.note})" if self.note else "")
 
     # --- which objects -------------------------------------------------------------------------
@@ -129,37 +133,51 @@ class S3IncrementalPending(Pending):
             cond &= F.col("object_key").endswith(c["key_suffix"])
         if c.get("key_glob"):
             cond &= F.col("object_key").rlike("^" + fnmatch.translate(c["key_glob"]))  # rlike finds; anchor it
-        if c.get("min_object_size") is not None:
-            cond &= F.col("object_size") >= F.lit(int(c["min_object_size"]))
-        if c.get("max_object_size") is not None:
-            cond &= F.col("object_size") <= F.lit(int(c["max_object_size"]))
+        # the buckets the source declares, and the object sizes, are checked in `plan`: the size
+        # an event states is not trusted, the object's own (HEAD) is
         if self.cursor is not None and self.cursor.after is not None:
             # after (bucket, key) in the order objects are taken; bucket names hold no "/"
             bucket, _, key = self.cursor.after.partition("/")
             later = (F.col("bucket") > F.lit(bucket)) | ((F.col("bucket") == F.lit(bucket)) & (F.col("object_key") > F.lit(key)))
             cond &= (F.col("_hoodie_commit_time") > F.lit(self.cursor.instant)) | later
         # one read per object, however many events (Put, then Copy, ...) name it: the latest one
-        latest = F.max_by(F.struct(F.col("_hoodie_commit_time"), F.coalesce(F.col("object_size"), F.lit(0)).alias("size")),
-                          F.struct(F.col("_hoodie_commit_time"), F.col("event_time")))
+        latest = F.max_by(F.struct(F.col("_hoodie_commit_time")), F.struct(F.col("_hoodie_commit_time"), F.col("event_time")))
         return (events.where(cond).groupBy("bucket", "object_key").agg(latest.alias("e"))
-                .select(F.col("e._hoodie_commit_time").alias("instant"), "bucket", "object_key", F.col("e.size").alias("size")))
+                .select(F.col("e._hoodie_commit_time").alias("instant"), "bucket", "object_key"))
 
     def plan(self, spark, ignore_limits: bool = False) -> list[S3Object]:
-        """The objects this run reads (metadata only reaches the driver), and the checkpoint."""
+        """The objects this run reads (metadata only reaches the driver), and the checkpoint.
+        Events naming a bucket the source does not declare are left out and reported; each
+        object's size is asked of S3 (HEAD), in order, until `max_bytes_per_run` is reached."""
         rows = self._events(spark).orderBy("instant", "bucket", "object_key").collect()
-        found = [S3Object(r["instant"], r["bucket"], r["object_key"], int(r["size"])) for r in rows]
+        declared = set(self.config.get("buckets") or ())
+        self.foreign = [f"s3://{r['bucket']}/{r['object_key']}" for r in rows if r["bucket"] not in declared]
+        candidates = [(r["instant"], r["bucket"], r["object_key"]) for r in rows if r["bucket"] in declared]
         limit = None if ignore_limits else self.config.get("max_bytes_per_run")
+        low, high = self.config.get("min_object_size"), self.config.get("max_object_size")
         taken: list[S3Object] = []
-        total = 0
-        for o in found:
-            if limit is not None and taken and total + o.size > limit:
+        total, seen, last = 0, 0, None
+        for batch in _chunks(candidates, _HEAD_BATCH):
+            sizes = object_sizes(self.config, self.s3a, [(b, k) for _, b, k in batch], self.name)
+            full = False
+            for (instant, bucket, key), size in zip(batch, sizes):
+                if limit is not None and taken and size is not None and total + size > limit:
+                    full = True
+                    break
+                seen += 1
+                last = (instant, bucket, key)
+                if size is None:
+                    self.missing.append(f"{bucket}/{key}")
+                    continue
+                if (low is not None and size < int(low)) or (high is not None and size > int(high)):
+                    continue
+                taken.append(S3Object(instant, bucket, key, size))
+                total += size
+            if full:
                 break
-            taken.append(o)
-            total += o.size
-        self.objects, self.bytes, self.waiting = taken, total, len(found) - len(taken)
+        self.objects, self.bytes, self.waiting = taken, total, len(candidates) - seen
         if self.waiting:
-            last = taken[-1]
-            self.checkpoint = Cursor(last.instant, last.name).to_str()
+            self.checkpoint = Cursor(last[0], f"{last[1]}/{last[2]}").to_str()
         else:
             self.checkpoint = self.until
         return taken
@@ -188,6 +206,9 @@ class S3IncrementalPending(Pending):
         out = super().to_dict()
         if self.read_through:
             out["read_through"] = self.read_through
+        if self.foreign:
+            out["undeclared_bucket_objects"] = len(self.foreign)
+            out["undeclared_bucket_samples"] = self.foreign[:records.SAMPLES]
         return out
 
 
@@ -235,6 +256,39 @@ def bucket_options(config: Mapping[str, Any], s3a: Mapping[str, str], buckets) -
 def _client(aws: Mapping[str, tuple], bucket: str):
     """The boto3 client for `bucket` (bucket_options), one per options in a process."""
     return s3.client(aws.get(bucket, ()))
+
+
+_HEAD_BATCH = 64  # objects whose size is asked at once
+
+
+def _chunks(items: list, n: int):
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def object_sizes(config: Mapping[str, Any], s3a: Mapping[str, str], objects: list[tuple[str, str]], source: str) -> list[int | None]:
+    """The size S3 gives each (bucket, key) (HEAD, a few at once), None for an object gone. The
+    size an event states is never used: anyone who can send to the queue writes it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    aws = bucket_options(config, s3a, [b for b, _ in objects])
+
+    def head(obj: tuple[str, str]) -> int | None:
+        bucket, key = obj
+        try:
+            return int(_client(aws, bucket).head_object(Bucket=bucket, Key=key)["ContentLength"])
+        except Exception as exc:  # noqa: BLE001 - botocore's ClientError, by its code
+            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise SourceError(f"source {source}: cannot read the size of s3://{bucket}/{key} ({_first_line(exc)})",
+                              "check the source's `region`, `endpoint_url` and the credentials' access to the bucket; "
+                              "nothing of this source was written and its checkpoint did not move") from exc
+
+    if not objects:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(objects))) as pool:
+        return list(pool.map(head, objects))
 
 
 def _get(client, bucket: str, key: str) -> bytes | None:
