@@ -514,7 +514,8 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
         what = "test" if command == "test" else "step"
         output.err.print(f"[yellow]warning[/]: no {what} matches the selection; nothing to run")
         return
-    options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run)
+    # pipe build reuses the passes of tests whose tables have not changed; pipe test checks them all
+    options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run, reuse_tests=command == "build")
     if full_refresh:
         from rich.markup import escape
 

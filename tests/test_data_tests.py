@@ -427,3 +427,68 @@ def test_quarantine_keeps_working_round_after_round(spark, tmp_path, capsys, tab
         assert_clean(out, err)
         assert "has_customer quarantined 1, positive_amount quarantined 1; quarantine commit" in out
         assert_quarantine_round(root, round_, good, quarantined)
+
+
+def test_a_build_with_nothing_new_reuses_the_tests_that_passed_at_the_same_commits(spark, tmp_path, capsys):
+    root = _shop(tmp_path)
+    code, out, err = pipe(capsys, root, "build")
+    assert code == 0, out + err
+    first = next(s for s in run_results(root)["steps"] if s["id"] == "table.lines")["instant"]
+    on_lines = ["accepted_values_lines_country", "expression_lines_amount", "lines_are_numbered", "not_null_lines_customer",
+                "placed_in_2026", "unique_lines_order_id_line"]
+
+    # nothing new: the tests of table lines passed at its latest commit and are not run again
+    code, out, err = pipe(capsys, root, "build")
+    assert code == 0, out + err
+    assert_clean(out, err)
+    tests = _tests(root)
+    for name in on_lines:
+        assert tests[name]["state"] == "success" and tests[name]["message"] == (
+            f"passed at lines at {first} (reused: no commit since it was checked, and the test is the same)"), name
+    assert f"passed at lines at {first} (reused" in out
+    # a test that reads a source is always run (files change without a commit)
+    assert tests["relationships_lines_customer"]["message"] == "passed (whole table)"
+    assert tests["not_null_raw_lines_order_id"]["message"] == "passed (all of the source)"
+
+    # a test whose definition changed is run again; the others are still reused
+    yml = root / "tables/t.yml"
+    yml.write_text(yml.read_text().replace("""values: [FR, DE, "C'TE"]""", """values: [FR, DE, "C'TE", ES]"""))
+    code, out, err = pipe(capsys, root, "build")
+    assert code == 0, out + err
+    tests = _tests(root)
+    assert tests["accepted_values_lines_country"]["message"] == "passed (whole table)"
+    assert tests["not_null_lines_customer"]["message"].startswith(f"passed at lines at {first} (reused")
+
+    # new rows: checked alone, and the pass holds at the new commit for the next build
+    write_jsonl(root / "data/lines/l2.json", [_line(3001, 1, "Jürgen", amount="12.50"), _line(3001, 2, "Zoë O'Brien", amount="0.99")])
+    code, out, err = pipe(capsys, root, "build")
+    assert code == 0, out + err
+    second = next(s for s in run_results(root)["steps"] if s["id"] == "table.lines")["instant"]
+    assert second != first and _tests(root)["not_null_lines_customer"]["message"] == f"passed (the rows written by {second})"
+    code, out, err = pipe(capsys, root, "build")
+    assert code == 0, out + err
+    assert _tests(root)["not_null_lines_customer"]["message"].startswith(f"passed at lines at {second} (reused")
+
+    # a failed test is never reused as passed: with nothing new, it checks the whole table again and fails again
+    write_jsonl(root / "data/lines/l3.json", [_line(3002, 1, "Jürgen", amount="-7.25")] * 1 + [
+        _line(3003 + i, 1, "Jürgen", amount=f"-{i}.10") for i in range(6)])
+    code, out, err = pipe(capsys, root, "build")
+    assert code == 1 and _tests(root)["expression_lines_amount"]["state"] == "error"
+    code, out, err = pipe(capsys, root, "build")
+    assert code == 1
+    failed = _tests(root)["expression_lines_amount"]
+    assert failed["state"] == "error" and failed["message"].startswith("7 failing rows (whole table)"), failed
+    assert _tests(root)["not_null_lines_customer"]["message"].startswith("passed at lines at ")
+
+    # `pipe test` checks whole tables, always
+    code, out, err = pipe(capsys, root, "test", "--select", "test:not_null_lines_customer")
+    assert code == 0 and _tests(root)["not_null_lines_customer"]["message"] == "passed (whole table)"
+
+    # a damaged or forged memory is ignored: every test runs
+    (root / "target/test_results.json").write_text('{"format": 1, "signature": "00", "tests": {}}')
+    code, out, err = pipe(capsys, root, "test", "--select", "test:not_null_lines_customer")
+    code, out, err = pipe(capsys, root, "build", "--select", "test:not_null_lines_customer")
+    assert code == 0 and _tests(root)["not_null_lines_customer"]["message"].startswith("passed at lines at ")
+    (root / "target/test_results.json").write_text("{damaged")
+    code, out, err = pipe(capsys, root, "build", "--select", "test:not_null_lines_customer")
+    assert code == 0 and _tests(root)["not_null_lines_customer"]["message"] == "passed (whole table)"

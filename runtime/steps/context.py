@@ -29,6 +29,7 @@ class RunOptions:
     threads: int = 4
     fail_fast: bool = False
     dry_run: bool = False
+    reuse_tests: bool = False  # pipe build: a test of tables unchanged since it passed is not run again (steps/test_memory.py)
 
 
 @dataclass
@@ -38,6 +39,7 @@ class StepResult:
     name: str
     state: str = "pending"
     rows_read: int | None = None
+    read: str | None = None  # what a table's step read when rows_read does not say it all: files of a source, a table's instant
     rows_written: int | None = None
     inserts: int | None = None
     updates: int | None = None
@@ -65,6 +67,8 @@ class StepResult:
             d.pop("failures"), d.pop("samples")
         if self.expectations is None:
             d.pop("expectations")
+        if self.read is None:
+            d.pop("read")
         return d
 
 
@@ -93,6 +97,8 @@ class RunContext:
         self._spark = None
         self._spark_error: BaseException | None = None
         self._spark_lock = threading.Lock()
+        self._test_memory = None
+        self._test_memory_lock = threading.Lock()
         self.catalog = None  # the target's catalog, opened by the first sync (runtime/steps/sync.py)
         self.catalog_error = None  # the catalog could not be opened: every table of the run says why
         self.catalog_lock = threading.Lock()
@@ -136,6 +142,15 @@ class RunContext:
 
     def table_uri(self, name: str) -> str:
         return f"{self.lake}/{name}"
+
+    def test_memory(self):
+        """What tests remember of earlier commands (target/test_results.json), read once per run."""
+        from runtime.steps.test_memory import TestMemory
+
+        with self._test_memory_lock:
+            if self._test_memory is None:
+                self._test_memory = TestMemory(self.root / "target", self.lake)
+            return self._test_memory
 
     def table_exists(self, name: str) -> bool:
         from runtime.table.table import Table
@@ -261,12 +276,11 @@ class RunContext:
 
 def stored_state(table) -> tuple[dict[str, str], str | None, str | None]:
     """The checkpoints and step fingerprint of the table's latest commit written by pipe, and
-    the latest completed write instant they were read at."""
-    from runtime.table.timeline import WRITE_ACTIONS
-
+    the latest completed write instant they were read at (a compaction is none: it may complete
+    before this run writes without a conflict)."""
     timeline = table.timeline()
-    writes = timeline.completed(WRITE_ACTIONS)
-    latest = writes[-1].time if writes else None
+    last = timeline.latest_data_write()
+    latest = last.time if last else None
     for inst in reversed(timeline.completed()):
         extra = timeline.commit_metadata(inst).extra
         if FINGERPRINT_KEY in extra or any(k.startswith(CHECKPOINT_PREFIX) for k in extra):

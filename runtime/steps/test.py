@@ -33,18 +33,29 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     if held:
         result.failures, result.samples = 0, []
         return "success", held
+    memory = ctx.test_memory()
+    if ctx.options.reuse_tests:
+        instants = _latest_instants(ctx, step)
+        if instants is not None and memory.passed_at(step, instants):
+            result.failures, result.samples = 0, []
+            at = ", ".join(f"{name} at {t}" for name, t in sorted(instants.items()))
+            return "success", f"passed at {at} (reused: no commit since it was checked, and the test is the same)"
     spark = ctx.spark()
     session = spark_api.step_session(spark, step.id, f"pipe {step.id}")
     read: list = []  # source reads, released once the test is over
     where = step.sql_file or f"{step.file}:{step.line}"
+    checked_at: dict[str, str] = {}  # table -> the instant the test read it at
+    since: dict[str, str] = {}  # table -> the instant before the rows it read, when it read only new rows
     try:
-        scope = _register_views(ctx, session, step, read)
+        scope = _register_views(ctx, session, step, read, checked_at, since)
         failing = session.sql(step.sql)
         failures = failing.count()
         rows = failing.limit(SAMPLE_ROWS).collect() if failures else []
     except (RunError, SourceError):
+        memory.remember(step, None)
         raise
     except Exception as exc:  # noqa: BLE001 - an analysis or runtime error of the test's SQL
+        memory.remember(step, None)
         if ctx.cancel.is_set() or not is_user_error(exc):
             raise
         raise RunError(f"{where}: test {step.name} cannot run: {spark_message(exc)}",
@@ -55,12 +66,43 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     result.failures = failures
     result.samples = [sample(r.asDict(recursive=True)) for r in rows]
     rule = f"{failures:,} failing row{'s' if failures != 1 else ''}"
+    if failures:
+        memory.remember(step, None)  # never reused as passed
     if failures and config["severity"] == "error" and threshold_holds(config["error_if"], failures):
         return "error", f"{rule} ({scope}){_error_rule(config)}"
     if failures and threshold_holds(config["warn_if"], failures):
         return "warn", f"{rule} ({scope}){_warn_rule(config)}"
     note = f"; {rule} within the thresholds" if failures else ""
+    if not failures:
+        _remember_pass(memory, step, checked_at, since)
     return "success", f"passed ({scope}){note}"
+
+
+def _latest_instants(ctx: RunContext, step: Step) -> dict[str, str] | None:
+    """The latest completed commit of each table `step` reads; None when it reads a source
+    (whose files change without a commit) or a table that has none."""
+    out = {}
+    for dep in step.depends_on:
+        kind, name = dep.split(".", 1)
+        if kind != "table" or not ctx.table_exists(name):
+            return None
+        latest = ctx.open_table(name).timeline().latest_completed()
+        if latest is None:
+            return None
+        out[name] = latest.time
+    return out
+
+
+def _remember_pass(memory, step: Step, checked_at: dict[str, str], since: dict[str, str]) -> None:
+    """A test that read whole tables passed at their instants. One that read only the rows a
+    write added holds for the whole table when it had passed at the instant before that write."""
+    if len(checked_at) != len(step.depends_on):
+        memory.remember(step, None)  # it read a source
+        return
+    if since and not memory.passed_at(step, {**checked_at, **since}):
+        memory.remember(step, None)
+        return
+    memory.remember(step, checked_at)
 
 
 def checked(step: Step) -> list[str]:
@@ -104,8 +146,10 @@ def _by_construction(ctx: RunContext, step: Step) -> str | None:
     return None
 
 
-def _register_views(ctx: RunContext, session, step: Step, read: list) -> str:
-    """Registers a view per table and source the test reads; returns what it checked."""
+def _register_views(ctx: RunContext, session, step: Step, read: list, checked_at: dict[str, str], since: dict[str, str]) -> str:
+    """Registers a view per table and source the test reads; returns what it checked. Fills
+    `checked_at` with each table's instant read, and `since` with the instant before the rows
+    read of a table read only in part."""
     c = step.config
     model = c.get("model")
     scope = {"table": "whole table", "source": "all of the source"}.get(c.get("model_kind"), "whole tables")
@@ -121,8 +165,10 @@ def _register_views(ctx: RunContext, session, step: Step, read: list) -> str:
             if written is not None:
                 df = table.read(since=written[0], until=written[1], meta=False)
                 scope = f"the rows written by {written[1]}"
+                checked_at[name], since[name] = written[1], written[0]
             else:
                 df = table.read(meta=False)
+                checked_at[name] = latest.time
             spark_api.temp_view(df, name)
         else:
             spark_api.temp_view(_source_view(ctx, session, step, name, read), name)
