@@ -51,6 +51,11 @@ def _num(v: int | None) -> str:
     return "" if v is None else f"{v:,}"
 
 
+def _read(r: StepResult) -> str:
+    """What a step read: its rows, or what it says it read (files, a table's instant)."""
+    return escape(r.read) if r.read is not None else (_num(r.rows_read) or "-")
+
+
 def _iud(r: StepResult) -> str:
     if r.inserts is None:
         return ""
@@ -74,7 +79,7 @@ def steps_table(results: list[StepResult], starts: dict[str, float], title: str 
     for r in results:
         mark, style = _STYLE.get(r.state, ("?", ""))
         detail = r.message or ""
-        t.add_row(Text(mark, style=style), r.id, Text(_label(r), style=style), _num(r.rows_read),
+        t.add_row(Text(mark, style=style), r.id, Text(_label(r), style=style), r.read or _num(r.rows_read),
                   _num(r.rows_written), _iud(r), _duration(r, now, starts), Text(detail, style="dim" if r.state != "error" else ""))
     return t
 
@@ -118,8 +123,8 @@ class Display:
             elif event == "end" and self.live is None and not self.quiet:
                 mark, style = _STYLE.get(result.state, ("?", ""))
                 counts = ""
-                if result.rows_read is not None or result.rows_written is not None:
-                    counts = f"  read {_num(result.rows_read) or '-'}  written {_num(result.rows_written) or '-'}"
+                if result.rows_read is not None or result.read is not None or result.rows_written is not None:
+                    counts = f"  read {_read(result)}  written {_num(result.rows_written) or '-'}"
                 if result.inserts is not None:
                     counts += f" (ins {result.inserts:,} upd {result.updates:,} del {result.deletes:,})"
                 took = f"  {result.elapsed_s:.1f}s" if result.elapsed_s is not None else ""

@@ -885,3 +885,32 @@ def test_env_var_values_of_settings_and_options_are_masked_in_every_output(spark
         assert "****" in results
         for text in (out, err, results):
             assert secret not in text and "tok_8fJ2kQ9zX" not in text and "AKIA_s3cr3t" not in text
+
+
+def test_step_lines_say_what_parquet_sources_and_ref_reads_read(spark, tmp_path, capsys):
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = project(tmp_path, {
+        "sources/s.yml": """
+            sources:
+              pq: {kind: files, path: data/pq, format: parquet, schema: "k BIGINT, who STRING, amount DECIMAL(10,2)"}
+            """,
+        "tables/orders.yml": "tables:\n  orders:\n    key: [k]\n",
+        "tables/orders.sql": "select k, who, amount from {{ source('pq') }}\n",
+        "tables/per_who.yml": "tables:\n  per_who:\n    key: [who]\n    operation: insert_overwrite_table\n",
+        "tables/per_who.sql": "select coalesce(who, 'nobody') as who, sum(amount) as amount from {{ ref('orders') }} group by 1\n",
+    })
+    (root / "data/pq").mkdir(parents=True)
+    table = pa.table({"k": [1_767_225_600_000 + i for i in range(3)], "who": ["Zoë", "O'Brien", None],
+                      "amount": pa.array([Decimal("12.50"), Decimal("-3.05"), Decimal("7.00")], pa.decimal128(10, 2))})
+    pq.write_table(table, root / "data/pq/part-0.parquet")
+    out, err = run_ok(capsys, root)
+    orders = next(l for l in out.splitlines() if "table.orders " in l)
+    assert "read 1 new file (" in orders and "read -" not in orders, out
+    instant = steps(root)["table.orders"]["instant"]
+    per_who = next(l for l in out.splitlines() if "table.per_who " in l)
+    assert f"read orders at {instant}" in per_who, out
+    assert steps(root)["table.per_who"]["read"] == f"orders at {instant}"

@@ -104,6 +104,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     if exists and not full and reads_itself([t for t in said if t], step.name):  # {{ this }}: the table's current snapshot
         spark_api.temp_view(ctx.open_table(step.name, session).read(meta=False), step.name)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
+    result.read = _what_was_read(sources, refs)
     result.inputs = {name: p.to_dict() for name, p in sources.items()}
     result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
     if dataset is not None:
@@ -168,6 +169,17 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     if checked is not None:
         note += f"; {checked.summary()}{quarantined}"
     return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
+
+
+def _what_was_read(sources: Mapping[str, Pending], refs: Mapping[str, str]) -> str | None:
+    """What the step line says was read when not every input counted its rows (a Parquet
+    source's files, a table read by ref() at its instant); None when rows_read says it all."""
+    read = [p for p in sources.values() if not p.is_empty]
+    if not refs and all(p.rows is not None for p in read):
+        return None
+    parts = [f"{p.rows:,} row{'s' if p.rows != 1 else ''}" if p.rows is not None else p.describe() for p in read]
+    parts += [f"{name} at {instant}" for name, instant in refs.items()]
+    return " + ".join(parts) or None
 
 
 def _named_partitions(step: Step, config: Mapping[str, Any], df, table) -> set[str]:
