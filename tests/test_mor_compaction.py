@@ -293,3 +293,77 @@ def test_pipe_run_compacts_inline_when_due(spark, tmp_path, capsys):
     actions = [(i["action"], i.get("operation")) for i in timeline(capsys, root, "orders") if i["state"] == "completed"]
     assert actions == [("deltacommit", "UPSERT"), ("deltacommit", "UPSERT"), ("commit", "COMPACT")]
     assert_rows(spark, root, "orders", ["order_id", "status", "ts"], [(1, "paid", 2), (2, "new", 1)])
+
+
+# --- issue 39 B.9: a compaction while a run writes is no conflict unless it rewrote the same file group ---
+
+
+def test_a_compaction_between_reading_the_input_and_writing_is_no_conflict(spark, orders):
+    """`pipe compact` while `pipe run` reads its input: the run's write (based on the latest
+    write it read) went on failing as 'another run wrote it meanwhile'. A compaction brings
+    no data; another writer's commit does, and is named."""
+    from runtime.steps.context import stored_state
+    from runtime.table.errors import TableError
+
+    table, path, last = orders
+    _, _, based_on = stored_state(table)  # what `pipe run` notes when it reads its input
+    assert based_on == last
+    compacted = Table.open(spark, str(path)).compact()  # `pipe compact`, from another process
+    assert compacted > last
+    table.write(spark.createDataFrame([(2, "US", 3, "two-3"), (9, "EU", 3, "nine")], SCHEMA), "upsert", expect_latest=based_on)
+    expected = sorted([r for r in EXPECTED if r[0] != 2] + [(2, "US", 3, "two-3"), (9, "EU", 3, "nine")])
+    assert pipe_rows(table) == hudi_rows(path) == expected
+
+    _, _, based_on = stored_state(table)
+    other = Table.open(spark, str(path)).write(spark.createDataFrame([(4, "US", 4, "four-4")], SCHEMA), "upsert")
+    with pytest.raises(TableError) as err:
+        table.write(spark.createDataFrame([(4, "US", 5, "four-5")], SCHEMA), "upsert", expect_latest=based_on)
+    assert f"its latest write is now deltacommit {other.instant} (UPSERT), by another writer" in str(err.value)
+    assert "nothing was written" in str(err.value) and err.value.hint.startswith("run again")
+    assert (4, "US", 4, "four-4") in hudi_rows(path)
+
+
+def _async_compactor(spark, table, path, slices, done):
+    """A compaction of `slices` scheduled and executed by a compactor that does not take pipe's
+    lock (Java's async compaction), staged at a point of pipe's write."""
+    from runtime.table import compaction as C
+    from runtime.table.timeline import COMPACTION, REQUESTED, Instant
+
+    def run():
+        other = Table.open(spark, str(path))
+        other._owner = table._owner  # it ignores pipe's lock, which the writer holds
+        timeline = other.timeline()
+        inst = Instant(timeline.new_instant_time(), COMPACTION, REQUESTED)
+        other.storage.write_atomic(f".hoodie/{inst.file_name()}", avro.to_bytes(avro.COMPACTION_PLAN, C.plan(slices)))
+        done.append(other._execute_compaction(timeline, inst, slices))
+    return run
+
+
+def test_a_compaction_of_other_file_groups_during_a_write_is_no_conflict_and_of_its_own_is_named(spark, orders):
+    from runtime.table import services
+    from runtime.table.errors import TableError
+
+    table, path, _ = orders
+    groups = {s.partition.rpartition("=")[2]: s for s in table.view().latest_slices()}
+    done: list[str] = []
+    services.HOOKS["after_files"] = _async_compactor(spark, table, path, [groups["EU"]], done)
+    try:  # the write updates US rows only; EU's group is compacted meanwhile
+        w = table.write(spark.createDataFrame([(2, "US", 3, "two-3"), (4, "US", 3, "four-3")], SCHEMA), "upsert")
+    finally:
+        services.HOOKS.clear()
+    assert done and done[0] > w.instant and not table.timeline().pending()
+    expected = sorted([r for r in EXPECTED if r[0] not in (2, 4)] + [(2, "US", 3, "two-3"), (4, "US", 3, "four-3")])
+    assert pipe_rows(table) == hudi_rows(path) == expected
+
+    groups = {s.partition.rpartition("=")[2]: s for s in table.view().latest_slices()}
+    services.HOOKS["after_files"] = _async_compactor(spark, table, path, [groups["US"]], done)
+    try:  # now the US group the write appends to is compacted meanwhile
+        with pytest.raises(TableError) as err:
+            table.write(spark.createDataFrame([(6, "US", 4, "six-4")], SCHEMA), "upsert")
+    finally:
+        services.HOOKS.clear()
+    message = str(err.value)
+    assert f"file group {groups['US'].file_id} in partition 'region=US'" in message and f"changed by compaction {done[1]}" in message
+    assert "nothing was committed" in message and "Run compactions and cleans between runs" in err.value.hint
+    assert not table.timeline().pending()  # the failed write was rolled back
+    assert pipe_rows(table) == hudi_rows(path) == expected

@@ -492,10 +492,19 @@ def _finish_restore(storage, inst: Instant) -> list[str]:
     return [i["commitTime"] for i in infos]
 
 
+# Races for tests: a function called at a fault point, in the process (what another writer
+# does between two steps of this one, staged deterministically)
+HOOKS: dict = {}
+
+
 def fault(point: str) -> None:
-    """Fault injection for tests: PIPE_FAULT=<point> makes the process exit hard there."""
+    """Fault injection for tests: PIPE_FAULT=<point> makes the process exit hard there; a
+    function in HOOKS[point] is called there."""
     if os.environ.get("PIPE_FAULT") == point:
         os._exit(77)
+    hook = HOOKS.get(point)
+    if hook is not None:
+        hook()
 
 
 def _finish_service(storage, pending: Instant) -> None:

@@ -322,11 +322,15 @@ class Table:
             if timeline.instants != checked.instants:  # a failed write rolled back, a service finished
                 slices = FileSystemView.load(self.storage, timeline).latest_slices()
             if expect_latest is not ...:
-                writes = timeline.completed(WRITE_ACTIONS)
-                latest = writes[-1].time if writes else None
+                last = timeline.latest_data_write()  # a compaction or clean since is no conflict
+                latest = last.time if last else None
                 if latest != expect_latest:
-                    raise TableError(f"table {self.config.name} has a new commit {latest} since this write read its input "
-                                     f"(it expected {expect_latest or 'no commit yet'}): another run wrote it meanwhile; run again")
+                    now = f"{last.action} {latest} ({timeline.commit_metadata(last).operation_type or 'a write'})" if last else "no commit"
+                    raise TableError(f"table {self.config.name} changed since this write read its input at "
+                                     f"{expect_latest or 'no commit yet'}: its latest write is now {now}, by another writer (a run, "
+                                     "a rollback or a restore); nothing was written, as the input could be taken twice or lost",
+                                     "run again: the next run reads its input from where the table's latest commit left off "
+                                     "(a compaction or clean meanwhile is no conflict)")
             if bootstrap and timeline.completed(WRITE_ACTIONS):
                 raise TableError(f"bootstrap makes the first commit of a table; {self.config.name} has commits already",
                                  "rebuild it from the dataset with `pipe run --select TABLE --full-refresh`")
@@ -563,14 +567,36 @@ class Table:
             return s.base_instant, tuple(lf.name for lf in s.log_files if lf.path not in ours)
 
         before = {(s.partition, s.file_id): state(s) for s in slices}
-        now = {(s.partition, s.file_id): state(s) for s in self.view().latest_slices()}
+        timeline = self.timeline()
+        now = {(s.partition, s.file_id): state(s) for s in self.view(timeline).latest_slices()}
+        hint = ("run again: the write is redone on the file groups as they are now. Run compactions and cleans between "
+                "runs (pipe compact, or compact_after), or let one writer at a time write the table")
+        # as Hudi's SimpleConcurrentFileWritesConflictResolutionStrategy: only a file group both
+        # this write and another instant changed is a conflict; other groups may change freely
         for s in stats:
             key = (s.partition_path, s.file_id)
             if key in before and now.get(key) != before[key]:
-                raise TableError(f"file group {s.file_id} in partition '{s.partition_path}' changed during the write; run again")
+                raise TableError(f"file group {s.file_id} in partition '{s.partition_path}' of table {self.config.name} was changed "
+                                 f"by {self._changed_by(timeline, before[key], now.get(key))} while this write was writing it; "
+                                 "nothing was committed and this write's files were removed", hint)
         for part in replaced or {}:
             if {k: v for k, v in before.items() if k[0] == part} != {k: v for k, v in now.items() if k[0] == part}:
-                raise TableError(f"partition '{part}' changed during the write; run again")
+                raise TableError(f"partition '{part}' of table {self.config.name} was changed by another instant while this write "
+                                 "replaced it; nothing was committed", hint)
+
+    @staticmethod
+    def _changed_by(timeline: Timeline, was, now) -> str:
+        """Which instant changed a file group: a compaction (new base instant), another write."""
+        if now is None:
+            return "a clean or replacecommit (the group is gone)"
+        t = now[0]
+        if t != was[0]:
+            inst = timeline.find(t)
+            if t in timeline.compactions:
+                return f"compaction {t}"
+            return f"another writer's {inst.action if inst else 'instant'} {t}"
+        new_logs = [n for n in now[1] if n not in was[1]]
+        return f"another writer's log file {new_logs[0]}" if new_logs else "another instant"
 
     # --- compaction (merge-on-read) --------------------------------------------------------------
 

@@ -86,6 +86,8 @@ class Timeline:
         # beside it and are not pending
         done = {t for (t, a), i in latest.items() if a == COMMIT and i.is_completed}
         self.instants: list[Instant] = sorted(i for (t, a), i in latest.items() if not (a == COMPACTION and t in done))
+        # the completed commits that are compactions: they rewrite file slices, not data
+        self.compactions: set[str] = {t for (t, a) in latest if a == COMPACTION and t in done}
 
     @classmethod
     def load(cls, storage: Storage) -> "Timeline":
@@ -108,6 +110,14 @@ class Timeline:
 
     def latest_completed(self, actions: Iterable[str] = WRITE_ACTIONS) -> Instant | None:
         done = self.completed(actions)
+        return done[-1] if done else None
+
+    def latest_data_write(self) -> Instant | None:
+        """The latest completed write that brought data (a commit, deltacommit or
+        replacecommit that is not a compaction): what a writer based its input on. A
+        compaction (or a clean, an archival) in between changes no row, so Hudi's optimistic
+        concurrency does not take it for a conflict with a write of other file groups."""
+        done = [i for i in self.completed(WRITE_ACTIONS) if i.time not in self.compactions]
         return done[-1] if done else None
 
     def last_time(self) -> str | None:
