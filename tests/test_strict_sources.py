@@ -4,6 +4,7 @@ counts them; a null precombine value is refused."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -147,7 +148,7 @@ def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_an
     (root / "data/pq").mkdir(parents=True)
     pq.write_table(pa.table({"k": pa.array([1], pa.int32()), "amount": pa.array([5], pa.int32())}), root / "data/pq/ok.parquet")  # widened: fine
     pq.write_table(pa.table({"k": pa.array([2], pa.int64()), "amount": ["abc"]}), root / "data/pq/bad.parquet")
-    (root / "data/quoted").mkdir(parents=True)  # multiLine CSV goes to Spark's reader: the record, without its line
+    (root / "data/quoted").mkdir(parents=True)  # multiLine CSV: a record spans lines, and is named by its first
     (root / "data/quoted/q.csv").write_text('1,"two\nlines",3\n2,plain,many\n', encoding="utf-8")
     code, out, err = pipe(capsys, root, "run")
     assert code == 1, out + err
@@ -155,8 +156,7 @@ def test_multiline_json_names_the_record_and_parquet_type_mismatch_names_file_an
     by_id = steps(root)
     assert by_id["table.docs"]["message"] == 'source raw_docs: data/docs/many.json record 2: column pages: "many" is not an INT'
     assert by_id["table.pqt"]["message"] == "source pq: data/pq/bad.parquet: column amount holds STRING values, but the source declares BIGINT"
-    assert by_id["table.notes"]["message"].startswith("source quoted: 1 malformed record(s) in the new files, e.g. ")
-    assert "data/quoted/q.csv: '2,plain,many'" in by_id["table.notes"]["message"]
+    assert by_id["table.notes"]["message"] == 'source quoted: data/quoted/q.csv line 3: column n: "many" is not an INT'  # the record's first line
     assert not (root / "lake/docs").exists() and not (root / "lake/pqt").exists() and not (root / "lake/notes").exists()
 
     (root / "data/pq/bad.parquet").unlink()
@@ -339,3 +339,96 @@ def test_a_files_source_refuses_symbolic_links_to_files_or_folders_naming_the_li
     (root / "data/orders/more").unlink()
     run_ok(capsys, root)
     assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5)])
+
+
+def test_bytes_that_are_not_valid_utf8_make_a_bad_record_named_by_file_and_line_and_drop_leaves_it_out(spark, tmp_path, capsys):
+    root = _orders(tmp_path)
+    good = '{"order_id": %d, "amount": %s, "order_date": "2024-01-0%d", "updated_at": "2024-01-01T10:00:00"}'
+    body = "\n".join([good % (1, "10.5", 1), good % (2, "20.25", 2)]).encode() + b"\n"
+    body += b'{"order_id": 3, "amount": 1.0, "order_date": "2024-01-03", "updated_at": "2024-01-01T10:00:00", "note": "Zo\xeb"}\n'
+    body += (good % (4, "-3.5", 4)).encode() + b"\n"
+    path = root / "data/orders/orders-0001.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(body)
+    step = _fails(capsys, root)
+    assert step["message"].startswith('source raw_orders: data/orders/orders-0001.json line 3: bytes that are not valid UTF-8: {"order_id": 3,')
+    assert "`encoding`" in step["hint"]
+
+    (root / "sources/orders.yml").write_text(textwrap.dedent(ORDERS).replace("    schema:", "    on_bad_record: drop\n    schema:"), encoding="utf-8")
+    run_ok(capsys, root)
+    inputs = steps(root)["table.orders"]["inputs"]["raw_orders"]
+    assert inputs["bad_records_dropped"] == 1 and "line 3: bytes that are not valid UTF-8" in inputs["bad_record_samples"][0]
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 10.5), (2, 20.25), (4, -3.5)])
+
+
+def test_a_latin1_csv_is_refused_as_utf8_and_read_exactly_once_its_encoding_is_declared(spark, tmp_path, capsys):
+    from decimal import Decimal
+
+    root = project(tmp_path, {"sources/plans.yml": PLANS_SOURCE % "", **PLANS_TABLE})
+    path = root / "data/plans/plans-0001.csv"
+    path.parent.mkdir(parents=True)
+    path.write_bytes("plan_id,customer,note,monthly_fee,updated_at\r\n7,Zoë Müller,\"café, crème\",12.50,1700000000123\r\n"
+                     "8,Ana,plain,3.00,1700000000124\r\n".encode("latin-1"))
+    step = _fails(capsys, root, "table.plans")
+    assert step["message"] == ("source raw_plans: data/plans/plans-0001.csv line 2: bytes that are not valid UTF-8: "
+                               '7,Zo\ufffd M\ufffdller,"caf\ufffd, cr\ufffdme",12.50,1700000000123')
+    (root / "sources/plans.yml").write_text(textwrap.dedent(PLANS_SOURCE % ", encoding: latin1"), encoding="utf-8")
+    run_ok(capsys, root)
+    assert_rows(spark, root, "plans", ["plan_id", "customer", "note", "monthly_fee"],
+                [(7, "Zoë Müller", "café, crème", Decimal("12.50")), (8, "Ana", "plain", Decimal("3.00"))])
+
+
+def test_a_json_line_with_a_string_longer_than_sparks_limit_says_so_and_how_to_raise_it(spark, tmp_path, capsys):
+    source = ORDERS.replace('updated_at TIMESTAMP"', 'updated_at TIMESTAMP, note STRING"')
+    root = _orders(tmp_path, source)
+    rows = [{"order_id": 1, "amount": 1.25, "order_date": "2024-01-01", "updated_at": "2024-01-01T10:00:00"},
+            {"order_id": 2, "amount": 2.5, "order_date": "2024-01-02", "updated_at": "2024-01-02T10:00:00", "note": "x" * 25_000_000}]
+    write_jsonl(root / "data/orders/orders-0001.json", rows)
+    step = _fails(capsys, root)
+    length = len(json.dumps(rows[1]))
+    assert step["message"].startswith(
+        f"source raw_orders: data/orders/orders-0001.json line 2: a line of {length} characters that Spark's JSON parser refuses: "
+        "a string value longer than 20000000 characters (its maxStringLen) is too long; set `maxStringLen` in the source's options "
+        'to read longer ones: {"order_id": 2,'), step["message"]
+
+    (root / "sources/orders.yml").write_text(textwrap.dedent(source).replace("    schema:", "    options: {maxStringLen: 30000000}\n    schema:"),
+                                             encoding="utf-8")
+    run_ok(capsys, root)
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.25), (2, 2.5)])
+
+
+def test_parquet_numbers_too_wide_for_the_declared_type_name_file_and_column_not_an_internal_error(spark, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from decimal import Decimal
+
+    root = project(tmp_path, {
+        "sources/pay.yml": """
+            sources:
+              raw_payments:
+                kind: files
+                path: data/payments
+                format: parquet
+                schema: "payment_id BIGINT, paid_ms BIGINT, fee DECIMAL(12,2), units INT"
+            """,
+        "tables/payments.yml": "tables:\n  payments:\n    key: [payment_id]\n    precombine: paid_ms\n",
+        "tables/payments.sql": "select * from {{ source('raw_payments') }}\n",
+    })
+    folder = root / "data/payments"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"payment_id": pa.array([10, 11], pa.int64()), "paid_ms": pa.array([1_700_000_000_123, 1_700_000_000_456], pa.int64()),
+                             "fee": pa.array([Decimal("12.50"), None], pa.decimal128(10, 2)), "units": pa.array([3, 4], pa.int16())}),
+                   folder / "p-0001.parquet")  # narrower than declared: read
+    run_ok(capsys, root)
+    assert_rows(spark, root, "payments", ["payment_id", "fee", "units"], [(10, Decimal("12.50"), 3), (11, None, 4)])
+
+    pq.write_table(pa.table({"payment_id": pa.array([12], pa.int64()), "paid_ms": pa.array([1_700_000_001_000], pa.int64()),
+                             "fee": pa.array([1250], pa.int64()), "units": pa.array([5], pa.int32())}), folder / "p-0002.parquet")
+    step = _fails(capsys, root, "table.payments")
+    assert step["message"] == "source raw_payments: data/payments/p-0002.parquet: column fee holds BIGINT values, but the source declares DECIMAL(12,2)"
+    (folder / "p-0002.parquet").unlink()
+    pq.write_table(pa.table({"payment_id": pa.array([13], pa.int64()), "paid_ms": pa.array([1_700_000_002_000], pa.int64()),
+                             "fee": pa.array([Decimal("1.00")], pa.decimal128(12, 2)), "units": pa.array([6], pa.int64())}), folder / "p-0003.parquet")
+    step = _fails(capsys, root, "table.payments")
+    assert step["message"] == "source raw_payments: data/payments/p-0003.parquet: column units holds BIGINT values, but the source declares INT"
+    assert "internal error" not in step["message"] and "bug" not in step["hint"]

@@ -217,6 +217,26 @@ def _family(spark_type) -> str:
     return next((family for family, names in _FAMILIES if name in names), name)  # nested types: their own name
 
 
+_INT_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}  # digits of the largest value of each width
+
+
+def _fits(found, wanted, have: str, want: str) -> bool:
+    """Whether Spark's Parquet reader reads a column of type `found` as `wanted` of a kind it
+    accepts: an integer only into as wide an integer or a decimal with room for its digits, a
+    decimal into one with as many digits on each side of the point, a double not into FLOAT.
+    Otherwise Spark fails in the middle of the write, naming no column of the source."""
+    f, w = found.simpleString().split("(")[0], wanted.simpleString().split("(")[0]
+    if have == want == "integer":
+        return _INT_DIGITS[f] <= _INT_DIGITS[w]
+    if have == "integer" and want == "decimal":  # by the stored width: INT32 (tinyint to int) or INT64
+        return wanted.precision - wanted.scale >= (20 if f == "bigint" else 10)
+    if have == want == "decimal":
+        return wanted.precision - wanted.scale >= found.precision - found.scale and wanted.scale >= found.scale
+    if have == want == "floating":
+        return not (f == "double" and w == "float")
+    return True
+
+
 def check_parquet_footers(files: list[tuple[str, str]], declared, name: str) -> None:
     """A Parquet file whose column is of another kind than declared (text where a number is
     declared, ...) stops the step before anything is read, naming file, column and both types.
@@ -242,7 +262,7 @@ def check_parquet_footers(files: list[tuple[str, str]], declared, name: str) -> 
             except Exception:  # noqa: BLE001 - a type pyspark cannot name: Spark decides when it reads
                 continue
             have, want = _family(found), _family(f.dataType)
-            if have != want and want not in _WIDENS.get(have, ()):
+            if (have != want and want not in _WIDENS.get(have, ())) or not _fits(found, f.dataType, have, want):
                 raise SourceError(f"source {name}: {shown}: column {f.name} holds {found.simpleString().upper()} values, but the source "
                                   f"declares {f.dataType.simpleString().upper()}",
                                   "declare the column with the type the files have (and cast it in the SQL), or fix the file; "
