@@ -161,7 +161,7 @@ def test_a_server_belongs_to_one_project_and_its_settings(server, tmp_path):
     project_file = root / "pipe_project.yml"
     text = project_file.read_text()
     try:
-        project_file.write_text(text.replace('master: "local[*]"', 'master: "local[*]"\n      conf:\n        spark.sql.shuffle.partitions: 3'))
+        project_file.write_text(text.replace(f'secret.key: "{SECRET}"\n', f'secret.key: "{SECRET}"\n        spark.sql.shuffle.partitions: 3\n', 1))
         changed = pipe(root, cache, "server", "status")
         assert changed.returncode == 1 and "started with other Spark settings" in changed.stdout, changed.stdout
     finally:

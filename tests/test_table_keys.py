@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import glob
+import json
 import os
 from decimal import Decimal
 
@@ -178,3 +179,97 @@ def test_partitions_named_by_rows_take_the_tables_text(spark, tmp_path):
     table = Table.create(spark, path, TableConfig(name="t", partition_fields=("ts", "d")))
     df = spark.createDataFrame([(ROW_TS, Decimal("0.0000000001"))], "ts timestamp, d decimal(20,10)")
     assert table.partition_paths(df) == {"ts=1704103200000000/d=1E-10"}
+
+
+# --- rows without a key (issue 39 B.8, B.11) ----------------------------------------------------
+
+LEDGER_SOURCE = """
+    sources:
+      payments:
+        kind: files
+        path: data/payments
+        format: json
+        schema: "merchant STRING, txn_ref STRING, amount DECIMAL(12,2), ts BIGINT"
+    """
+
+
+def _ledger(tmp_path, key: str):
+    from tests.test_run import project
+
+    return project(tmp_path, {
+        "sources/payments.yml": LEDGER_SOURCE,
+        "tables/ledger.sql": "select merchant, txn_ref, amount, ts from {{ source('payments') }}\n",
+        "tables/ledger.yml": f"tables:\n  ledger:\n    key: {key}\n    precombine: ts\n",
+    })
+
+
+def _completed(root):
+    hoodie = root / "lake/ledger/.hoodie"
+    return sorted(p.name for p in hoodie.iterdir() if p.name.endswith((".commit", ".deltacommit", ".replacecommit"))) if hoodie.exists() else []
+
+
+def test_composite_keys_with_null_and_empty_parts_stay_distinct_rows_in_hudis_text(spark, tmp_path, capsys):
+    from tests.test_run import run_ok, write_jsonl
+
+    root = _ledger(tmp_path, "[merchant, txn_ref]")
+    write_jsonl(root / "data/payments/1.json", [
+        {"merchant": "Café Zoë", "txn_ref": "T-1", "amount": "12.50", "ts": 1_700_000_000_123},
+        {"merchant": "Café Zoë", "txn_ref": None, "amount": "3.10", "ts": 1_700_000_000_456},
+        {"merchant": None, "txn_ref": "T-1", "amount": "7.00", "ts": 1_700_000_000_789},
+        {"merchant": "", "txn_ref": "T-1", "amount": "8.00", "ts": 1_700_000_001_000},
+        {"merchant": "O'Brien \"Books\"", "txn_ref": "", "amount": "9.99", "ts": 1_700_000_001_500},
+    ])
+    run_ok(capsys, root)
+    write_jsonl(root / "data/payments/2.json", [  # a second round updates the keys with null parts
+        {"merchant": "Café Zoë", "txn_ref": None, "amount": "4.20", "ts": 1_700_000_100_000},
+        {"merchant": None, "txn_ref": "T-1", "amount": "7.70", "ts": 1_700_000_100_001},
+    ])
+    run_ok(capsys, root)
+    expected = {
+        "merchant:Café Zoë,txn_ref:T-1": "12.50",
+        "merchant:Café Zoë,txn_ref:__null__": "4.20",
+        "merchant:__null__,txn_ref:T-1": "7.70",
+        "merchant:__empty__,txn_ref:T-1": "8.00",
+        "merchant:O'Brien \"Books\",txn_ref:__empty__": "9.99",
+    }
+    rows = pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(str(root / "lake/ledger")).build().read()).to_pylist()
+    assert {r["_hoodie_record_key"]: str(r["amount"]) for r in rows} == expected
+    assert len(rows) == 5
+
+
+@pytest.mark.parametrize("key, row, named", [
+    ("[merchant, txn_ref]", {"merchant": None, "txn_ref": None, "amount": "1.00", "ts": 1_700_000_000_999}, "every one of its key columns merchant, txn_ref"),
+    ("[merchant, txn_ref]", {"merchant": "", "txn_ref": "", "amount": "1.00", "ts": 1_700_000_000_999}, "every one of its key columns merchant, txn_ref"),
+    ("[txn_ref]", {"merchant": "Café Zoë", "txn_ref": None, "amount": "1.00", "ts": 1_700_000_000_999}, "its key column txn_ref"),
+    ("[txn_ref]", {"merchant": "Café Zoë", "txn_ref": "", "amount": "1.00", "ts": 1_700_000_000_999}, "its key column txn_ref"),
+], ids=["all-null-composite", "all-empty-composite", "null-single", "empty-single"])
+def test_a_row_without_a_key_is_refused_naming_table_and_record_and_nothing_is_written(spark, tmp_path, capsys, key, row, named):
+    from tests.test_run import assert_clean, pipe, write_jsonl
+
+    root = _ledger(tmp_path, key)
+    write_jsonl(root / "data/payments/1.json", [
+        {"merchant": "Café Zoë", "txn_ref": "T-1", "amount": "12.50", "ts": 1_700_000_000_123}, row])
+    code, out, err = pipe(capsys, root, "run")
+    text = out + err
+    assert code != 0, text
+    assert_clean(out, err)
+    assert "ledger" in text and named in text and "null or empty" in text, text
+    assert f'"merchant":{json.dumps(row["merchant"], ensure_ascii=False)}' in text and '"ts":1700000000999' in text, text  # the record itself
+    assert "HoodieKeyException" in text
+    assert _completed(root) == []
+
+
+@pytest.mark.parametrize("keys, row", [
+    (("a",), (1_700_000_000_123, None, "x", 1, "v1")),  # the key made in the write task
+    (("a",), (1_700_000_000_123, "", "x", 1, "v1")),
+    (("a", "b"), (1_700_000_000_123, None, "", 1, "v1")),  # the key made by Spark
+], ids=["null-single", "empty-single", "null-and-empty-composite"])
+def test_bulk_insert_refuses_a_row_without_a_key_and_commits_nothing(spark, tmp_path, keys, row):
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="t", record_key_fields=keys, precombine_field="ts"))
+    good = (1_700_000_000_456, "k-1", "Zoë", 2, "v1")
+    with pytest.raises(Exception) as info:
+        table.write(spark.createDataFrame([good, row], SCHEMA).coalesce(1), "bulk_insert")  # one task, which stops at the row
+    assert "no record key" in str(info.value) and "HoodieKeyException" in str(info.value)
+    assert not [f for f in os.listdir(f"{path}/.hoodie") if f.endswith(".commit")]
+    assert Table.open(spark, path).read().count() == 0

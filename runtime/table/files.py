@@ -82,8 +82,9 @@ class Derived:
         if self.key_field is None:
             return batch
         key = pc.cast(batch.column(self.key_field), pa.string())
-        if self.key_prefix:  # a null value is __null__, as in Spark's key text (keygen.key_expr)
-            key = pc.binary_join_element_wise(self.key_prefix, pc.fill_null(key, "__null__"), "")
+        key = pc.if_else(pc.equal(key, ""), pa.scalar(None, pa.string()), key)  # no key: refused below, as in keygen.key_expr
+        if self.key_prefix:
+            key = pc.binary_join_element_wise(self.key_prefix, key, "")
         return pa.RecordBatch.from_arrays([*batch.columns, key], names=[*batch.schema.names, "_hoodie_record_key"])
 
     def split(self, batch) -> Iterator:
@@ -428,6 +429,7 @@ def _write_bulk(spec: FileWriteSpec, batches: Iterator, task: _Task) -> None:
     for batch in _coalesced(batches, BATCH_BYTES):
         if derived is not None:
             batch = derived.with_key(batch)
+        _refuse_keyless(batch)
         pieces = derived.split(batch) if derived is not None and derived.partition_fields is not None else _split_by_partition(batch)
         for value, piece in pieces:
             current = open_files.get(value)
@@ -440,6 +442,29 @@ def _write_bulk(spec: FileWriteSpec, batches: Iterator, task: _Task) -> None:
         _keep_within_budget(open_files)
     for key in list(open_files):
         task.stats.append(_all_inserts(open_files.pop(key).close()))
+
+
+def _refuse_keyless(batch) -> None:
+    """A bulk insert's rows without a record key (null: keygen.key_expr) stop the task, naming
+    one of them; the write is then rolled back."""
+    import json
+
+    import pyarrow.compute as pc
+
+    if "_hoodie_record_key" not in batch.schema.names:
+        return
+    keys = batch.column("_hoodie_record_key")
+    keyless = pc.fill_null(pc.equal(keys, ""), True)
+    missing = pc.sum(keyless).as_py() if len(keys) else 0
+    if not missing:
+        return
+    from runtime.table.writer import WriteError
+
+    row = batch.filter(keyless).slice(0, 1).to_pylist()[0]
+    shown = json.dumps({k: v for k, v in row.items() if not k.startswith(("_hoodie_", "_pipe_"))}, default=str, ensure_ascii=False)
+    raise WriteError(f"{missing} row(s) have no record key: the key columns are null or empty, and Hudi refuses such a key "
+                     f"(HoodieKeyException); e.g. {shown}. Every row needs a key: filter those rows out or give them a value "
+                     f"(e.g. coalesce(...) in the table's SQL); the write is rolled back")
 
 
 def _all_inserts(stat: tuple) -> tuple:

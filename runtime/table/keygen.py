@@ -27,7 +27,7 @@ from runtime.table.errors import TableError
 
 FIELD_PREFIXED, VALUE_ONLY = "FIELD_PREFIXED", "VALUE_ONLY"
 ENCODING_PROPERTY = "hoodie.table.complex.keygen.encoding"
-NULL_KEY = "__null__"
+NULL_KEY, EMPTY_KEY = "__null__", "__empty__"
 
 # Types whose Java text differs from Spark's cast to string (pipe's text before this version)
 _JAVA_TEXT_TYPES = ("timestamp", "timestamp_ntz", "binary", "decimal")
@@ -78,16 +78,19 @@ def _java_decimal(F, col, scale: int):
 
 def key_expr(F, config, types: dict[str, str]):
     """_hoodie_record_key: one field's value text (`field:value` under a FIELD_PREFIXED
-    ComplexKeyGenerator); several fields as `f1:v1,f2:v2` with __null__ for a null."""
+    ComplexKeyGenerator); several fields as `f1:v1,f2:v2` with __null__ for a null part and
+    __empty__ for an empty one (KeyGenerator.constructRecordKey). Null for a row that has no
+    key: its one field null or empty, or every part null or empty, which Hudi refuses
+    (HoodieKeyException) and so does the writer (writer._refuse_nulls)."""
     fields = config.record_key_fields
     legacy = bool(config.legacy_value_text)
-
-    def text(f):
-        return value_text(F, F.col(f"`{f}`"), types.get(f, "string"), legacy)
-
+    texts = [value_text(F, F.col(f"`{f}`"), types.get(f, "string"), legacy) for f in fields]
+    some = F.coalesce(*[F.nullif(t, F.lit("")) for t in texts]).isNotNull()
     if len(fields) == 1 and not single_key_prefixed(config):
-        return text(fields[0])
-    return F.concat_ws(",", *[F.concat(F.lit(f"{f}:"), F.coalesce(text(f), F.lit(NULL_KEY))) for f in fields])
+        return F.when(some, texts[0])
+    parts = [F.concat(F.lit(f"{f}:"), F.when(t.isNull(), F.lit(NULL_KEY)).when(t == "", F.lit(EMPTY_KEY)).otherwise(t))
+             for f, t in zip(fields, texts)]
+    return F.when(some, F.concat_ws(",", *parts))
 
 
 def partition_expr(F, config, types: dict[str, str]):

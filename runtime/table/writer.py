@@ -127,13 +127,32 @@ def _refuse_nulls(config, rows, ordering: str | None, null_keys: int, null_order
     from pyspark.sql import functions as F
 
     if null_keys:
-        raise WriteError(f"the input has {null_keys} row(s) whose key column {config.record_key_fields[0]} is null; every row needs a key")
+        raise WriteError(no_key_message(config, null_keys, rows.where(F.col(KEY).isNull())))
     if null_orders:
         keys = [r[0] for r in rows.where(F.col(f"`{ordering}`").isNull()).select(KEY).limit(3).collect()]
         raise WriteError(f"table {config.name}: {null_orders} row(s) have a null precombine value (column {ordering}), e.g. key "
                          f"{', '.join(keys)}; a null orders below every value, so such a row would be dropped as older than a stored version. "
                          f"Give every row a value (e.g. coalesce({ordering}, ...) in the table's SQL), filter those rows out, "
                          f"or set `precombine_nulls: lowest` on the table to accept that")
+
+
+def no_key_message(config, count: int, keyless) -> str:
+    """The refusal of `count` rows without a record key (`keyless`, a DataFrame of them): the
+    table, its key fields, up to three of the rows and, when Spark still knows it, the file
+    each came from."""
+    from pyspark.sql import functions as F
+
+    fields = config.record_key_fields
+    data = [c for c in keyless.columns if not c.startswith("_hoodie_") and not c.startswith("_pipe_")]
+    samples = keyless.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in data]), {"ignoreNullFields": "false"}), F.input_file_name()).limit(3).collect()
+    shown = "; ".join(f"{row}" + (f" (in {path})" if path else "") for row, path in samples)
+    if len(fields) == 1:
+        what = f"its key column {fields[0]} is null or empty"
+    else:
+        what = f"every one of its key columns {', '.join(fields)} is null or empty"
+    return (f"table {config.name}: {count} row(s) have no record key: {what}, and Hudi refuses such a key "
+            f"(HoodieKeyException); e.g. {shown}. Every row needs a key: filter those rows out or give them a value "
+            f"(e.g. coalesce(...) in the table's SQL); nothing was written")
 
 
 def dedupe(df, config, opts: WriteOptions, present):
