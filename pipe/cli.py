@@ -7,7 +7,9 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -531,7 +533,7 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
         if not continuous:
             run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
             if run.interrupted:
-                raise click.exceptions.Exit(130)
+                raise click.exceptions.Exit(143 if run.terminated else 130)
             if run.failed:
                 raise click.exceptions.Exit(EXIT_FAILED)
             return
@@ -748,9 +750,10 @@ def _age(seconds: float) -> str:
 @_target_option
 @click.option("--idle-timeout", default="60m", show_default=True, metavar="DURATION",
               help="Stop after this long without a command using it (e.g. 30m, 2h; 0: never).")
+@click.option("--no-warmup", is_flag=True, help="Return once the server listens, without its warm-up (the first runs are then slower).")
 @_common
 @click.pass_obj
-def server_start(ctx: _Context, target: str | None, idle_timeout: str) -> None:
+def server_start(ctx: _Context, target: str | None, idle_timeout: str, no_warmup: bool) -> None:
     """Start a Spark Connect server with the target's Spark settings; pipe run, show and test use it."""
     from runtime import server
 
@@ -772,13 +775,13 @@ def server_start(ctx: _Context, target: str | None, idle_timeout: str) -> None:
     from pipe.warmup import warm_up
 
     try:
-        warmed = warm_up(state, conf)
+        warmed = None if no_warmup else warm_up(state, conf)
     except BaseException:
         server.stop(root, plan.target.name)
         raise
     stops = f"after {_age(idle)} idle or " if idle else ""
     output.line(f"Started the pipe server of target [bold]{plan.target.name}[/] at {state.url} ({state.master}) "
-                f"in {up:.1f}s, warmed up in {warmed:.1f}s")
+                f"in {up:.1f}s, " + ("not warmed up (--no-warmup)" if warmed is None else f"warmed up in {warmed:.1f}s"))
     output.line(f"pipe run, show and test in this project use it; it stops {stops}with `pipe server stop`. Log: {state.log}")
 
 
@@ -1304,11 +1307,30 @@ def main(argv: list[str] | None = None) -> int:
     # what pipe prints goes through output.mask: env_var() values of settings and options never show
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = output.MaskingStream(sys.stdout), output.MaskingStream(sys.stderr)
+    previous = _cancel_on_sigterm()
     try:
         return _main(args, debug, command)
     finally:
         sys.stdout, sys.stderr = streams
         output.forget_secrets()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _cancel_on_sigterm():
+    """SIGTERM cancels the command as Ctrl-C does (the run's steps are cancelled and reported,
+    their writes roll back, the run lock is released), and it exits 143. Returns the handler it
+    replaced (None when it replaced none: not in the main thread, or one is set already)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def on_sigterm(signum, frame):  # noqa: ARG001 - signal handler
+        from runtime.steps.errors import Terminated
+
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return signal.SIG_DFL
 
 
 def _main(args: list[str], debug: bool, command: str | None) -> int:
@@ -1334,9 +1356,9 @@ def _main(args: list[str], debug: bool, command: str | None) -> int:
         return EXIT_USAGE
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except KeyboardInterrupt:
-        output.fail("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        output.fail("terminated (SIGTERM)" if getattr(exc, "signal_name", "") == "SIGTERM" else "interrupted")
+        return getattr(exc, "exit_code", 130)
     except Exception as exc:  # a bug in pipe, not in the project
         if debug:
             _print_traceback()

@@ -35,6 +35,11 @@ _session = None  # this process's Connect session
 _url = ""
 
 
+# PySpark's client retries an unavailable server for more than ten minutes (15 retries, backoff up
+# to a minute): a server that went away hung a run that long. pipe's sessions retry for about
+# RETRY_BUDGET_S (8 retries, backoff up to 5 s), and not at all once the server is gone (its JVM
+# exited, or its port refuses connections).
+RETRY_BUDGET_S = 30
 _START_HINT = "start it (`pipe server start` for a local one), or check spark.remote in the target and SPARK_REMOTE"
 
 
@@ -97,6 +102,7 @@ def _open(url: str):
     try:
         spark = SparkSession.builder.remote(url).create()
         _opened.append(spark)
+        _bound_retries(spark)
         first, *rest = _settings.items()  # the first call: reaches the server, or fails here
         spark.conf.set(*first)
     except Exception as exc:  # noqa: BLE001 - gRPC and Connect errors: one line
@@ -228,10 +234,71 @@ def end_step_session(session) -> None:
 def clone(spark):
     """A new session on the server with the settings and shipped code of `spark`."""
     try:
-        return spark.cloneSession()
+        return _bound_retries(spark.cloneSession())
     except Exception as exc:  # noqa: BLE001 - an older client or server
         raise ConnectError(f"the Spark Connect server cannot clone a session ({_first_line(exc)}), which pipe needs to run a step",
                            "use a Spark Connect server and pyspark of version 4.1 or newer") from exc
+
+
+def _bound_retries(spark):
+    """`spark` with pipe's retries (RETRY_BUDGET_S) instead of PySpark's default ones."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    class Policy(DefaultPolicy):
+        def __init__(self):
+            super().__init__(max_retries=8, max_backoff=5000)
+
+        def can_retry(self, e: BaseException) -> bool:
+            return super().can_retry(e) and _server_answers()
+
+    spark.client.set_retry_policies([Policy()])
+    return spark
+
+
+def _server_answers(timeout_s: float = 2.0) -> bool:
+    """Whether this process's Connect server is still there: its JVM lives (pipe's own server)
+    and its port takes a connection."""
+    from runtime.host import alive
+
+    own = _pool.state if _pool is not None else None
+    if own is not None and not alive(own.server_pid):
+        return False
+    where = (_url or "")[len("sc://"):].split("/", 1)[0]
+    if not where:
+        return True
+    host, _, port = where.rpartition(":") if where.rpartition(":")[2].isdigit() else (where, "", "15002")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+_LOST_MARKS = ("UNAVAILABLE", "RETRIES_EXCEEDED", "Socket closed", "Connection refused", "failed to connect", "Connection reset")
+
+
+def lost_server(exc: BaseException) -> tuple[str, str] | None:
+    """When `exc` is the loss of this process's Connect server (it went away while a step ran):
+    (what happened, what to do); else None."""
+    if _session is None:
+        return None
+    texts, seen = [], exc
+    for _ in range(5):  # the chain: pipe's own errors wrap Spark's
+        if seen is None:
+            break
+        texts.append(f"{type(seen).__name__} {seen}")
+        seen = seen.__cause__ or seen.__context__
+    if not any(mark in text for text in texts for mark in _LOST_MARKS) or _server_answers():
+        return None
+    where = _url.split("/;")[0]
+    if _pool is not None:
+        return (f"the pipe server at {where} went away (its Spark is gone)",
+                f"nothing of the steps that had not finished was committed: the next run rolls their writes back and reads "
+                f"their input again. It runs on embedded Spark, or on a new server after `pipe server start`; the server's "
+                f"log is {_pool.state.log}")
+    return (f"the Spark Connect server at {where} went away (it no longer answers)",
+            "nothing of the steps that had not finished was committed: the next run rolls their writes back and reads their "
+            "input again. Start the server again, or check spark.remote in the target and SPARK_REMOTE")
 
 
 def _release(spark) -> None:

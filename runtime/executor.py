@@ -50,6 +50,7 @@ class RunResult:
     elapsed_s: float
     steps: list[StepResult]
     interrupted: bool = False
+    terminated: bool = False  # the interruption was SIGTERM's (exit 143), not Ctrl-C's (130)
 
     @property
     def failed(self) -> bool:
@@ -94,6 +95,7 @@ class Executor:
         running: dict[cf.Future, str] = {}
         threads = max(1, self.ctx.options.threads)
         interrupted = False
+        self._stopped_by = "Ctrl-C"
         with cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pipe-step") as pool:
             while waiting or running:
                 try:
@@ -104,7 +106,7 @@ class Executor:
                         states = [results[d].state for d in (*deps, *gates)]
                         if self.ctx.cancel.is_set():
                             waiting.remove(sid)
-                            why = "the run was interrupted" if interrupted else "the run stopped at the first failure (--fail-fast)"
+                            why = f"the run was interrupted ({self._stopped_by})" if interrupted else "the run stopped at the first failure (--fail-fast)"
                             self._finish(results[sid], "skipped", f"not started: {why}")
                         elif any(s in ("error", "skipped", "cancelled") for s in states):
                             waiting.remove(sid)
@@ -128,16 +130,18 @@ class Executor:
                         if results[sid].state == "error" and self.ctx.options.fail_fast and not self.ctx.cancel.is_set():
                             self.ctx.cancel.set()
                             self._cancel_running([running[f] for f in running])
-                except KeyboardInterrupt:
-                    # Ctrl-C: cancel the running steps' Spark jobs (their writes roll back), start
-                    # nothing new, and report the run; a second Ctrl-C stops at once
+                except KeyboardInterrupt as exc:
+                    # Ctrl-C (or SIGTERM): cancel the running steps' Spark jobs (their writes roll
+                    # back), start nothing new, and report the run; a second one stops at once
                     if interrupted:
                         raise
                     interrupted = self.ctx.interrupted = True
+                    self._stopped_by = getattr(exc, "signal_name", "Ctrl-C")
                     self.ctx.cancel.set()
                     self._cancel_running(list(running.values()))
         sync.close_catalog(self.ctx)
-        return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.ctx.selected], interrupted)
+        return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.ctx.selected], interrupted,
+                         interrupted and self._stopped_by == "SIGTERM")
 
     def _cancel_running(self, step_ids: list[str]) -> None:
         """Cancels the Spark jobs of the running steps, and keeps cancelling the jobs they
@@ -173,7 +177,8 @@ class Executor:
                     spark_api.end_step(self.ctx.spark_started, step.id)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported on its step
             result.elapsed_s = round(time.perf_counter() - t0, 3)
-            cancelled = is_cancellation(exc) or (self.ctx.cancel.is_set() and not isinstance(exc, PipeError))
+            cancelled = is_cancellation(exc) or (self.ctx.cancel.is_set() and not isinstance(exc, PipeError)
+                                                 and not spark_api.server_lost(exc))
             if cancelled:
                 # Ctrl-C or --fail-fast cancelled its Spark jobs (or someone did in the Spark UI):
                 # the write rolled back, so this is a cancellation, not an error of the step
@@ -190,7 +195,7 @@ class Executor:
 
     def _cancelled_message(self, step: Step) -> str:
         if self.ctx.interrupted:
-            why = "the run was interrupted (Ctrl-C)"
+            why = f"the run was interrupted ({getattr(self, '_stopped_by', 'Ctrl-C')})"
         elif self.ctx.cancel.is_set():
             why = "the run stopped at the first failure (--fail-fast)"
         else:

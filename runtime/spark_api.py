@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 from typing import Any
 
@@ -90,6 +91,12 @@ def cancel(spark, tag: str) -> None:
         session = _tagged.get(tag)
     if session is not None:
         session.interruptTag(tag)
+
+
+def server_lost(exc: BaseException) -> bool:
+    """Whether `exc` is the loss of this process's Spark Connect server (runtime/connect.py)."""
+    connect = sys.modules.get("runtime.connect")  # imported by a run over Spark Connect only
+    return connect is not None and connect.lost_server(exc) is not None
 
 
 def default_parallelism(spark) -> int:

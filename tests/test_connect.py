@@ -459,3 +459,101 @@ def test_an_unreachable_connect_server_is_one_clear_error_within_seconds(tmp_pat
     assert f"cannot reach the Spark Connect server at sc://127.0.0.1:{port}: Connection refused" in r.stderr
     assert "pipe server start" in r.stderr and "Traceback" not in r.stdout + r.stderr
     assert not (tmp_path / "shop/lake/orders/.hoodie").exists() or not list((tmp_path / "shop/lake/orders/.hoodie").glob("*.commit"))
+
+
+SLOW_PROJECT = {
+    "pipe_project.yml": "name: doomed\n",
+    "sources/s.yml": "sources:\n  s:\n    kind: files\n    path: data/s\n    format: json\n"
+                     "    schema: \"id BIGINT, shop STRING, amount DECIMAL(12,2), ts BIGINT\"\n",
+    "tables/slow.yml": "tables:\n  slow:\n    key: [id, shop]\n    precombine: ts\n",
+    # slow on purpose: a scan of 50 billion generated rows that keeps nothing
+    "tables/slow.sql": "select s.id, s.shop, s.amount, s.ts from {{ source('s') }} s cross join range(50000000000) r "
+                       "where (r.id * 7) % 1000003 = -1\n",
+}
+FAST_SQL = "select id, shop, amount, ts from {{ source('s') }}\n"
+SLOW_ROWS = [{"id": 1_732_000_000_000 + i, "shop": ("Zürich", "O'Brien \"B\"", "köln")[i % 3], "amount": f"{i * 19.99:.2f}",
+              "ts": 1_732_000_000_000 + i * 1000} for i in range(30)]
+
+
+@pytest.fixture(scope="module")
+def doomed_server(tmp_path_factory):
+    """A project of its own with its own pipe server (started without its warm-up), which its
+    tests stop with SIGTERM runs and finally kill: (project folder, cache folder)."""
+    base = tmp_path_factory.mktemp("doomed")
+    cache = base / "cache"
+    root = write_project(base / "p", SLOW_PROJECT)
+    write_jsonl(root / "data/s/s-1.json", SLOW_ROWS)
+    started = ok(pipe(root, cache, "server", "start", "--no-warmup", timeout=240))
+    assert "not warmed up (--no-warmup)" in started.stdout
+    yield root, cache
+    pipe(root, cache, "server", "stop")
+
+
+def _run_until_busy(root: Path, cache: Path) -> tuple[subprocess.Popen, dict]:
+    """A `pipe run` of the slow project, once its scan keeps the server's JVM busy."""
+    state = json.loads(next((cache / "servers").glob("*.json")).read_text())
+    proc = subprocess.Popen([sys.executable, "-m", "pipe", "--project-dir", str(root), "run", "--log-format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cache))
+    for line in proc.stdout:
+        if '"step_start"' in line and '"table.slow"' in line:
+            break
+    busy = _cpu_seconds(state["server_pid"])
+    deadline = time.time() + 120
+    while _cpu_seconds(state["server_pid"]) - busy < 4 and time.time() < deadline:  # the scan is running
+        time.sleep(0.5)
+    return proc, state
+
+
+def _pending(root: Path) -> list[str]:
+    """The table's instants left requested or inflight: with no completed instant file."""
+    names = {p.name for p in (root / "lake/slow/.hoodie").glob("*") if p.is_file()}
+    begun = {n.split(".")[0] for n in names if n.endswith((".requested", ".inflight"))}
+    done = {n.split(".")[0] for n in names if n[:1].isdigit() and not n.endswith((".requested", ".inflight"))}
+    return sorted(begun - done)
+
+
+def test_sigterm_cancels_a_run_on_the_pipe_server_with_exit_143_and_releases_its_lock(doomed_server):
+    """The run is handed to the fork server's child: `pipe` passes SIGTERM on to it."""
+    root, cache = doomed_server
+    proc, _ = _run_until_busy(root, cache)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=180)  # a hang guard, not a measure of speed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out + err
+    assert "Traceback" not in out + err and "internal error" not in out + err, out + err
+    step = steps(root)["table.slow"]
+    assert step["state"] == "cancelled" and step["message"].startswith("cancelled: the run was interrupted (SIGTERM); slow wrote nothing"), step
+    assert not (root / "lake/.pipe-run.lock").exists(), "the run lock is released"
+
+
+def test_a_pipe_server_killed_during_a_run_fails_it_with_what_to_do_and_the_next_run_succeeds(doomed_server):
+    root, cache = doomed_server
+    proc, state = _run_until_busy(root, cache)
+    try:
+        os.kill(state["server_pid"], signal.SIGKILL)  # the server's JVM dies in the middle of the scan
+        out, err = proc.communicate(timeout=300)  # a hang guard (it hung for 15 minutes), not a measure of speed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out + err
+    assert "Traceback" not in out + err and "RETRIES_EXCEEDED" not in out + err, out + err
+    step = steps(root)["table.slow"]
+    assert step["state"] == "error", step
+    assert step["message"] == f"table.slow: the pipe server at {state['url']} went away (its Spark is gone) during this step", step
+    assert "nothing of the steps that had not finished was committed" in step["hint"] and "pipe server start" in step["hint"], step
+    assert not (root / "lake/.pipe-run.lock").exists(), "the run lock is released"
+    assert not list((root / "lake/slow/.hoodie").glob("*.commit")) if (root / "lake/slow/.hoodie").exists() else True
+
+    # the supervisor forgets the dead server: the next run starts embedded Spark, and writes every row
+    deadline = time.time() + 60
+    while time.time() < deadline and pipe(root, cache, "server", "status").returncode == 0:
+        time.sleep(1)
+    (root / "tables/slow.sql").write_text(FAST_SQL)
+    again = ok(pipe(root, cache, "run"))
+    assert "pipe server" not in again.stderr
+    got = hudi_rows(root, "slow", ["id", "shop", "amount", "ts"])
+    assert [(r[0], r[1], str(r[2])) for r in got] == sorted((r["id"], r["shop"], r["amount"]) for r in SLOW_ROWS)
+    assert _pending(root) == [], "no instant is left requested or inflight"

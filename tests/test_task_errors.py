@@ -54,3 +54,39 @@ def test_a_python_exception_in_a_task_is_an_internal_error_not_blamed_on_the_sql
                        "'Field \"_pipe_failed_expectations\" does not exist in schema'")
     assert hint == "this may be a bug in pipe; run with --debug for the traceback"
     assert "tables/orders.sql" not in message
+
+
+def test_a_source_read_cut_short_by_ctrl_c_is_a_cancellation_not_an_unreadable_file(spark):
+    """Ctrl-C cancels the step's Spark jobs; the files source reports a failed read of its files
+    as "cannot read the json files (...)" around Spark's error, which is then the cancellation."""
+    import threading
+    import time
+
+    from runtime.sources import SourceError
+    from runtime.steps.errors import is_cancellation
+
+    caught: list[BaseException] = []
+
+    def read() -> None:
+        spark.sparkContext.setJobGroup("pipe-test-cancel", "a long read", interruptOnCancel=True)
+        try:
+            spark.range(0, 10**12, numPartitions=4).selectExpr("sum(id % 7)").collect()
+        except Exception as exc:  # noqa: BLE001 - the cancellation under test
+            caught.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.time() + 120
+    while not spark.sparkContext.statusTracker().getJobIdsForGroup("pipe-test-cancel") and time.time() < deadline:
+        time.sleep(0.1)
+    spark.sparkContext.cancelJobGroup("pipe-test-cancel")
+    reader.join(120)
+    assert caught, "the job was cancelled"
+    try:
+        raise SourceError("source raw_orders: cannot read the json files (job cancelled)", "check `format`") from caught[0]
+    except SourceError as wrapped:
+        assert is_cancellation(wrapped)
+    try:
+        raise SourceError("source raw_orders: cannot read the json files (bad)", "check `format`") from ValueError("line 3: bad")
+    except SourceError as wrapped:
+        assert not is_cancellation(wrapped)

@@ -4,6 +4,7 @@ line saying what failed (the worker's traceback only with --debug), cancellation
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 from compiler.errors import PipeError
@@ -22,6 +23,13 @@ class RunError(PipeError):
 
 class Cancelled(RunError):
     """The run was interrupted or stopped at a failure (--fail-fast) before this step wrote."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM asked the command to stop: a cancellation like Ctrl-C's, which exits 143."""
+
+    signal_name = "SIGTERM"
+    exit_code = 143
 
 
 _TASK_ERROR = re.compile(r"^(?:[\w.]+\.)?(?:TableError|WriteError|SourceError): (.+)$", re.M)
@@ -76,7 +84,7 @@ def is_user_error(exc: BaseException) -> bool:
 
 
 _CANCELLED = ("SPARK_JOB_CANCELLED", "cancelled part of cancelled job group", "cancelled because SparkContext was shut down",
-              "SPARK_JOB_GROUP_CANCELLED", "JOB_CANCELLED")
+              "SPARK_JOB_GROUP_CANCELLED", "JOB_CANCELLED", "OPERATION_CANCELED", "cancelled as part of cancellation")
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -84,7 +92,10 @@ def is_cancellation(exc: BaseException) -> bool:
     if isinstance(exc, (Cancelled, KeyboardInterrupt)):
         return True
     if isinstance(exc, PipeError):
-        return False
+        # pipe's own error around a cancelled Spark job (a source read cut short by Ctrl-C) is
+        # the cancellation, not a file that cannot be read
+        cause = exc.__cause__
+        return cause is not None and not isinstance(cause, PipeError) and is_cancellation(cause)
     try:
         text = str(exc)
     except Exception:  # noqa: BLE001 - a Java exception whose message cannot be fetched any more
@@ -93,6 +104,10 @@ def is_cancellation(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
+    connect = sys.modules.get("runtime.connect")  # imported by a run over Spark Connect only
+    lost = connect.lost_server(exc) if connect is not None else None
+    if lost is not None:  # the server went away: what happened and what to do, not gRPC's retries
+        return f"{step.id}: {lost[0]} during this step", lost[1]
     if isinstance(exc, (RunError, SourceError)):
         return str(exc), getattr(exc, "hint", None)
     failure = worker_error(exc) if not isinstance(exc, PipeError) else None
