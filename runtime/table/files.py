@@ -569,7 +569,7 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
         table = _conform(table, parquet_schema(storage, log.base_path, log.base_size), log.base_path)
         blocks.append(logfile.parquet_block(spec.instant, spec.log_schema, table))
     if deletes.num_rows:
-        blocks.append(logfile.delete_block(spec.instant, _delete_records(deletes, partition, spec.ordering_field), spec.log_schema))
+        blocks.extend(logfile.delete_blocks(spec.instant, _delete_records(deletes, partition, spec.ordering_field), spec.log_schema))
     name = logfile.LogFileName(file_id, log.base_instant, log.version, task.token).name
     rel = f"{partition}/{name}" if partition else name
     data = b"".join(logfile.encode_block(b) for b in blocks)

@@ -426,6 +426,19 @@ def delete_block(instant: str, deletes: list[tuple[str | None, str | None, Order
     return Block(DELETE, header, struct.pack(">ii", 3, len(payload)) + payload)
 
 
+def delete_blocks(instant: str, deletes: list[tuple[str | None, str | None, OrderingValue | None]],
+                  schema_json: str | None = None) -> list[Block]:
+    """The deletes as delete blocks, one per ordering-value type, in the order the types first
+    come: a partition move's IntWrapper(0) and a bigint or timestamp column's LongWrapper
+    values never share a block. Java reads either way; hudi-rs refuses a block whose ordering
+    values have several wrapper types ("Delete block mixes ordering types")."""
+    by_type: dict[str, list] = {}
+    for key, partition, v in deletes:
+        v = v or NATURAL_ORDER
+        by_type.setdefault(v.type, []).append((key, partition, v))
+    return [delete_block(instant, same, schema_json) for same in by_type.values()]
+
+
 def _wrapped_value(v: OrderingValue):
     """The wrapper's `value` of an ordering value given as delete_records returns it."""
     import decimal
