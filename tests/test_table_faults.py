@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+import time
 
 import hudi
 import pyarrow as pa
@@ -142,3 +143,72 @@ def test_a_task_killed_while_writing_leaves_a_temp_file_that_rollback_removes(sp
     assert left and all(name.startswith(f".pipe_{dead}_") and java_sees(name) is None for name in left)
     assert list((tmp_path / "orders").rglob("*.tmp")) == [] and table.timeline().pending() == []
     assert hudi_rows(path) == [(1, "a"), (2, "b")]
+
+
+# --- issue 39 B.10: a successful write after crashes leaves no debris ---------------------------------
+
+MOR_CHILD = textwrap.dedent("""
+    import sys
+    from runtime.session import get_spark
+    from runtime.table import Table
+    spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
+    rows = [(int(i), r, 1_717_000_000_000 + int(sys.argv[2]), f"{r}-{i}-v{sys.argv[2]}") for i, r in ((1, "EU"), (2, "US"), (5, "EU"))]
+    Table.open(spark, sys.argv[1]).write(spark.createDataFrame(rows, "id long, region string, ts long, v string"), "upsert", compact_after=1)
+    print("WROTE")
+""")
+
+
+def debris(root):
+    """What a dead writer leaves that a successful write must not leave behind."""
+    from runtime.table.timeline import Timeline
+    from runtime.storage import StorageSpec, open_storage
+
+    temps = sorted(str(p.relative_to(root)) for p in root.rglob(".pipe_*.tmp"))
+    lock = (root / ".hoodie" / "pipe.lock").exists()
+    pending = [i.file_name() for i in Timeline.load(open_storage(StorageSpec(str(root)))).pending()]
+    return temps, lock, pending
+
+
+@pytest.mark.parametrize("then", ["write", "no_input"])
+def test_after_crashes_a_successful_write_leaves_no_pending_instant_stale_lock_or_temp_file(spark, warm_python, tmp_path, then):
+    from runtime.table.config import MERGE_ON_READ
+
+    root = tmp_path / "orders"
+    path = str(root)
+    schema = "id long, region string, ts long, v string"
+    table = Table.create(spark, path, TableConfig(name="orders", table_type=MERGE_ON_READ, record_key_fields=("id",),
+                                                  partition_fields=("region",), precombine_field="ts"))
+    t0 = 1_717_000_000_000
+    table.write(spark.createDataFrame([(i, "EU" if i % 2 else "US", t0, f"first-{i}") for i in range(1, 7)], schema), "upsert")
+    table.write(spark.createDataFrame([(3, "EU", t0 + 1, "third-v1"), (4, "US", t0 + 1, None)], schema), "upsert")
+
+    # 1. a run killed in its inline compaction, after the compaction's files: its deltacommit stands
+    env = {**os.environ, "PIPE_FAULT": "compaction_after_files"}
+    proc = warm_python.run([sys.executable, "-c", MOR_CHILD, path, "2"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 77, proc.stderr[-2000:]
+    (compaction,) = table.timeline().pending_compactions()
+    # what a task killed before its rename, and a metadata rewrite killed before its rename, leave
+    made = next(root.rglob(f"*_{compaction}.parquet"))
+    made.rename(made.with_name(f".pipe_{compaction}_{'ab' * 16}.tmp"))
+    stale = root / ".hoodie" / f".pipe_{'cd' * 16}.tmp"
+    stale.write_bytes(b"#Updated at ...")
+    long_ago = time.time() - 600
+    os.utime(stale, (long_ago, long_ago))
+    # 2. a run killed after writing its files, before its commit
+    env = {**os.environ, "PIPE_FAULT": "after_files"}
+    proc = warm_python.run([sys.executable, "-c", MOR_CHILD, path, "3"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 77, proc.stderr[-2000:]
+    temps, lock, pending = debris(root)
+    assert len(temps) == 2 and lock and len(pending) == 2  # the compaction and the write
+
+    expected = [(1, "EU-1-v2"), (2, "US-2-v2"), (3, "third-v1"), (4, None), (5, "EU-5-v2"), (6, "first-6")]
+    if then == "write":  # the next run writes (no compaction due)
+        table.write(spark.createDataFrame([(6, "US", t0 + 9, "six-v9")], schema), "upsert")
+        expected[-1] = (6, "six-v9")
+    else:  # the next run has no new input for the table: it tidies it
+        done = Table.open(spark, path).tidy()
+        assert any(d.startswith("finished compaction") for d in done) and any(d.startswith("rolled back") for d in done)
+    assert debris(root) == ([], False, [])
+    assert f"{compaction}.commit" in os.listdir(root / ".hoodie")  # pipe's plan executed, not rolled back
+    assert hudi_rows(path) == expected
+    assert sorted((r["id"], r["v"]) for r in table.read().collect()) == expected

@@ -74,6 +74,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         if writers and not any(not p.is_empty for p in sources.values()):
             return "would_run", kept + f"after {', '.join(writers)} (which would write first)"
     if not full and not source.has_work(sources, refs, stored, fingerprint, step.fingerprint):
+        if table is not None and not ctx.options.dry_run:
+            table.tidy()  # what a dead run left: a stale lock, failed writes, a compaction pipe scheduled, temp files
         if fingerprint is not None and fingerprint != step.fingerprint and not kept:
             return "no_input", ("no new input; the table's definition changed since its last commit and applies to new input "
                                 "only: `--full-refresh` rebuilds it from all input")

@@ -44,9 +44,18 @@ def plan(slices: list[FileSlice]) -> dict:
             }
             for s in slices
         ],
-        "extraMetadata": None,
+        "extraMetadata": {SCHEDULED_BY: "pipe"},
         "version": 2,
     }
+
+
+# marks a plan pipe scheduled: pipe finishes it after its next write (nobody else will), and
+# leaves a plan another scheduler made to that scheduler's compactor
+SCHEDULED_BY = "pipe.scheduledBy"
+
+
+def scheduled_by_pipe(plan: dict) -> bool:
+    return (plan.get("extraMetadata") or {}).get(SCHEDULED_BY) == "pipe"
 
 
 def planned_slices(storage, table_name: str, instant: str, plan: dict) -> list[FileSlice]:

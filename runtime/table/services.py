@@ -38,6 +38,28 @@ def partial_file_instant(name: str) -> str | None:
     return m.group(1) if m else None
 
 
+def remove_dead_temps(storage, pending: set[str] = frozenset(), untagged_after_ms: int = 60_000) -> list[str]:
+    """Deletes the temporary files (storage.temp_name) dead writers left in the table, under
+    the writer lock, after failed writes were rolled back: every one tagged with an instant
+    that is not in `pending` (a data file of a task that died; no live pipe writer can be
+    writing while we hold the lock), and untagged ones (a metadata file being replaced, a lock
+    being taken) older than `untagged_after_ms`: a live process holds those for milliseconds."""
+    from runtime.storage import TEMP_PREFIX, TEMP_SUFFIX
+
+    now = time.time() * 1000
+    gone = []
+    for f in storage.list_files(""):
+        name = f.path.rsplit("/", 1)[-1]
+        if not (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)) and partial_file_instant(name) is None:
+            continue
+        tag = partial_file_instant(name)
+        if tag in pending or (tag is None and now - f.mtime_ms < untagged_after_ms):
+            continue
+        storage.delete(f.path)
+        gone.append(f.path)
+    return gone
+
+
 def _data_files_by_instant(storage, known_logs: set[str] = frozenset(), appended: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
     """Data files of the table by the instant that wrote them (one listing): base files by the
     instant in their name, log files by the instant in their blocks' headers (their name has

@@ -317,7 +317,7 @@ class Table:
         replacing = operation in _writer.REPLACE_OPERATIONS
         action = REPLACECOMMIT if replacing else DELTACOMMIT if self.config.table_type == MERGE_ON_READ else COMMIT
         with self._changing(refuse=self._refuse_layout) as (checked, slices):
-            self.rollback_pending()
+            rolled_back = self.rollback_pending()
             timeline = self.timeline()
             if timeline.instants != checked.instants:  # a failed write rolled back, a service finished
                 slices = FileSystemView.load(self.storage, timeline).latest_slices()
@@ -371,6 +371,10 @@ class Table:
             try:  # the commit stands whatever happens here; the next write cleans and archives again
                 if compact_after and self.config.table_type == MERGE_ON_READ and self._deltacommits_since_compaction() >= compact_after:
                     compacted = self._compact()
+                elif self.config.table_type == MERGE_ON_READ:  # a compaction pipe scheduled and a dead compactor left
+                    compacted = self._finish_compactions(only_pipes=True)
+                if rolled_back or self._took_over:  # a writer died: its temporary files go (one listing)
+                    _services.remove_dead_temps(self.storage)
                 if clean_inline:
                     _services.clean(self.storage, clean_policy, clean_retain, retain_from)
                 _services.archive(self.storage, archive_min, archive_max, retain_from)
@@ -622,19 +626,64 @@ class Table:
         compactor died), then plans and executes one over the other slices with logs."""
         from runtime.table import compaction as _compaction
 
+        done = self._finish_compactions()
         timeline = self.timeline()
-        done = None
-        for t in timeline.pending_compactions():
-            plan = _avro.from_bytes(self.storage.read_bytes(f"{HOODIE}/{t}.{COMPACTION}.{REQUESTED}"))
-            slices = _compaction.planned_slices(self.storage, self.config.name, t, plan)
-            done = self._execute_compaction(timeline, Instant(t, COMPACTION, REQUESTED), slices)
-            timeline = self.timeline()
         slices = [s for s in FileSystemView.load(self.storage, timeline).latest_slices() if s.has_logs and s.pending_compaction is None]
         if not slices:
             return done
         instant = Instant(timeline.new_instant_time(), COMPACTION, REQUESTED)
         self._transition(instant, REQUESTED, _avro.to_bytes(_avro.COMPACTION_PLAN, _compaction.plan(slices)))
         return self._execute_compaction(timeline, instant, slices)
+
+    def _finish_compactions(self, only_pipes: bool = False) -> str | None:
+        """Executes the pending compactions, oldest first (with `only_pipes`, those pipe
+        scheduled: a compactor that died left them); returns the last one's instant."""
+        from runtime.table import compaction as _compaction
+
+        timeline = self.timeline()
+        done = None
+        for t in timeline.pending_compactions():
+            plan = _avro.from_bytes(self.storage.read_bytes(f"{HOODIE}/{t}.{COMPACTION}.{REQUESTED}"))
+            if only_pipes and not _compaction.scheduled_by_pipe(plan):
+                continue
+            slices = _compaction.planned_slices(self.storage, self.config.name, t, plan)
+            done = self._execute_compaction(timeline, Instant(t, COMPACTION, REQUESTED), slices)
+            timeline = self.timeline()
+        return done
+
+    def tidy(self) -> list[str]:
+        """What a dead pipe process left on a table this run may not write (no new input): a
+        stale writer lock, failed writes, a compaction pipe scheduled, temporary files. When
+        there is any, and no live writer holds the lock, it is cleared up as a write would
+        (rolled back, executed, deleted); returns what was done. Never waits, never fails: a
+        live writer, or what pipe refuses to touch, is left to the next write to report."""
+        timeline = self.timeline()
+        stale_lock = self.storage.exists(LOCK_FILE)
+        if not stale_lock and not timeline.pending():
+            return []
+        done: list[str] = []
+        try:
+            with self._changing_now():
+                done += [f"rolled back {t}" for t in self.rollback_pending()]
+                if self.config.table_type == MERGE_ON_READ:
+                    finished = self._finish_compactions(only_pipes=True)
+                    if finished:
+                        done.append(f"finished compaction {finished}")
+                done += [f"deleted {p}" for p in _services.remove_dead_temps(self.storage)]
+        except TableError:  # a live writer, or something pipe must not touch: the next write says what
+            return done
+        return done
+
+    @contextmanager
+    def _changing_now(self) -> Iterator:
+        """_changing, without waiting for a live writer's lock (LockTimeout at once)."""
+        with self.lock(wait_s=0):
+            recover_properties(self.storage)
+            self.config = TableConfig.from_properties_map(read_properties(self.storage))
+            if self.config.unchangeable_reason(self.storage):
+                raise TableError("unchangeable")
+            _services.refuse_live_writes(self.storage, self.timeline())
+            yield
 
     def _execute_compaction(self, timeline: Timeline, instant: Instant, slices) -> str:
         """Runs the requested compaction `instant` over `slices` and commits it. A failure
@@ -759,6 +808,7 @@ class Table:
         pushes forward; a crashed holder's lock expires and is taken over."""
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         deadline = time.monotonic() + wait_s
+        self._took_over = False
 
         def body() -> bytes:
             return json.dumps({"owner": owner, "expires_ms": int((time.time() + ttl_s) * 1000)}).encode()
@@ -770,6 +820,7 @@ class Table:
                 continue
             if held.get("expires_ms", 0) < time.time() * 1000 or _holder_is_gone(held.get("owner", "")):
                 self.storage.delete(LOCK_FILE)  # expired, or held by a dead process on this host
+                self._took_over = True  # that process may have left temporary files (see write)
                 continue
             if time.monotonic() > deadline:
                 until = dt.datetime.fromtimestamp(held["expires_ms"] / 1000, dt.timezone.utc).isoformat(timespec="seconds")
