@@ -591,6 +591,8 @@ def test_events_naming_an_undeclared_bucket_are_not_followed_and_object_sizes_co
     big_rows = [{"order_id": 100 + i, "amount": i + 0.25} for i in range(200)]
     big = s3env.put("orders/big.json", big_rows)
     assert big > 4096
+    s3env.put("orders/gone.json", [{"order_id": 7, "amount": 7.0}])
+    s3env.s3.delete_object(Bucket=s3env.bucket, Key="orders/gone.json")  # named by an event, gone when the run asks its size
     forged = [_event("orders/payroll.json", bucket=secret, size=40, when="2026-11-21T10:00:01.000Z"),
               _event("orders/big.json", bucket=s3env.bucket, size=10, when="2026-11-21T10:00:02.000Z")]  # a later event: 10 bytes, it says
     s3env.sqs.send_message(QueueUrl=s3env.queue, MessageBody=json.dumps({"Records": forged}))
@@ -602,6 +604,7 @@ def test_events_naming_an_undeclared_bucket_are_not_followed_and_object_sizes_co
     assert source["undeclared_bucket_objects"] == 1
     assert source["undeclared_bucket_samples"] == [f"s3://{secret}/orders/payroll.json"]
     assert f"1 named by events in buckets the source does not declare (not read), e.g. s3://{secret}/orders/payroll.json" in source["detail"]
+    assert f"1 named by events but gone from the bucket (skipped), e.g. s3://{s3env.bucket}/orders/gone.json" in source["detail"]
     assert source["bytes"] == s3env.s3.head_object(Bucket=s3env.bucket, Key="orders/a.json")["ContentLength"]
 
     # declared, the other bucket is read; without the size limit the object is read whole

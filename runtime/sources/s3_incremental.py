@@ -150,6 +150,7 @@ class S3IncrementalPending(Pending):
         Events naming a bucket the source does not declare are left out and reported; each
         object's size is asked of S3 (HEAD), in order, until `max_bytes_per_run` is reached."""
         rows = self._events(spark).orderBy("instant", "bucket", "object_key").collect()
+        self.missing = []
         declared = set(self.config.get("buckets") or ())
         self.foreign = [f"s3://{r['bucket']}/{r['object_key']}" for r in rows if r["bucket"] not in declared]
         candidates = [(r["instant"], r["bucket"], r["object_key"]) for r in rows if r["bucket"] in declared]
@@ -429,7 +430,7 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
         pending.release()
         raise SourceError(f"source {name}: cannot read the {fmt} objects ({_first_line(exc)})",
                           _read_hint(exc, "check `format`, `options` and `schema` of the source, and that the executors can reach S3")) from exc
-    pending.missing = missing
+    pending.missing = pending.missing + missing  # gone at HEAD time (plan), then at read time
     pending.rows = rows_read
     return result
 
