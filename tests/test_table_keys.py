@@ -273,3 +273,68 @@ def test_bulk_insert_refuses_a_row_without_a_key_and_commits_nothing(spark, tmp_
     assert "no record key" in str(info.value) and "HoodieKeyException" in str(info.value)
     assert not [f for f in os.listdir(f"{path}/.hoodie") if f.endswith(".commit")]
     assert Table.open(spark, path).read().count() == 0
+
+
+# --- partition values that would leave the table's folder (issue 39 C.15) -------------------------
+
+
+@pytest.mark.parametrize("hive", [False, True], ids=["bare-values", "hive-style"])
+@pytest.mark.parametrize("value", ["..", "../x", ".hoodie", "a/../../b", "/etc", "a//b"])
+def test_a_partition_value_that_is_no_folder_of_the_table_is_refused_and_nothing_leaves_it(spark, tmp_path, capsys, hive, value):
+    from tests.test_run import assert_clean, pipe, project, write_jsonl
+
+    root = project(tmp_path, {
+        "sources/payments.yml": LEDGER_SOURCE,
+        "tables/ledger.sql": "select merchant, txn_ref, amount, ts from {{ source('payments') }}\n",
+        "tables/ledger.yml": f"tables:\n  ledger:\n    key: [txn_ref]\n    partition_by: [merchant]\n    hive_style_partitioning: {str(hive).lower()}\n",
+    })
+    write_jsonl(root / "data/payments/1.json", [
+        {"merchant": "Café Zoë", "txn_ref": "T-1", "amount": "12.50", "ts": 1_700_000_000_123},
+        {"merchant": value, "txn_ref": "T-2", "amount": "3.10", "ts": 1_700_000_000_456},
+    ])
+    code, out, err = pipe(capsys, root, "run")
+    text = out + err
+    # pipe's tables URL-encode partition values ('/' is %2F), so only a bare value that is or
+    # starts with '.' is no folder of the table; hive style, `merchant=..` is a plain folder name
+    unsafe = not hive and value.startswith(".")
+    if unsafe:
+        assert code != 0, text
+        assert_clean(out, err)
+        path = value.replace("/", "%2F")
+        assert "table ledger" in text and "cannot be a folder of the table" in text and repr(path) in text, text
+        assert '"T-2"' in text, text  # the record
+        assert _completed(root) == []
+    else:
+        assert code == 0, text
+        rows = pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(str(root / "lake/ledger")).build().read()).to_pylist()
+        assert sorted((r["txn_ref"], r["merchant"]) for r in rows) == [("T-1", "Café Zoë"), ("T-2", value)]
+    table = root / "lake/ledger"
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and (p.suffix == ".parquet" or ".log." in p.name or p.name == ".hoodie_partition_metadata")]
+    assert all(p.is_relative_to(table) and not p.is_relative_to(table / ".hoodie") for p in written), written
+    assert not [p for p in tmp_path.rglob("*") if p.name in ("b", "x", "etc") and not p.is_relative_to(table)]
+
+
+@pytest.mark.parametrize("hive", [False, True], ids=["bare-values", "hive-style"])
+def test_raw_partition_values_nest_folders_as_in_hudi_but_never_leave_the_table(spark, tmp_path, hive):
+    """A table whose hoodie.properties does not URL-encode partition paths (Java's default)
+    takes a value as it is: a '/' nests folders, as Java writes it; a value whose folders would
+    leave the table or enter .hoodie is refused, naming it, and nothing is written."""
+    path = tmp_path / "t"
+    table = Table.create(spark, str(path), TableConfig(name="t", record_key_fields=("id",), partition_fields=("a",), precombine_field="ts",
+                                                      hive_style=hive, url_encode=False))
+    table.write(spark.createDataFrame([(1, "EU/west", "x", 1, "v1")], SCHEMA), "upsert")
+    assert (path / ("a=EU" if hive else "EU") / "west").is_dir()
+    assert stored(table, "v") == [("1", "a=EU/west" if hive else "EU/west", "v1")]
+    assert hudi_keys(str(path)) == ["1"]
+    for value in ["a/../../b", "a//b", "EU/.hoodie", "EU/..", *([] if hive else ["/etc", "..", "../x", ".hoodie"])]:
+        instants = sorted(os.listdir(path / ".hoodie"))
+        with pytest.raises(Exception) as info:
+            table.write(spark.createDataFrame([(2, value, "x", 2, "v2")], SCHEMA).coalesce(1), "upsert")
+        shown = f"a={value}" if hive else value
+        assert f"partition path {shown!r}" in str(info.value) and "cannot be a folder of the table" in str(info.value), value
+        assert '"id": 2' in str(info.value)
+        assert [f for f in sorted(os.listdir(path / ".hoodie")) if f.endswith(".commit")] == [f for f in instants if f.endswith(".commit")]
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and (p.suffix == ".parquet" or p.name == ".hoodie_partition_metadata")]
+    assert all(p.is_relative_to(path) and not p.is_relative_to(path / ".hoodie") for p in written), written
+    assert not (tmp_path / "b").exists() and not (path / "b").exists()
+    assert stored(Table.open(spark, str(path)), "v") == [("1", "a=EU/west" if hive else "EU/west", "v1")]

@@ -434,6 +434,7 @@ def _write_bulk(spec: FileWriteSpec, batches: Iterator, task: _Task) -> None:
         for value, piece in pieces:
             current = open_files.get(value)
             if current is None:
+                _refuse_unsafe_partition(spec, value, piece)
                 current = open_files[value] = _OpenFile(spec, value, f"{uuid.uuid4()}-0", task)
             current.write(_with_meta(piece, current, spec, task))
             if current.bytes_so_far() >= spec.max_file_size:
@@ -465,6 +466,28 @@ def _refuse_keyless(batch) -> None:
     raise WriteError(f"{missing} row(s) have no record key: the key columns are null or empty, and Hudi refuses such a key "
                      f"(HoodieKeyException); e.g. {shown}. Every row needs a key: filter those rows out or give them a value "
                      f"(e.g. coalesce(...) in the table's SQL); the write is rolled back")
+
+
+def _refuse_unsafe_partition(spec: FileWriteSpec, partition: str, rows) -> None:
+    """Stops the task before a file is written in a partition whose path a row's values made
+    unfit for a folder of the table (layout.unsafe_partition: '..', '.hoodie', ...), naming the
+    path and one of its rows; the write is then rolled back."""
+    import json
+
+    from runtime.table.layout import unsafe_partition
+
+    reason = unsafe_partition(partition)
+    if reason is None:
+        return
+    from runtime.table.writer import WriteError
+
+    row = rows.slice(0, 1).to_pylist()[0] if rows.num_rows else {}
+    shown = json.dumps({k: v for k, v in row.items() if k not in (FILE_ID, KIND) and not k.startswith(("_hoodie_", "_pipe_"))},
+                       default=str, ensure_ascii=False)
+    raise WriteError(f"table {spec.storage_uri.rstrip('/').rsplit('/', 1)[-1]}: the partition path {partition!r} made from a row's "
+                     f"partition values cannot be a folder of the table: {reason}; e.g. row {shown}. Partition values become folder "
+                     f"names (without hive_style_partitioning, the bare value; a '/' nests folders, as in Hudi): clean or filter "
+                     f"such values in the table's SQL; the write is rolled back")
 
 
 def _all_inserts(stat: tuple) -> tuple:
@@ -519,6 +542,7 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
         replaced = pc.unique(rows.column("_hoodie_record_key"))
     if KIND in rows.column_names:
         rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
+    _refuse_unsafe_partition(spec, partition, rows)
     out = task.open_files[file_id] = _OpenFile(spec, partition, file_id, task)
     # the record key and the table's columns, without the write's working columns (_pipe_*): a
     # data column may start with _pipe_ too (a quarantine table's)

@@ -96,6 +96,24 @@ def encode_partition_value(value: object, url_encode: bool = True) -> str:
     return "".join(f"%{ord(c):02X}" if (c in ESCAPED or c in CONTROL) else c for c in text)
 
 
+def unsafe_partition(partition: str) -> str | None:
+    """Why `partition` (a relative partition path, made from a row's values) cannot be a folder
+    of the table, or None. Its '/'-separated segments become folders, as in Hudi (a '/' in a
+    value not URL-encoded nests folders); a segment that is empty, '.' or '..', or that starts
+    with '.' (.hoodie holds the timeline; readers skip hidden folders), would write outside the
+    table, into its metadata, or where no reader looks."""
+    if not partition:
+        return None
+    if partition.startswith("/"):
+        return "it starts with '/' (an absolute path)"
+    for segment in partition.split("/"):
+        if segment in ("", ".", ".."):
+            return f"it has the folder name {segment!r}" if segment else "it has an empty folder name ('//' or a '/' at an end)"
+        if segment.startswith("."):
+            return f"its folder {segment!r} starts with '.' (.hoodie is the table's metadata; readers skip hidden folders)"
+    return None
+
+
 def partition_path(values: dict[str, object], fields: Iterable[str], hive_style: bool, url_encode: bool = True) -> str:
     parts = []
     for f in fields:
