@@ -158,7 +158,7 @@ def test_a_compaction_killed_after_its_files_stays_pending_and_the_next_compact_
     # after its commit the write executes the compaction pipe scheduled (its partial files
     # replaced): no pending instant is left (issue 39 B.10)
     w = table.write(spark.createDataFrame([(9, "US", 1, "v9"), (1, "EU", 3, "uno")], SCHEMA), "upsert")
-    assert w.compacted == pending.time and w.service_error is None and table.timeline().pending() == []
+    assert w.compaction == pending.time and w.service_error is None and table.timeline().pending() == []
     assert [p.name for p in logs(path) if parse_name(p.name).base_instant == pending.time]
     assert f"{pending.time}.commit" in {p.name for p in (path / ".hoodie").iterdir()}
     expected = sorted([r for r in EXPECTED if r[0] != 1] + [(1, "EU", 3, "uno"), (9, "US", 1, "v9")])
