@@ -212,3 +212,28 @@ def test_after_crashes_a_successful_write_leaves_no_pending_instant_stale_lock_o
     assert f"{compaction}.commit" in os.listdir(root / ".hoodie")  # pipe's plan executed, not rolled back
     assert hudi_rows(path) == expected
     assert sorted((r["id"], r["v"]) for r in table.read().collect()) == expected
+
+
+def test_a_file_a_task_leaves_after_its_instant_was_rolled_back_is_never_read(spark, warm_python, tmp_path):
+    """A task of a failed write can finish after the rollback of its instant and leave a file
+    named with it. On a table whose first write failed, the timeline then starts with the
+    rollback, so the dead instant is older than every active one: it must not count as archived."""
+    import shutil
+
+    path = str(tmp_path / "orders")
+    table = Table.create(spark, path, CONFIG)
+    proc = crash_writer(warm_python, path, "after_files")
+    assert proc.returncode == 77, proc.stderr[-2000:]
+    dead = table.timeline().pending()[0].time
+    late = {p: p.read_bytes() for p in (tmp_path / "orders").rglob(f"*_{dead}.parquet")}
+    assert late, "the crashed writer had written its files"
+
+    table.write(spark.createDataFrame([(2, "US", 1, "b"), (3, "EU", 1, "c")], "id long, region string, ts long, v string"), "upsert")
+    assert not list((tmp_path / "orders").rglob(f"*_{dead}.parquet")), "the rollback removed the dead instant's files"
+    for p, data in late.items():  # the late task's rename
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    shutil.rmtree(tmp_path / "orders" / ".hoodie" / ".temp", ignore_errors=True)
+
+    rows = sorted((r["id"], r["v"]) for r in Table.open(spark, path).read().collect())
+    assert rows == [(2, "b"), (3, "c")]

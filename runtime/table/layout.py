@@ -189,16 +189,49 @@ class InstantValidity:
     pending: frozenset[str] = frozenset()
     first_active: str | None = None
     compacting: frozenset[str] = frozenset()  # pending compactions: logs named with them count
+    # instants the active timeline's completed rollbacks undid: never taken for archived. A task
+    # of a failed write may finish after its rollback and leave a file named with that instant;
+    # on a table whose timeline starts with the rollback, that instant is older than every
+    # active one and would otherwise count as archived, its rows visible
+    rolled_back: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, timeline: Timeline) -> "InstantValidity":
         return cls(frozenset(i.time for i in timeline.completed(WRITE_ACTIONS)), frozenset(i.time for i in timeline.pending()),
-                   timeline.instants[0].time if timeline.instants else None, frozenset(timeline.pending_compactions()))
+                   timeline.instants[0].time if timeline.instants else None, frozenset(timeline.pending_compactions()),
+                   rolled_back_instants(timeline))
 
     def __call__(self, instant: str) -> bool:
         if instant in self.committed:
             return True
-        return instant not in self.pending and self.first_active is not None and instant < self.first_active
+        return (instant not in self.pending and instant not in self.rolled_back and self.first_active is not None
+                and instant < self.first_active)
+
+
+# (storage root, rollback instant time) -> the instants it undid; a completed rollback never changes
+_ROLLED_BACK: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def rolled_back_instants(timeline: Timeline) -> frozenset[str]:
+    """The instants undone by the completed rollbacks on the active timeline, from their Avro
+    metadata (`commitsRollback`); one another tool wrote in a form we cannot read undoes none."""
+    from runtime.table import avro
+    from runtime.table.timeline import ROLLBACK
+
+    out: set[str] = set()
+    root = timeline.storage.full_path("")
+    for inst in timeline.completed((ROLLBACK,)):
+        key = (root, inst.time)
+        undone = _ROLLED_BACK.get(key)
+        if undone is None:
+            try:
+                meta = avro.from_bytes(timeline.storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
+                undone = tuple(str(t) for t in (meta.get("commitsRollback") or ()))
+            except Exception:  # noqa: BLE001 - an empty or foreign rollback file: nothing known undone
+                undone = ()
+            _ROLLED_BACK[key] = undone
+        out.update(undone)
+    return frozenset(out)
 
 
 @dataclass
