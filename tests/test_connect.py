@@ -268,7 +268,6 @@ def _cpu_seconds(pid: int) -> float:
 
 def test_ctrl_c_cancels_the_runs_jobs_on_the_server_and_writes_nothing(server, tmp_path):
     _, cache, url = server
-    state = json.loads(next((cache / "servers").glob("*.json")).read_text())
     root = write_project(tmp_path / "p", {
         "sources/s.yml": "sources:\n  s:\n    kind: files\n    path: data/s\n    format: json\n    schema: \"id BIGINT, v STRING\"\n",
         "tables/slow.yml": "tables:\n  slow:\n    key: [id]\n",
@@ -276,16 +275,8 @@ def test_ctrl_c_cancels_the_runs_jobs_on_the_server_and_writes_nothing(server, t
         "tables/slow.sql": "select s.id, s.v from {{ source('s') }} s cross join range(50000000000) r where (r.id * 7) % 1000003 = -1\n",
     })
     write_jsonl(root / "data/s/s-1.json", [{"id": 1, "v": "x"}])
-    proc = subprocess.Popen([sys.executable, "-m", "pipe", "--project-dir", str(root), "run", "--log-format", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cache, **_as_remote(cache, url)))
+    proc, state = _run_until_busy(root, cache, _env(cache, **_as_remote(cache, url)))
     try:
-        for line in proc.stdout:
-            if '"step_start"' in line and '"table.slow"' in line:
-                break
-        busy = _cpu_seconds(state["server_pid"])
-        deadline = time.time() + 120
-        while _cpu_seconds(state["server_pid"]) - busy < 4 and time.time() < deadline:  # the scan is running
-            time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=90)
     finally:
@@ -489,11 +480,11 @@ def doomed_server(tmp_path_factory):
     pipe(root, cache, "server", "stop")
 
 
-def _run_until_busy(root: Path, cache: Path) -> tuple[subprocess.Popen, dict]:
+def _run_until_busy(root: Path, cache: Path, env: dict | None = None) -> tuple[subprocess.Popen, dict]:
     """A `pipe run` of the slow project, once its scan keeps the server's JVM busy."""
     state = json.loads(next((cache / "servers").glob("*.json")).read_text())
     proc = subprocess.Popen([sys.executable, "-m", "pipe", "--project-dir", str(root), "run", "--log-format", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cache))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or _env(cache))
     for line in proc.stdout:
         if '"step_start"' in line and '"table.slow"' in line:
             break
