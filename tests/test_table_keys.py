@@ -294,9 +294,10 @@ def test_a_partition_value_that_is_no_folder_of_the_table_is_refused_and_nothing
     ])
     code, out, err = pipe(capsys, root, "run")
     text = out + err
-    # pipe's tables URL-encode partition values ('/' is %2F), so only a bare value that is or
-    # starts with '.' is no folder of the table; hive style, `merchant=..` is a plain folder name
-    unsafe = not hive and value.startswith(".")
+    # pipe's tables URL-encode partition values ('/' is %2F), so only a bare value that is '..'
+    # or starts with '.hoodie' is no folder of the table ('..%2Fx' is a plain folder name);
+    # hive style, `merchant=..` is a plain folder name
+    unsafe = not hive and (value == ".." or value.startswith(".hoodie"))
     if unsafe:
         assert code != 0, text
         assert_clean(out, err)

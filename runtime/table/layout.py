@@ -100,8 +100,8 @@ def unsafe_partition(partition: str) -> str | None:
     """Why `partition` (a relative partition path, made from a row's values) cannot be a folder
     of the table, or None. Its '/'-separated segments become folders, as in Hudi (a '/' in a
     value not URL-encoded nests folders); a segment that is empty, '.' or '..', or that starts
-    with '.' (.hoodie holds the timeline; readers skip hidden folders), would write outside the
-    table, into its metadata, or where no reader looks."""
+    with '.hoodie' (the timeline's folder), would write outside the table or into its metadata.
+    Other names starting with '.' ('.net') are ordinary folders that Hudi's readers list."""
     if not partition:
         return None
     if partition.startswith("/"):
@@ -109,8 +109,8 @@ def unsafe_partition(partition: str) -> str | None:
     for segment in partition.split("/"):
         if segment in ("", ".", ".."):
             return f"it has the folder name {segment!r}" if segment else "it has an empty folder name ('//' or a '/' at an end)"
-        if segment.startswith("."):
-            return f"its folder {segment!r} starts with '.' (.hoodie is the table's metadata; readers skip hidden folders)"
+        if segment.lower().startswith(".hoodie"):
+            return f"its folder {segment!r} starts with '.hoodie' (the table's metadata)"
     return None
 
 
