@@ -76,7 +76,7 @@ def test_a_write_based_on_an_older_state_of_the_table_is_refused(spark, tmp_path
 
     path = str(tmp_path / "t")
     table = Table.create(spark, path, TableConfig(name="t", record_key_fields=("id",), partition_fields=("p",)))
-    with pytest.raises(TableError, match="expected no commit yet"):
+    with pytest.raises(TableError, match="changed since this write read its input at no commit yet"):
         pass_through = table.write(spark.createDataFrame([(1, "a", 1, "x")], SCHEMA), "upsert", expect_latest=None)
         table.write(spark.createDataFrame([(2, "a", 1, "y")], SCHEMA), "insert", expect_latest=None)
     assert ours(table) == [(1, "x")] == hudi_rows(path)
