@@ -215,11 +215,11 @@ def _check_s3_sources(project: Project, edges: list[Edge], errors: Collector) ->
                          f"let '{first}' be the S3 metadata table and read its objects with `kind: s3_incremental` sources "
                          f"(`metadata_table: {first}`), one per table")
         queue_tables.update(e.downstream.split(".", 1)[1] for e in consumers)
+    for name, source in project.sources.items():
         dead = name + "_dead_letter"
-        if dead in project.tables:
+        if source.config.get("kind") in ("s3_events", "s3_incremental") and dead in project.tables:
             errors.error(project.tables[dead].location, f"table name '{dead}' is taken by the dead-letter table of source '{name}'",
                          "rename the table")
-    for name, source in project.sources.items():
         meta = source.config.get("metadata_table")
         if source.config.get("kind") == "s3_incremental" and meta in project.tables and meta not in queue_tables:
             errors.error(source.at("metadata_table"), f"metadata_table of source '{name}' is '{meta}', which reads no `s3_events` source",

@@ -182,7 +182,7 @@ SOURCES: dict[str, Section] = {
         "source (kind: s3_incremental)",
         _SOURCE_COMMON
         + (Key("metadata_table", "string", "Name of the pipe table holding the S3 events (fed by an `s3_events` source).", required=True),
-           Key("buckets", "string_list", "The buckets whose objects the source reads; an event naming another bucket is not followed (it is counted and named in the step's output).", required=True))
+           Key("buckets", "string_list", "The buckets whose objects the source reads; an event naming another bucket is not followed (it is counted, named in the step's output and recorded in the dead-letter table `<source>_dead_letter`).", required=True))
         + _READ_FORMAT
         + _AWS
         + (

@@ -653,8 +653,8 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     result = _compile(ctx, target, None)
     plan = result.plan
     tables = [s.name for s in plan.steps if s.kind == "write"]
-    # the dead-letter table of each s3_events source is a table too
-    tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and s.config.get("kind") == "s3_events"]
+    # the dead-letter table of each s3_events and s3_incremental source is a table too
+    tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and s.config.get("kind") in ("s3_events", "s3_incremental")]
     # and so is the quarantine table of each table with a `quarantine` expectation
     tables += [s.name + "__quarantine" for s in plan.steps if any(e["action"] == "quarantine" for e in s.config.get("expect") or ())]
     if name not in tables:
@@ -664,7 +664,7 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     if not lake.table_exists(name):
         hint = f"run `pipe run --select +{name}`"
         if name.endswith("_dead_letter") and name not in [s.name for s in plan.steps]:
-            hint = "no message has been dead-lettered yet (the table appears with the first one)"
+            hint = "nothing has been dead-lettered yet (the table appears with the first message or object)"
         elif name.endswith("__quarantine") and name not in [s.name for s in plan.steps]:
             hint = "no row has been quarantined yet (the table appears with the first one)"
         raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", hint)])

@@ -307,7 +307,10 @@ def test_a_hive_metastore_catalog_is_synced_over_connect_by_a_jvm_of_pipes_own(s
         {"order_id": 4_000_000_000_001, "customer_id": 101, "amount": 99.5, "status": "paid",
          "updated_at": "2024-03-01T10:00:00Z", "region": "latam"}])
     try:
-        project_file.write_text(text.replace('master: "local[*]"', 'master: "local[*]"\n    catalog: {kind: spark}', 1))
+        # the fixture put a conf: block under master:, so the catalog goes before spark:
+        project_file.write_text(text.replace('    spark:\n      master: "local[*]"',
+                                             '    catalog: {kind: spark}\n    spark:\n      master: "local[*]"', 1))
+        assert "catalog: {kind: spark}" in project_file.read_text()
         ran = ok(pipe(root, cache, "run"))
     finally:
         project_file.write_text(text)

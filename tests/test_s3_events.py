@@ -117,6 +117,17 @@ def test_dead_letter_table_name_is_reserved(project):
     assert "'ev_dead_letter' is taken by the dead-letter table of source 'ev'" in d.message
 
 
+def test_the_dead_letter_table_name_of_an_s3_incremental_source_is_reserved(project):
+    root = project({
+        "sources/s.yml": QUEUE_SOURCES,
+        "tables/meta.sql": "select * from {{ source('ev') }}",
+        "tables/objs_dead_letter.sql": "select * from {{ source('objs') }}",
+    })
+    [d] = compile_errors(root)
+    assert d.location.file == "tables/objs_dead_letter.sql"
+    assert "'objs_dead_letter' is taken by the dead-letter table of source 'objs'" in d.message
+
+
 def test_a_valid_s3_project_compiles_with_its_dependencies(project):
     root = project({"sources/s.yml": QUEUE_SOURCES, "tables/meta.sql": "select * from {{ source('ev') }}",
                     "tables/t.sql": "select * from {{ source('objs') }}"})
@@ -603,9 +614,29 @@ def test_events_naming_an_undeclared_bucket_are_not_followed_and_object_sizes_co
     source = steps(root)["table.orders"]["inputs"]["landing_orders"]
     assert source["undeclared_bucket_objects"] == 1
     assert source["undeclared_bucket_samples"] == [f"s3://{secret}/orders/payroll.json"]
-    assert f"1 named by events in buckets the source does not declare (not read), e.g. s3://{secret}/orders/payroll.json" in source["detail"]
+    assert (f"1 named by events in buckets the source does not declare (not read, to table landing_orders_dead_letter), "
+            f"e.g. s3://{secret}/orders/payroll.json") in source["detail"]
     assert f"1 named by events but gone from the bucket (skipped), e.g. s3://{s3env.bucket}/orders/gone.json" in source["detail"]
     assert source["bytes"] == s3env.s3.head_object(Bucket=s3env.bucket, Key="orders/a.json")["ContentLength"]
+    # the object not followed is recorded in the source's dead-letter table, with why and which event
+    assert source["dead_lettered"] == 1
+    dead = hudi_rows(root, "landing_orders_dead_letter", ["bucket", "object_key", "source", "metadata_table", "consumer", "reason"])
+    assert dead == [(secret, "orders/payroll.json", "landing_orders", "s3_meta", "orders", "the bucket is not in the source's `buckets`")]
+    code, out, err = pipe(capsys, root, "show", "landing_orders_dead_letter", "--output", "json")
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0])["object_key"] == "orders/payroll.json"
+    dead_commits = len(commits(timeline(capsys, root, "landing_orders_dead_letter")))
+
+    # a second round: one more forged event among real ones; the first is not written again
+    s3env.put("orders/b.json", [{"order_id": 2, "amount": 2.5}])
+    s3env.sqs.send_message(QueueUrl=s3env.queue, MessageBody=json.dumps({"Records": [
+        _event("orders/quarterly.json", bucket=secret, size=40, when="2026-11-21T11:00:00.000Z")]}))
+    run_ok(capsys, root)
+    assert_rows(spark, root, "orders", ["order_id", "amount"], [(1, 1.5), (2, 2.5)])
+    assert sorted(hudi_rows(root, "landing_orders_dead_letter", ["object_key"])) == [("orders/payroll.json",), ("orders/quarterly.json",)]
+    assert len(commits(timeline(capsys, root, "landing_orders_dead_letter"))) == dead_commits + 1
+    run_ok(capsys, root)  # nothing new: no dead-letter commit either
+    assert len(commits(timeline(capsys, root, "landing_orders_dead_letter"))) == dead_commits + 1
 
     # declared, the other bucket is read; without the size limit the object is read whole
     (root / "sources/s3.yml").write_text((root / "sources/s3.yml").read_text().replace("max_object_size: 4KB\n", ""), encoding="utf-8")
@@ -617,4 +648,4 @@ def test_events_naming_an_undeclared_bucket_are_not_followed_and_object_sizes_co
     code, out, err = pipe(capsys, root, "run", "--select", "orders", "--full-refresh")
     assert code == 0, out + err
     assert_rows(spark, root, "orders", ["order_id", "amount"],
-                [(1, 1.5), (666, 99999.0)] + [(r["order_id"], r["amount"]) for r in big_rows])
+                [(1, 1.5), (2, 2.5), (666, 99999.0)] + [(r["order_id"], r["amount"]) for r in big_rows])

@@ -15,10 +15,13 @@ the next run goes on after that object. Each run:
    settings: runtime/s3.py), so object data never passes through the driver. Only the list of
    objects (bucket, key, size) reaches the driver.
 
-Objects named by an event but gone from the bucket are skipped and counted."""
+Objects named by an event but gone from the bucket are skipped and counted. Objects named by an
+event in a bucket the source does not declare are not read: they go to the dead-letter table
+`<lake>/<source>_dead_letter` (keyed by bucket and key) once the step succeeds."""
 
 from __future__ import annotations
 
+import datetime as dt
 import fnmatch
 import io
 from dataclasses import dataclass
@@ -34,6 +37,11 @@ OBJECT = "_pipe_object"
 MISSING = records.MISSING
 PROBLEM = records.PROBLEM
 NEEDED = ("bucket", "object_key", "object_size", "event_name", "event_time")
+DEAD_LETTER_SUFFIX = "_dead_letter"
+DEAD_LETTER_KEY = ("bucket", "object_key")
+DEAD_LETTER_DDL = ("bucket STRING, object_key STRING, source STRING, metadata_table STRING, event_instant STRING, "
+                   "consumer STRING, reason STRING, dead_lettered_at TIMESTAMP")
+UNDECLARED = "the bucket is not in the source's `buckets`"
 
 
 class NothingToRead(SourceError):
@@ -91,6 +99,8 @@ class S3IncrementalPending(Pending):
         self.waiting = 0
         self.missing: list[str] = []
         self.foreign: list[str] = []  # objects named by events in buckets the source does not declare
+        self.foreign_objects: list[S3Object] = []  # the same, with the instant of their event (size unknown: -1)
+        self.dead_lettered = 0
 
     def describe(self) -> str:
         if self.is_empty:
@@ -105,8 +115,8 @@ class S3IncrementalPending(Pending):
             if self.missing:
                 text += f"; {len(self.missing)} named by events but gone from the bucket (skipped), e.g. s3://{self.missing[0]}"
             if self.foreign:
-                text += (f"; {len(self.foreign)} named by events in buckets the source does not declare (not read), "
-                         f"e.g. {self.foreign[0]}")
+                text += (f"; {len(self.foreign)} named by events in buckets the source does not declare (not read, "
+                         f"to table {self.name}{DEAD_LETTER_SUFFIX}), e.g. {self.foreign[0]}")
         return text + (f" ({self.note})" if self.note else "")
 
     # --- which objects -------------------------------------------------------------------------
@@ -152,7 +162,8 @@ class S3IncrementalPending(Pending):
         rows = self._events(spark).orderBy("instant", "bucket", "object_key").collect()
         self.missing = []
         declared = set(self.config.get("buckets") or ())
-        self.foreign = [f"s3://{r['bucket']}/{r['object_key']}" for r in rows if r["bucket"] not in declared]
+        self.foreign_objects = [S3Object(r["instant"], r["bucket"], r["object_key"], -1) for r in rows if r["bucket"] not in declared]
+        self.foreign = [f"s3://{o.name}" for o in self.foreign_objects]
         candidates = [(r["instant"], r["bucket"], r["object_key"]) for r in rows if r["bucket"] in declared]
         limit = None if ignore_limits else self.config.get("max_bytes_per_run")
         low, high = self.config.get("min_object_size"), self.config.get("max_object_size")
@@ -210,6 +221,7 @@ class S3IncrementalPending(Pending):
         if self.foreign:
             out["undeclared_bucket_objects"] = len(self.foreign)
             out["undeclared_bucket_samples"] = self.foreign[:records.SAMPLES]
+            out["dead_lettered"] = self.dead_lettered
         return out
 
 
@@ -242,6 +254,14 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
         return make(_before(cursor.instant), latest, commits, cursor)
     commits = len([i for i in done if i.time > cursor.instant])
     return make(cursor.instant, latest, commits, cursor)
+
+
+def dead_letter_rows(pending: S3IncrementalPending, consumer: str) -> list[dict]:
+    """The dead-letter table's rows for the objects `pending` would not read (metadata only)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    return [{"bucket": o.bucket, "object_key": o.key, "source": pending.name, "metadata_table": pending.upstream.config.name,
+             "event_instant": o.instant, "consumer": consumer, "reason": UNDECLARED, "dead_lettered_at": now}
+            for o in pending.foreign_objects]
 
 
 # --- reading objects inside the executors --------------------------------------------------------

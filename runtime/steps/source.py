@@ -97,37 +97,47 @@ def has_work(sources: Mapping[str, Pending], refs: Mapping[str, str], stored: Ma
 
 def settle(ctx: RunContext, step: Step, result: StepResult, sources: Mapping[str, Pending], committed: bool, succeeded: bool) -> None:
     """After the write, committed or not: queue messages the commit holds are deleted (those
-    of a failed step go back to the queue at once), cached object reads are dropped."""
+    of a failed step go back to the queue at once), objects in undeclared buckets are recorded
+    in the source's dead-letter table once the checkpoint moved past them, cached object reads
+    are dropped."""
     problems = []
     for name, p in sources.items():
         if isinstance(p, s3_events_source.S3EventsPending):
+            def dead_letter(messages, name=name, p=p) -> None:
+                _write_dead_letter(ctx, name + s3_events_source.DEAD_LETTER_SUFFIX, ("message_id",), s3_events_source.DEAD_LETTER_DDL,
+                                   s3_events_source.dead_letter_rows(name, p.config, messages))
             try:
-                p.finish(committed, succeeded, dead_letter=_dead_letter_writer(ctx, name, p.config))
+                p.finish(committed, succeeded, dead_letter=dead_letter)
             except Exception as exc:  # noqa: BLE001 - reported on the step below
                 problems.append(f"source {name}: {exc}")
             result.inputs[name] = p.to_dict()
-        else:
-            p.release()
+            continue
+        if isinstance(p, s3_incremental_source.S3IncrementalPending) and p.foreign_objects and committed:
+            try:
+                _write_dead_letter(ctx, name + s3_incremental_source.DEAD_LETTER_SUFFIX, s3_incremental_source.DEAD_LETTER_KEY,
+                                   s3_incremental_source.DEAD_LETTER_DDL, s3_incremental_source.dead_letter_rows(p, step.name))
+                p.dead_lettered = len(p.foreign_objects)
+            except Exception as exc:  # noqa: BLE001 - reported on the step below
+                problems.append(f"source {name}: the dead-letter table could not be written: {exc}")
+            result.inputs[name] = p.to_dict()
+        p.release()
     if problems and succeeded:
-        raise RunError("; ".join(problems), "the commit is complete; the messages concerned stay in the queue and are retried next run")
+        raise RunError("; ".join(problems), "the commit is complete; what was not recorded is recorded again by the next run "
+                       "(queue messages stay in the queue, undeclared objects are named again)")
 
 
-def _dead_letter_writer(ctx: RunContext, source: str, config: Mapping[str, Any]):
-    def write(messages) -> None:
-        from runtime.table.config import TableConfig
-        from runtime.table.table import Table
+def _write_dead_letter(ctx: RunContext, name: str, key: tuple[str, ...], ddl: str, rows: list[dict]) -> None:
+    """Upserts `rows` (metadata: a queue message, an object's name) into the pipe table `name`,
+    keyed by `key` and ordered by `dead_lettered_at`; the table is made with the first rows."""
+    from runtime.table.config import TableConfig
+    from runtime.table.table import Table
 
-        spark = ctx.spark()
-        session = spark_api.new_session(spark)
-        name = source + s3_events_source.DEAD_LETTER_SUFFIX
-        ctx.check_spark_reads(spark, ctx.table_uri(name), name)
-        table = Table.create(session, ctx.table_uri(name),
-                             TableConfig(name=name, record_key_fields=("message_id",), precombine_field="dead_lettered_at"),
-                             ctx.storage_options)
-        rows = s3_events_source.dead_letter_rows(source, config, messages)
-        table.write(session.createDataFrame(rows, s3_events_source.DEAD_LETTER_DDL), "upsert")
-
-    return write
+    spark = ctx.spark()
+    session = spark_api.new_session(spark)
+    ctx.check_spark_reads(spark, ctx.table_uri(name), name)
+    table = Table.create(session, ctx.table_uri(name), TableConfig(name=name, record_key_fields=key, precombine_field="dead_lettered_at"),
+                         ctx.storage_options)
+    table.write(session.createDataFrame(rows, ddl), "upsert")
 
 
 def notes(sources: Mapping[str, Pending]) -> str:
