@@ -195,9 +195,48 @@ def build_cow_services(spark, root: Path) -> Built:
     return built
 
 
+MOVE_ORDERINGS = {  # ordering values of three rounds, and their type: what Java wraps them in
+    "bigint": (BASE_MS, BASE_MS + 60_000, BASE_MS + 120_000),  # epoch millis: LongWrapper
+    "timestamp": (dt.datetime(2024, 11, 19, 9, 30, 0, 125000), dt.datetime(2024, 11, 20, 10, 0, 0, 500000),
+                  dt.datetime(2024, 11, 21, 23, 59, 59, 999999)),  # LongWrapper (micros)
+    "int": (20241119, 20241120, 20241121),  # IntWrapper, as a partition move's delete
+}
+
+
+def build_mor_move(ts_type: str):
+    """MOR payments partitioned by day, keyed by (merchant, txn_ref): updates in logs, then one
+    batch where keys move to another day (Java's IntWrapper(0) delete in the old group) and other
+    keys of the same groups are voided (typed deletes), then deletes by key (issue 39 D.21: one
+    delete block per ordering type)."""
+    def build(spark, root: Path) -> Built:
+        config = TableConfig(name=f"mor_move_{ts_type}", table_type=MERGE_ON_READ, record_key_fields=("merchant", "txn_ref"),
+                             partition_fields=("day",), precombine_field="ts")
+        schema = f"merchant string, txn_ref string, day string, ts {ts_type}, amount decimal(12,2), status string"
+        first, second, third = MOVE_ORDERINGS[ts_type]
+        merchants = ["Café Zoë", "O'Brien \"Bikes\"", "plain"]
+
+        def row(i, day, ts, status="ok"):
+            return (merchants[i % 3], f"T-{i:05d}", day, ts, decimal.Decimal(i) / 4, status)
+
+        table = Table.create(spark, str(root), config)
+        table.write(spark.createDataFrame([row(i, f"2024-11-{19 + i % 2}", first) for i in range(1200)], schema), "upsert")
+        table.write(spark.createDataFrame([row(i, f"2024-11-{19 + i % 2}", second) for i in range(0, 1200, 4)], schema), "upsert")
+        table.write(spark.createDataFrame(
+            [row(i, "2024-11-21", third) for i in range(0, 1200, 10)]  # moves: deletes in 19 and 20
+            + [row(i, f"2024-11-{19 + i % 2}", third, "void") for i in range(3, 1200, 10)], schema),  # typed deletes, same groups
+            "upsert", delete_when="status = 'void'")
+        table.write(spark.createDataFrame([(merchants[i % 3], f"T-{i:05d}", f"2024-11-{19 + i % 2}") for i in range(5, 1200, 50)],
+                                          "merchant string, txn_ref string, day string"), "delete")
+        built = Built(table, root, ["merchant", "txn_ref", "day", "ts", "amount", "status"])
+        _instants(built)
+        return built
+
+    return build
+
+
 BUILDERS = {"cow_types": build_cow_types, "mor_multi": build_mor_multi, "mor_plain": build_mor_nonpartitioned,
             "cow_nonhive": build_cow_nonhive, "mor_delete_when": build_mor_delete_when, "mor_deletes": build_mor_deletes,
-            "cow_services": build_cow_services}
+            "cow_services": build_cow_services, **{f"mor_move_{t}": build_mor_move(t) for t in MOVE_ORDERINGS}}
 
 
 @pytest.fixture(scope="module")
@@ -329,6 +368,22 @@ def test_java_reads_pipes_deletes_by_key_of_keys_updated_in_the_same_slice(reque
     assert {r[3] for r in expected} == set(range(1000)) - set(range(0, 1000, 9))
     assert _rs(built) == expected
     assert rows(java.read(built.path), _cols(built)) == expected
+
+
+@pytest.mark.parametrize("java", JAVA)
+@pytest.mark.parametrize("ts_type", list(MOVE_ORDERINGS))
+def test_java_reads_a_partition_move_beside_typed_deletes_as_pipe_and_hudi_rs_do(request, pipe_tables, java, ts_type):
+    """Issue 39 D.21: a batch that moves keys to another partition and voids other keys of the
+    same file groups writes one delete block per ordering type; Java and hudi-rs read the table
+    as pipe does, each key once, in its latest partition, the voided and deleted keys gone."""
+    built, java = pipe_tables(f"mor_move_{ts_type}"), request.getfixturevalue(java)
+    expected = _pipe(built)
+    gone = set(range(3, 1200, 10)) | set(range(5, 1200, 50))
+    assert sorted(int(r[4][2:]) for r in expected) == sorted(set(range(1200)) - gone)  # txn_ref, once each
+    moved = {r[4]: r[5] for r in expected if int(r[4][2:]) % 10 == 0}
+    assert set(moved.values()) == {"2024-11-21"} and len(moved) == 120
+    assert rows(java.read(built.path), _cols(built)) == expected
+    assert _rs(built) == expected
 
 
 # --- b. Java writes into pipe tables ------------------------------------------------------------
