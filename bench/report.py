@@ -1,14 +1,20 @@
 """bench/RESULTS.md holds one section per benchmark, each between markers, so every
 benchmark script rewrites only its own section. Also what the scripts measure processes and the
 machine with (Linux /proc): RSS, the peak RSS and CPU time of a process tree over a block, the
-machine's load and the CPU other processes took during a run."""
+machine's load and the CPU other processes took during a run; and `run_timed`, which runs a
+command and counts the CPU of every process it started (a JVM included) as a subreaper."""
 
 from __future__ import annotations
 
 import collections
 import os
+import resource
+import signal
+import subprocess
+import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -196,3 +202,121 @@ class Load(threading.Thread):
         self.join()
         self._sample()
         self.after = os.getloadavg()
+
+
+# --- commands: wall time, and the CPU of every process they started -------------------------------
+
+def become_subreaper() -> bool:
+    """Orphaned descendants (a JVM outliving the Python that launched it) are re-parented to this
+    process, which reaps them: their CPU time is then counted, and none outlives its measurement."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> list[int]:
+    me, out = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                out.append(int(entry.name))
+    return out
+
+
+def reap(grace_s: float = 60.0) -> list[int]:
+    """Waits for every remaining descendant to exit; after `grace_s`, kills the ones left (they
+    were all started by this bench) and returns their pids."""
+    end = time.monotonic() + grace_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return []
+        if pid:
+            continue
+        if time.monotonic() > end:
+            left = _children()
+            for p in left:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for p in left:
+                try:
+                    os.waitpid(p, 0)
+                except ChildProcessError:
+                    pass
+            return left
+        time.sleep(0.05)
+
+
+class JvmWatch:
+    """Whether a JVM ran in the process session of a command: polls /proc every 50 ms for a
+    process named java in that session (a Spark JVM lives for seconds; a run without one, ~0.5 s)."""
+
+    def __init__(self, session: int):
+        self.session, self.seen = session, False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self.seen and not self._stop.wait(0.05):
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue
+                name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+                if name == "java" and int(rest[3]) == self.session:
+                    self.seen = True
+                    return
+
+    def stop(self) -> bool:
+        self._stop.set()
+        self._thread.join()
+        return self.seen
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+@dataclass
+class Ran:
+    rc: int
+    seconds: float  # wall time from launch to exit
+    cpu: float | None  # user + system CPU of the command and all its descendants
+    launched: float  # epoch time of the launch
+    jvm: bool  # whether a JVM ran
+
+
+def run_timed(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], counts_cpu: bool) -> Ran:
+    """Runs `cmd` in a session of its own (to see whether it starts a JVM), output to `log`."""
+    cpu0 = children_cpu()
+    with log.open("wb") as out:
+        launched = time.time()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        watch = JvmWatch(proc.pid)
+        rc = proc.wait()
+        seconds = time.perf_counter() - t0
+    jvm = watch.stop()
+    killed = reap()
+    if killed:
+        with log.open("a") as out:
+            out.write(f"\n[bench] killed descendants still running 60 s after exit: {killed}\n")
+    return Ran(rc, seconds, (children_cpu() - cpu0) if counts_cpu else None, launched, jvm)

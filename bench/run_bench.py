@@ -40,12 +40,10 @@ import platform
 import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +54,8 @@ SDP_PROJECT = BENCH_DIR / "sdp_shop"
 BIN = Path(sys.executable).parent  # the venv's bin: pipe, spark-pipelines
 sys.path.insert(0, str(BENCH_DIR))
 
-from report import machine_cpu as _cpu_machine, write_section  # noqa: E402
+from report import become_subreaper as _become_subreaper, children_cpu as _children_cpu  # noqa: E402
+from report import machine_cpu as _cpu_machine, reap as _reap, run_timed, write_section  # noqa: E402
 
 # Spark Connect's Python packages (pyspark's `connect` extra, minus what pipe already requires).
 CONNECT_MODULES = {"grpc": "grpcio", "grpc_status": "grpcio-status", "google.rpc": "googleapis-common-protos",
@@ -87,128 +86,12 @@ class BenchError(Exception):
 # --- processes -----------------------------------------------------------------------------------
 
 
-def _become_subreaper() -> bool:
-    """Orphaned descendants (a JVM outliving the Python that launched it) are re-parented to this
-    process, which reaps them: their CPU time is then counted, and none outlives its measurement."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-def _children() -> list[int]:
-    me, out = os.getpid(), []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-                out.append(int(entry.name))
-    return out
-
-
-def _reap(grace_s: float = 60.0) -> list[int]:
-    """Waits for every remaining descendant to exit; after `grace_s`, kills the ones left (they
-    were all started by this bench) and returns their pids."""
-    end = time.monotonic() + grace_s
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return []
-        if pid:
-            continue
-        if time.monotonic() > end:
-            left = _children()
-            for p in left:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            for p in left:
-                try:
-                    os.waitpid(p, 0)
-                except ChildProcessError:
-                    pass
-            return left
-        time.sleep(0.05)
-
-
-class JvmWatch:
-    """Whether a JVM ran in the process session of a command: polls /proc every 50 ms for a
-    process named java in that session (a Spark JVM lives for seconds; a run without one, ~0.5 s)."""
-
-    def __init__(self, session: int):
-        self.session, self.seen = session, False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self.seen and not self._stop.wait(0.05):
-            for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    stat = (entry / "stat").read_text()
-                except OSError:
-                    continue
-                name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
-                if name == "java" and int(rest[3]) == self.session:
-                    self.seen = True
-                    return
-
-    def stop(self) -> bool:
-        self._stop.set()
-        self._thread.join()
-        return self.seen
-
-
-def _children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 @dataclass
 class Sample:
     seconds: float
     cpu: float | None
     detail: str = ""
     parts: dict[str, float] = field(default_factory=dict)  # where the time went (see check_pipe, check_sdp)
-
-
-@dataclass
-class Ran:
-    rc: int
-    seconds: float  # wall time from launch to exit
-    cpu: float | None  # user + system CPU of the command and all its descendants
-    launched: float  # epoch time of the launch
-    jvm: bool  # whether a JVM ran
-
-
-def run_timed(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], counts_cpu: bool) -> Ran:
-    """Runs `cmd` in a session of its own (to see whether it starts a JVM), output to `log`."""
-    cpu0 = _children_cpu()
-    with log.open("wb") as out:
-        launched = time.time()
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        watch = JvmWatch(proc.pid)
-        rc = proc.wait()
-        seconds = time.perf_counter() - t0
-    jvm = watch.stop()
-    killed = _reap()
-    if killed:
-        with log.open("a") as out:
-            out.write(f"\n[run_bench] killed descendants still running 60 s after exit: {killed}\n")
-    return Ran(rc, seconds, (_children_cpu() - cpu0) if counts_cpu else None, launched, jvm)
 
 
 def _tail(log: Path, lines: int = 40) -> str:
