@@ -752,6 +752,16 @@ def render_server(res: Results, meta: dict, repeats: int) -> str:
             detail = "; ".join(d if n == len(samples) else f"{d} (×{n})" for d, n in details.items())
             out.append(f"| {label} | {command} | {statistics.median(secs):.1f} | {min(secs):.1f} | "
                        f"{', '.join(f'{x:.1f}' for x in secs)} | {detail} |")
+    med = {k: statistics.median(x.seconds for x in v) for k, v in res.samples.items()}
+    if all(f"{k}:{r}" in med for k in ("warm", "nowarm") for r in ("server/start", "server-first/pipe")):
+        cost = med["warm:server/start"] - med["nowarm:server/start"]
+        saved = med["nowarm:server-first/pipe"] - med["warm:server-first/pipe"]
+        out += ["", f"The warm-up adds {cost:.1f} s to `pipe server start` and takes {saved:.1f} s off the first `pipe run` "
+                f"({med['nowarm:server-first/pipe']:.1f} s → {med['warm:server-first/pipe']:.1f} s); start plus first run "
+                f"{med['warm:server/start'] + med['warm:server-first/pipe']:.1f} s warmed up against "
+                f"{med['nowarm:server/start'] + med['nowarm:server-first/pipe']:.1f} s without. It pays off when the first run "
+                "matters more than the start (a server started ahead of the working day); `--no-warmup` is the choice otherwise. "
+                "Later runs are the same either way."]
     return "\n".join(out) + "\n"
 
 
