@@ -25,6 +25,9 @@ _ATOMIC = {
 }
 _PARAMETRIC = {"decimal": "decimal", "dec": "decimal", "numeric": "decimal", "varchar": "varchar", "char": "char"}
 
+# The columns a `kafka` source adds to the fields of every message's value (runtime/sources/kafka.py)
+KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
+
 # Avro's rule for a field name (Hudi keeps a table's schema in Avro: commit metadata, log block
 # headers); Java's Schema.Parser and hudi-rs refuse any other name, so such a table is unreadable.
 _AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -113,7 +113,7 @@ PROJECT = Section(
     "The project file at the root of the project folder.",
 )
 
-SOURCE_KINDS = ("files", "s3_events", "s3_incremental", "table")
+SOURCE_KINDS = ("files", "s3_events", "s3_incremental", "table", "kafka")
 FORMATS = ("json", "csv", "parquet")
 
 _TESTS = (
@@ -195,6 +195,25 @@ SOURCES: dict[str, Section] = {
             Key("read_latest_on_missing_checkpoint", "boolean", "On the first run, start from the latest events instead of all of them.", default=False),
         ),
         "The objects named by new events in an S3 metadata table, read incrementally.",
+    ),
+    "kafka": Section(
+        "source (kind: kafka)",
+        _SOURCE_COMMON
+        + (
+            Key("bootstrap_servers", "string", "The brokers to reach first, `host:port[,host:port...]` (Kafka's `bootstrap.servers`).", required=True),
+            Key("topic", "string", "The topic to read. Give `topic` or `topic_pattern`.", default=None),
+            Key("topic_pattern", "string", "A regular expression (Python's, matching the whole name) of the topics to read; a topic created later that matches is read from its earliest offset. Give `topic` or `topic_pattern`.", default=None),
+            Key("format", "string", "What a message's value holds: `json`, a JSON object per message.", required=True, choices=("json",), fold_case=True),
+            Key("schema", "columns", "Columns of the messages' values: a Spark DDL string or a mapping `{column: type}`. Without it the schema is inferred from the new messages of each run.", default=None),
+            Key("options", "mapping", "Options of Spark's JSON parser (`timestampFormat`, `allowComments`, ...).", default={}),
+            Key("properties", "mapping", "Settings of the Kafka client (librdkafka's names, as in a consumer's properties): `security.protocol`, `sasl.mechanism`, `sasl.username`, `sasl.password` (give secrets with `env_var()`: they are masked in every output), `ssl.ca.location`, ...", default={}),
+            Key("starting_offsets", "string", "Where a table's first run starts in each partition: `earliest` (every message there is) or `latest` (only messages produced after it).", default="earliest", choices=("earliest", "latest")),
+            Key("max_records_per_run", "integer", "Read at most about this many messages per run, every partition in proportion to its backlog; the rest wait for the next run.", default=None, minimum=1),
+            Key("on_checkpoint_lost", "string", "What to do when the offsets stored in the table's last commit are no longer in the topic (retention or compaction removed them, the topic was made anew): `fail` naming topic, partition and offsets; `earliest` or `latest` to go on from there (the step says what was skipped).", default="fail", choices=("fail", "earliest", "latest")),
+            Key("on_bad_record", "string", "A message whose value is not a JSON object of the declared schema: `fail` stops the step naming topic, partition, offset and why; `drop` leaves it out and counts it.", default="fail", choices=("fail", "drop")),
+            Key("fetch_timeout_s", "integer", "A task reading a partition fails when no message arrives for this many seconds before its range is read.", default=120, minimum=1),
+        ),
+        "The messages of a Kafka topic (or of the topics a pattern matches) since the offsets stored in the table's last commit.",
     ),
 }
 

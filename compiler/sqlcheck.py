@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from compiler.columns import avro_name_problem
+from compiler.columns import KAFKA_COLUMNS, avro_name_problem
 from compiler.errors import Collector, Location, did_you_mean
 from compiler.project import Project, Table
 from compiler.render import ENV_PLACEHOLDER_RE, RenderedTable
@@ -103,8 +103,7 @@ def check_sql(project: Project, rendered: Mapping[str, RenderedTable], order: It
     dependency order), and returns each table's known output columns."""
     cache = _Cache(cache_dir, cache_write)
     known: dict[str, tuple[str, ...] | None] = {}
-    source_cols = {name.lower(): _declared(s.columns) if s.kind in ("files", "s3_incremental") else None
-                   for name, s in project.sources.items()}
+    source_cols = {name.lower(): _source_columns(s) for name, s in project.sources.items()}
     for name in order:
         table = project.tables.get(name)
         r = rendered.get(name)
@@ -140,6 +139,16 @@ def check_sql(project: Project, rendered: Mapping[str, RenderedTable], order: It
 
 def _declared(columns) -> list[str] | None:
     return [c["name"] for c in columns] if columns else None
+
+
+def _source_columns(source) -> list[str] | None:
+    """The columns a source offers, when its declaration says them all (else None: unknown)."""
+    declared = _declared(source.columns)
+    if source.kind in ("files", "s3_incremental"):
+        return declared
+    if source.kind == "kafka" and declared:
+        return declared + list(KAFKA_COLUMNS)
+    return None
 
 
 def _check_table_columns(table: Table, selected: tuple[str, ...] | None, errors: Collector) -> None:

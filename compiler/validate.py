@@ -165,7 +165,35 @@ def _validate_source(project: Project, source: Source, errors: Collector) -> Non
         url = c["queue_url"] or ""
         if url and "{{" not in url and not url.startswith(("https://", "http://")):
             errors.error(source.at("queue_url"), f"queue_url of {what} is not a URL: '{url}'", "use the queue URL SQS shows, e.g. https://sqs.us-east-1.amazonaws.com/123456789012/my-queue")
+    if c["kind"] == "kafka":
+        _validate_kafka(source, what, errors)
     if c["kind"] == "s3_incremental":
         lo, hi = c.get("min_object_size"), c.get("max_object_size")
         if lo is not None and hi is not None and lo > hi:
             errors.error(source.at("min_object_size"), f"min_object_size is larger than max_object_size ({what})")
+
+
+def _validate_kafka(source: Source, what: str, errors: Collector) -> None:
+    """One of `topic` and `topic_pattern`; a topic name Kafka allows; a pattern that compiles."""
+    import re
+
+    c = source.config
+    topic, pattern = c.get("topic"), c.get("topic_pattern")
+    if (topic is None) == (pattern is None):
+        errors.error(source.at("topic" if topic is not None else "kind"),
+                     f"{what} needs one of `topic` and `topic_pattern`" + (", not both" if topic is not None else ""),
+                     "`topic: orders` reads one topic; `topic_pattern: 'shop\\..*'` every topic whose whole name matches")
+    if topic is not None and "{{" not in topic and not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic):
+        errors.error(source.at("topic"), f"topic of {what} is not a Kafka topic name: {topic!r}",
+                     "a topic name has up to 249 letters, digits, '.', '_' and '-'")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            errors.error(source.at("topic_pattern"), f"topic_pattern of {what} is not a regular expression: {exc}",
+                         "write a Python regular expression, e.g. 'shop\\.public\\..*'")
+    for key, value in (c.get("properties") or {}).items():
+        if str(key) in ("bootstrap.servers", "group.id", "enable.auto.commit", "isolation.level", "auto.offset.reset"):
+            errors.error(source.at("properties"), f"property {key} of {what} is pipe's to set",
+                         "offsets live in the table's commits, not in a consumer group: remove it "
+                         + ("(give the brokers in `bootstrap_servers`)" if key == "bootstrap.servers" else ""))

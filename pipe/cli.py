@@ -372,9 +372,11 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
                 from runtime import server
 
                 server.lease(own)
-                spark = session.get_spark(master, conf, reads_s3=_reads_s3(plan), remote=own.url, own_server=own)
+                spark = session.get_spark(master, conf, reads_s3=_reads_s3(plan), reads_kafka=_reads_kafka(plan), remote=own.url,
+                                          own_server=own)
             else:
-                spark = session.get_spark(master, conf, app_name=f"pipe {plan.project}", reads_s3=_reads_s3(plan))
+                spark = session.get_spark(master, conf, app_name=f"pipe {plan.project}", reads_s3=_reads_s3(plan),
+                                          reads_kafka=_reads_kafka(plan))
             if announce:
                 from rich.markup import escape
 
@@ -416,6 +418,11 @@ def _own_server(plan, root: Path, master: str, conf: dict):
         return None
     server.touch(state)
     return state
+
+
+def _reads_kafka(plan) -> bool:
+    """Whether Spark's tasks read Kafka (a `kind: kafka` source, with confluent-kafka)."""
+    return any(s.kind == "ingest" and s.config.get("kind") == "kafka" for s in plan.steps)
 
 
 def _reads_s3(plan) -> bool:

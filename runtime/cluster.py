@@ -58,6 +58,8 @@ TASK_REQUIREMENTS = (
 # Where tasks reach S3 themselves: a lake on S3 (its files are written with boto3, s3a or not), or
 # an s3_incremental source read with boto3 (when Spark has no s3a).
 BOTO3 = Requirement("boto3", "boto3", "1.34")
+# Where tasks read Kafka: a `kind: kafka` source (Kafka's C client, runtime/sources/kafka.py).
+KAFKA = Requirement("confluent_kafka", "confluent-kafka", "2.6")
 
 # Modules the probe imports from the shipped zip: if one fails, the zip did not reach the executor.
 _TASK_MODULES = ("runtime.table.writer", "runtime.table.merge", "runtime.sources.records")
@@ -297,8 +299,8 @@ def fix_hint(requirements: tuple[Requirement, ...]) -> str:
             "spark.pyspark.python at that Python (docs/deploy.md)")
 
 
-def requirements_for(needs_boto3: bool) -> tuple[Requirement, ...]:
-    return TASK_REQUIREMENTS + ((BOTO3,) if needs_boto3 else ())
+def requirements_for(needs_boto3: bool, needs_kafka: bool = False) -> tuple[Requirement, ...]:
+    return TASK_REQUIREMENTS + ((BOTO3,) if needs_boto3 else ()) + ((KAFKA,) if needs_kafka else ())
 
 
 @dataclass(frozen=True)
@@ -321,7 +323,7 @@ class Shipment:
 shipment: Shipment | None = None
 
 
-def ship(spark, needs_boto3: bool = False) -> Shipment:
+def ship(spark, needs_boto3: bool = False, needs_kafka: bool = False) -> Shipment:
     """Adds pipe's code to the session and checks the executors' Python (see the module's
     docstring). Raises ExecutorPythonError, before anything is written, when they cannot run
     pipe's tasks; returns (and keeps in `shipment`) what was shipped and found otherwise."""
@@ -329,7 +331,7 @@ def ship(spark, needs_boto3: bool = False) -> Shipment:
     started = time.perf_counter()
     archive = code_archive()
     spark.sparkContext.addPyFile(str(archive))
-    requirements = requirements_for(needs_boto3)
+    requirements = requirements_for(needs_boto3, needs_kafka)
     try:
         reports = probe(spark, requirements)
     except Exception as exc:  # noqa: BLE001 - the probe's job itself failed: say why in one line
@@ -342,7 +344,7 @@ def ship(spark, needs_boto3: bool = False) -> Shipment:
     return shipment
 
 
-def ship_connect(spark, needs_boto3: bool = False) -> Shipment:
+def ship_connect(spark, needs_boto3: bool = False, needs_kafka: bool = False) -> Shipment:
     """`ship` over Spark Connect: pipe's code as an artifact of the session (its clones, one per
     step, have it too), and the server's Python workers checked."""
     global shipment
@@ -351,7 +353,7 @@ def ship_connect(spark, needs_boto3: bool = False) -> Shipment:
     started = time.perf_counter()
     archive = code_archive()
     spark.addArtifacts(str(archive), pyfile=True)
-    requirements = requirements_for(needs_boto3)
+    requirements = requirements_for(needs_boto3, needs_kafka)
     python = spark_api.setting(spark, "spark.pyspark.python") or "python3"
     try:
         reports = probe_connect(spark, requirements)
@@ -432,7 +434,7 @@ def pack_env(folder: Path | None = None, *, rebuild: bool = False) -> PackedEnv:
     import tarfile
     import venv
 
-    requirements = TASK_REQUIREMENTS + (BOTO3,)
+    requirements = TASK_REQUIREMENTS + (BOTO3, KAFKA)
     pins = _pins(requirements)
     base = getattr(sys, "_base_executable", sys.executable)
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"

@@ -53,7 +53,7 @@ def remote_of(conf: Mapping[str, Any] | None, environ: Mapping[str, str]) -> str
     return str((conf or {}).get("spark.remote") or environ.get("SPARK_REMOTE") or "")
 
 
-def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bool = False, own=None):
+def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bool = False, reads_kafka: bool = False, own=None):
     """A Connect session with the server at `url` (sc://host:port): the same one on later calls.
     `own`: the server is pipe's own local one (its runtime/server.py ServerState): its Python
     workers are this Python and import pipe as this process does, and the sessions are its fixed
@@ -73,7 +73,7 @@ def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bo
         else:
             spark = _open(url)
             try:
-                cluster.ship_connect(spark, needs_boto3=reads_s3)
+                cluster.ship_connect(spark, needs_boto3=reads_s3, needs_kafka=reads_kafka)
             except BaseException:
                 _release(spark)
                 raise

@@ -654,11 +654,12 @@ def _get_or_create(builder, java: Java | None):
 
 
 def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "pipe", *,
-              reads_s3: bool = False, remote: str = "", own_server=None):
+              reads_s3: bool = False, reads_kafka: bool = False, remote: str = "", own_server=None):
     """The SparkSession of this process: started on the first call (see the module's docstring),
     the same one on later calls (which apply the runtime-settable entries of `conf` to it).
     On a master that is not local, pipe's code is shipped to the executors and their Python is
-    checked (runtime/cluster.py; `reads_s3`: the tasks also read or write S3 with boto3).
+    checked (runtime/cluster.py; `reads_s3`: the tasks also read or write S3 with boto3;
+    `reads_kafka`: they read Kafka with confluent-kafka).
     `remote` (sc://host:port; by default `spark.remote` of `conf`, else SPARK_REMOTE): a Spark
     Connect session with that server instead (runtime/connect.py; `own_server`: the state of
     pipe's own server, runtime/server.py).
@@ -669,7 +670,7 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
     remote = remote or connect.remote_of(conf, os.environ)
     if remote.startswith("sc://"):
         try:
-            return connect.get_session(remote, conf, reads_s3=reads_s3, own=own_server)
+            return connect.get_session(remote, conf, reads_s3=reads_s3, reads_kafka=reads_kafka, own=own_server)
         except connect.ConnectError as exc:
             raise SparkStartError(str(exc), exc.hint) from exc
     with _lock:
@@ -721,7 +722,7 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             spark.sparkContext.setLogLevel("WARN")
             if not cluster.is_local(master):
                 try:
-                    cluster.ship(spark, needs_boto3=reads_s3)
+                    cluster.ship(spark, needs_boto3=reads_s3, needs_kafka=reads_kafka)
                 except BaseException:
                     spark.stop()  # frees the cluster's cores at once; the run stops here
                     raise

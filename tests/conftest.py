@@ -145,6 +145,16 @@ def java_hudi_11(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """An Apache Kafka broker (KRaft) on 127.0.0.1 (tests/kafka/env.py), for the whole session."""
+    from tests.kafka.env import KafkaBroker
+
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
 def hive_metastore(tmp_path_factory):
     """A Hive metastore service on 127.0.0.1 (tests/hive_metastore.py), for the whole session."""
     from tests.hive_metastore import HiveMetastore

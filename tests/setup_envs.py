@@ -1,6 +1,6 @@
 """Builds, side by side, the environments the tests use and git ignores: the cluster nodes'
-Python (.cluster/), Java Hudi's bundles and its pyspark 3.5 venv (.java-hudi/), and the s3a jars
-(.s3a/). They are downloads and installs (pip, Maven), not tests: run before `pytest` (the README's
+Python (.cluster/), Java Hudi's bundles and its pyspark 3.5 venv (.java-hudi/), the s3a jars
+(.s3a/) and Apache Kafka's (.kafka/). They are downloads and installs (pip, Maven), not tests: run before `pytest` (the README's
 test command and .ci/run do), they overlap one another and leave the test session's time to the
 tests. Each is also built on first use by the tests that need it, under the same file lock, so
 `pytest` alone works on a fresh machine too; when everything is there this takes a second.
@@ -19,6 +19,7 @@ import pyspark  # noqa: F401 - the cluster's and s3a's set-ups ask it for its ve
 
 from tests.cluster import env as cluster_env
 from tests.java_hudi import env as java_hudi_env
+from tests.kafka import env as kafka_env
 from tests.s3a import env as s3a_env
 
 
@@ -36,7 +37,11 @@ def _s3a() -> str:
     return f"{len(s3a_env.jars())} s3a jars in {s3a_env.folder()}"
 
 
-BUILDS = {"cluster": _cluster, "java-hudi": _java_hudi, "s3a": _s3a}
+def _kafka() -> str:
+    return f"Apache Kafka {kafka_env.VERSION} in {kafka_env.jars()}"
+
+
+BUILDS = {"cluster": _cluster, "java-hudi": _java_hudi, "s3a": _s3a, "kafka": _kafka}
 
 
 def main() -> int:

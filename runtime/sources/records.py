@@ -290,9 +290,10 @@ def parse_options(options: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
+def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str, ...] = ()):
     """Typed columns of each record of `lines` plus FILE, LINE_NO, RECORD_NO and PROBLEM (why
-    the record does not fit the schema, or null)."""
+    the record does not fit the schema, or null), and the columns of `lines` named in `keep`
+    (a Kafka message's topic, partition, offset), as they are."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -312,18 +313,18 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
         is_array = F.ltrim(F.col(TEXT)).startswith("[")
         elements = F.from_json(F.col(TEXT), "array<string>", opts)
         records = F.when(is_array & elements.isNotNull(), elements).otherwise(F.array(F.col(TEXT)))
-        body = body.select(FILE, MISSING, LINE_NO, is_array.alias("a"), F.posexplode(records).alias(RECORD_NO, TEXT))
+        body = body.select(FILE, MISSING, LINE_NO, is_array.alias("a"), F.posexplode(records).alias(RECORD_NO, TEXT), *keep)
         whole = flag(options, "multiLine")
         body = body.select(FILE, MISSING, (F.lit(None).cast("bigint") if whole else F.col(LINE_NO)).alias(LINE_NO),
-                           F.when(F.lit(whole) | F.col("a"), F.col(RECORD_NO) + 1).cast("bigint").alias(RECORD_NO), TEXT)
+                           F.when(F.lit(whole) | F.col("a"), F.col(RECORD_NO) + 1).cast("bigint").alias(RECORD_NO), TEXT, *keep)
     else:
-        body = body.select(FILE, MISSING, LINE_NO, F.lit(None).cast("bigint").alias(RECORD_NO), TEXT)
+        body = body.select(FILE, MISSING, LINE_NO, F.lit(None).cast("bigint").alias(RECORD_NO), TEXT, *keep)
     with_corrupt = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields) + f", `{CORRUPT}` STRING"
     # as text: one more column than declared tells a CSV row with too many fields
     extra = "_pipe_extra_field"
     as_text = ", ".join(f"`{f.name}` STRING" for f in fields) + (f", `{extra}` STRING" if fmt == "csv" else f", `{CORRUPT}` STRING")
     parser = F.from_json if fmt == "json" else F.from_csv
-    typed = body.select(FILE, MISSING, LINE_NO, RECORD_NO, TEXT, parser(F.col(TEXT), with_corrupt, typed_opts).alias("t"))
+    typed = body.select(FILE, MISSING, LINE_NO, RECORD_NO, TEXT, parser(F.col(TEXT), with_corrupt, typed_opts).alias("t"), *keep)
     # a value that fails to convert marks the record corrupt: only those are parsed once more, as text
     failed = F.col("t").isNull() | F.col("t").getField(CORRUPT).isNotNull()
     both = typed.select("*", F.when(failed, parser(F.col(TEXT), as_text, typed_opts if fmt == "json" else opts)).alias("s"))
@@ -360,7 +361,8 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any]):
             .otherwise(F.concat(F.lit("a nested value does not fit the declared type: "), text))
     invalid = F.when(F.col(TEXT).contains(INVALID), F.concat(F.lit(f"bytes that are not valid {encoding_name(options)}: "), text))
     problem = F.when(F.col(MISSING).isNull(), F.coalesce(invalid, *first, *checks, F.when(corrupt, structural)))
-    return both.select(FILE, MISSING, LINE_NO, RECORD_NO, *[F.col("t").getField(f.name).alias(f.name) for f in fields], problem.alias(PROBLEM))
+    return both.select(FILE, MISSING, LINE_NO, RECORD_NO, *[F.col("t").getField(f.name).alias(f.name) for f in fields], problem.alias(PROBLEM),
+                       *keep)
 
 
 def _a(word: str) -> str:
@@ -379,17 +381,18 @@ class Checked:
     missing: list[str]
 
 
-def where(row) -> str:
-    """`file line N`, `file record N` (multiLine) or `file line N record M` (an array on a line)."""
+def where(row, line: str = "line") -> str:
+    """`file line N`, `file record N` (multiLine) or `file line N record M` (an array on a line);
+    `line` names what LINE_NO counts (a Kafka message's `offset`)."""
     parts = [row[FILE]]
     if row[LINE_NO] is not None:
-        parts.append(f"line {row[LINE_NO]}")
+        parts.append(f"{line} {row[LINE_NO]}")
     if row[RECORD_NO] is not None:
         parts.append(f"record {row[RECORD_NO]}")
     return " ".join(parts)
 
 
-def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache: list) -> Checked:
+def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache: list, line: str = "line") -> Checked:
     """Counts the records, the bad ones and the files gone in one pass over the persisted rows;
     stops the step (SourceError) on a bad record unless `on_bad` is `drop`. `cache` collects
     what to unpersist once the step is over."""
@@ -403,7 +406,7 @@ def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache
     if bad:
         rows = (parsed.where(F.col(PROBLEM).isNotNull()).select(FILE, LINE_NO, RECORD_NO, PROBLEM)
                 .orderBy(FILE, LINE_NO, RECORD_NO).limit(SAMPLES).collect())
-        samples = [f"{where(r)}: {r[PROBLEM]}" for r in rows]
+        samples = [f"{where(r, line)}: {r[PROBLEM]}" for r in rows]
         if on_bad != "drop":
             raise SourceError(bad_message(name, what, bad, samples), bad_hint(samples))
     missing = missing_names(parsed, gone)
@@ -445,3 +448,19 @@ def bad_hint(samples: list[str]) -> str:
     if "is not a TIMESTAMP" in text:
         hint += "; timestamps are read as ISO 8601 (2024-01-31T10:00:00) unless the source's options set `timestampFormat`"
     return hint
+
+
+def infer_ddl(spark, lines, fmt: str, options: Mapping[str, Any], what: str = "objects") -> str:
+    """The schema Spark's own reader infers from the (cached) lines of `what`."""
+    texts = lines.where("`" + MISSING + "` is null").select(TEXT)
+    if not spark_api.is_connect(spark):
+        texts = texts.rdd.map(lambda r: r[0])  # a DataFrame of lines is read from pyspark 4.2 on, an RDD by all
+    reader = spark.read.options(**{k: v for k, v in options.items()})
+    if fmt == "json":
+        schema = reader.json(texts).schema
+    else:
+        schema = reader.csv(texts).schema
+    fields = [f for f in schema.fields if f.name != "_corrupt_record"]
+    if not fields:
+        raise SourceError(f"no column could be inferred from the {what}", f"declare the {what}' columns in the source's `schema`")
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)

@@ -438,7 +438,7 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
             else:  # inferring reads the lines once more
                 lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
                 pending._cache.append(lines)
-                ddl = _infer(spark, lines, fmt, options)
+                ddl = records.infer_ddl(spark, lines, fmt, options)
             data_cols = [f.name for f in StructType.fromDDL(ddl).fields]
             checked = records.check(records.parse(lines, ddl, fmt, options), data_cols, name, "objects", on_bad, pending._cache)
             result, rows_read, missing = checked.df, checked.rows, [m[len("s3://"):] for m in checked.missing]
@@ -453,20 +453,3 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
     pending.missing = pending.missing + missing  # gone at HEAD time (plan), then at read time
     pending.rows = rows_read
     return result
-
-
-def _infer(spark, lines, fmt: str, options: Mapping[str, str]) -> str:
-    """The schema Spark's own reader infers from the (cached) lines."""
-    texts = lines.where("`" + MISSING + "` is null").select(records.TEXT)
-    if not spark_api.is_connect(spark):
-        texts = texts.rdd.map(lambda r: r[0])  # a DataFrame of lines is read from pyspark 4.2 on, an RDD by all
-    reader = spark.read.options(**{k: v for k, v in options.items()})
-    if fmt == "json":
-        schema = reader.json(texts).schema
-    else:
-        schema = reader.csv(texts).schema
-    fields = [f for f in schema.fields if f.name != "_corrupt_record"]
-    if not fields:
-        raise SourceError("no column could be inferred from the objects", "declare the objects' columns in the source's `schema`")
-    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
-

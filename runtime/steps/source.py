@@ -10,6 +10,7 @@ from compiler.plan import Step
 from runtime import spark_api
 from runtime.sources import Pending, human_bytes
 from runtime.sources import files as files_source
+from runtime.sources import kafka as kafka_source
 from runtime.sources import s3_events as s3_events_source
 from runtime.sources import s3_incremental as s3_incremental_source
 from runtime.sources import table as table_source
@@ -38,6 +39,12 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
         pending = s3_events_source.pending(step.name, config, dry_run=True)  # asks, receives nothing
         result.inputs = {"messages_waiting": pending.count}
         return done, f"queue: {pending.describe()}"
+    if kind == "kafka":
+        found = kafka_source.topics(step.name, config)
+        partitions = sum(len(p) for p in found.values())
+        result.inputs = {"topics": len(found), "partitions": partitions}
+        names = ", ".join(sorted(found)[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        return done, f"{len(found)} topic{'s' if len(found) != 1 else ''} ({names or 'none yet'}), {partitions} partition{'s' if partitions != 1 else ''}"
     raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe")
 
 
@@ -81,6 +88,10 @@ def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], 
             sources[up.name] = s3_incremental_source.pending(up.name, config, upstream, step.name, last, ctx.s3a)
         elif kind == "s3_events":
             sources[up.name] = s3_events_source.pending(up.name, config, dry_run=ctx.options.dry_run)
+        elif kind == "kafka":
+            if everything:  # --full-refresh: every message there is, in one run
+                config = {**config, "max_records_per_run": None, "starting_offsets": "earliest"}
+            sources[up.name] = kafka_source.pending(up.name, config, last)
         else:
             raise RunError(f"source {up.name} of kind {kind} cannot run in this version of pipe")
     return refs

@@ -1,0 +1,383 @@
+"""`kind: kafka`: the messages of a topic, or of every topic a pattern matches, since the offsets
+stored in the consuming table's last commit.
+
+The checkpoint is Hudi's Kafka checkpoint text (what Hudi Streamer stores as
+`deltastreamer.checkpoint.key`): per topic, `topic,partition:offset,...` with the next offset to
+read of each partition, topics joined by `;`:
+
+    orders,0:1200,1:1187,2:1213
+
+A run reads, per partition, from the stored offset to the end offset it saw at its start: the
+last stable offset (what a `read_committed` consumer may read: messages of open transactions
+wait, those of aborted ones are skipped), so the range is fixed before anything is read and a
+killed run reads the same range again. `max_records_per_run` shortens the ranges (every
+partition moves on, in proportion to its backlog). A partition or a topic new since the
+checkpoint is read from its earliest offset. Offsets no longer in the topic (retention, a
+compaction, a topic made anew) are `on_checkpoint_lost`'s: `fail` (the default) names topic,
+partition and offsets; `earliest` and `latest` go on from there and say so.
+
+Only offsets and counts reach the driver: its Kafka calls are metadata (the partitions and
+their offsets, by the admin API). The executors read the ranges, one Spark task per partition
+range, with Kafka's C client (confluent-kafka, librdkafka), and the records are parsed and
+checked in Spark (records.py): a message that is not a JSON object of the declared schema stops
+the step naming topic, partition and offset, or is counted and left out (`on_bad_record: drop`).
+A message with no value (a tombstone of a compacted topic) is not a record: it is counted."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from compiler.columns import KAFKA_COLUMNS
+from runtime.sources import Pending, SourceError, columns_ddl, records
+
+META_COLUMNS = KAFKA_COLUMNS
+TOPIC, PARTITION, OFFSET, TIMESTAMP, KEY = META_COLUMNS
+META_DDL = f"`{TOPIC}` STRING, `{PARTITION}` INT, `{OFFSET}` BIGINT, `{TIMESTAMP}` TIMESTAMP, `{KEY}` STRING"
+# one row per message as the executors hand it to Spark: the value as text (records.LINES_DDL's
+# columns: "topic T partition P" in FILE, the offset in LINE_NO, a tombstone marked MISSING), then
+# the message's own columns
+_RAW_DDL = records.LINES_DDL + f", {META_DDL}"
+_TIMEOUT_S = 30.0  # the driver's metadata calls
+# librdkafka's own log lines (a broker not reachable yet, a retry) go to Python logging, not to
+# stderr: what fails reaches the user as the step's error
+_LOG = logging.getLogger("pipe.kafka")
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's own rule: no `,` `;` `:` in a topic name
+
+
+@dataclass(frozen=True)
+class Range:
+    """Offsets [start, end) of one partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def parse_checkpoint(text: str | None, source: str) -> dict[tuple[str, int], int]:
+    """{(topic, partition): next offset} of a checkpoint text (empty for None)."""
+    out: dict[tuple[str, int], int] = {}
+    if not text:
+        return out
+    try:
+        for part in text.split(";"):
+            topic, *offsets = part.split(",")
+            if not _TOPIC_NAME.match(topic) or not offsets:
+                raise ValueError(topic)
+            for item in offsets:
+                p, _, o = item.partition(":")
+                out[(topic, int(p))] = int(o)
+    except ValueError as exc:
+        raise SourceError(f"source {source}: the stored checkpoint {text[:80]!r} is not a Kafka checkpoint (topic,partition:offset,...)",
+                          "rebuild the table with `pipe run --select <table> --full-refresh`, which reads the topics from their earliest offsets") from exc
+    return out
+
+
+def format_checkpoint(offsets: Mapping[tuple[str, int], int]) -> str:
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append((partition, offset))
+    return ";".join(f"{topic}," + ",".join(f"{p}:{o}" for p, o in sorted(parts)) for topic, parts in sorted(by_topic.items()))
+
+
+def client_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """The Kafka client's settings: the source's `properties` (security settings and any
+    librdkafka setting) and its bootstrap servers. Holds secrets: never logged or shown."""
+    out = {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (config.get("properties") or {}).items()}
+    out["bootstrap.servers"] = str(config["bootstrap_servers"])
+    return out
+
+
+def _admin(config: Mapping[str, Any]):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({**client_config(config), "socket.timeout.ms": str(int(_TIMEOUT_S * 1000)), "logger": _LOG})
+
+
+def _where(config: Mapping[str, Any]) -> str:
+    return f"the brokers at {config['bootstrap_servers']}"
+
+
+def _kafka_error(source: str, config: Mapping[str, Any], doing: str, exc: BaseException) -> SourceError:
+    text = str(getattr(exc, "args", [exc])[0] if getattr(exc, "args", None) else exc)
+    return SourceError(f"source {source}: cannot {doing} from {_where(config)} ({text})",
+                       "check `bootstrap_servers`, that the brokers are up and reachable from this machine and the executors, and the "
+                       "security settings in `properties` (security.protocol, sasl.mechanism, sasl.username, sasl.password); "
+                       "nothing of this source was written and its checkpoint did not move")
+
+
+def topics(source: str, config: Mapping[str, Any], admin=None) -> dict[str, list[int]]:
+    """{topic: partitions} of the source's topic, or of every topic its pattern matches (topics
+    whose name starts with `__` are Kafka's own and never match)."""
+    admin = admin or _admin(config)
+    try:
+        meta = admin.list_topics(timeout=_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - KafkaException: the brokers cannot be reached
+        raise _kafka_error(source, config, "list the topics", exc) from exc
+    if config.get("topic"):
+        wanted = [config["topic"]]
+        if config["topic"] not in meta.topics:
+            raise SourceError(f"source {source}: topic {config['topic']} does not exist on {_where(config)}",
+                              "check `topic` (names are case-sensitive), or create the topic")
+    else:
+        pattern = re.compile(config["topic_pattern"])
+        wanted = sorted(t for t in meta.topics if pattern.fullmatch(t) and not t.startswith("__"))
+    out = {}
+    for t in wanted:
+        info = meta.topics[t]
+        if info.error is not None:
+            raise _kafka_error(source, config, f"read the partitions of topic {t}", info.error)
+        out[t] = sorted(info.partitions)
+    return out
+
+
+def _offsets(source: str, config: Mapping[str, Any], admin, parts: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+    """{(topic, partition): (earliest offset, last stable offset)}: what a read_committed consumer
+    can read now."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    out: dict[tuple[str, int], list[int]] = {p: [0, 0] for p in parts}
+    for i, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
+        try:
+            futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in parts}, isolation_level=IsolationLevel.READ_COMMITTED,
+                                         request_timeout=_TIMEOUT_S)
+            for tp, future in futures.items():
+                out[(tp.topic, tp.partition)][i] = future.result().offset
+        except Exception as exc:  # noqa: BLE001 - KafkaException
+            raise _kafka_error(source, config, "read the partitions' offsets", exc) from exc
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def plan_ranges(source: str, config: Mapping[str, Any], stored: Mapping[tuple[str, int], int],
+                bounds: Mapping[tuple[str, int], tuple[int, int]], first_run: bool) -> tuple[list[Range], dict[tuple[str, int], int], list[str]]:
+    """(ranges to read, the offsets to store after them, notes) from the stored offsets and the
+    partitions' bounds. Raises SourceError for offsets no longer in the topic under `fail`."""
+    notes: list[str] = []
+    lost_policy = config.get("on_checkpoint_lost") or "fail"
+    starting = config.get("starting_offsets") or "earliest"
+    starts: dict[tuple[str, int], int] = {}
+    for key, (low, high) in sorted(bounds.items()):
+        topic, partition = key
+        if key not in stored:
+            # a first run starts where `starting_offsets` says; a partition or topic that appeared since is read whole
+            starts[key] = high if (first_run and starting == "latest") else low
+            continue
+        at = stored[key]
+        if low <= at <= high:
+            starts[key] = at
+            continue
+        what = (f"topic {topic} partition {partition}: the stored offset {at} is no longer in the topic, whose offsets are now "
+                f"{low} to {high}" + (" (retention or compaction removed the messages in between)" if at < low
+                                      else " (the topic was deleted and made anew, or its messages were deleted)"))
+        if lost_policy == "fail":
+            raise SourceError(f"source {source}: {what}",
+                              "set `on_checkpoint_lost: earliest` on the source to go on from the earliest offset there is (the "
+                              "messages in between are lost to this table), `latest` to skip to the newest, or rebuild the table "
+                              "with `pipe run --select <table> --full-refresh`; nothing was written and the checkpoint did not move")
+        starts[key] = low if lost_policy == "earliest" else high
+        notes.append(f"{what}; went on from offset {starts[key]} (on_checkpoint_lost: {lost_policy})")
+    gone = sorted(set(stored) - set(bounds))
+    if gone:
+        shown = ", ".join(f"{t}/{p}" for t, p in gone[:3])
+        notes.append(f"{len(gone)} partition(s) of the checkpoint no longer match the source ({shown}); their offsets are kept")
+    ranges = [Range(t, p, starts[(t, p)], bounds[(t, p)][1]) for t, p in sorted(starts)]
+    limit = config.get("max_records_per_run")
+    backlog = sum(r.size for r in ranges)
+    if limit is not None and backlog > int(limit):
+        ranges = _capped(ranges, int(limit))
+    after = dict(stored)
+    after.update({(r.topic, r.partition): r.end for r in ranges})
+    return [r for r in ranges if r.size], after, notes
+
+
+def _capped(ranges: list[Range], limit: int) -> list[Range]:
+    """The ranges shortened to about `limit` offsets in all, each partition in proportion to its
+    backlog (at least one offset of each partition that has any), so none waits behind another."""
+    total = sum(r.size for r in ranges)
+    out = []
+    for r in ranges:
+        take = 0 if not r.size else max(1, r.size * limit // total)
+        out.append(Range(r.topic, r.partition, r.start, r.start + min(r.size, take)))
+    return out
+
+
+class KafkaPending(Pending):
+    def __init__(self, name: str, config: Mapping[str, Any], ranges: list[Range], after: dict[tuple[str, int], int],
+                 waiting: int, partitions: int, notes: list[str]):
+        total = sum(r.size for r in ranges)
+        super().__init__(name, format_checkpoint(after) if ranges else None, total)
+        self.config = config
+        self.ranges = ranges
+        self.waiting = waiting  # offsets left for the next run (max_records_per_run)
+        self.partitions = partitions
+        self.notes = notes
+        self.tombstones = 0
+
+    def describe(self) -> str:
+        topics = sorted({r.topic for r in self.ranges})
+        if not self.ranges:
+            text = f"no new messages in {self.partitions} partition{'s' if self.partitions != 1 else ''}"
+        else:
+            where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
+            text = (f"{self.count} new message{'s' if self.count != 1 else ''} in {len(self.ranges)} of {self.partitions} "
+                    f"partition{'s' if self.partitions != 1 else ''} of {where}")
+            if self.waiting:
+                text += f", {self.waiting} more waiting for the next run (max_records_per_run)"
+            if self.tombstones:
+                text += f"; {self.tombstones} tombstone(s) (messages without a value) skipped"
+        return text + "".join(f"; {n}" for n in self.notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["ranges"] = [{"topic": r.topic, "partition": r.partition, "from": r.start, "to": r.end} for r in self.ranges]
+        if self.tombstones:
+            out["tombstones"] = self.tombstones
+        return out
+
+    def dataframe(self, spark):
+        return read(spark, self)
+
+
+def pending(name: str, config: Mapping[str, Any], checkpoint_text: str | None) -> KafkaPending:
+    """What is new in the source's topics for one table, from the offsets of its last commit:
+    metadata calls only."""
+    stored = parse_checkpoint(checkpoint_text, name)
+    admin = _admin(config)
+    found = topics(name, config, admin)
+    parts = [(t, p) for t, ps in found.items() for p in ps]
+    bounds = _offsets(name, config, admin, parts) if parts else {}
+    ranges, after, notes = plan_ranges(name, config, stored, bounds, first_run=checkpoint_text is None)
+    backlog = sum(max(0, bounds[k][1] - after.get(k, bounds[k][1])) for k in bounds)
+    if not found:
+        notes.append(f"no topic matches {config.get('topic_pattern')!r} yet")
+    return KafkaPending(name, config, ranges, after, backlog, len(parts), notes)
+
+
+# --- reading in the executors ----------------------------------------------------------------------
+
+
+def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, batches: Iterator) -> Iterator:
+    """mapInArrow: (topic, partition, start, end) rows in, one row per message of [start, end)
+    out (records.LINES_DDL's columns and the message's own). The value is decoded as UTF-8 (bytes
+    that are not become records.INVALID, which `records.parse` reports)."""
+    import pyarrow as pa
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    records._register_invalid_marker()
+    consumer = Consumer({**client, "logger": _LOG, "group.id": f"pipe-{source}-{uuid.uuid4().hex[:8]}", "enable.auto.commit": "false",
+                         "enable.partition.eof": "true", "isolation.level": "read_committed", "auto.offset.reset": "error"})
+    try:
+        for batch in batches:
+            for topic, partition, start, end in zip(*(batch.column(c).to_pylist() for c in ("topic", "partition", "start", "end"))):
+                consumer.assign([TopicPartition(topic, partition, start)])
+                place = f"topic {topic} partition {partition}"
+                cols: dict[str, list] = {f.name: [] for f in schema}
+                deadline = time.monotonic() + timeout_s
+                done = False
+                while not done:
+                    messages = consumer.consume(10_000, 1.0)
+                    if not messages and time.monotonic() > deadline:
+                        raise RuntimeError(f"pipe: {place}: no message for {timeout_s:.0f} s while reading offsets {start} to {end - 1} "
+                                           f"(last read: {cols[records.LINE_NO][-1] if cols[records.LINE_NO] else 'none'})")
+                    for m in messages:
+                        err = m.error()
+                        if err is not None:
+                            if err.code() == KafkaError._PARTITION_EOF:
+                                done = True
+                                break
+                            raise RuntimeError(f"pipe: {place}: {err.str()}")
+                        deadline = time.monotonic() + timeout_s
+                        offset = m.offset()
+                        if offset >= end:
+                            done = True
+                            break
+                        value, key = m.value(), m.key()
+                        ts_type, ts = m.timestamp()
+                        cols[records.FILE].append(place)
+                        cols[records.LINE_NO].append(offset)
+                        cols[records.TEXT].append(None if value is None else value.decode("utf-8", records._INVALID_HANDLER))
+                        cols[records.IS_HEADER].append(False)
+                        cols[records.MISSING].append(f"{place} offset {offset}" if value is None else None)  # a tombstone
+                        cols[TOPIC].append(topic)
+                        cols[PARTITION].append(partition)
+                        cols[OFFSET].append(offset)
+                        cols[TIMESTAMP].append(ts * 1000 if ts_type and ts >= 0 else None)  # millis to Spark's micros
+                        cols[KEY].append(None if key is None else key.decode("utf-8", records._INVALID_HANDLER))
+                        if offset >= end - 1:
+                            done = True
+                            break
+                    if len(cols[records.FILE]) >= 50_000 or done:
+                        if cols[records.FILE]:
+                            yield pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in schema], schema=schema)
+                        cols = {f.name: [] for f in schema}
+    finally:
+        consumer.close()
+
+
+def read(spark, p: KafkaPending):
+    """The new messages of `p` as the table's input: the value's columns (declared, or inferred
+    from the messages) and the message's own (`_kafka_topic`, `_kafka_partition`,
+    `_kafka_offset`, `_kafka_timestamp`, `_kafka_key`), one Spark task per partition range."""
+    from pyspark import StorageLevel
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    config, name = p.config, p.name
+    options = config.get("options") or {}
+    declared = config.get("schema")
+    client = client_config(config)
+    timeout_s = float(config.get("fetch_timeout_s") or 120)
+    ranges = [(r.topic, r.partition, r.start, r.end) for r in p.ranges]
+    raw_struct = StructType.fromDDL(_RAW_DDL)
+    arrow_schema = to_arrow_schema(raw_struct, timezone="UTC")  # made here: the executors have no Spark to parse DDL
+
+    def task(batches):
+        import pyarrow as pa
+
+        for batch in batches:  # ids of spark.range: one range per task
+            wanted = [ranges[i] for i in batch.column(0).to_pylist()]
+            table = pa.RecordBatch.from_arrays([pa.array([w[k] for w in wanted], t) for k, t in
+                                                enumerate((pa.string(), pa.int32(), pa.int64(), pa.int64()))],
+                                               names=["topic", "partition", "start", "end"])
+            yield from fetch(client, name, timeout_s, arrow_schema, iter([table]))
+
+    try:
+        lines = spark.range(0, len(ranges), 1, len(ranges)).mapInArrow(task, raw_struct)
+        if declared:
+            ddl = columns_ddl(declared)
+        else:  # inferring reads the messages once more: keep them
+            lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
+            p._cache.append(lines)
+            ddl = records.infer_ddl(spark, lines, "json", options, "messages")
+        data_cols = [f.name for f in StructType.fromDDL(ddl).fields]
+        clash = sorted(set(data_cols) & set(META_COLUMNS))
+        if clash:
+            raise SourceError(f"source {name}: the messages have a field named {clash[0]}, the name of a column pipe adds to every message",
+                              "rename the field in the messages' producer, or declare the source's `schema` without it")
+        parsed = records.parse(lines, ddl, "json", options, keep=META_COLUMNS)
+        checked = records.check(parsed, data_cols + list(META_COLUMNS), name, "messages", config.get("on_bad_record") or "fail",
+                                p._cache, line="offset")
+    except SourceError:
+        p.release()
+        raise
+    except Exception as exc:  # noqa: BLE001 - a task's failure: the brokers, the client's settings
+        p.release()
+        from runtime.sources.files import _first_line, _read_hint
+
+        raise SourceError(f"source {name}: cannot read the messages from {_where(config)} ({_first_line(exc)})",
+                          _read_hint(exc, "check that the executors reach the brokers, and the source's `properties`; nothing of "
+                                          "this source was written and its checkpoint did not move")) from exc
+    p.rows = checked.rows
+    p.bad_records, p.bad_samples = checked.bad, checked.samples
+    p.tombstones = len(checked.missing)
+    return checked.df
