@@ -254,6 +254,29 @@ def test_s3_events_flow_to_the_table_over_connect(server, tmp_path, s3env):
     assert s3env.waiting() == 0, "the messages are deleted once their commit completed"
 
 
+def test_kafka_messages_flow_to_the_table_over_connect_round_after_round(server, tmp_path, kafka):
+    """A kafka source over a remote Connect server: the server's Python workers read the
+    partitions (the probe checked they have confluent-kafka); the schema is inferred there."""
+    from tests.test_kafka import COLUMNS, as_row, kafka_project, payment, send
+
+    _, cache, url = server
+    kafka.create_topic("connect.payments", partitions=3)
+    root = kafka_project(tmp_path, kafka, "connect.payments")
+    model: dict = {}
+    for round_no in range(4):
+        batch = [payment(i, round_no) for i in range(round_no * 200, round_no * 200 + 300)]
+        send(kafka, "connect.payments", batch)
+        model.update({(p["merchant"], p["txn_ref"]): p for p in batch})
+        r = ok(pipe(root, cache, "run", **_as_remote(cache, url)))
+        assert f"Spark: Spark Connect server {url}" in r.stderr
+        assert steps(root)["table.payments"]["inputs"]["payments_topic"]["rows"] == 300
+        assert hudi_rows(root, "payments", COLUMNS) == sorted(as_row(p) for p in model.values())
+    # declared nowhere: the values' columns are inferred on the server from the new messages
+    other = kafka_project(tmp_path, kafka, "connect.payments", name="inferred", schema=None)
+    ok(pipe(other, cache, "run", **_as_remote(cache, url)))
+    assert len(hudi_rows(other, "payments", ["merchant", "txn_ref"])) == len(model)
+
+
 @pytest.fixture
 def s3env(moto_server, request):
     from tests.test_s3_events import S3Env

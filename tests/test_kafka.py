@@ -108,6 +108,8 @@ def kafka_project(tmp_path: Path, broker, topic: str, name: str = "p", **source)
            "schema": "merchant STRING, txn_ref STRING, updated_ms BIGINT, amount DECIMAL(12,2), note STRING, day DATE", **source}
     if "topic_pattern" in source:
         del src["topic"]
+    if src["schema"] is None:  # inferred from the messages
+        del src["schema"]
     return write_project(tmp_path / name, {
         "pipe_project.yml": PROJECT_YML,
         "sources/kafka.yml": yaml.safe_dump({"sources": {"payments_topic": src}}, sort_keys=False),
