@@ -296,3 +296,126 @@ def test_credentials_in_properties_reach_no_output_plan_or_commit(spark, tmp_pat
             assert secret.encode() not in path.read_bytes(), path
     assert "${env:KAFKA_PASSWORD}" in (root / "target/plan.json").read_text()
     assert run_results(root)["success"] is True
+
+
+# --- crashes and broker restarts: nothing lost, nothing twice ---------------------------------------
+
+
+def log_project(tmp_path: Path, broker, topic: str, name: str = "log") -> Path:
+    """An append-only table (no key: a message read twice would show as a second row)."""
+    import yaml
+
+    src = {"kind": "kafka", "bootstrap_servers": broker.bootstrap, "topic": topic, "format": "json",
+           "schema": "merchant STRING, txn_ref STRING, updated_ms BIGINT, amount DECIMAL(12,2), note STRING, day DATE",
+           "max_records_per_run": 20_000}
+    return write_project(tmp_path / name, {
+        "pipe_project.yml": PROJECT_YML,
+        "sources/kafka.yml": yaml.safe_dump({"sources": {"payments_topic": src}}, sort_keys=False),
+        "tables/payment_log.sql": "select txn_ref, updated_ms, amount, _kafka_partition, _kafka_offset from {{ source('payments_topic') }}\n",
+    })
+
+
+def _pipe_process(root: Path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "pipe", "--project-dir", str(root), "run"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+
+
+def _python_workers(session: int) -> list[int]:
+    """The Spark Python workers (pyspark's daemon or pipe's, and their forks) in a process session."""
+    import os
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) != session:
+                    continue
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "daemon" in cmdline and ("pyspark" in cmdline or "worker_daemon" in cmdline):
+                found.append(int(entry.name))
+    return found
+
+
+def _log_rows(root: Path) -> list[tuple]:
+    from tests.test_run import hudi_rows
+
+    return hudi_rows(root, "payment_log", ["_kafka_partition", "_kafka_offset", "txn_ref"])
+
+
+def test_kill_9_of_pipe_run_at_random_moments_loses_and_repeats_no_message(spark, tmp_path, capsys, kafka):
+    import os
+    import signal
+    import time
+
+    kafka.create_topic("payments.kill", partitions=4)
+    sent = [payment(i, 0) for i in range(60_000)]
+    send(kafka, "payments.kill", sent)
+    root = log_project(tmp_path, kafka, "payments.kill")
+    rng = random.Random(9)
+    killed = 0
+    for _ in range(4):
+        proc = _pipe_process(root)
+        time.sleep(rng.uniform(4, 25))  # Spark's start, the offsets, the read, the write, the commit: anywhere
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed += 1
+        proc.wait()
+    assert killed >= 2, "most runs were killed before they ended"
+    while True:  # the runs a user starts after the crashes
+        run_ok(capsys, root)
+        if steps(root)["table.payment_log"]["state"] == "no_input":
+            break
+    rows = _log_rows(root)
+    assert len(rows) == len(sent), "every message exactly once"
+    assert len(set((p, o) for p, o, _ in rows)) == len(rows)
+    assert sorted(t for _, _, t in rows) == sorted(p["txn_ref"] for p in sent)
+    assert parse_checkpoint(checkpoints(capsys, root, "payment_log")[-1], "s") == end_offsets(kafka, "payments.kill")
+
+
+def test_a_broker_restart_in_the_middle_of_a_run_loses_and_repeats_no_message(spark, tmp_path, capsys, kafka):
+    import threading
+    import time
+
+    kafka.create_topic("payments.restart", partitions=3)
+    sent = [payment(i, 0) for i in range(40_000)]
+    send(kafka, "payments.restart", sent)
+    root = log_project(tmp_path, kafka, "payments.restart")
+    proc = _pipe_process(root)
+
+    def restart_while_reading() -> None:
+        """Restarts the broker once the run's Python workers run: the first Python tasks of the
+        run are the ones reading the partitions."""
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _python_workers(proc.pid):
+                kafka.restart()
+                restarted.append(time.monotonic())
+                return
+            time.sleep(0.05)
+
+    restarted: list[float] = []
+    restarter = threading.Thread(target=restart_while_reading)
+    restarter.start()
+    out, _ = proc.communicate(timeout=600)
+    restarter.join()
+    assert restarted, f"the run ended before it read:\n{out}"
+    # the run either succeeded or failed cleanly, naming the brokers; nothing half-written either way
+    assert proc.returncode in (0, 1), out
+    assert "Traceback" not in out, out
+    if proc.returncode == 1:
+        assert "brokers at" in out, out
+    while True:
+        run_ok(capsys, root)
+        if steps(root)["table.payment_log"]["state"] == "no_input":
+            break
+    rows = _log_rows(root)
+    assert len(rows) == len(sent) and len(set((p, o) for p, o, _ in rows)) == len(rows)
