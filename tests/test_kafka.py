@@ -419,3 +419,29 @@ def test_a_broker_restart_in_the_middle_of_a_run_loses_and_repeats_no_message(sp
             break
     rows = _log_rows(root)
     assert len(rows) == len(sent) and len(set((p, o) for p, o, _ in rows)) == len(rows)
+
+
+def test_dry_run_says_how_many_messages_wait_and_reads_none(spark, tmp_path, capsys, kafka):
+    kafka.create_topic("payments.dry", partitions=2)
+    send(kafka, "payments.dry", [payment(i, 0) for i in range(120)])
+    root = kafka_project(tmp_path, kafka, "payments.dry")
+    code, out, err = pipe(capsys, root, "run", "--dry-run")
+    assert code == 0, out + err
+    assert "120 new messages in 2 of 2 partitions of payments.dry" in steps(root)["table.payments"]["message"]
+    assert not (root / "lake/payments").exists()
+
+
+def test_unreachable_brokers_are_one_clear_error(spark, tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once the socket is closed
+    broker = type("Nowhere", (), {"bootstrap": f"127.0.0.1:{port}"})()
+    root = kafka_project(tmp_path, broker, "payments")
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1
+    assert "Traceback" not in out + err and "%3|" not in out + err, out + err  # no librdkafka log lines either
+    message = steps(root)["source.payments_topic"]["message"]
+    assert f"source payments_topic: cannot list the topics from the brokers at 127.0.0.1:{port}" in message, message
+    assert "check `bootstrap_servers`" in out + err
