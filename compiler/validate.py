@@ -192,6 +192,10 @@ def _validate_kafka(source: Source, what: str, errors: Collector) -> None:
         except re.error as exc:
             errors.error(source.at("topic_pattern"), f"topic_pattern of {what} is not a regular expression: {exc}",
                          "write a Python regular expression, e.g. 'shop\\.public\\..*'")
+    if c.get("starting_offsets") == "latest" and not c.get("schema"):
+        errors.error(source.at("starting_offsets"), f"starting_offsets: latest of {what} needs a declared `schema`",
+                     "a first run that starts at the latest offsets may find no message to infer the columns from, and must "
+                     "still commit where it started: declare the messages' columns in `schema`")
     for key, value in (c.get("properties") or {}).items():
         if str(key) in ("bootstrap.servers", "group.id", "enable.auto.commit", "isolation.level", "auto.offset.reset"):
             errors.error(source.at("properties"), f"property {key} of {what} is pipe's to set",

@@ -27,7 +27,7 @@ from tests.test_s3_events import S3Env
 pytestmark = pytest.mark.cluster
 
 SHOP_TABLES = ("orders", "customers", "customer_revenue")
-TABLES = (*SHOP_TABLES, "readings", "landed", "returns")
+TABLES = (*SHOP_TABLES, "readings", "landed", "returns", "paid")
 # what differs between two writers of the same rows: when and into which file they were written
 _RUN_COLUMNS = {"_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_file_name"}
 # what differs between two buckets and queues receiving the same objects
@@ -90,6 +90,12 @@ sources:
     endpoint_url: "{endpoint}"
     region: us-east-1
     schema: "order_id BIGINT, amount DECIMAL(10,2), placed_at TIMESTAMP, note STRING"
+  payments_topic:
+    kind: kafka
+    bootstrap_servers: "{bootstrap}"
+    topic: "{topic}"
+    format: json
+    schema: "merchant STRING, txn_ref STRING, updated_ms BIGINT, amount DECIMAL(12,2), note STRING, day DATE"
 """,
     "tables/cluster.yml": """
 tables:
@@ -113,11 +119,16 @@ tables:
   returns:
     key: [order_id]
     precombine: returned_at
+  paid:
+    key: [merchant, txn_ref]
+    precombine: updated_ms
+    partition_by: [day]
 """,
     "tables/returns.sql": "select * from {{ source('raw_returns') }}\n",
     "tables/readings.sql": "select device, seq, site, ts, value, seen_at, op from {{ source('raw_readings') }}\n",
     "tables/s3_meta.sql": "select * from {{ source('landing_events') }}\n",
     "tables/landed.sql": "select * from {{ source('landing_orders') }}\n",
+    "tables/paid.sql": "select merchant, txn_ref, updated_ms, amount, note, day from {{ source('payments_topic') }}\n",
 }
 
 
@@ -141,7 +152,7 @@ def _targets(cluster, home: Path, packed: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _project(home: Path, s3: S3Env, cluster, packed: dict[str, str]) -> Path:
+def _project(home: Path, s3: S3Env, cluster, packed: dict[str, str], kafka, topic: str) -> Path:
     """The example project of `pipe init` with the readings and S3 pipelines added."""
     home.mkdir(parents=True, exist_ok=True)
     _pipe(home, "init", "shop")
@@ -151,14 +162,20 @@ def _project(home: Path, s3: S3Env, cluster, packed: dict[str, str]) -> Path:
     assert "\ntargets:\n" in text
     config.write_text(text.replace("\ntargets:\n", "\n" + _targets(cluster, home, packed), 1))
     for name, text in _EXTRA_FILES.items():
-        (project / name).write_text(text.replace("{queue}", s3.queue).replace("{endpoint}", s3.endpoint).replace("{bucket}", s3.bucket))
+        (project / name).write_text(text.replace("{queue}", s3.queue).replace("{endpoint}", s3.endpoint).replace("{bucket}", s3.bucket)
+                                    .replace("{bootstrap}", kafka.bootstrap).replace("{topic}", topic))
     (project / "data/readings").mkdir()
     (project / "data/returns").mkdir()
     return project
 
 
-def _input(project: Path, s3: S3Env, round_: int) -> None:
-    """The new input of a round: files for the shop and the readings, objects in the bucket."""
+def _input(project: Path, s3: S3Env, round_: int, kafka=None, topic: str = "") -> None:
+    """The new input of a round: files for the shop and the readings, objects in the bucket,
+    payments in the topic (900 a round over its 3 partitions, 300 of them updates)."""
+    from tests.test_kafka import payment, send
+
+    if kafka is not None:
+        send(kafka, topic, [payment(i, round_) for i in range((round_ - 1) * 600, (round_ - 1) * 600 + 900)])
     lines = "".join(json.dumps(r) + "\n" for r in _readings(round_))
     (project / f"data/readings/readings-{round_}.json").write_text(lines)
     returns = [{"order_id": 7_000 + i, "reason": ["damaged", "late", "wrong size, \"XL\""][i % 3],
@@ -203,7 +220,7 @@ def _instants(table: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def shop(spark, spark_cluster, moto_server, tmp_path_factory):
+def shop(spark, spark_cluster, moto_server, kafka, tmp_path_factory):
     """The project refused twice on the cluster (a local lake not named shared; the nodes' own
     Python), then packed with `pipe pack-env` and run two rounds on the cluster while it runs two
     rounds on local[2] here (the second with a damaged file among the new input)."""
@@ -212,11 +229,13 @@ def shop(spark, spark_cluster, moto_server, tmp_path_factory):
     packed_out = _pipe(home, "pack-env")
     packed = dict(re.findall(r'^  (spark\.[\w.]+): "(.+)"$', packed_out.stdout, re.M))
     s3_cluster, s3_local = S3Env(moto_server, "cluster-shop"), S3Env(moto_server, "local-shop")
-    on_cluster = _project(home / "cluster", s3_cluster, spark_cluster, packed)
-    on_local = _project(home / "local", s3_local, spark_cluster, packed)
+    kafka.create_topic("cluster.payments", partitions=3)
+    kafka.create_topic("local.payments", partitions=3)
+    on_cluster = _project(home / "cluster", s3_cluster, spark_cluster, packed, kafka, "cluster.payments")
+    on_local = _project(home / "local", s3_local, spark_cluster, packed, kafka, "local.payments")
     out = dict(cluster=on_cluster, local=on_local, packed=packed, packed_out=packed_out, s3=s3_cluster)
 
-    _input(on_cluster, s3_cluster, 1)
+    _input(on_cluster, s3_cluster, 1, kafka, "cluster.payments")
     out["unshared"] = _pipe(on_cluster, "run", "--target", "unshared", check=False)
     out["bare"] = _pipe(on_cluster, "run", "--target", "bare", check=False)
     out["bare_results"] = _results(on_cluster)
@@ -226,8 +245,8 @@ def shop(spark, spark_cluster, moto_server, tmp_path_factory):
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         for round_ in (1, 2):
             if round_ == 2:
-                _input(on_cluster, s3_cluster, 2)
-            _input(on_local, s3_local, round_)
+                _input(on_cluster, s3_cluster, 2, kafka, "cluster.payments")
+            _input(on_local, s3_local, round_, kafka, "local.payments")
             on_the_cluster = pool.submit(_pipe, on_cluster, "run", "--target", "cluster", check=False)
             out["local_results"].append(_run_local(on_local, round_))  # beside the cluster's run: less waiting
             out["cluster_runs"].append(on_the_cluster.result())
@@ -270,8 +289,9 @@ def test_executors_without_pipes_packages_are_refused_before_anything_is_written
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error in")]
     where = f"{cluster_env.PYSPARK_ONLY.python} (Python 3.{os.sys.version_info[1]}.{os.sys.version_info[2]} on {os.uname().nodename})"
     assert len(errors) == 1 and errors[0].startswith(
-        "error in table.customers, table.orders, table.readings, table.returns, table.s3_meta: the executors' Python cannot run pipe's tasks: "
-        f"{where} lacks fastavro, boto3 (pipe's tasks need fastavro>=1.9, boto3>=1.34)"), proc.stderr
+        "error in table.customers, table.orders, table.paid, table.readings, table.returns, table.s3_meta: the executors' Python cannot "
+        f"run pipe's tasks: {where} lacks fastavro, boto3, confluent-kafka (pipe's tasks need fastavro>=1.9, boto3>=1.34, "
+        "confluent-kafka>=2.6)"), proc.stderr
     # pyspark[sql] brought the newest pandas, which pipe does not support yet: said in the same line
     assert re.search(rf"; {re.escape(where)} has pandas 3\.[\d.]+ \(pipe needs pandas>=2\.0,<3\)$", errors[0]), errors[0]
     assert "hint: give the executors a Python that has them" in proc.stderr and "spark.archives" in proc.stderr
@@ -334,6 +354,23 @@ def test_the_merge_on_read_table_deleted_and_compacted_on_the_cluster(shop):
     assert set(rows) == set(kept)
     by_name = dict(zip(sorted(["device", "seq", "site", "ts", "value", "seen_at", "op"]), rows[("sensor-000", 0)]))  # columns by name
     assert by_name["ts"] == EPOCH_MS + 7 and by_name["value"] == Decimal("7.000") and by_name["site"] == "Zürich West"
+
+
+def test_the_kafka_source_was_read_on_the_executors_round_after_round(shop):
+    """The packed environment's Python (confluent-kafka in it) read the topic's partitions on the
+    cluster's executors: the table holds the latest version of each of the 1,500 payments."""
+    from tests.test_kafka import as_row, payment
+
+    expected = {}
+    for round_ in (1, 2):
+        for i in range((round_ - 1) * 600, (round_ - 1) * 600 + 900):
+            p = payment(i, round_)
+            expected[(p["merchant"], p["txn_ref"])] = as_row(p)
+    paid = _hudi_table(shop["cluster"] / "lake/paid", {"_hoodie_record_key", "_hoodie_partition_path"})
+    # _hudi_table's columns are in name order: amount, day, merchant, note, txn_ref, updated_ms
+    by_name = {(m, t, u, a, n, d): (a, d, m, n, t, u) for m, t, u, a, n, d in expected.values()}
+    assert len(paid) == 1_500 and paid == set(by_name.values())
+    assert [r["table.paid"]["rows_read"] for r in shop["cluster_results"]] == [900, 900]
 
 
 def test_the_s3_pipeline_read_each_object_once_on_the_executors(shop):

@@ -57,6 +57,7 @@ def test_a_per_run_cap_moves_every_partition_in_proportion():
     ("topic: 'orders; drop'", "topic", "is not a Kafka topic name"),
     ("topic_pattern: 'orders(['", "topic_pattern", "is not a regular expression"),
     ("topic: a\n                properties: {group.id: mine}", "properties", "property group.id of source 'k' is pipe's to set"),
+    ("topic: a\n                starting_offsets: latest", "starting_offsets", "starting_offsets: latest of source 'k' needs a declared `schema`"),
 ])
 def test_compile_refuses_a_kafka_source_that_cannot_work(project, extra, where, message):
     root = project({
@@ -445,3 +446,16 @@ def test_unreachable_brokers_are_one_clear_error(spark, tmp_path, capsys):
     message = steps(root)["source.payments_topic"]["message"]
     assert f"source payments_topic: cannot list the topics from the brokers at 127.0.0.1:{port}" in message, message
     assert "check `bootstrap_servers`" in out + err
+
+
+def test_a_first_run_at_the_latest_offsets_records_where_it_starts_and_reads_what_follows(spark, tmp_path, capsys, kafka):
+    kafka.create_topic("payments.latest", partitions=2)
+    send(kafka, "payments.latest", [payment(i, 0) for i in range(100)])  # before the table: never read
+    root = kafka_project(tmp_path, kafka, "payments.latest", starting_offsets="latest")
+    run_ok(capsys, root)
+    assert "the offsets to start from are recorded" in steps(root)["table.payments"]["inputs"]["payments_topic"]["detail"]
+    assert_rows(spark, root, "payments", COLUMNS, [])
+    assert parse_checkpoint(checkpoints(capsys, root)[-1], "s") == end_offsets(kafka, "payments.latest")
+    send(kafka, "payments.latest", [payment(i, 1) for i in range(100, 150)])
+    run_ok(capsys, root)
+    assert_rows(spark, root, "payments", COLUMNS, [as_row(payment(i, 1)) for i in range(100, 150)])

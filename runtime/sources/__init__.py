@@ -19,6 +19,11 @@ class SourceError(PipeError):
         self.hint = hint
 
 
+class NothingToRead(SourceError):
+    """No new record, and no declared schema gives the (empty) input its columns: the step has
+    no input this run (its checkpoint moves once there is some)."""
+
+
 class Pending:
     """New input of one source for one table. `checkpoint` is None when nothing is new."""
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from compiler.columns import KAFKA_COLUMNS
-from runtime.sources import Pending, SourceError, columns_ddl, records
+from runtime.sources import NothingToRead, Pending, SourceError, columns_ddl, records
 
 META_COLUMNS = KAFKA_COLUMNS
 TOPIC, PARTITION, OFFSET, TIMESTAMP, KEY = META_COLUMNS
@@ -213,9 +213,11 @@ def _capped(ranges: list[Range], limit: int) -> list[Range]:
 
 class KafkaPending(Pending):
     def __init__(self, name: str, config: Mapping[str, Any], ranges: list[Range], after: dict[tuple[str, int], int],
-                 waiting: int, partitions: int, notes: list[str]):
+                 waiting: int, partitions: int, notes: list[str], moved: bool = False):
         total = sum(r.size for r in ranges)
-        super().__init__(name, format_checkpoint(after) if ranges else None, total)
+        # the checkpoint moves with new messages, and also without: a first run that starts at the
+        # latest offsets, or offsets skipped under on_checkpoint_lost, commit where they start
+        super().__init__(name, format_checkpoint(after) if (ranges or moved) else None, total)
         self.config = config
         self.ranges = ranges
         self.waiting = waiting  # offsets left for the next run (max_records_per_run)
@@ -227,6 +229,8 @@ class KafkaPending(Pending):
         topics = sorted({r.topic for r in self.ranges})
         if not self.ranges:
             text = f"no new messages in {self.partitions} partition{'s' if self.partitions != 1 else ''}"
+            if self.checkpoint is not None:
+                text += "; the offsets to start from are recorded"
         else:
             where = topics[0] if len(topics) == 1 else f"{len(topics)} topics"
             text = (f"{self.count} new message{'s' if self.count != 1 else ''} in {len(self.ranges)} of {self.partitions} "
@@ -260,7 +264,8 @@ def pending(name: str, config: Mapping[str, Any], checkpoint_text: str | None) -
     backlog = sum(max(0, bounds[k][1] - after.get(k, bounds[k][1])) for k in bounds)
     if not found:
         notes.append(f"no topic matches {config.get('topic_pattern')!r} yet")
-    return KafkaPending(name, config, ranges, after, backlog, len(parts), notes)
+    moved = any(stored.get(k) != v for k, v in after.items())
+    return KafkaPending(name, config, ranges, after, backlog, len(parts), notes, moved)
 
 
 # --- reading in the executors ----------------------------------------------------------------------
@@ -335,6 +340,12 @@ def read(spark, p: KafkaPending):
     config, name = p.config, p.name
     options = config.get("options") or {}
     declared = config.get("schema")
+    if not p.ranges:  # the checkpoint moves without a message (a first run at the latest offsets)
+        if not declared:
+            raise NothingToRead(f"source {name}: no new message, and without a declared `schema` there are no columns to offer the table",
+                                "declare the messages' columns in the source's `schema`")
+        p.rows = 0
+        return spark.createDataFrame([], f"{columns_ddl(declared)}, {META_DDL}")
     client = client_config(config)
     timeout_s = float(config.get("fetch_timeout_s") or 120)
     ranges = [(r.topic, r.partition, r.start, r.end) for r in p.ranges]

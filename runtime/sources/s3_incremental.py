@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from runtime import s3, spark_api
-from runtime.sources import Pending, SourceError, columns_ddl, human_bytes, records
+from runtime.sources import NothingToRead, Pending, SourceError, columns_ddl, human_bytes, records
 from runtime.sources.files import _first_line, _read_hint, read_with_spark
 from runtime.sources.table import lost_checkpoint
 from runtime.table.timeline import Timeline
@@ -42,10 +42,6 @@ DEAD_LETTER_KEY = ("bucket", "object_key")
 DEAD_LETTER_DDL = ("bucket STRING, object_key STRING, source STRING, metadata_table STRING, event_instant STRING, "
                    "consumer STRING, reason STRING, dead_lettered_at TIMESTAMP")
 UNDECLARED = "the bucket is not in the source's `buckets`"
-
-
-class NothingToRead(SourceError):
-    """No object matched, and no declared schema gives the (empty) input its columns."""
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,7 @@ from typing import Any, Mapping
 
 from compiler.plan import Step
 from runtime import s3, spark_api
-from runtime.sources import Pending
-from runtime.sources import s3_incremental as s3_incremental_source
+from runtime.sources import NothingToRead, Pending
 from runtime.steps import expect, source, sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, stored_state
 from runtime.steps.errors import Cancelled, RunError, spark_message
@@ -93,7 +92,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     for name, p in sources.items():
         try:
             df = p.dataframe(session)
-        except s3_incremental_source.NothingToRead as exc:
+        except NothingToRead as exc:
             if all(q.is_empty for n, q in sources.items() if n != name) and not refs:
                 return "no_input", f"no new input ({exc})"
             raise
