@@ -30,7 +30,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from compiler.columns import KAFKA_COLUMNS
 from runtime.sources import NothingToRead, Pending, SourceError, columns_ddl, records
@@ -108,8 +108,9 @@ def _where(config: Mapping[str, Any]) -> str:
 
 
 def _kafka_error(source: str, config: Mapping[str, Any], doing: str, exc: BaseException) -> SourceError:
-    text = str(getattr(exc, "args", [exc])[0] if getattr(exc, "args", None) else exc)
-    return SourceError(f"source {source}: cannot {doing} from {_where(config)} ({text})",
+    from runtime.sources.files import _first_line
+
+    return SourceError(f"source {source}: cannot {doing} from {_where(config)} ({_first_line(exc)})",
                        "check `bootstrap_servers`, that the brokers are up and reachable from this machine and the executors, and the "
                        "security settings in `properties` (security.protocol, sasl.mechanism, sasl.username, sasl.password); "
                        "nothing of this source was written and its checkpoint did not move")
@@ -271,9 +272,9 @@ def pending(name: str, config: Mapping[str, Any], checkpoint_text: str | None) -
 # --- reading in the executors ----------------------------------------------------------------------
 
 
-def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, batches: Iterator) -> Iterator:
-    """mapInArrow: (topic, partition, start, end) rows in, one row per message of [start, end)
-    out (records.LINES_DDL's columns and the message's own). The value is decoded as UTF-8 (bytes
+def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, ranges: Iterable[tuple[str, int, int, int]]) -> Iterator:
+    """Arrow batches of one row per message of each (topic, partition, start, end) range's
+    [start, end) (records.LINES_DDL's columns and the message's own). The value is decoded as UTF-8 (bytes
     that are not become records.INVALID, which `records.parse` reports)."""
     import pyarrow as pa
     from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -282,49 +283,48 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, batc
     consumer = Consumer({**client, "logger": _LOG, "group.id": f"pipe-{source}-{uuid.uuid4().hex[:8]}", "enable.auto.commit": "false",
                          "enable.partition.eof": "true", "isolation.level": "read_committed", "auto.offset.reset": "error"})
     try:
-        for batch in batches:
-            for topic, partition, start, end in zip(*(batch.column(c).to_pylist() for c in ("topic", "partition", "start", "end"))):
-                consumer.assign([TopicPartition(topic, partition, start)])
-                place = f"topic {topic} partition {partition}"
-                cols: dict[str, list] = {f.name: [] for f in schema}
-                deadline = time.monotonic() + timeout_s
-                done = False
-                while not done:
-                    messages = consumer.consume(10_000, 1.0)
-                    if not messages and time.monotonic() > deadline:
-                        raise RuntimeError(f"pipe: {place}: no message for {timeout_s:.0f} s while reading offsets {start} to {end - 1} "
-                                           f"(last read: {cols[records.LINE_NO][-1] if cols[records.LINE_NO] else 'none'})")
-                    for m in messages:
-                        err = m.error()
-                        if err is not None:
-                            if err.code() == KafkaError._PARTITION_EOF:
-                                done = True
-                                break
-                            raise RuntimeError(f"pipe: {place}: {err.str()}")
-                        deadline = time.monotonic() + timeout_s
-                        offset = m.offset()
-                        if offset >= end:
+        for topic, partition, start, end in ranges:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            place = f"topic {topic} partition {partition}"
+            cols: dict[str, list] = {f.name: [] for f in schema}
+            deadline = time.monotonic() + timeout_s
+            done = False
+            while not done:
+                messages = consumer.consume(10_000, 1.0)
+                if not messages and time.monotonic() > deadline:
+                    raise RuntimeError(f"pipe: {place}: no message for {timeout_s:.0f} s while reading offsets {start} to {end - 1} "
+                                       f"(last read: {cols[records.LINE_NO][-1] if cols[records.LINE_NO] else 'none'})")
+                for m in messages:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
                             done = True
                             break
-                        value, key = m.value(), m.key()
-                        ts_type, ts = m.timestamp()
-                        cols[records.FILE].append(place)
-                        cols[records.LINE_NO].append(offset)
-                        cols[records.TEXT].append(None if value is None else value.decode("utf-8", records._INVALID_HANDLER))
-                        cols[records.IS_HEADER].append(False)
-                        cols[records.MISSING].append(f"{place} offset {offset}" if value is None else None)  # a tombstone
-                        cols[TOPIC].append(topic)
-                        cols[PARTITION].append(partition)
-                        cols[OFFSET].append(offset)
-                        cols[TIMESTAMP].append(ts * 1000 if ts_type and ts >= 0 else None)  # millis to Spark's micros
-                        cols[KEY].append(None if key is None else key.decode("utf-8", records._INVALID_HANDLER))
-                        if offset >= end - 1:
-                            done = True
-                            break
-                    if len(cols[records.FILE]) >= 50_000 or done:
-                        if cols[records.FILE]:
-                            yield pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in schema], schema=schema)
-                        cols = {f.name: [] for f in schema}
+                        raise RuntimeError(f"pipe: {place}: {err.str()}")
+                    deadline = time.monotonic() + timeout_s
+                    offset = m.offset()
+                    if offset >= end:
+                        done = True
+                        break
+                    value, key = m.value(), m.key()
+                    ts_type, ts = m.timestamp()
+                    cols[records.FILE].append(place)
+                    cols[records.LINE_NO].append(offset)
+                    cols[records.TEXT].append(None if value is None else value.decode("utf-8", records._INVALID_HANDLER))
+                    cols[records.IS_HEADER].append(False)
+                    cols[records.MISSING].append(f"{place} offset {offset}" if value is None else None)  # a tombstone
+                    cols[TOPIC].append(topic)
+                    cols[PARTITION].append(partition)
+                    cols[OFFSET].append(offset)
+                    cols[TIMESTAMP].append(ts * 1000 if ts_type and ts >= 0 else None)  # millis to Spark's micros
+                    cols[KEY].append(None if key is None else key.decode("utf-8", records._INVALID_HANDLER))
+                    if offset >= end - 1:
+                        done = True
+                        break
+                if len(cols[records.FILE]) >= 50_000 or done:
+                    if cols[records.FILE]:
+                        yield pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in schema], schema=schema)
+                    cols = {f.name: [] for f in schema}
     finally:
         consumer.close()
 
@@ -353,14 +353,8 @@ def read(spark, p: KafkaPending):
     arrow_schema = to_arrow_schema(raw_struct, timezone="UTC")  # made here: the executors have no Spark to parse DDL
 
     def task(batches):
-        import pyarrow as pa
-
         for batch in batches:  # ids of spark.range: one range per task
-            wanted = [ranges[i] for i in batch.column(0).to_pylist()]
-            table = pa.RecordBatch.from_arrays([pa.array([w[k] for w in wanted], t) for k, t in
-                                                enumerate((pa.string(), pa.int32(), pa.int64(), pa.int64()))],
-                                               names=["topic", "partition", "start", "end"])
-            yield from fetch(client, name, timeout_s, arrow_schema, iter([table]))
+            yield from fetch(client, name, timeout_s, arrow_schema, [ranges[i] for i in batch.column(0).to_pylist()])
 
     try:
         lines = spark.range(0, len(ranges), 1, len(ranges)).mapInArrow(task, raw_struct)
