@@ -211,7 +211,7 @@ SOURCES: dict[str, Section] = {
             Key("max_records_per_run", "integer", "Read at most about this many messages per run, every partition in proportion to its backlog; the rest wait for the next run.", default=None, minimum=1),
             Key("on_checkpoint_lost", "string", "What to do when the offsets stored in the table's last commit are no longer in the topic (retention or compaction removed them, the topic was made anew): `fail` naming topic, partition and offsets; `earliest` or `latest` to go on from there (the step says what was skipped).", default="fail", choices=("fail", "earliest", "latest")),
             Key("on_bad_record", "string", "A message whose value is not a JSON object of the declared schema: `fail` stops the step naming topic, partition, offset and why; `drop` leaves it out and counts it.", default="fail", choices=("fail", "drop")),
-            Key("fetch_timeout_s", "integer", "A task reading a partition fails when no message arrives for this many seconds before its range is read.", default=120, minimum=1),
+            Key("fetch_timeout_s", "integer", "A task reading a partition fails when no message arrives for this many seconds before its range is read; the metadata calls of a run wait this long for the brokers, 30 s at most.", default=120, minimum=1),
         ),
         "The messages of a Kafka topic (or of the topics a pattern matches) since the offsets stored in the table's last commit.",
     ),

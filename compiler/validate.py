@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.columns import avro_name_problem
+from compiler.columns import KAFKA_COLUMNS, avro_name_problem
 from compiler.errors import Collector, did_you_mean
 from compiler.project import Project, Source, Table
 
@@ -196,6 +196,16 @@ def _validate_kafka(source: Source, what: str, errors: Collector) -> None:
         errors.error(source.at("starting_offsets"), f"starting_offsets: latest of {what} needs a declared `schema`",
                      "a first run that starts at the latest offsets may find no message to infer the columns from, and must "
                      "still commit where it started: declare the messages' columns in `schema`")
+    for col in source.columns or []:
+        if isinstance(col, dict) and str(col.get("name", "")).lower() in KAFKA_COLUMNS:
+            errors.error(source.at("schema"), f"the schema of {what} declares {col['name']}, a column pipe adds to every message",
+                         "remove it from `schema`: pipe fills " + ", ".join(KAFKA_COLUMNS) + " itself")
+            break
+    if c.get("on_checkpoint_lost") == "latest" and not c.get("schema"):
+        errors.error(source.at("on_checkpoint_lost"), f"on_checkpoint_lost: latest of {what} needs a declared `schema`",
+                     "the run that skips to the latest offsets commits them with no rows, and without a schema there are no "
+                     "columns to commit (every later run would skip again): declare the messages' columns in `schema`, or use "
+                     "`on_checkpoint_lost: earliest`")
     for key, value in (c.get("properties") or {}).items():
         if str(key) in ("bootstrap.servers", "group.id", "enable.auto.commit", "isolation.level", "auto.offset.reset"):
             errors.error(source.at("properties"), f"property {key} of {what} is pipe's to set",

@@ -263,7 +263,7 @@ def test_kafka_messages_flow_to_the_table_over_connect_round_after_round(server,
     kafka.create_topic("connect.payments", partitions=3)
     root = kafka_project(tmp_path, kafka, "connect.payments")
     model: dict = {}
-    for round_no in range(4):
+    for round_no in range(2):
         batch = [payment(i, round_no) for i in range(round_no * 200, round_no * 200 + 300)]
         send(kafka, "connect.payments", batch)
         model.update({(p["merchant"], p["txn_ref"]): p for p in batch})

@@ -42,7 +42,10 @@ META_DDL = f"`{TOPIC}` STRING, `{PARTITION}` INT, `{OFFSET}` BIGINT, `{TIMESTAMP
 # columns: "topic T partition P" in FILE, the offset in LINE_NO, a tombstone marked MISSING), then
 # the message's own columns
 _RAW_DDL = records.LINES_DDL + f", {META_DDL}"
-_TIMEOUT_S = 30.0  # the driver's metadata calls
+_TIMEOUT_S = 30.0  # the driver's metadata calls, at most (`fetch_timeout_s` when shorter)
+# an Arrow batch handed to Spark holds at most this many messages or bytes of values and keys (a
+# string column of one batch holds under 2 GiB; large messages stay far from it)
+_BATCH_ROWS, _BATCH_BYTES = 50_000, 64 << 20
 # librdkafka's own log lines (a broker not reachable yet, a retry) go to Python logging, not to
 # stderr: what fails reaches the user as the step's error
 _LOG = logging.getLogger("pipe.kafka")
@@ -78,7 +81,8 @@ def parse_checkpoint(text: str | None, source: str) -> dict[tuple[str, int], int
                 out[(topic, int(p))] = int(o)
     except ValueError as exc:
         raise SourceError(f"source {source}: the stored checkpoint {text[:80]!r} is not a Kafka checkpoint (topic,partition:offset,...)",
-                          "rebuild the table with `pipe run --select <table> --full-refresh`, which reads the topics from their earliest offsets") from exc
+                          "another writer changed the table's last commit: `pipe restore <table> <instant>` to a commit pipe wrote, "
+                          "or roll the other writer's commit back") from exc
     return out
 
 
@@ -97,10 +101,27 @@ def client_config(config: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _admin(config: Mapping[str, Any]):
+def _admin(source: str, config: Mapping[str, Any]):
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({**client_config(config), "socket.timeout.ms": str(int(_TIMEOUT_S * 1000)), "logger": _LOG})
+    try:
+        return AdminClient({**client_config(config), "socket.timeout.ms": str(int(_timeout(config) * 1000)), "logger": _LOG})
+    except (KafkaException, ValueError, TypeError) as exc:  # a setting the client does not know or a value it refuses
+        from runtime.sources.files import _first_line
+
+        raise SourceError(f"source {source}: the Kafka client refuses the source's settings ({_first_line(exc)})",
+                          "`properties` take librdkafka's names and values (https://github.com/confluentinc/librdkafka/blob/master/"
+                          "CONFIGURATION.md), e.g. `sasl.mechanism`, not the Java client's `sasl.jaas.config`") from exc
+
+
+def _timeout(config: Mapping[str, Any]) -> float:
+    return min(_TIMEOUT_S, float(config.get("fetch_timeout_s") or _TIMEOUT_S))
+
+
+def _describe_ranges(ranges: list["Range"]) -> str:
+    shown = ", ".join(f"{r.topic}/{r.partition} offsets {r.start}-{r.end - 1}" for r in ranges[:3])
+    return shown + (f" and {len(ranges) - 3} more partition(s)" if len(ranges) > 3 else "")
 
 
 def _where(config: Mapping[str, Any]) -> str:
@@ -119,9 +140,9 @@ def _kafka_error(source: str, config: Mapping[str, Any], doing: str, exc: BaseEx
 def topics(source: str, config: Mapping[str, Any], admin=None) -> dict[str, list[int]]:
     """{topic: partitions} of the source's topic, or of every topic its pattern matches (topics
     whose name starts with `__` are Kafka's own and never match)."""
-    admin = admin or _admin(config)
+    admin = admin or _admin(source, config)
     try:
-        meta = admin.list_topics(timeout=_TIMEOUT_S)
+        meta = admin.list_topics(timeout=_timeout(config))
     except Exception as exc:  # noqa: BLE001 - KafkaException: the brokers cannot be reached
         raise _kafka_error(source, config, "list the topics", exc) from exc
     if config.get("topic"):
@@ -151,7 +172,7 @@ def _offsets(source: str, config: Mapping[str, Any], admin, parts: list[tuple[st
     for i, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
         try:
             futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in parts}, isolation_level=IsolationLevel.READ_COMMITTED,
-                                         request_timeout=_TIMEOUT_S)
+                                         request_timeout=_timeout(config))
             for tp, future in futures.items():
                 out[(tp.topic, tp.partition)][i] = future.result().offset
         except Exception as exc:  # noqa: BLE001 - KafkaException
@@ -183,8 +204,8 @@ def plan_ranges(source: str, config: Mapping[str, Any], stored: Mapping[tuple[st
         if lost_policy == "fail":
             raise SourceError(f"source {source}: {what}",
                               "set `on_checkpoint_lost: earliest` on the source to go on from the earliest offset there is (the "
-                              "messages in between are lost to this table), `latest` to skip to the newest, or rebuild the table "
-                              "with `pipe run --select <table> --full-refresh`; nothing was written and the checkpoint did not move")
+                              "messages in between are lost to this table) or `latest` to skip to the newest; nothing was written "
+                              "and the checkpoint did not move")
         starts[key] = low if lost_policy == "earliest" else high
         notes.append(f"{what}; went on from offset {starts[key]} (on_checkpoint_lost: {lost_policy})")
     gone = sorted(set(stored) - set(bounds))
@@ -257,7 +278,7 @@ def pending(name: str, config: Mapping[str, Any], checkpoint_text: str | None) -
     """What is new in the source's topics for one table, from the offsets of its last commit:
     metadata calls only."""
     stored = parse_checkpoint(checkpoint_text, name)
-    admin = _admin(config)
+    admin = _admin(name, config)
     found = topics(name, config, admin)
     parts = [(t, p) for t, ps in found.items() for p in ps]
     bounds = _offsets(name, config, admin, parts) if parts else {}
@@ -287,6 +308,7 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
             consumer.assign([TopicPartition(topic, partition, start)])
             place = f"topic {topic} partition {partition}"
             cols: dict[str, list] = {f.name: [] for f in schema}
+            held = 0  # bytes of the values and keys in `cols`
             deadline = time.monotonic() + timeout_s
             done = False
             while not done:
@@ -297,10 +319,15 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
                 for m in messages:
                     err = m.error()
                     if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            raise RuntimeError(f"pipe: {place}: {err.str()}")
+                        # the end of what is readable: the range is done once it reaches `end` (the
+                        # offsets before it may be transaction markers, never delivered); short of
+                        # it, the messages are not there yet (a broker restarting): wait for them
+                        if m.offset() >= end:
                             done = True
                             break
-                        raise RuntimeError(f"pipe: {place}: {err.str()}")
+                        continue
                     deadline = time.monotonic() + timeout_s
                     offset = m.offset()
                     if offset >= end:
@@ -311,20 +338,21 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
                     cols[records.FILE].append(place)
                     cols[records.LINE_NO].append(offset)
                     cols[records.TEXT].append(None if value is None else value.decode("utf-8", records._INVALID_HANDLER))
+                    held += len(value or b"") + len(key or b"")
                     cols[records.IS_HEADER].append(False)
                     cols[records.MISSING].append(f"{place} offset {offset}" if value is None else None)  # a tombstone
                     cols[TOPIC].append(topic)
                     cols[PARTITION].append(partition)
                     cols[OFFSET].append(offset)
                     cols[TIMESTAMP].append(ts * 1000 if ts_type and ts >= 0 else None)  # millis to Spark's micros
-                    cols[KEY].append(None if key is None else key.decode("utf-8", records._INVALID_HANDLER))
+                    cols[KEY].append(None if key is None else key.decode("utf-8", "backslashreplace"))  # binary keys: \\xNN escapes
                     if offset >= end - 1:
                         done = True
                         break
-                if len(cols[records.FILE]) >= 50_000 or done:
+                if len(cols[records.FILE]) >= _BATCH_ROWS or held >= _BATCH_BYTES or done:
                     if cols[records.FILE]:
                         yield pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in schema], schema=schema)
-                    cols = {f.name: [] for f in schema}
+                    cols, held = {f.name: [] for f in schema}, 0
     finally:
         consumer.close()
 
@@ -363,7 +391,7 @@ def read(spark, p: KafkaPending):
         else:  # inferring reads the messages once more: keep them
             lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
             p._cache.append(lines)
-            ddl = records.infer_ddl(spark, lines, "json", options, "messages")
+            ddl = records.infer_ddl(spark, lines, "json", options, name, "messages", "at " + _describe_ranges(p.ranges))
         data_cols = [f.name for f in StructType.fromDDL(ddl).fields]
         clash = sorted(set(data_cols) & set(META_COLUMNS))
         if clash:

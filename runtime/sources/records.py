@@ -450,8 +450,9 @@ def bad_hint(samples: list[str]) -> str:
     return hint
 
 
-def infer_ddl(spark, lines, fmt: str, options: Mapping[str, Any], what: str = "objects") -> str:
-    """The schema Spark's own reader infers from the (cached) lines of `what`."""
+def infer_ddl(spark, lines, fmt: str, options: Mapping[str, Any], source: str, what: str = "objects", where: str = "") -> str:
+    """The schema Spark's own reader infers from the (cached) lines of `what` (`where`: which of
+    them, for the message)."""
     texts = lines.where("`" + MISSING + "` is null").select(TEXT)
     if not spark_api.is_connect(spark):
         texts = texts.rdd.map(lambda r: r[0])  # a DataFrame of lines is read from pyspark 4.2 on, an RDD by all
@@ -462,5 +463,7 @@ def infer_ddl(spark, lines, fmt: str, options: Mapping[str, Any], what: str = "o
         schema = reader.csv(texts).schema
     fields = [f for f in schema.fields if f.name != "_corrupt_record"]
     if not fields:
-        raise SourceError(f"no column could be inferred from the {what}", f"declare the {what}' columns in the source's `schema`")
+        raise SourceError(f"source {source}: no column could be inferred from the {what}{' ' + where if where else ''}",
+                          f"declare the {what}' columns in the source's `schema`; nothing of this source was written and its "
+                          "checkpoint did not move")
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)

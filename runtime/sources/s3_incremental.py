@@ -434,7 +434,7 @@ def read_in_executors(spark, objects: list[S3Object], config: Mapping[str, Any],
             else:  # inferring reads the lines once more
                 lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
                 pending._cache.append(lines)
-                ddl = records.infer_ddl(spark, lines, fmt, options)
+                ddl = records.infer_ddl(spark, lines, fmt, options, name, where=f"({len(objects)} new)")
             data_cols = [f.name for f in StructType.fromDDL(ddl).fields]
             checked = records.check(records.parse(lines, ddl, fmt, options), data_cols, name, "objects", on_bad, pending._cache)
             result, rows_read, missing = checked.df, checked.rows, [m[len("s3://"):] for m in checked.missing]

@@ -245,8 +245,12 @@ class RunContext:
             return [t for d in self.plan.step(step_id).depends_on for t in self.would_write(d)]
         return []
 
-    def reads_queue(self, step: Step) -> bool:
-        return any(self.plan.step(d).kind == "ingest" and self.plan.step(d).config.get("kind") == "s3_events" for d in step.depends_on)
+    def reads_queue(self, step: Step) -> str | None:
+        """The kind of a source of the step whose messages may be gone once read (`s3_events`: an SQS
+        queue; `kafka`: a topic under retention), or None: a full refresh would rebuild the table
+        from what is left."""
+        kinds = {self.plan.step(d).config.get("kind") for d in step.depends_on if self.plan.step(d).kind == "ingest"}
+        return next((k for k in ("s3_events", "kafka") if k in kinds), None)
 
     def consumer_checkpoints(self, table: str) -> dict[str, str]:
         """The instant each incremental consumer of `table` (a table reading it through a `table`

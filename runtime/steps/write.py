@@ -51,7 +51,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     table = ctx.open_table(step.name) if exists else None
     kept = ""
     if exists and ctx.options.full_refresh and ctx.reads_queue(step):
-        kept = "--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); "
+        kept = ("--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); " if ctx.reads_queue(step) == "s3_events"
+                else "--full-refresh does not apply (it reads a Kafka topic, whose old messages retention may have removed: a rebuild would lose their rows); ")
     full = (ctx.options.full_refresh and not kept) or not exists
     stored, fingerprint, based_on = ({}, None, None)
     if table is not None:
