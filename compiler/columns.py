@@ -27,6 +27,9 @@ _PARAMETRIC = {"decimal": "decimal", "dec": "decimal", "numeric": "decimal", "va
 
 # The columns a `kafka` source adds to the fields of every message's value (runtime/sources/kafka.py)
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
+# The columns `format: debezium` adds to each change's row (runtime/sources/debezium.py);
+# `_hoodie_is_deleted` makes a delete event delete its key
+CDC_COLUMNS = ("_cdc_op", "_cdc_position", "_cdc_ts", "_cdc_table", "_hoodie_is_deleted")
 
 # Avro's rule for a field name (Hudi keeps a table's schema in Avro: commit metadata, log block
 # headers); Java's Schema.Parser and hudi-rs refuse any other name, so such a table is unreadable.

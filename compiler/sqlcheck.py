@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from compiler.columns import KAFKA_COLUMNS, avro_name_problem
+from compiler.columns import CDC_COLUMNS, KAFKA_COLUMNS, avro_name_problem
 from compiler.errors import Collector, Location, did_you_mean
 from compiler.project import Project, Table
 from compiler.render import ENV_PLACEHOLDER_RE, RenderedTable
@@ -147,7 +147,7 @@ def _source_columns(source) -> list[str] | None:
     if source.kind in ("files", "s3_incremental"):
         return declared
     if source.kind == "kafka" and declared:
-        return declared + list(KAFKA_COLUMNS)
+        return declared + (list(CDC_COLUMNS) if str(source.config.get("format")).lower() == "debezium" else []) + list(KAFKA_COLUMNS)
     return None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.columns import KAFKA_COLUMNS, avro_name_problem
+from compiler.columns import CDC_COLUMNS, KAFKA_COLUMNS, avro_name_problem
 from compiler.errors import Collector, did_you_mean
 from compiler.project import Project, Source, Table
 
@@ -196,10 +196,11 @@ def _validate_kafka(source: Source, what: str, errors: Collector) -> None:
         errors.error(source.at("starting_offsets"), f"starting_offsets: latest of {what} needs a declared `schema`",
                      "a first run that starts at the latest offsets may find no message to infer the columns from, and must "
                      "still commit where it started: declare the messages' columns in `schema`")
+    added = KAFKA_COLUMNS + (CDC_COLUMNS if str(c.get("format")).lower() == "debezium" else ())
     for col in source.columns or []:
-        if isinstance(col, dict) and str(col.get("name", "")).lower() in KAFKA_COLUMNS:
+        if isinstance(col, dict) and str(col.get("name", "")).lower() in added:
             errors.error(source.at("schema"), f"the schema of {what} declares {col['name']}, a column pipe adds to every message",
-                         "remove it from `schema`: pipe fills " + ", ".join(KAFKA_COLUMNS) + " itself")
+                         "remove it from `schema`: pipe fills " + ", ".join(added) + " itself")
             break
     if c.get("on_checkpoint_lost") == "latest" and not c.get("schema"):
         errors.error(source.at("on_checkpoint_lost"), f"on_checkpoint_lost: latest of {what} needs a declared `schema`",

@@ -30,10 +30,10 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from compiler.columns import KAFKA_COLUMNS
-from runtime.sources import NothingToRead, Pending, SourceError, columns_ddl, records
+from runtime.sources import NothingToRead, Pending, SourceError, columns_ddl, debezium, records
 
 META_COLUMNS = KAFKA_COLUMNS
 TOPIC, PARTITION, OFFSET, TIMESTAMP, KEY = META_COLUMNS
@@ -42,6 +42,8 @@ META_DDL = f"`{TOPIC}` STRING, `{PARTITION}` INT, `{OFFSET}` BIGINT, `{TIMESTAMP
 # columns: "topic T partition P" in FILE, the offset in LINE_NO, a tombstone marked MISSING), then
 # the message's own columns
 _RAW_DDL = records.LINES_DDL + f", {META_DDL}"
+SCHEMA = "_pipe_schema"  # a change event's columns (debezium.decoder()), given once per task and schema
+_RAW_CHANGES_DDL = _RAW_DDL + f", `{SCHEMA}` STRING, `{records.DECODE_PROBLEM}` STRING"
 _TIMEOUT_S = 30.0  # the driver's metadata calls, at most (`fetch_timeout_s` when shorter)
 # an Arrow batch handed to Spark holds at most this many messages or bytes of values and keys (a
 # string column of one batch holds under 2 GiB; large messages stay far from it)
@@ -293,10 +295,12 @@ def pending(name: str, config: Mapping[str, Any], checkpoint_text: str | None) -
 # --- reading in the executors ----------------------------------------------------------------------
 
 
-def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, ranges: Iterable[tuple[str, int, int, int]]) -> Iterator:
+def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, ranges: Iterable[tuple[str, int, int, int]],
+          decode: Callable[[bytes, bytes | None], tuple[str, str | None]] | None = None) -> Iterator:
     """Arrow batches of one row per message of each (topic, partition, start, end) range's
-    [start, end) (records.LINES_DDL's columns and the message's own). The value is decoded as UTF-8 (bytes
-    that are not become records.INVALID, which `records.parse` reports)."""
+    [start, end) (records.LINES_DDL's columns and the message's own). The value is decoded as
+    UTF-8 (bytes that are not become records.INVALID, which `records.parse` reports), or by
+    `decode` (a change-event format: the record's JSON text and its columns, in SCHEMA; the reason it cannot, in records.DECODE_PROBLEM)."""
     import pyarrow as pa
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -337,7 +341,18 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
                     ts_type, ts = m.timestamp()
                     cols[records.FILE].append(place)
                     cols[records.LINE_NO].append(offset)
-                    cols[records.TEXT].append(None if value is None else value.decode("utf-8", records._INVALID_HANDLER))
+                    if decode is None:
+                        cols[records.TEXT].append(None if value is None else value.decode("utf-8", records._INVALID_HANDLER))
+                    else:
+                        text = ddl = problem = None
+                        if value is not None:
+                            try:
+                                text, ddl = decode(value, key)
+                            except debezium.BadEvent as exc:
+                                problem = str(exc)
+                        cols[records.TEXT].append(text)
+                        cols[SCHEMA].append(ddl)
+                        cols[records.DECODE_PROBLEM].append(problem)
                     held += len(value or b"") + len(key or b"")
                     cols[records.IS_HEADER].append(False)
                     cols[records.MISSING].append(f"{place} offset {offset}" if value is None else None)  # a tombstone
@@ -357,6 +372,34 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
         consumer.close()
 
 
+def _change_ddl(spark, name: str, lines, options: Mapping[str, Any], ranges: list[Range]) -> str:
+    """The columns of a run of change events: the union of the row schemas the messages carry
+    (each distinct one with the first place it was seen: metadata), or, for events without
+    schemas (JsonConverter's `schemas.enable=false`), what Spark infers from the rows."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    found = (lines.where(F.col(SCHEMA).isNotNull()).groupBy(SCHEMA)
+             .agg(F.min(F.struct(TOPIC, PARTITION, OFFSET)).alias("at")).collect())
+    cdc = [f.name for f in StructType.fromDDL(debezium.CDC_DDL).fields]
+    if found:
+        found = sorted(found, key=lambda r: (r["at"][0], r["at"][1], r["at"][2]))
+        data = debezium.union_ddl(name, [(f"{r['at'][0]}/{r['at'][1]} offset {r['at'][2]}", r[SCHEMA]) for r in found])
+    else:
+        try:
+            inferred = records.infer_ddl(spark, lines, "json", options, name, "messages", "at " + _describe_ranges(ranges))
+        except SourceError:
+            if lines.where(F.col(records.DECODE_PROBLEM).isNotNull()).limit(1).count():
+                return debezium.CDC_DDL  # no event decoded: the check that follows names the messages and why
+            raise
+        data = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in StructType.fromDDL(inferred).fields if f.name not in cdc)
+    clash = sorted({f.name for f in StructType.fromDDL(data).fields} & set(cdc)) if data else []
+    if clash:
+        raise SourceError(f"source {name}: the changed table has a column named {clash[0]}, the name of a column pipe adds to every change",
+                          "rename the column in the database, or declare the source's `schema` without it")
+    return (data + ", " if data else "") + debezium.CDC_DDL
+
+
 def read(spark, p: KafkaPending):
     """The new messages of `p` as the table's input: the value's columns (declared, or inferred
     from the messages) and the message's own (`_kafka_topic`, `_kafka_partition`,
@@ -373,31 +416,36 @@ def read(spark, p: KafkaPending):
             raise NothingToRead(f"source {name}: no new message, and without a declared `schema` there are no columns to offer the table",
                                 "declare the messages' columns in the source's `schema`")
         p.rows = 0
-        return spark.createDataFrame([], f"{columns_ddl(declared)}, {META_DDL}")
+        cdc = f"{debezium.CDC_DDL}, " if config.get("format") == "debezium" else ""
+        return spark.createDataFrame([], f"{columns_ddl(declared)}, {cdc}{META_DDL}")
     client = client_config(config)
     timeout_s = float(config.get("fetch_timeout_s") or 120)
     ranges = [(r.topic, r.partition, r.start, r.end) for r in p.ranges]
-    raw_struct = StructType.fromDDL(_RAW_DDL)
+    changes = config.get("format") == "debezium"
+    raw_struct = StructType.fromDDL(_RAW_CHANGES_DDL if changes else _RAW_DDL)
     arrow_schema = to_arrow_schema(raw_struct, timezone="UTC")  # made here: the executors have no Spark to parse DDL
 
     def task(batches):
+        decode = debezium.decoder() if changes else None
         for batch in batches:  # ids of spark.range: one range per task
-            yield from fetch(client, name, timeout_s, arrow_schema, [ranges[i] for i in batch.column(0).to_pylist()])
+            yield from fetch(client, name, timeout_s, arrow_schema, [ranges[i] for i in batch.column(0).to_pylist()], decode)
 
     try:
         lines = spark.range(0, len(ranges), 1, len(ranges)).mapInArrow(task, raw_struct)
         if declared:
-            ddl = columns_ddl(declared)
+            ddl = columns_ddl(declared) + (f", {debezium.CDC_DDL}" if changes else "")
         else:  # inferring reads the messages once more: keep them
             lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
             p._cache.append(lines)
-            ddl = records.infer_ddl(spark, lines, "json", options, name, "messages", "at " + _describe_ranges(p.ranges))
+            ddl = _change_ddl(spark, name, lines, options, p.ranges) if changes else \
+                records.infer_ddl(spark, lines, "json", options, name, "messages", "at " + _describe_ranges(p.ranges))
         data_cols = [f.name for f in StructType.fromDDL(ddl).fields]
         clash = sorted(set(data_cols) & set(META_COLUMNS))
         if clash:
             raise SourceError(f"source {name}: the messages have a field named {clash[0]}, the name of a column pipe adds to every message",
                               "rename the field in the messages' producer, or declare the source's `schema` without it")
-        parsed = records.parse(lines, ddl, "json", options, keep=META_COLUMNS)
+        keep = META_COLUMNS + ((records.DECODE_PROBLEM,) if changes else ())
+        parsed = records.parse(lines, ddl, "json", options, keep=keep)
         checked = records.check(parsed, data_cols + list(META_COLUMNS), name, "messages", config.get("on_bad_record") or "fail",
                                 p._cache, line="offset")
     except SourceError:

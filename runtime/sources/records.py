@@ -19,6 +19,7 @@ from runtime.sources import SourceError
 
 FILE, LINE_NO, RECORD_NO, TEXT, IS_HEADER, MISSING = "_pipe_file", "_pipe_line", "_pipe_record", "_pipe_text", "_pipe_is_header", "_pipe_missing"
 PROBLEM = "_pipe_problem"
+DECODE_PROBLEM = "_pipe_decode_problem"  # why a reader could not decode a record before parsing (a message that is no change event)
 CORRUPT = "_pipe_corrupt_record"
 LINES_DDL = f"`{FILE}` STRING, `{LINE_NO}` BIGINT, `{TEXT}` STRING, `{IS_HEADER}` BOOLEAN, `{MISSING}` STRING"
 SAMPLES = 5  # bad records named in a message
@@ -293,7 +294,8 @@ def parse_options(options: Mapping[str, Any]) -> dict[str, str]:
 def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str, ...] = ()):
     """Typed columns of each record of `lines` plus FILE, LINE_NO, RECORD_NO and PROBLEM (why
     the record does not fit the schema, or null), and the columns of `lines` named in `keep`
-    (a Kafka message's topic, partition, offset), as they are."""
+    (a Kafka message's topic, partition, offset), as they are. A DECODE_PROBLEM column among
+    `keep` is the record's problem when set."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -360,7 +362,8 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str
                             .otherwise(F.concat(F.lit("not a valid JSON object: "), text))) \
             .otherwise(F.concat(F.lit("a nested value does not fit the declared type: "), text))
     invalid = F.when(F.col(TEXT).contains(INVALID), F.concat(F.lit(f"bytes that are not valid {encoding_name(options)}: "), text))
-    problem = F.when(F.col(MISSING).isNull(), F.coalesce(invalid, *first, *checks, F.when(corrupt, structural)))
+    decoded = [F.col(DECODE_PROBLEM)] if DECODE_PROBLEM in keep else []  # the reader's reason comes first
+    problem = F.when(F.col(MISSING).isNull(), F.coalesce(*decoded, invalid, *first, *checks, F.when(corrupt, structural)))
     return both.select(FILE, MISSING, LINE_NO, RECORD_NO, *[F.col("t").getField(f.name).alias(f.name) for f in fields], problem.alias(PROBLEM),
                        *keep)
 

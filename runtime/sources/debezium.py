@@ -1,0 +1,229 @@
+"""`format: debezium`: Debezium's change events, each turned into one row of the changed table.
+
+A Debezium message's value is an envelope (https://debezium.io/documentation/reference/stable/
+connectors/postgresql.html#postgresql-events): `op` (`c` insert, `u` update, `d` delete, `r` a
+row read by the snapshot), the row `before` and `after` the change, and `source` (the connector,
+the table, the position in the database's log, the commit time). With Kafka Connect's
+JsonConverter and `schemas.enable=true` (its default) every message also carries the envelope's
+schema: `{"schema": ..., "payload": ...}`, and the key holds the primary key the same way.
+
+`decoder()` returns the function the executors apply to each message (kafka.fetch): it flattens
+the envelope into one JSON record: the row (`after`; for a delete, `before` and the key's
+fields), the values turned from Connect's encodings into what Spark's JSON reader takes (a
+decimal's base64 bytes into its digits, epoch days and micros into ISO dates and timestamps),
+plus
+
+- `_cdc_op`: c, u, d or r;
+- `_cdc_position`: the change's place in the database's log, as text that sorts in log order
+  (Postgres: the LSN; MySQL: binlog file, position and row; else the commit time in millis),
+  the `precombine` of a table that applies the changes: the newest change of a key wins
+  whatever order the messages arrive in;
+- `_cdc_ts`: when the change was committed in the database (`source.ts_ms`);
+- `_cdc_table`: the changed table, `schema.table` (`db.table` for MySQL);
+- `_hoodie_is_deleted`: true for a delete: the write deletes the key (Hudi's own convention).
+
+and the row's columns with their Spark types, from the message's schema (each distinct one once
+per task): the driver unions them into the columns of the run (`union_ddl`), so a column added in
+the database arrives as a new nullable column. A message that is not a Debezium event, or a
+value that does not fit its own schema, gets a reason instead, which `records.check` reports
+with topic, partition and offset (or drops, with `on_bad_record: drop`)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+from typing import Any, Callable, Iterable, Mapping
+
+from compiler.columns import CDC_COLUMNS
+from runtime.sources import SourceError
+
+OP, POSITION, TS, TABLE, IS_DELETED = CDC_COLUMNS
+CDC_DDL = f"`{OP}` STRING, `{POSITION}` STRING, `{TS}` TIMESTAMP, `{TABLE}` STRING, `{IS_DELETED}` BOOLEAN"
+OPS = {"c", "u", "d", "r"}
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_DAY = dt.date(1970, 1, 1)
+_PLAIN = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "float32": "FLOAT", "float64": "DOUBLE",
+          "boolean": "BOOLEAN", "string": "STRING", "bytes": "BINARY"}
+_TIMESTAMPS = {  # logical name: units per second of its number (None: an ISO string already)
+    "io.debezium.time.Timestamp": 1_000, "org.apache.kafka.connect.data.Timestamp": 1_000,
+    "io.debezium.time.MicroTimestamp": 1_000_000, "io.debezium.time.NanoTimestamp": 1_000_000_000,
+    "io.debezium.time.ZonedTimestamp": None,
+}
+_DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
+_TIMES = {"io.debezium.time.Time": 1_000, "org.apache.kafka.connect.data.Time": 1_000, "io.debezium.time.MicroTime": 1_000_000,
+          "io.debezium.time.NanoTime": 1_000_000_000, "io.debezium.time.ZonedTime": None}
+_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+_VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+
+
+class BadEvent(ValueError):
+    """A message that is not a change event pipe can apply; the text is the reason."""
+
+
+def spark_type(schema: Mapping[str, Any]) -> str:
+    """The Spark type of a Connect field schema (JsonConverter's `{"type": ..., "name": ...}`)."""
+    name, kind = schema.get("name"), schema.get("type")
+    if name == _DECIMAL:
+        params = schema.get("parameters") or {}
+        scale = int(params.get("scale", 0))
+        precision = int(params.get("connect.decimal.precision", 38))
+        return f"DECIMAL({precision},{scale})" if precision <= 38 and 0 <= scale <= precision else "STRING"
+    if name == _VARIABLE_DECIMAL:
+        return "STRING"  # a numeric without a declared scale: its digits, exactly
+    if name in _TIMESTAMPS:
+        return "TIMESTAMP"
+    if name in _DATES:
+        return "DATE"
+    if name in _TIMES:
+        return "STRING"  # Spark has no time of day: HH:MM:SS.ffffff
+    if kind == "struct":
+        return "STRUCT<" + ", ".join(f"`{f['field']}`: {spark_type(f)}" for f in schema.get("fields") or []) + ">"
+    if kind == "array":
+        return f"ARRAY<{spark_type(schema.get('items') or {'type': 'string'})}>"
+    if kind == "map":
+        return f"MAP<{spark_type(schema.get('keys') or {'type': 'string'})}, {spark_type(schema.get('values') or {'type': 'string'})}>"
+    if kind in _PLAIN:
+        return _PLAIN[kind]
+    raise BadEvent(f"a field of Connect type {kind!r} that pipe cannot read")
+
+
+def _value(value: Any, schema: Mapping[str, Any] | None) -> Any:
+    """One value from Connect's JSON encoding into one Spark's JSON reader takes for spark_type()."""
+    if value is None or schema is None:
+        return value
+    name, kind = schema.get("name"), schema.get("type")
+    if name == _DECIMAL:
+        scale = int((schema.get("parameters") or {}).get("scale", 0))
+        return _digits(value, scale)
+    if name == _VARIABLE_DECIMAL:
+        return _digits(value["value"], int(value["scale"]))
+    if name in _TIMESTAMPS:
+        per_second = _TIMESTAMPS[name]
+        if per_second is None:
+            return value
+        micros = int(value) * 1_000_000 // per_second
+        return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat() + "Z"
+    if name in _DATES:
+        return (_EPOCH_DAY + dt.timedelta(days=int(value))).isoformat()
+    if name in _TIMES:
+        per_second = _TIMES[name]
+        if per_second is None:
+            return value
+        micros = int(value) * 1_000_000 // per_second
+        return (_EPOCH + dt.timedelta(microseconds=micros)).time().isoformat()
+    if kind == "struct":
+        fields = {f["field"]: f for f in schema.get("fields") or []}
+        return {k: _value(v, fields.get(k)) for k, v in value.items()}
+    if kind == "array":
+        return [_value(v, schema.get("items")) for v in value]
+    if kind == "map":
+        return {k: _value(v, schema.get("values")) for k, v in value.items()}
+    return value
+
+
+def _digits(encoded: Any, scale: int) -> str:
+    """A decimal's text from Connect's encoding: the unscaled value's two's-complement bytes,
+    big-endian, in base64."""
+    unscaled = int.from_bytes(base64.b64decode(encoded, validate=True), "big", signed=True)
+    return format(decimal.Decimal(unscaled).scaleb(-scale), "f")
+
+
+def _split(obj: Any) -> tuple[Any, Mapping[str, Any] | None]:
+    """(payload, schema) of a JsonConverter message, with or without `schemas.enable`."""
+    if isinstance(obj, dict) and set(obj) == {"schema", "payload"}:
+        return obj["payload"], obj["schema"]
+    return obj, None
+
+
+def _field(schema: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | None:
+    if schema is None:
+        return None
+    return next((f for f in schema.get("fields") or [] if f.get("field") == name), None)
+
+
+def position(source: Mapping[str, Any]) -> str:
+    """The change's place in the database's log, as text that sorts in log order."""
+    connector = source.get("connector")
+    if connector == "postgresql" and source.get("lsn") is not None:
+        return f"{int(source['lsn']):020d}"
+    if connector == "mysql" and source.get("file"):
+        seq = source["file"].rsplit(".", 1)[-1]
+        return f"{int(seq) if seq.isdigit() else 0:010d}:{int(source.get('pos') or 0):020d}:{int(source.get('row') or 0):06d}"
+    if connector == "sqlserver" and source.get("commit_lsn"):
+        return f"{source['commit_lsn']}:{source.get('change_lsn') or ''}:{int(source.get('event_serial_no') or 0):06d}"
+    if source.get("ts_ms") is not None:
+        return f"{int(source['ts_ms']):020d}"
+    raise BadEvent("its `source` block has no position (lsn, binlog file and pos) and no ts_ms")
+
+
+def decoder() -> Callable[[bytes, bytes | None], tuple[str, str | None]]:
+    """The function the executors call on each message with a value: (the flattened record as
+    JSON text, its columns as JSON `[[name, Spark type], ...]`, or None when this task gave them
+    already). Raises
+    BadEvent with the reason for a message that is not a change event."""
+    seen: set[str] = set()
+
+    def decode(value: bytes, key: bytes | None) -> tuple[str, str | None]:
+        try:
+            envelope, schema = _split(json.loads(value))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadEvent(f"not JSON ({exc})") from None
+        if not isinstance(envelope, dict) or "op" not in envelope:
+            raise BadEvent("not a Debezium change event (no `op`): is the connector's value converter JSON, and the topic a table's?")
+        op = envelope["op"]
+        if op not in OPS:
+            what = {"t": "a TRUNCATE", "m": "a logical decoding message"}.get(op, f"op {op!r}")
+            raise BadEvent(f"{what}, which pipe does not apply (set the connector's skipped.operations to leave it out)")
+        source = envelope.get("source") or {}
+        side = "before" if op == "d" else "after"
+        row, row_schema = envelope.get(side), _field(schema, side)
+        if op == "d":
+            key_obj, key_schema = _split(json.loads(key)) if key else (None, None)
+            if isinstance(key_obj, dict):  # the primary key, also when `before` is empty (REPLICA IDENTITY NOTHING)
+                row = {**(row or {}), **{k: v for k, v in key_obj.items() if (row or {}).get(k) is None}}
+                if row_schema is None and key_schema is not None:
+                    row_schema = key_schema
+        if not isinstance(row, dict):
+            raise BadEvent(f"op {op!r} without `{side}`")
+        fields = {f["field"]: f for f in (row_schema or {}).get("fields") or []}
+        try:
+            out = {k: _value(v, fields.get(k)) for k, v in row.items()}
+        except (KeyError, ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
+            raise BadEvent(f"a value does not fit its schema ({type(exc).__name__}: {exc})") from None
+        out[OP] = op
+        out[POSITION] = position(source)
+        ts = source.get("ts_ms")
+        out[TS] = None if ts is None else (_EPOCH + dt.timedelta(milliseconds=int(ts))).isoformat() + "Z"
+        out[TABLE] = ".".join(str(p) for p in (source.get("schema") or source.get("db"), source.get("table")) if p)
+        out[IS_DELETED] = op == "d"
+        columns = None
+        if fields:
+            columns = json.dumps([[f["field"], spark_type(f)] for f in (row_schema or {}).get("fields") or []], ensure_ascii=False)
+            if columns in seen:
+                columns = None
+            else:
+                seen.add(columns)
+        return json.dumps(out, ensure_ascii=False, separators=(",", ":")), columns
+
+    return decode
+
+
+def union_ddl(source: str, found: Iterable[tuple[str, str]]) -> str:
+    """The Spark DDL of a run's columns from the distinct row schemas its messages carried
+    (decoder()'s `[[name, type], ...]`), in the order given (by first place seen, `where`): the
+    first schema's columns, then each column a later one adds. A column whose type changes is
+    refused, naming where."""
+    columns: dict[str, tuple[str, str, str]] = {}  # lower name -> (name, type, where first seen)
+    for where, text in found:
+        for name, typ in json.loads(text):
+            known = columns.get(name.lower())
+            if known is None:
+                columns[name.lower()] = (name, typ, where)
+            elif known[1] != typ:
+                raise SourceError(f"source {source}: column {name} is {known[1]} in the events at {known[2]} and {typ} in those at {where}",
+                                  "a column's type changed in the database: rebuild the table under a new name, or declare the "
+                                  "source's `schema` with the type to read it as")
+    return ", ".join("`" + name.replace("`", "``") + f"` {typ}" for name, typ, _ in columns.values())

@@ -1,0 +1,183 @@
+"""`format: debezium` (runtime/sources/debezium.py): how one change event becomes a row. Unit
+cases on messages shaped as Debezium 3.x's Postgres connector writes them with Kafka Connect's
+JsonConverter; tests/test_cdc.py checks the same against real Postgres, Debezium and Kafka."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from runtime.sources import SourceError
+from runtime.sources.debezium import BadEvent, decoder, position, spark_type, union_ddl
+
+ROW_FIELDS = [
+    {"type": "int64", "optional": False, "field": "id"},
+    {"type": "string", "optional": True, "field": "name"},
+    {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+     "parameters": {"scale": "2", "connect.decimal.precision": "12"}, "field": "amount"},
+    {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "version": 1, "field": "paid_at"},
+    {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1, "field": "seen_at"},
+    {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1, "field": "day"},
+]
+
+
+def _unscaled(cents: int) -> str:
+    return base64.b64encode(cents.to_bytes((cents.bit_length() + 8) // 8 or 1, "big", signed=True)).decode()
+
+
+def event(op: str, before: dict | None, after: dict | None, lsn: int = 1000, ts_ms: int = 1_700_000_000_123, schemas: bool = True) -> bytes:
+    payload = {"before": before, "after": after, "op": op, "ts_ms": ts_ms + 5,
+               "source": {"version": "3.6.1.Final", "connector": "postgresql", "name": "shop", "ts_ms": ts_ms, "snapshot": "false",
+                          "db": "shop", "schema": "public", "table": "payments", "txId": 771, "lsn": lsn}}
+    if not schemas:
+        return json.dumps(payload).encode()
+    row = {"type": "struct", "optional": True, "name": "shop.public.payments.Value", "fields": ROW_FIELDS}
+    schema = {"type": "struct", "name": "shop.public.payments.Envelope", "fields": [
+        {**row, "field": "before"}, {**row, "field": "after"},
+        {"type": "struct", "fields": [], "optional": False, "name": "io.debezium.connector.postgresql.Source", "field": "source"},
+        {"type": "string", "optional": False, "field": "op"}, {"type": "int64", "optional": True, "field": "ts_ms"}]}
+    return json.dumps({"schema": schema, "payload": payload}).encode()
+
+
+def key(id_: int) -> bytes:
+    return json.dumps({"schema": {"type": "struct", "name": "shop.public.payments.Key", "optional": False,
+                                  "fields": [{"type": "int64", "optional": False, "field": "id"}]},
+                       "payload": {"id": id_}}).encode()
+
+
+ROW = {"id": 7, "name": "Zoë \"O'Brien\"", "amount": _unscaled(-123456), "paid_at": "2024-02-29T23:59:59.123456Z",
+       "seen_at": 1_709_251_199_123_456, "day": 19782}
+
+
+def test_an_insert_becomes_its_row_with_connect_encodings_turned_into_values():
+    text, ddl = decoder()(event("c", None, ROW, lsn=26_000_000_123), key(7))
+    row = json.loads(text)
+    assert row == {"id": 7, "name": "Zoë \"O'Brien\"", "amount": "-1234.56", "paid_at": "2024-02-29T23:59:59.123456Z",
+                   "seen_at": "2024-02-29T23:59:59.123456Z", "day": "2024-02-29", "_cdc_op": "c",
+                   "_cdc_position": "00000000026000000123", "_cdc_ts": "2023-11-14T22:13:20.123000Z",
+                   "_cdc_table": "public.payments", "_hoodie_is_deleted": False}
+    assert json.loads(ddl) == [["id", "BIGINT"], ["name", "STRING"], ["amount", "DECIMAL(12,2)"], ["paid_at", "TIMESTAMP"],
+                               ["seen_at", "TIMESTAMP"], ["day", "DATE"]]
+
+
+def test_a_schema_is_given_once_per_task():
+    decode = decoder()
+    assert decode(event("c", None, ROW), key(7))[1] is not None
+    assert decode(event("u", ROW, {**ROW, "name": None}), key(7))[1] is None
+
+
+def test_a_delete_is_its_before_image_marked_deleted_and_keeps_the_key_when_before_is_empty():
+    row = json.loads(decoder()(event("d", ROW, None, lsn=5000), key(7))[0])
+    assert row["id"] == 7 and row["amount"] == "-1234.56" and row["_hoodie_is_deleted"] is True and row["_cdc_op"] == "d"
+    # REPLICA IDENTITY NOTHING (or a before image without values): the message key names the row
+    text, ddl = decoder()(event("d", None, None, lsn=5001), key(8))
+    assert json.loads(text)["id"] == 8 and ["id", "BIGINT"] in json.loads(ddl)
+
+
+def test_events_without_schemas_pass_their_values_as_they_are():
+    row = json.loads(decoder()(event("r", None, {"id": 1, "name": "a"}, schemas=False), None)[0])
+    assert row["id"] == 1 and row["_cdc_op"] == "r"
+    assert decoder()(event("r", None, {"id": 1}, schemas=False), None)[1] is None
+
+
+def test_positions_sort_in_log_order():
+    pg = [position({"connector": "postgresql", "lsn": n}) for n in (9, 10, 123_456_789_012)]
+    assert pg == sorted(pg)
+    mysql = [position({"connector": "mysql", "file": f, "pos": p, "row": r})
+             for f, p, r in (("bin.000009", 99_999, 0), ("bin.000010", 4, 0), ("bin.000010", 4, 1), ("bin.000010", 120, 0))]
+    assert mysql == sorted(mysql)
+    assert position({"connector": "mongodb", "ts_ms": 5}) < position({"connector": "mongodb", "ts_ms": 40})
+
+
+@pytest.mark.parametrize("value, reason", [
+    (b"not json", "not JSON"),
+    (b'{"id": 1}', "not a Debezium change event"),
+    (json.dumps({"op": "t", "source": {}}).encode(), "a TRUNCATE, which pipe does not apply"),
+    (json.dumps({"op": "c", "after": None, "source": {"lsn": 1, "connector": "postgresql"}}).encode(), "op 'c' without `after`"),
+    (b"\xff\xfe", "not JSON"),
+])
+def test_what_is_no_change_event_is_refused_with_the_reason(value, reason):
+    with pytest.raises(BadEvent, match=reason.replace("(", r"\(")):
+        decoder()(value, None)
+
+
+def test_connect_types_map_to_spark_types():
+    assert spark_type({"type": "int16"}) == "SMALLINT"
+    assert spark_type({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "4"}}) == "DECIMAL(38,4)"
+    assert spark_type({"type": "struct", "name": "io.debezium.data.VariableScaleDecimal", "fields": []}) == "STRING"
+    assert spark_type({"type": "int64", "name": "io.debezium.time.MicroTime"}) == "STRING"
+    assert spark_type({"type": "array", "items": {"type": "string"}}) == "ARRAY<STRING>"
+
+
+def test_the_union_of_schemas_adds_columns_and_refuses_a_changed_type():
+    assert union_ddl("s", [("t/0 offset 1", '[["id", "BIGINT"], ["name", "STRING"]]'), ("t/1 offset 9", '[["id", "BIGINT"], ["email", "STRING"]]')]) \
+        == "`id` BIGINT, `name` STRING, `email` STRING"
+    with pytest.raises(SourceError, match=r"column id is BIGINT in the events at t/0 offset 1 and STRING in those at t/2 offset 4"):
+        union_ddl("s", [("t/0 offset 1", '[["id", "BIGINT"]]'), ("t/2 offset 4", '[["id", "STRING"]]')])
+
+
+# --- hand-written events through a real broker and `pipe run` ------------------------------------
+
+
+def cdc_project(tmp_path, broker, topic: str, **source):
+    import yaml
+
+    from tests.conftest import write_project
+    from tests.test_run import PROJECT_YML
+
+    src = {"kind": "kafka", "bootstrap_servers": broker.bootstrap, "topic": topic, "format": "debezium", **source}
+    return write_project(tmp_path / "p", {
+        "pipe_project.yml": PROJECT_YML,
+        "sources/cdc.yml": yaml.safe_dump({"sources": {"payments_cdc": src}}, sort_keys=False),
+        "tables/payments.yml": """
+            tables:
+              payments:
+                key: [id]
+                precombine: _cdc_position
+                tombstone_days: 7
+            """,
+        "tables/payments.sql": "select * from {{ source('payments_cdc') }}\n",
+    })
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_changes_apply_in_log_order_whatever_order_they_arrive_in(spark, tmp_path, capsys, kafka):
+    """Inserts, updates and deletes of one key within a batch, an update arriving after the
+    delete it precedes (in a later run), a delete's tombstone message, and a poison message:
+    the table holds each key's last change by LSN, deleted keys stay deleted."""
+    import decimal
+
+    from tests.test_run import assert_rows, pipe, run_ok, steps
+
+    kafka.create_topic("shop.public.payments", partitions=2)
+    root = cdc_project(tmp_path, kafka, "shop.public.payments")
+    row = lambda i, cents, name: {**ROW, "id": i, "amount": _unscaled(cents), "name": name}  # noqa: E731
+    send = lambda events: kafka.produce("shop.public.payments", [(key(i), None if e is None else e) for i, e in events])  # noqa: E731
+    send([(1, event("r", None, row(1, 100, "a"), lsn=10)), (2, event("r", None, row(2, 200, "b"), lsn=10)),
+          (3, event("r", None, row(3, 300, "c"), lsn=10)),
+          (1, event("u", row(1, 100, "a"), row(1, 150, "a2"), lsn=30)), (1, event("u", row(1, 150, "a2"), row(1, 175, "a3"), lsn=40)),
+          (2, event("d", row(2, 200, "b"), None, lsn=50)), (2, None)])  # a delete and its tombstone
+    run_ok(capsys, root)
+    columns = ["id", "name", "amount", "_cdc_op", "_cdc_position"]
+    d = decimal.Decimal
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}"), (3, "c", d("3.00"), "r", f"{10:020d}")])
+    step = steps(root)["table.payments"]
+    assert step["inputs"]["payments_cdc"]["tombstones"] == 1, step
+    # late: an update of key 2 from before its delete, an older update of key 1; new: key 4
+    send([(2, event("u", row(2, 200, "b"), row(2, 250, "b-late"), lsn=45)), (1, event("u", None, row(1, 160, "stale"), lsn=35)),
+          (4, event("c", None, row(4, 400, "Zoë \"d\""), lsn=60)), (3, event("d", row(3, 300, "c"), None, lsn=70)), (3, None)])
+    run_ok(capsys, root)
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}"), (4, 'Zoë "d"', d("4.00"), "c", f"{60:020d}")])
+    # a key deleted, then inserted again later in the log, is back
+    send([(3, event("c", None, row(3, 333, "c-again"), lsn=80))])
+    run_ok(capsys, root)
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}"), (3, "c-again", d("3.33"), "c", f"{80:020d}"),
+                                                    (4, 'Zoë "d"', d("4.00"), "c", f"{60:020d}")])
+    # a message that is no change event stops the step, naming topic, partition and offset
+    kafka.produce("shop.public.payments", [(key(5), b'{"id": 5}')], partition=1)
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 1
+    assert "topic shop.public.payments partition 1 offset" in out + err and "not a Debezium change event" in out + err, out + err
