@@ -217,13 +217,18 @@ def _check_s3_sources(project: Project, edges: list[Edge], errors: Collector) ->
         queue_tables.update(e.downstream.split(".", 1)[1] for e in consumers)
     for name, source in project.sources.items():
         dead = name + "_dead_letter"
-        if source.config.get("kind") in ("s3_events", "s3_incremental") and dead in project.tables:
+        if has_dead_letter_table(source.config) and dead in project.tables:
             errors.error(project.tables[dead].location, f"table name '{dead}' is taken by the dead-letter table of source '{name}'",
                          "rename the table")
         meta = source.config.get("metadata_table")
         if source.config.get("kind") == "s3_incremental" and meta in project.tables and meta not in queue_tables:
             errors.error(source.at("metadata_table"), f"metadata_table of source '{name}' is '{meta}', which reads no `s3_events` source",
                          "name the table whose SQL selects from the s3_events source (the S3 metadata table)")
+
+
+def has_dead_letter_table(config) -> bool:
+    """Whether a source writes a dead-letter table `<source>_dead_letter`."""
+    return config.get("kind") in ("s3_events", "s3_incremental") or (config.get("kind") == "kafka" and config.get("on_bad_record") == "dead_letter")
 
 
 def _test_steps(tests: list[data_tests.DataTest]) -> tuple[dict[str, Step], list[Edge]]:

@@ -654,14 +654,15 @@ def _instant_arg(value: str | None, what: str) -> str | None:
 
 def _table_for(ctx: _Context, name: str, target: str | None):
     """The project table NAME as stored in the target's lake (opened without Spark)."""
+    from compiler.api import has_dead_letter_table
     from compiler.errors import did_you_mean
     from runtime.steps.context import RunContext
 
     result = _compile(ctx, target, None)
     plan = result.plan
     tables = [s.name for s in plan.steps if s.kind == "write"]
-    # the dead-letter table of each s3_events and s3_incremental source is a table too
-    tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and s.config.get("kind") in ("s3_events", "s3_incremental")]
+    # the dead-letter table of each s3_events and s3_incremental source (and kafka source with on_bad_record: dead_letter) is a table too
+    tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and has_dead_letter_table(s.config)]
     # and so is the quarantine table of each table with a `quarantine` expectation
     tables += [s.name + "__quarantine" for s in plan.steps if any(e["action"] == "quarantine" for e in s.config.get("expect") or ())]
     if name not in tables:

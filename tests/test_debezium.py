@@ -150,7 +150,7 @@ def test_changes_apply_in_log_order_whatever_order_they_arrive_in(spark, tmp_pat
     the table holds each key's last change by LSN, deleted keys stay deleted."""
     import decimal
 
-    from tests.test_run import assert_rows, pipe, run_ok, steps
+    from tests.test_run import assert_rows, hudi_rows, pipe, run_ok, steps
 
     kafka.create_topic("shop.public.payments", partitions=2)
     root = cdc_project(tmp_path, kafka, "shop.public.payments")
@@ -181,3 +181,15 @@ def test_changes_apply_in_log_order_whatever_order_they_arrive_in(spark, tmp_pat
     code, out, err = pipe(capsys, root, "run")
     assert code == 1
     assert "topic shop.public.payments partition 1 offset" in out + err and "not a Debezium change event" in out + err, out + err
+    # on_bad_record: dead_letter: the run goes on, the message is kept with where it was and why
+    (root / "sources/cdc.yml").write_text((root / "sources/cdc.yml").read_text() + "    on_bad_record: dead_letter\n")
+    send([(6, event("c", None, row(6, 600, "f"), lsn=90))])
+    out, _ = run_ok(capsys, root)
+    assert "1 bad record(s) moved to table payments_cdc_dead_letter" in out, out
+    assert steps(root)["table.payments"]["inputs"]["payments_cdc"]["dead_lettered"] == 1
+    assert [r[0] for r in hudi_rows(root, "payments", ["id"])] == [1, 3, 4, 6]
+    [dead] = hudi_rows(root, "payments_cdc_dead_letter", ["consumer", "topic", "partition", "offset", "message_key", "reason", "value"])
+    assert dead[:3] == ("payments", "shop.public.payments", 1) and json.loads(dead[4])["payload"] == {"id": 5}, dead
+    assert dead[5].startswith("not a Debezium change event") and dead[6] == '{"id": 5}', dead
+    code, out, err = pipe(capsys, root, "show", "payments_cdc_dead_letter")
+    assert code == 0 and "shop.public.payments" in out, out + err

@@ -248,6 +248,8 @@ class KafkaPending(Pending):
         self.partitions = partitions
         self.notes = notes
         self.tombstones = 0
+        self.rejected = None  # the bad messages for the dead-letter table (on_bad_record: dead_letter), a DataFrame
+        self.dead_lettered = 0
 
     def describe(self) -> str:
         topics = sorted({r.topic for r in self.ranges})
@@ -270,6 +272,8 @@ class KafkaPending(Pending):
         out["ranges"] = [{"topic": r.topic, "partition": r.partition, "from": r.start, "to": r.end} for r in self.ranges]
         if self.tombstones:
             out["tombstones"] = self.tombstones
+        if self.dead_lettered:
+            out["dead_lettered"] = self.dead_lettered
         return out
 
     def dataframe(self, spark):
@@ -348,8 +352,8 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
                         if value is not None:
                             try:
                                 text, ddl = decode(value, key)
-                            except debezium.BadEvent as exc:
-                                problem = str(exc)
+                            except debezium.BadEvent as exc:  # kept as it came, for the message and the dead-letter table
+                                problem, text = str(exc), value.decode("utf-8", records._INVALID_HANDLER)
                         cols[records.TEXT].append(text)
                         cols[SCHEMA].append(ddl)
                         cols[records.DECODE_PROBLEM].append(problem)
@@ -400,6 +404,24 @@ def _change_ddl(spark, name: str, lines, options: Mapping[str, Any], ranges: lis
     return (data + ", " if data else "") + debezium.CDC_DDL
 
 
+DEAD_LETTER_SUFFIX = "_dead_letter"
+DEAD_LETTER_KEY = ("consumer", "topic", "partition", "offset")
+DEAD_LETTER_DDL = ("consumer STRING, topic STRING, partition INT, offset BIGINT, source STRING, message_key STRING, "
+                   "message_timestamp TIMESTAMP, reason STRING, value STRING, dead_lettered_at TIMESTAMP")
+
+
+def _dead_letters(rejected, name: str):
+    """The dead-letter table's rows of the bad messages (`on_bad_record: dead_letter`), but the
+    consumer (the table that read them), which `settle` adds: a DataFrame, never collected."""
+    from pyspark.sql import functions as F
+
+    return rejected.select(F.col(TOPIC).alias("topic"), F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+                           F.lit(name).alias("source"), F.col(KEY).alias("message_key"), F.col(TIMESTAMP).alias("message_timestamp"),
+                           F.col(records.PROBLEM).alias("reason"),
+                           F.regexp_replace(F.col(records.TEXT), records.INVALID, "\ufffd").alias("value"),
+                           F.current_timestamp().alias("dead_lettered_at")).dropDuplicates(["topic", "partition", "offset"])
+
+
 def read(spark, p: KafkaPending):
     """The new messages of `p` as the table's input: the value's columns (declared, or inferred
     from the messages) and the message's own (`_kafka_topic`, `_kafka_partition`,
@@ -445,7 +467,7 @@ def read(spark, p: KafkaPending):
             raise SourceError(f"source {name}: the messages have a field named {clash[0]}, the name of a column pipe adds to every message",
                               "rename the field in the messages' producer, or declare the source's `schema` without it")
         keep = META_COLUMNS + ((records.DECODE_PROBLEM,) if changes else ())
-        parsed = records.parse(lines, ddl, "json", options, keep=keep)
+        parsed = records.parse(lines, ddl, "json", options, keep=keep, with_text=config.get("on_bad_record") == "dead_letter")
         checked = records.check(parsed, data_cols + list(META_COLUMNS), name, "messages", config.get("on_bad_record") or "fail",
                                 p._cache, line="offset")
     except SourceError:
@@ -460,5 +482,7 @@ def read(spark, p: KafkaPending):
                                           "this source was written and its checkpoint did not move")) from exc
     p.rows = checked.rows
     p.bad_records, p.bad_samples = checked.bad, checked.samples
+    if checked.rejected is not None:
+        p.rejected = _dead_letters(checked.rejected, name)
     p.tombstones = len(checked.missing)
     return checked.df

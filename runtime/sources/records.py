@@ -291,11 +291,11 @@ def parse_options(options: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str, ...] = ()):
+def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str, ...] = (), with_text: bool = False):
     """Typed columns of each record of `lines` plus FILE, LINE_NO, RECORD_NO and PROBLEM (why
     the record does not fit the schema, or null), and the columns of `lines` named in `keep`
     (a Kafka message's topic, partition, offset), as they are. A DECODE_PROBLEM column among
-    `keep` is the record's problem when set."""
+    `keep` is the record's problem when set. `with_text`: TEXT too (a dead-letter table keeps it)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -365,7 +365,7 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str
     decoded = [F.col(DECODE_PROBLEM)] if DECODE_PROBLEM in keep else []  # the reader's reason comes first
     problem = F.when(F.col(MISSING).isNull(), F.coalesce(*decoded, invalid, *first, *checks, F.when(corrupt, structural)))
     return both.select(FILE, MISSING, LINE_NO, RECORD_NO, *[F.col("t").getField(f.name).alias(f.name) for f in fields], problem.alias(PROBLEM),
-                       *keep)
+                       *keep, *([TEXT] if with_text else []))
 
 
 def _a(word: str) -> str:
@@ -382,6 +382,7 @@ class Checked:
     bad: int
     samples: list[str]
     missing: list[str]
+    rejected: Any = None  # the bad records (parse()'s columns and PROBLEM), with `on_bad_record: dead_letter`
 
 
 def where(row, line: str = "line") -> str:
@@ -397,7 +398,7 @@ def where(row, line: str = "line") -> str:
 
 def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache: list, line: str = "line") -> Checked:
     """Counts the records, the bad ones and the files gone in one pass over the persisted rows;
-    stops the step (SourceError) on a bad record unless `on_bad` is `drop`. `cache` collects
+    stops the step (SourceError) on a bad record unless `on_bad` is `drop` or `dead_letter`. `cache` collects
     what to unpersist once the step is over."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -410,11 +411,13 @@ def check(parsed, data_cols: list[str], name: str, what: str, on_bad: str, cache
         rows = (parsed.where(F.col(PROBLEM).isNotNull()).select(FILE, LINE_NO, RECORD_NO, PROBLEM)
                 .orderBy(FILE, LINE_NO, RECORD_NO).limit(SAMPLES).collect())
         samples = [f"{where(r, line)}: {r[PROBLEM]}" for r in rows]
-        if on_bad != "drop":
+        if on_bad not in ("drop", "dead_letter"):
             raise SourceError(bad_message(name, what, bad, samples), bad_hint(samples))
     missing = missing_names(parsed, gone)
     good = parsed.where(F.col(PROBLEM).isNull() & F.col(MISSING).isNull()) if bad or gone else parsed
-    return Checked(good.select(*[F.col(f"`{c}`") for c in data_cols]), int(total) - int(bad) - int(gone), int(bad), samples, missing)
+    rejected = parsed.where(F.col(PROBLEM).isNotNull()) if bad and on_bad == "dead_letter" else None
+    return Checked(good.select(*[F.col(f"`{c}`") for c in data_cols]), int(total) - int(bad) - int(gone), int(bad), samples, missing,
+                   rejected)
 
 
 def missing_names(df, gone: int) -> list[str]:

@@ -131,15 +131,30 @@ def settle(ctx: RunContext, step: Step, result: StepResult, sources: Mapping[str
             except Exception as exc:  # noqa: BLE001 - reported on the step below
                 problems.append(f"source {name}: the dead-letter table could not be written: {exc}")
             result.inputs[name] = p.to_dict()
+        if isinstance(p, kafka_source.KafkaPending) and p.rejected is not None and committed:
+            try:
+                _write_dead_letter(ctx, name + kafka_source.DEAD_LETTER_SUFFIX, kafka_source.DEAD_LETTER_KEY, kafka_source.DEAD_LETTER_DDL,
+                                   p.rejected.withColumn("consumer", _lit(step.name)))
+                p.dead_lettered = p.bad_records
+            except Exception as exc:  # noqa: BLE001 - reported on the step below
+                problems.append(f"source {name}: the dead-letter table could not be written: {exc}")
+            result.inputs[name] = p.to_dict()
         p.release()
     if problems and succeeded:
         raise RunError("; ".join(problems), "the commit is complete; what was not recorded is recorded again by the next run "
                        "(queue messages stay in the queue, undeclared objects are named again)")
 
 
-def _write_dead_letter(ctx: RunContext, name: str, key: tuple[str, ...], ddl: str, rows: list[dict]) -> None:
-    """Upserts `rows` (metadata: a queue message, an object's name) into the pipe table `name`,
-    keyed by `key` and ordered by `dead_lettered_at`; the table is made with the first rows."""
+def _lit(value: str):
+    from pyspark.sql import functions as F
+
+    return F.lit(value)
+
+
+def _write_dead_letter(ctx: RunContext, name: str, key: tuple[str, ...], ddl: str, rows) -> None:
+    """Upserts `rows` (metadata: a queue message, an object's name; or a DataFrame of bad Kafka
+    messages, which stays in Spark) into the pipe table `name`, keyed by `key` and ordered by
+    `dead_lettered_at`; the table is made with the first rows."""
     from runtime.table.config import TableConfig
     from runtime.table.table import Table
 
@@ -148,7 +163,14 @@ def _write_dead_letter(ctx: RunContext, name: str, key: tuple[str, ...], ddl: st
     ctx.check_spark_reads(spark, ctx.table_uri(name), name)
     table = Table.create(session, ctx.table_uri(name), TableConfig(name=name, record_key_fields=key, precombine_field="dead_lettered_at"),
                          ctx.storage_options)
-    table.write(session.createDataFrame(rows, ddl), "upsert")
+    if isinstance(rows, list):
+        rows = session.createDataFrame(rows, ddl)
+    else:  # the columns in the table's order, typed as it declares
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        rows = rows.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in StructType.fromDDL(ddl).fields])
+    table.write(rows, "upsert")
 
 
 def notes(sources: Mapping[str, Pending]) -> str:
@@ -166,7 +188,9 @@ def notes(sources: Mapping[str, Pending]) -> str:
             if p.dead_lettered:
                 out.append(f"{name}: {len(p.dead_lettered)} malformed message(s) moved to table {name}{s3_events_source.DEAD_LETTER_SUFFIX} "
                            f"after {p.dead_lettered[0].receive_count} receives, e.g. {p.dead_lettered[0].id}: {p.dead_lettered[0].error}")
-        if p.bad_records:
+        if p.bad_records and getattr(p, "dead_lettered", 0):
+            out.append(f"{name}: {p.bad_records} bad record(s) moved to table {name}{kafka_source.DEAD_LETTER_SUFFIX}, e.g. {p.bad_samples[0]}")
+        elif p.bad_records:
             out.append(f"{name}: {p.bad_records} bad record(s) dropped (on_bad_record: drop), e.g. {p.bad_samples[0]}")
         if isinstance(p, s3_incremental_source.S3IncrementalPending) and p.missing:
             out.append(f"{name}: {len(p.missing)} object(s) gone from the bucket were skipped, e.g. s3://{p.missing[0]}")
