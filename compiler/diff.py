@@ -285,30 +285,31 @@ def _source_changes(b: Step, h: Step) -> list[Change]:
         if bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "breaking", "the source reads other input, or reads it differently"))
     out += _column_changes(bc.get("schema"), hc.get("schema"), "source")
+    out += _column_changes(bc.get("captured_schema"), hc.get("captured_schema"), "captured table", field="captured_schema")
     for key in sorted(set(bc) | set(hc)):
-        if key not in SOURCE_BREAKING and key != "schema" and bc.get(key) != hc.get(key):
+        if key not in SOURCE_BREAKING and key not in ("schema", "captured_schema") and bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "a source setting (limits, filters, polling)"))
     return out
 
 
-def _column_changes(before, after, what: str) -> list[Change]:
+def _column_changes(before, after, what: str, field: str = "schema") -> list[Change]:
     if before == after or before is None and after is None:
         return []
     b = {c["name"].lower(): c["type"] for c in before or []}
     a = {c["name"].lower(): c["type"] for c in after or []}
     out = []
     if before is None or after is None:
-        return [Change("schema", before, after, "non-breaking", f"the {what}'s columns are now {'declared' if after else 'inferred'}")]
+        return [Change(field, before, after, "non-breaking", f"the {what}'s columns are now {'declared' if after else 'inferred'}")]
     removed = sorted(set(b) - set(a))
     retyped = sorted(n for n in set(b) & set(a) if b[n] != a[n])
     added = sorted(set(a) - set(b))
     if removed:
-        out.append(Change("schema", removed, None, "breaking", f"column(s) removed: {', '.join(removed)}"))
+        out.append(Change(field, removed, None, "breaking", f"column(s) removed: {', '.join(removed)}"))
     if retyped:
-        out.append(Change("schema", {n: b[n] for n in retyped}, {n: a[n] for n in retyped}, "breaking",
+        out.append(Change(field, {n: b[n] for n in retyped}, {n: a[n] for n in retyped}, "breaking",
                           f"column(s) retyped: {', '.join(f'{n} {b[n]} -> {a[n]}' for n in retyped)}"))
     if added:
-        out.append(Change("schema", None, added, "non-breaking", f"column(s) added: {', '.join(added)}"))
+        out.append(Change(field, None, added, "non-breaking", f"column(s) added: {', '.join(added)}"))
     return out
 
 

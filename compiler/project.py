@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from compiler import schema
+from compiler import fan_out, schema
 from compiler.errors import Collector, Location, ProjectError, did_you_mean
 from compiler.yamlsrc import Doc, load_yaml
 
@@ -406,6 +406,7 @@ def load_project(
 
     sources = _load_sources(files, errors, parse_cache)
     tables = _load_tables(files, errors, parse_cache)
+    fan_out.expand(files, sources, tables, errors)
     _check_sql_names(sources, tables, errors)
     macros = []
     for rel in files.listing("macros", (".sql",)):
@@ -469,6 +470,8 @@ def _entries(files: ProjectFiles, folder: str, other: str, errors: Collector, ch
     `cache` (compiler.partial.ParseCache): a file whose bytes are as when it was last read
     without a diagnostic is not parsed or checked again."""
     for rel in files.listing(folder, (".yml", ".yaml")):
+        if folder == "sources" and fan_out.is_captured_file(rel):
+            continue  # the tables a fan-out source captures (compiler/fan_out.py)
         data = files.contents[rel]
         found = _cached_entries(cache, rel, data)
         if found is None:

@@ -137,6 +137,15 @@ _READ_FORMAT = (
     Key("on_bad_record", "string", "A record that does not fit `schema` (a value that does not convert to its column's type, a CSV row with too few or too many fields, a line that is not JSON): `fail` stops the step naming file, line, column and value; `drop` leaves it out and counts it in the step's output.", default="fail", choices=("fail", "drop")),
 )
 
+FAN_OUT = Section(
+    "fan_out",
+    (
+        Key("table_prefix", "string", "Prefix of the generated tables' names; `<source>_` when unset.", default=None),
+        Key("table", "mapping", "Settings every generated table takes: any table setting (`type`, `tombstone_days`, `partition_by`, `tags`, `clean`, ...) but `key`, `precombine` and `operation`, which the capture decides.", default={}),
+    ),
+    "Fan-out of a change-data-capture source into one table per captured table.",
+)
+
 _AWS = (
     Key("region", "string", "AWS region of the bucket or queue; the AWS default chain when unset.", default=None),
     Key("endpoint_url", "string", "Endpoint of an S3- or SQS-compatible service (MinIO, localstack, moto).", default=None),
@@ -211,6 +220,7 @@ SOURCES: dict[str, Section] = {
             Key("max_records_per_run", "integer", "Read at most about this many messages per run, every partition in proportion to its backlog; the rest wait for the next run.", default=None, minimum=1),
             Key("on_checkpoint_lost", "string", "What to do when the offsets stored in the table's last commit are no longer in the topic (retention or compaction removed them, the topic was made anew): `fail` naming topic, partition and offsets; `earliest` or `latest` to go on from there (the step says what was skipped).", default="fail", choices=("fail", "earliest", "latest")),
             Key("on_bad_record", "string", "A message whose value is not a JSON object of the declared schema (for `debezium`: not a change event pipe applies): `fail` stops the step naming topic, partition, offset and why; `drop` leaves it out and counts it; `dead_letter` leaves it out and writes it (topic, partition, offset, key, reason, value) to the table `<source>_dead_letter` with the commit.", default="fail", choices=("fail", "drop", "dead_letter")),
+            Key("fan_out", "section", "One table per database table the change events capture (`format: debezium` with a `topic_pattern`): the captured tables are written down by `pipe discover <source>` in `<source>.captured.yml` beside this file; each becomes a source `<source>__<table>` and a table `<table_prefix><table>` keyed by its primary key, changes applied in log order.", default=None, section=FAN_OUT),
             Key("fetch_timeout_s", "integer", "A task reading a partition fails when no message arrives for this many seconds before its range is read; the metadata calls of a run wait this long for the brokers, 30 s at most.", default=120, minimum=1),
         ),
         "The messages of a Kafka topic (or of the topics a pattern matches) since the offsets stored in the table's last commit.",

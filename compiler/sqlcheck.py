@@ -146,8 +146,10 @@ def _source_columns(source) -> list[str] | None:
     declared = _declared(source.columns)
     if source.kind in ("files", "s3_incremental"):
         return declared
-    if source.kind == "kafka" and declared:
-        return declared + (list(CDC_COLUMNS) if str(source.config.get("format")).lower() == "debezium" else []) + list(KAFKA_COLUMNS)
+    if source.kind == "kafka":
+        declared = declared or [c["name"] for c in source.config.get("captured_schema") or []] or None  # a fan-out's table
+        if declared:
+            return declared + (list(CDC_COLUMNS) if str(source.config.get("format")).lower() == "debezium" else []) + list(KAFKA_COLUMNS)
     return None
 
 

@@ -1015,6 +1015,25 @@ def _plan_at_ref(ctx: _Context, ref: str, target: str | None, vars_text: str | N
                                      f"check out {ref} and run `pipe compile` to see why")]) from exc
 
 
+@cli.command(name="discover")
+@click.argument("source")
+@_target_option
+@_vars_option
+@_common
+@click.pass_obj
+def discover_cmd(ctx: _Context, source, target, vars_text) -> None:
+    """Write down the tables a fan-out SOURCE captures (<source>.captured.yml beside it): its topics, their keys and columns."""
+    from pipe.discover import discover
+
+    result = _compile(ctx, target, vars_text)
+    path, said = discover(result, ctx.root(), source)
+    rel = path.relative_to(ctx.root()).as_posix()
+    output.plain(f"{rel}:")
+    for line in said:
+        output.plain(line)
+    output.plain(f"Review {rel} and commit it; `pipe diff` shows what it changes.")
+
+
 @cli.command(name="timeline")
 @click.argument("table_name", metavar="TABLE")
 @click.option("--all", "show_all", is_flag=True, help="Include archived instants.")

@@ -193,3 +193,84 @@ def test_changes_apply_in_log_order_whatever_order_they_arrive_in(spark, tmp_pat
     assert dead[5].startswith("not a Debezium change event") and dead[6] == '{"id": 5}', dead
     code, out, err = pipe(capsys, root, "show", "payments_cdc_dead_letter")
     assert code == 0 and "shop.public.payments" in out, out + err
+
+
+# --- fan-out: one source, one table per captured table ------------------------------------------
+
+
+def change(table: str, op: str, row: dict, fields: list[tuple[str, str]], lsn: int) -> bytes:
+    """A Debezium event of `table` (schema public) whose row has `fields` [(name, Connect type)]."""
+    schema_fields = [{"type": t, "optional": True, "field": n} for n, t in fields]
+    row_schema = {"type": "struct", "optional": True, "name": f"shop.public.{table}.Value", "fields": schema_fields}
+    payload = {"before": row if op == "d" else None, "after": None if op == "d" else row, "op": op, "ts_ms": 1_700_000_000_000,
+               "source": {"connector": "postgresql", "db": "shop", "schema": "public", "table": table, "lsn": lsn, "ts_ms": 1_700_000_000_000}}
+    return json.dumps({"schema": {"type": "struct", "fields": [{**row_schema, "field": "before"}, {**row_schema, "field": "after"},
+                                                               {"type": "string", "field": "op"}]}, "payload": payload}).encode()
+
+
+def change_key(row: dict, names: list[str]) -> bytes:
+    return json.dumps({"schema": {"type": "struct", "fields": [{"type": "int64", "optional": False, "field": n} for n in names]},
+                       "payload": {n: row[n] for n in names}}).encode()
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_fan_out_source_discovers_its_tables_and_runs_one_table_per_captured_table(spark, tmp_path, capsys, kafka):
+    import yaml
+
+    from tests.conftest import write_project
+    from tests.test_run import PROJECT_YML, hudi_rows, pipe, run_ok, steps
+
+    customers = [("id", "int64"), ("email", "string")]
+    lines = [("order_id", "int64"), ("line_no", "int64"), ("sku", "string")]
+    for topic in ("shop.public.customers", "shop.public.order_lines", "shop.transaction"):
+        kafka.create_topic(topic, partitions=2)
+    kafka.produce("shop.public.customers", [(change_key(r, ["id"]), change("customers", "c", r, customers, 100 + r["id"]))
+                                            for r in ({"id": i, "email": f"c{i}@shop.example"} for i in range(50))])
+    kafka.produce("shop.public.order_lines", [(change_key(r, ["order_id", "line_no"]), change("order_lines", "c", r, lines, 200 + i))
+                                              for i, r in enumerate({"order_id": o, "line_no": n, "sku": f"S-{o}-{n}"}
+                                                                    for o in range(20) for n in range(3))])
+    kafka.produce("shop.transaction", [(b'{"id": "771"}', b'{"status": "BEGIN", "id": "771"}')])
+    src = {"kind": "kafka", "bootstrap_servers": kafka.bootstrap, "topic_pattern": r"shop\.public\..*", "format": "debezium",
+           "fan_out": {"table": {"tombstone_days": 7, "tags": ["bronze"]}}}
+    root = write_project(tmp_path / "p", {"pipe_project.yml": PROJECT_YML,
+                                          "sources/cdc.yml": yaml.safe_dump({"sources": {"shop_cdc": src}}, sort_keys=False)})
+    code, out, err = pipe(capsys, root, "compile")
+    assert code == 0 and "fans out to no table yet" in out + err and "pipe discover shop_cdc" in out + err, out + err
+
+    code, out, err = pipe(capsys, root, "discover", "shop_cdc")
+    assert code == 0, out + err
+    assert "+ customers: topic shop.public.customers, key id, 2 column(s)" in out, out
+    assert "+ order_lines: topic shop.public.order_lines, key order_id, line_no, 3 column(s)" in out, out
+    captured = yaml.safe_load((root / "sources/shop_cdc.captured.yml").read_text())
+    assert captured == {"captured": {"shop_cdc": {
+        "customers": {"topic": "shop.public.customers", "key": ["id"], "schema": {"id": "BIGINT", "email": "STRING"}},
+        "order_lines": {"topic": "shop.public.order_lines", "key": ["order_id", "line_no"],
+                        "schema": {"order_id": "BIGINT", "line_no": "BIGINT", "sku": "STRING"}}}}}
+    code, out, _ = pipe(capsys, root, "ls", "--select", "tag:bronze")
+    assert out.split() == ["table.shop_cdc_customers", "table.shop_cdc_order_lines"], out
+    (root / "target/plan.json").rename(root / "base-plan.json")
+
+    run_ok(capsys, root, "--threads", "2")
+    assert hudi_rows(root, "shop_cdc_customers", ["id", "email"]) == [(i, f"c{i}@shop.example") for i in range(50)]
+    assert len(hudi_rows(root, "shop_cdc_order_lines", ["order_id", "line_no"])) == 60
+    inputs = steps(root)["table.shop_cdc_order_lines"]["inputs"]
+    assert list(inputs) == ["shop_cdc__order_lines"] and inputs["shop_cdc__order_lines"]["checkpoint"].startswith("shop.public.order_lines,0:")
+
+    # a table added in the database: its topic waits, named, until discovery writes it down; a
+    # column added flows in at once, and discovery records it
+    kafka.create_topic("shop.public.refunds", partitions=1)
+    kafka.produce("shop.public.refunds", [(change_key({"id": 1}, ["id"]), change("refunds", "c", {"id": 1, "cents": 500},
+                                                                                  [("id", "int64"), ("cents", "int64")], 300))])
+    wider = customers + [("phone", "string")]
+    kafka.produce("shop.public.customers", [(change_key({"id": 3}, ["id"]),
+                                             change("customers", "u", {"id": 3, "email": "new@shop.example", "phone": "+33 1 23"}, wider, 400))])
+    run_ok(capsys, root)
+    assert "1 topic(s) without a table yet: shop.public.refunds (`pipe discover shop_cdc` writes them down)" in steps(root)["source.shop_cdc"]["message"]
+    assert (3, "new@shop.example", "+33 1 23") in hudi_rows(root, "shop_cdc_customers", ["id", "email", "phone"])
+    code, out, err = pipe(capsys, root, "discover", "shop_cdc")
+    assert code == 0 and "+ refunds: topic shop.public.refunds, key id, 2 column(s)" in out and "~ customers: column(s) added: phone" in out, out
+    code, out, err = pipe(capsys, root, "diff", str(root / "base-plan.json"))
+    assert "+ table.shop_cdc_refunds  added" in out and "column(s) added: phone" in out and "most severe: non-breaking" in out, out
+    run_ok(capsys, root)
+    assert hudi_rows(root, "shop_cdc_refunds", ["id", "cents"]) == [(1, 500)]

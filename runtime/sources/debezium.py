@@ -227,3 +227,33 @@ def union_ddl(source: str, found: Iterable[tuple[str, str]]) -> str:
                                   "a column's type changed in the database: rebuild the table under a new name, or declare the "
                                   "source's `schema` with the type to read it as")
     return ", ".join("`" + name.replace("`", "``") + f"` {typ}" for name, typ, _ in columns.values())
+
+
+def captured_table(messages: Iterable[tuple[bytes | None, bytes | None]]) -> tuple[list[str], dict[str, str]] | None:
+    """(key columns, {column: Spark type}) of the table whose change events `messages` are
+    (newest first): the key from the message key's fields (its Connect schema, or the fields of
+    the key object), the columns from the newest event carrying a schema. None when no message
+    is a change event with a key."""
+    key: list[str] | None = None
+    columns: dict[str, str] = {}
+    for k, v in messages:
+        if not k or not v:
+            continue
+        try:
+            key_obj, key_schema = _split(json.loads(k))
+            envelope, schema = _split(json.loads(v))
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(envelope, dict) or envelope.get("op") not in OPS or not isinstance(key_obj, dict):
+            continue
+        if key is None:
+            key = [f["field"] for f in key_schema.get("fields") or []] if key_schema else list(key_obj)
+        row_schema = _field(schema, "after")
+        if row_schema and not columns:
+            try:
+                columns = {f["field"]: spark_type(f) for f in row_schema.get("fields") or []}
+            except BadEvent:
+                columns = {}
+        if key is not None and (columns or schema is None):
+            break
+    return (key, columns) if key else None

@@ -486,3 +486,41 @@ def read(spark, p: KafkaPending):
         p.rejected = _dead_letters(checked.rejected, name)
     p.tombstones = len(checked.missing)
     return checked.df
+
+
+def latest_messages(source: str, config: Mapping[str, Any], topic: str, per_partition: int = 20) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of the last `per_partition` messages of each partition of `topic`, newest
+    first: what `pipe discover` reads to learn a topic's key and columns (a few messages on the
+    driver, never a range)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    admin = _admin(source, config)
+    parts = [(topic, p) for p in topics(source, {**config, "topic": topic, "topic_pattern": None}, admin)[topic]]
+    bounds = _offsets(source, config, admin, parts)
+    consumer = Consumer({**client_config(config), "logger": _LOG, "group.id": f"pipe-discover-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": "false", "enable.partition.eof": "true", "isolation.level": "read_committed",
+                         "auto.offset.reset": "error"})
+    found: list[tuple[int, bytes | None, bytes | None]] = []
+    try:
+        for (t, p), (low, high) in sorted(bounds.items()):
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(t, p, max(low, high - per_partition))])
+            deadline = time.monotonic() + _timeout(config)
+            done = False
+            while not done and time.monotonic() < deadline:
+                for m in consumer.consume(per_partition, 1.0):
+                    if m.error() is not None:
+                        if m.error().code() == KafkaError._PARTITION_EOF:
+                            done = True
+                            break
+                        raise _kafka_error(source, config, f"read topic {t} partition {p}", m.error())
+                    found.append((m.timestamp()[1], m.key(), m.value()))
+                    done = m.offset() >= high - 1
+    except SourceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - KafkaException
+        raise _kafka_error(source, config, f"read topic {topic}", exc) from exc
+    finally:
+        consumer.close()
+    return [(k, v) for _, k, v in sorted(found, key=lambda f: f[0], reverse=True)]

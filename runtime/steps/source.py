@@ -44,7 +44,15 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
         partitions = sum(len(p) for p in found.values())
         result.inputs = {"topics": len(found), "partitions": partitions}
         names = ", ".join(sorted(found)[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        return done, f"{len(found)} topic{'s' if len(found) != 1 else ''} ({names or 'none yet'}), {partitions} partition{'s' if partitions != 1 else ''}"
+        text = f"{len(found)} topic{'s' if len(found) != 1 else ''} ({names or 'none yet'}), {partitions} partition{'s' if partitions != 1 else ''}"
+        if config.get("fan_out"):  # topics the pattern matches that no captured table reads yet
+            captured = {s.config.get("topic") for s in ctx.plan.steps if s.kind == "ingest" and s.name.startswith(step.name + "__")}
+            new = sorted(set(found) - captured)
+            result.inputs["uncaptured_topics"] = new
+            if new:
+                text += (f"; {len(new)} topic(s) without a table yet: {', '.join(new[:3])}{' ...' if len(new) > 3 else ''} "
+                         f"(`pipe discover {step.name}` writes them down)")
+        return done, text
     raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe")
 
 
