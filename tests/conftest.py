@@ -155,6 +155,29 @@ def kafka(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """A PostgreSQL server with logical decoding on 127.0.0.1 (tests/postgres/env.py), for the whole
+    session; tests make databases of their own in it (`postgres.create_database`)."""
+    from tests.postgres.env import PostgresServer
+
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="session")
+def debezium(tmp_path_factory, kafka, postgres):
+    """A Kafka Connect worker (standalone) with Debezium's Postgres connector (tests/kafka/connect.py),
+    writing `postgres`'s changes into `kafka`, for the whole session; tests add connectors of their
+    own (`debezium.add_connector`, with a topic prefix of their own) and remove them."""
+    from tests.kafka.connect import DebeziumConnect
+
+    connect = DebeziumConnect(tmp_path_factory.mktemp("debezium"), kafka, postgres)
+    yield connect
+    connect.stop()
+
+
+@pytest.fixture(scope="session")
 def hive_metastore(tmp_path_factory):
     """A Hive metastore service on 127.0.0.1 (tests/hive_metastore.py), for the whole session."""
     from tests.hive_metastore import HiveMetastore
