@@ -149,7 +149,7 @@ def _source_columns(source) -> list[str] | None:
     if source.kind == "kafka":
         declared = declared or [c["name"] for c in source.config.get("captured_schema") or []] or None  # a fan-out's table
         if declared:
-            return declared + (list(CDC_COLUMNS) if str(source.config.get("format")).lower() == "debezium" else []) + list(KAFKA_COLUMNS)
+            return declared + (list(CDC_COLUMNS) if str(source.config.get("format")).lower() in ("debezium", "dms") else []) + list(KAFKA_COLUMNS)
     return None
 
 

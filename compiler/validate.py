@@ -196,7 +196,7 @@ def _validate_kafka(source: Source, what: str, errors: Collector) -> None:
         errors.error(source.at("starting_offsets"), f"starting_offsets: latest of {what} needs a declared `schema`",
                      "a first run that starts at the latest offsets may find no message to infer the columns from, and must "
                      "still commit where it started: declare the messages' columns in `schema`")
-    added = KAFKA_COLUMNS + (CDC_COLUMNS if str(c.get("format")).lower() == "debezium" else ())
+    added = KAFKA_COLUMNS + (CDC_COLUMNS if str(c.get("format")).lower() in ("debezium", "dms") else ())
     for col in source.columns or []:
         if isinstance(col, dict) and str(col.get("name", "")).lower() in added:
             errors.error(source.at("schema"), f"the schema of {what} declares {col['name']}, a column pipe adds to every message",

@@ -56,7 +56,7 @@ def test_an_insert_becomes_its_row_with_connect_encodings_turned_into_values():
     row = json.loads(text)
     assert row == {"id": 7, "name": "Zoë \"O'Brien\"", "amount": "-1234.56", "paid_at": "2024-02-29T23:59:59.123456Z",
                    "seen_at": "2024-02-29T23:59:59.123456Z", "day": "2024-02-29", "_cdc_op": "c",
-                   "_cdc_position": "00000000026000000123", "_cdc_ts": "2023-11-14T22:13:20.123000Z",
+                   "_cdc_position": "00000000026000000123:1", "_cdc_ts": "2023-11-14T22:13:20.123000Z",
                    "_cdc_table": "public.payments", "_hoodie_is_deleted": False}
     assert json.loads(ddl) == [["id", "BIGINT"], ["name", "STRING"], ["amount", "DECIMAL(12,2)"], ["paid_at", "TIMESTAMP"],
                                ["seen_at", "TIMESTAMP"], ["day", "DATE"]]
@@ -83,7 +83,7 @@ def test_events_without_schemas_pass_their_values_as_they_are():
 
 
 def test_positions_sort_in_log_order():
-    pg = [position({"connector": "postgresql", "lsn": n}) for n in (9, 10, 123_456_789_012)]
+    pg = [position({"connector": "postgresql", "lsn": n}, op) for n, op in ((9, "u"), (10, "r"), (10, "u"), (123_456_789_012, "c"))]
     assert pg == sorted(pg)
     mysql = [position({"connector": "mysql", "file": f, "pos": p, "row": r})
              for f, p, r in (("bin.000009", 99_999, 0), ("bin.000010", 4, 0), ("bin.000010", 4, 1), ("bin.000010", 120, 0))]
@@ -163,19 +163,19 @@ def test_changes_apply_in_log_order_whatever_order_they_arrive_in(spark, tmp_pat
     run_ok(capsys, root)
     columns = ["id", "name", "amount", "_cdc_op", "_cdc_position"]
     d = decimal.Decimal
-    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}"), (3, "c", d("3.00"), "r", f"{10:020d}")])
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}:1"), (3, "c", d("3.00"), "r", f"{10:020d}:0")])
     step = steps(root)["table.payments"]
     assert step["inputs"]["payments_cdc"]["tombstones"] == 1, step
     # late: an update of key 2 from before its delete, an older update of key 1; new: key 4
     send([(2, event("u", row(2, 200, "b"), row(2, 250, "b-late"), lsn=45)), (1, event("u", None, row(1, 160, "stale"), lsn=35)),
           (4, event("c", None, row(4, 400, "Zoë \"d\""), lsn=60)), (3, event("d", row(3, 300, "c"), None, lsn=70)), (3, None)])
     run_ok(capsys, root)
-    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}"), (4, 'Zoë "d"', d("4.00"), "c", f"{60:020d}")])
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}:1"), (4, 'Zoë "d"', d("4.00"), "c", f"{60:020d}:1")])
     # a key deleted, then inserted again later in the log, is back
     send([(3, event("c", None, row(3, 333, "c-again"), lsn=80))])
     run_ok(capsys, root)
-    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}"), (3, "c-again", d("3.33"), "c", f"{80:020d}"),
-                                                    (4, 'Zoë "d"', d("4.00"), "c", f"{60:020d}")])
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}:1"), (3, "c-again", d("3.33"), "c", f"{80:020d}:1"),
+                                                    (4, 'Zoë "d"', d("4.00"), "c", f"{60:020d}:1")])
     # a message that is no change event stops the step, naming topic, partition and offset
     kafka.produce("shop.public.payments", [(key(5), b'{"id": 5}')], partition=1)
     code, out, err = pipe(capsys, root, "run")
@@ -223,15 +223,15 @@ def test_a_fan_out_source_discovers_its_tables_and_runs_one_table_per_captured_t
 
     customers = [("id", "int64"), ("email", "string")]
     lines = [("order_id", "int64"), ("line_no", "int64"), ("sku", "string")]
-    for topic in ("shop.public.customers", "shop.public.order_lines", "shop.transaction"):
+    for topic in ("fo.public.customers", "fo.public.order_lines", "fo.transaction"):
         kafka.create_topic(topic, partitions=2)
-    kafka.produce("shop.public.customers", [(change_key(r, ["id"]), change("customers", "c", r, customers, 100 + r["id"]))
+    kafka.produce("fo.public.customers", [(change_key(r, ["id"]), change("customers", "c", r, customers, 100 + r["id"]))
                                             for r in ({"id": i, "email": f"c{i}@shop.example"} for i in range(50))])
-    kafka.produce("shop.public.order_lines", [(change_key(r, ["order_id", "line_no"]), change("order_lines", "c", r, lines, 200 + i))
+    kafka.produce("fo.public.order_lines", [(change_key(r, ["order_id", "line_no"]), change("order_lines", "c", r, lines, 200 + i))
                                               for i, r in enumerate({"order_id": o, "line_no": n, "sku": f"S-{o}-{n}"}
                                                                     for o in range(20) for n in range(3))])
-    kafka.produce("shop.transaction", [(b'{"id": "771"}', b'{"status": "BEGIN", "id": "771"}')])
-    src = {"kind": "kafka", "bootstrap_servers": kafka.bootstrap, "topic_pattern": r"shop\.public\..*", "format": "debezium",
+    kafka.produce("fo.transaction", [(b'{"id": "771"}', b'{"status": "BEGIN", "id": "771"}')])
+    src = {"kind": "kafka", "bootstrap_servers": kafka.bootstrap, "topic_pattern": r"fo\.public\..*", "format": "debezium",
            "fan_out": {"table": {"tombstone_days": 7, "tags": ["bronze"]}}}
     root = write_project(tmp_path / "p", {"pipe_project.yml": PROJECT_YML,
                                           "sources/cdc.yml": yaml.safe_dump({"sources": {"shop_cdc": src}}, sort_keys=False)})
@@ -240,12 +240,12 @@ def test_a_fan_out_source_discovers_its_tables_and_runs_one_table_per_captured_t
 
     code, out, err = pipe(capsys, root, "discover", "shop_cdc")
     assert code == 0, out + err
-    assert "+ customers: topic shop.public.customers, key id, 2 column(s)" in out, out
-    assert "+ order_lines: topic shop.public.order_lines, key order_id, line_no, 3 column(s)" in out, out
+    assert "+ customers: topic fo.public.customers, key id, 2 column(s)" in out, out
+    assert "+ order_lines: topic fo.public.order_lines, key order_id, line_no, 3 column(s)" in out, out
     captured = yaml.safe_load((root / "sources/shop_cdc.captured.yml").read_text())
     assert captured == {"captured": {"shop_cdc": {
-        "customers": {"topic": "shop.public.customers", "key": ["id"], "schema": {"id": "BIGINT", "email": "STRING"}},
-        "order_lines": {"topic": "shop.public.order_lines", "key": ["order_id", "line_no"],
+        "customers": {"topic": "fo.public.customers", "key": ["id"], "schema": {"id": "BIGINT", "email": "STRING"}},
+        "order_lines": {"topic": "fo.public.order_lines", "key": ["order_id", "line_no"],
                         "schema": {"order_id": "BIGINT", "line_no": "BIGINT", "sku": "STRING"}}}}}
     code, out, _ = pipe(capsys, root, "ls", "--select", "tag:bronze")
     assert out.split() == ["table.shop_cdc_customers", "table.shop_cdc_order_lines"], out
@@ -255,21 +255,21 @@ def test_a_fan_out_source_discovers_its_tables_and_runs_one_table_per_captured_t
     assert hudi_rows(root, "shop_cdc_customers", ["id", "email"]) == [(i, f"c{i}@shop.example") for i in range(50)]
     assert len(hudi_rows(root, "shop_cdc_order_lines", ["order_id", "line_no"])) == 60
     inputs = steps(root)["table.shop_cdc_order_lines"]["inputs"]
-    assert list(inputs) == ["shop_cdc__order_lines"] and inputs["shop_cdc__order_lines"]["checkpoint"].startswith("shop.public.order_lines,0:")
+    assert list(inputs) == ["shop_cdc__order_lines"] and inputs["shop_cdc__order_lines"]["checkpoint"].startswith("fo.public.order_lines,0:")
 
     # a table added in the database: its topic waits, named, until discovery writes it down; a
     # column added flows in at once, and discovery records it
-    kafka.create_topic("shop.public.refunds", partitions=1)
-    kafka.produce("shop.public.refunds", [(change_key({"id": 1}, ["id"]), change("refunds", "c", {"id": 1, "cents": 500},
+    kafka.create_topic("fo.public.refunds", partitions=1)
+    kafka.produce("fo.public.refunds", [(change_key({"id": 1}, ["id"]), change("refunds", "c", {"id": 1, "cents": 500},
                                                                                   [("id", "int64"), ("cents", "int64")], 300))])
     wider = customers + [("phone", "string")]
-    kafka.produce("shop.public.customers", [(change_key({"id": 3}, ["id"]),
+    kafka.produce("fo.public.customers", [(change_key({"id": 3}, ["id"]),
                                              change("customers", "u", {"id": 3, "email": "new@shop.example", "phone": "+33 1 23"}, wider, 400))])
     run_ok(capsys, root)
-    assert "1 topic(s) without a table yet: shop.public.refunds (`pipe discover shop_cdc` writes them down)" in steps(root)["source.shop_cdc"]["message"]
+    assert "1 topic(s) without a table yet: fo.public.refunds (`pipe discover shop_cdc` writes them down)" in steps(root)["source.shop_cdc"]["message"]
     assert (3, "new@shop.example", "+33 1 23") in hudi_rows(root, "shop_cdc_customers", ["id", "email", "phone"])
     code, out, err = pipe(capsys, root, "discover", "shop_cdc")
-    assert code == 0 and "+ refunds: topic shop.public.refunds, key id, 2 column(s)" in out and "~ customers: column(s) added: phone" in out, out
+    assert code == 0 and "+ refunds: topic fo.public.refunds, key id, 2 column(s)" in out and "~ customers: column(s) added: phone" in out, out
     code, out, err = pipe(capsys, root, "diff", str(root / "base-plan.json"))
     assert "+ table.shop_cdc_refunds  added" in out and "column(s) added: phone" in out and "most severe: non-breaking" in out, out
     run_ok(capsys, root)

@@ -15,7 +15,8 @@ plus
 
 - `_cdc_op`: c, u, d or r;
 - `_cdc_position`: the change's place in the database's log, as text that sorts in log order
-  (Postgres: the LSN; MySQL: binlog file, position and row; else the commit time in millis),
+  (Postgres: the LSN, then 0 for a snapshot read and 1 for a change; MySQL: binlog file,
+  position and row; else the commit time in millis),
   the `precombine` of a table that applies the changes: the newest change of a key wins
   whatever order the messages arrive in;
 - `_cdc_ts`: when the change was committed in the database (`source.ts_ms`);
@@ -36,12 +37,8 @@ import decimal
 import json
 from typing import Any, Callable, Iterable, Mapping
 
-from compiler.columns import CDC_COLUMNS
 from runtime.sources import SourceError
-
-OP, POSITION, TS, TABLE, IS_DELETED = CDC_COLUMNS
-CDC_DDL = f"`{OP}` STRING, `{POSITION}` STRING, `{TS}` TIMESTAMP, `{TABLE}` STRING, `{IS_DELETED}` BOOLEAN"
-OPS = {"c", "u", "d", "r"}
+from runtime.sources.change_events import IS_DELETED, OP, OPS, POSITION, TABLE, TS, BadEvent, iso_millis
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_DAY = dt.date(1970, 1, 1)
@@ -57,10 +54,6 @@ _TIMES = {"io.debezium.time.Time": 1_000, "org.apache.kafka.connect.data.Time": 
           "io.debezium.time.NanoTime": 1_000_000_000, "io.debezium.time.ZonedTime": None}
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
-
-
-class BadEvent(ValueError):
-    """A message that is not a change event pipe can apply; the text is the reason."""
 
 
 def spark_type(schema: Mapping[str, Any]) -> str:
@@ -144,11 +137,13 @@ def _field(schema: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | N
     return next((f for f in schema.get("fields") or [] if f.get("field") == name), None)
 
 
-def position(source: Mapping[str, Any]) -> str:
-    """The change's place in the database's log, as text that sorts in log order."""
+def position(source: Mapping[str, Any], op: str = "c") -> str:
+    """The change's place in the database's log, as text that sorts in log order. A Postgres
+    snapshot's rows all carry the LSN the snapshot started at, which the first change streamed
+    after it may carry too: at one LSN a snapshot read (`op: r`) sorts before a change."""
     connector = source.get("connector")
     if connector == "postgresql" and source.get("lsn") is not None:
-        return f"{int(source['lsn']):020d}"
+        return f"{int(source['lsn']):020d}:{0 if op == 'r' else 1}"
     if connector == "mysql" and source.get("file"):
         seq = source["file"].rsplit(".", 1)[-1]
         return f"{int(seq) if seq.isdigit() else 0:010d}:{int(source.get('pos') or 0):020d}:{int(source.get('row') or 0):06d}"
@@ -194,9 +189,9 @@ def decoder() -> Callable[[bytes, bytes | None], tuple[str, str | None]]:
         except (KeyError, ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
             raise BadEvent(f"a value does not fit its schema ({type(exc).__name__}: {exc})") from None
         out[OP] = op
-        out[POSITION] = position(source)
+        out[POSITION] = position(source, op)
         ts = source.get("ts_ms")
-        out[TS] = None if ts is None else (_EPOCH + dt.timedelta(milliseconds=int(ts))).isoformat() + "Z"
+        out[TS] = None if ts is None else iso_millis(ts)
         out[TABLE] = ".".join(str(p) for p in (source.get("schema") or source.get("db"), source.get("table")) if p)
         out[IS_DELETED] = op == "d"
         columns = None

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from compiler.columns import KAFKA_COLUMNS
-from runtime.sources import NothingToRead, Pending, SourceError, columns_ddl, debezium, records
+from runtime.sources import NothingToRead, Pending, SourceError, change_events, columns_ddl, debezium, records
 
 META_COLUMNS = KAFKA_COLUMNS
 TOPIC, PARTITION, OFFSET, TIMESTAMP, KEY = META_COLUMNS
@@ -264,7 +264,7 @@ class KafkaPending(Pending):
             if self.waiting:
                 text += f", {self.waiting} more waiting for the next run (max_records_per_run)"
             if self.tombstones:
-                text += f"; {self.tombstones} tombstone(s) (messages without a value) skipped"
+                text += f"; {self.tombstones} message(s) without a row (tombstones, control records) skipped"
         return text + "".join(f"; {n}" for n in self.notes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -345,21 +345,26 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
                     ts_type, ts = m.timestamp()
                     cols[records.FILE].append(place)
                     cols[records.LINE_NO].append(offset)
+                    skipped = value is None  # a tombstone of a compacted topic
                     if decode is None:
                         cols[records.TEXT].append(None if value is None else value.decode("utf-8", records._INVALID_HANDLER))
                     else:
                         text = ddl = problem = None
                         if value is not None:
                             try:
-                                text, ddl = decode(value, key)
-                            except debezium.BadEvent as exc:  # kept as it came, for the message and the dead-letter table
+                                decoded = decode(value, key)
+                                if decoded is None:  # a message without a row (a control record): skipped, counted
+                                    skipped = True
+                                else:
+                                    text, ddl = decoded
+                            except change_events.BadEvent as exc:  # kept as it came, for the message and the dead-letter table
                                 problem, text = str(exc), value.decode("utf-8", records._INVALID_HANDLER)
                         cols[records.TEXT].append(text)
                         cols[SCHEMA].append(ddl)
                         cols[records.DECODE_PROBLEM].append(problem)
                     held += len(value or b"") + len(key or b"")
                     cols[records.IS_HEADER].append(False)
-                    cols[records.MISSING].append(f"{place} offset {offset}" if value is None else None)  # a tombstone
+                    cols[records.MISSING].append(f"{place} offset {offset}" if skipped else None)
                     cols[TOPIC].append(topic)
                     cols[PARTITION].append(partition)
                     cols[OFFSET].append(offset)
@@ -385,7 +390,7 @@ def _change_ddl(spark, name: str, lines, options: Mapping[str, Any], ranges: lis
 
     found = (lines.where(F.col(SCHEMA).isNotNull()).groupBy(SCHEMA)
              .agg(F.min(F.struct(TOPIC, PARTITION, OFFSET)).alias("at")).collect())
-    cdc = [f.name for f in StructType.fromDDL(debezium.CDC_DDL).fields]
+    cdc = [f.name for f in StructType.fromDDL(change_events.CDC_DDL).fields]
     if found:
         found = sorted(found, key=lambda r: (r["at"][0], r["at"][1], r["at"][2]))
         data = debezium.union_ddl(name, [(f"{r['at'][0]}/{r['at'][1]} offset {r['at'][2]}", r[SCHEMA]) for r in found])
@@ -394,14 +399,14 @@ def _change_ddl(spark, name: str, lines, options: Mapping[str, Any], ranges: lis
             inferred = records.infer_ddl(spark, lines, "json", options, name, "messages", "at " + _describe_ranges(ranges))
         except SourceError:
             if lines.where(F.col(records.DECODE_PROBLEM).isNotNull()).limit(1).count():
-                return debezium.CDC_DDL  # no event decoded: the check that follows names the messages and why
+                return change_events.CDC_DDL  # no event decoded: the check that follows names the messages and why
             raise
         data = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in StructType.fromDDL(inferred).fields if f.name not in cdc)
     clash = sorted({f.name for f in StructType.fromDDL(data).fields} & set(cdc)) if data else []
     if clash:
         raise SourceError(f"source {name}: the changed table has a column named {clash[0]}, the name of a column pipe adds to every change",
                           "rename the column in the database, or declare the source's `schema` without it")
-    return (data + ", " if data else "") + debezium.CDC_DDL
+    return (data + ", " if data else "") + change_events.CDC_DDL
 
 
 DEAD_LETTER_SUFFIX = "_dead_letter"
@@ -438,24 +443,24 @@ def read(spark, p: KafkaPending):
             raise NothingToRead(f"source {name}: no new message, and without a declared `schema` there are no columns to offer the table",
                                 "declare the messages' columns in the source's `schema`")
         p.rows = 0
-        cdc = f"{debezium.CDC_DDL}, " if config.get("format") == "debezium" else ""
+        cdc = f"{change_events.CDC_DDL}, " if config.get("format") in change_events.FORMATS else ""
         return spark.createDataFrame([], f"{columns_ddl(declared)}, {cdc}{META_DDL}")
     client = client_config(config)
     timeout_s = float(config.get("fetch_timeout_s") or 120)
     ranges = [(r.topic, r.partition, r.start, r.end) for r in p.ranges]
-    changes = config.get("format") == "debezium"
+    changes = config.get("format") in change_events.FORMATS
     raw_struct = StructType.fromDDL(_RAW_CHANGES_DDL if changes else _RAW_DDL)
     arrow_schema = to_arrow_schema(raw_struct, timezone="UTC")  # made here: the executors have no Spark to parse DDL
 
     def task(batches):
-        decode = debezium.decoder() if changes else None
+        decode = change_events.decoder(config["format"]) if changes else None
         for batch in batches:  # ids of spark.range: one range per task
             yield from fetch(client, name, timeout_s, arrow_schema, [ranges[i] for i in batch.column(0).to_pylist()], decode)
 
     try:
         lines = spark.range(0, len(ranges), 1, len(ranges)).mapInArrow(task, raw_struct)
         if declared:
-            ddl = columns_ddl(declared) + (f", {debezium.CDC_DDL}" if changes else "")
+            ddl = columns_ddl(declared) + (f", {change_events.CDC_DDL}" if changes else "")
         else:  # inferring reads the messages once more: keep them
             lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
             p._cache.append(lines)
