@@ -232,6 +232,20 @@ def _warm_if_needed_after(item) -> None:
         _warm().prepare()
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The longest test files first (tests/durations.py): xdist hands files to its workers in
+    this order, so that no long file starts last while the other workers have nothing left."""
+    from tests.durations import load
+
+    seconds = load()
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid.split("::", 1)[0]] = counts.get(item.nodeid.split("::", 1)[0], 0) + 1
+    cost = {f: seconds.get(f, 3.0 * n) for f, n in counts.items()}
+    first_seen = {f: i for i, f in enumerate(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))}
+    items.sort(key=lambda item: (-cost[item.nodeid.split("::", 1)[0]], first_seen[item.nodeid.split("::", 1)[0]]))
+
+
 def pytest_runtest_setup(item):
     global _current_item
     _current_item = item
