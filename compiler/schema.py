@@ -113,7 +113,7 @@ PROJECT = Section(
     "The project file at the root of the project folder.",
 )
 
-SOURCE_KINDS = ("files", "s3_events", "s3_incremental", "table", "kafka")
+SOURCE_KINDS = ("files", "s3_events", "s3_incremental", "table", "kafka", "jdbc")
 FORMATS = ("json", "csv", "parquet")
 
 _TESTS = (
@@ -224,6 +224,25 @@ SOURCES: dict[str, Section] = {
             Key("fetch_timeout_s", "integer", "A task reading a partition fails when no message arrives for this many seconds before its range is read; the metadata calls of a run wait this long for the brokers, 30 s at most.", default=120, minimum=1),
         ),
         "The messages of a Kafka topic (or of the topics a pattern matches) since the offsets stored in the table's last commit.",
+    ),
+    "jdbc": Section(
+        "source (kind: jdbc)",
+        _SOURCE_COMMON
+        + (
+            Key("url", "string", "The database's JDBC URL (`jdbc:postgresql://host:5432/shop`). Credentials go in `user` and `password`, not in the URL.", required=True),
+            Key("dbtable", "string", "The database table to read (`public.orders`; Spark's JDBC option of that name). Give `dbtable` or `query`.", default=None),
+            Key("query", "string", "A SELECT whose rows are the source's (`select o.*, c.region from orders o join customers c using (customer_id)`). Give `dbtable` or `query`.", default=None),
+            Key("user", "string", "The database user.", default=None),
+            Key("password", "string", "The user's password: give it with `env_var()` (masked in every output).", default=None),
+            Key("incremental_column", "string", "A column whose value only grows for new and changed rows (an `updated_at` timestamp, an id): each run reads the rows at or above the largest value the last commit stored. Without it every run reads the whole table.", default=None),
+            Key("lookback", "integer", "Each run reads again this far below the stored high-water mark (seconds for a timestamp or date column, the column's units for a number): rows of transactions that committed late with an older value are read too.", default=0, minimum=0),
+            Key("partition_column", "string", "A numeric, date or timestamp column that splits the read into `num_partitions` parallel queries over its range.", default=None),
+            Key("num_partitions", "integer", "How many parallel queries read the rows (with `partition_column`).", default=4, minimum=1, maximum=1024),
+            Key("driver", "string", "The JDBC driver's class; known for PostgreSQL, MySQL, MariaDB, SQL Server and Oracle URLs.", default=None),
+            Key("driver_package", "string", "Maven coordinates of the JDBC driver (`group:artifact:version`), added to `spark.jars.packages` when pipe starts Spark; known for PostgreSQL, MySQL, MariaDB, SQL Server and Oracle URLs.", default=None),
+            Key("properties", "mapping", "Options of Spark's JDBC source and the driver (`fetchsize`, `sessionInitStatement`, `ssl`, ...).", default={}),
+        ),
+        "The rows of a database table or query, read with Spark's JDBC source: those past the high-water mark of `incremental_column` stored in the table's last commit.",
     ),
 }
 

@@ -167,10 +167,37 @@ def _validate_source(project: Project, source: Source, errors: Collector) -> Non
             errors.error(source.at("queue_url"), f"queue_url of {what} is not a URL: '{url}'", "use the queue URL SQS shows, e.g. https://sqs.us-east-1.amazonaws.com/123456789012/my-queue")
     if c["kind"] == "kafka":
         _validate_kafka(source, what, errors)
+    if c["kind"] == "jdbc":
+        _validate_jdbc(source, what, errors)
     if c["kind"] == "s3_incremental":
         lo, hi = c.get("min_object_size"), c.get("max_object_size")
         if lo is not None and hi is not None and lo > hi:
             errors.error(source.at("min_object_size"), f"min_object_size is larger than max_object_size ({what})")
+
+
+_JDBC_OWN = ("url", "user", "password", "dbtable", "query", "driver", "partitioncolumn", "lowerbound", "upperbound", "numpartitions")
+
+
+def _validate_jdbc(source: Source, what: str, errors: Collector) -> None:
+    """One of `dbtable` and `query`; a JDBC URL; no password written into the project."""
+    c = source.config
+    if (c.get("dbtable") is None) == (c.get("query") is None):
+        errors.error(source.at("dbtable" if c.get("dbtable") is not None else "kind"),
+                     f"{what} needs one of `dbtable` and `query`" + (", not both" if c.get("dbtable") is not None else ""),
+                     "`dbtable: public.orders` reads a table; `query: select ...` the rows of a query")
+    url = str(c.get("url") or "")
+    if url and "{{" not in url and not url.lower().startswith("jdbc:"):
+        errors.error(source.at("url"), f"url of {what} is not a JDBC URL: {url[:60]!r}", "write it as jdbc:<database>://host:port/name, e.g. jdbc:postgresql://db:5432/shop")
+    if c.get("password") and "{{" not in str(c["password"]):
+        errors.error(source.at("password"), f"the password of {what} is written in the project",
+                     "give it with env_var(): `password: \"{{ env_var('SHOP_DB_PASSWORD') }}\"` (the value is then masked in every output)")
+    if re.search(r"[?;&](password|pwd)=", url, re.I) and "{{" not in url:
+        errors.error(source.at("url"), f"the url of {what} holds a password", "move it to `password`, given with env_var()")
+    for key in c.get("properties") or {}:
+        if str(key).lower() in _JDBC_OWN:
+            errors.error(source.at("properties"), f"property {key} of {what} is pipe's to set", "use the source's own keys (url, dbtable, query, user, password, driver, partition_column, num_partitions)")
+    if c.get("incremental_column") is None and c.get("lookback"):
+        errors.warning(source.at("lookback"), f"lookback of {what} has no effect without incremental_column")
 
 
 def _validate_kafka(source: Source, what: str, errors: Collector) -> None:

@@ -376,7 +376,7 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
                                           own_server=own)
             else:
                 spark = session.get_spark(master, conf, app_name=f"pipe {plan.project}", reads_s3=_reads_s3(plan),
-                                          reads_kafka=_reads_kafka(plan))
+                                          reads_kafka=_reads_kafka(plan), packages=_packages(plan))
             if announce:
                 from rich.markup import escape
 
@@ -418,6 +418,14 @@ def _own_server(plan, root: Path, master: str, conf: dict):
         return None
     server.touch(state)
     return state
+
+
+def _packages(plan) -> tuple[str, ...]:
+    """The jars the plan's sources need on Spark's classpath (the JDBC driver of each `jdbc` source)."""
+    from runtime.sources.jdbc import package_for
+
+    return tuple(sorted({p for s in plan.steps if s.kind == "ingest" and s.config.get("kind") == "jdbc"
+                         for p in [package_for(s.config)] if p}))
 
 
 def _reads_kafka(plan) -> bool:

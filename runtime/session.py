@@ -654,12 +654,13 @@ def _get_or_create(builder, java: Java | None):
 
 
 def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "pipe", *,
-              reads_s3: bool = False, reads_kafka: bool = False, remote: str = "", own_server=None):
+              reads_s3: bool = False, reads_kafka: bool = False, remote: str = "", own_server=None, packages: tuple[str, ...] = ()):
     """The SparkSession of this process: started on the first call (see the module's docstring),
     the same one on later calls (which apply the runtime-settable entries of `conf` to it).
     On a master that is not local, pipe's code is shipped to the executors and their Python is
     checked (runtime/cluster.py; `reads_s3`: the tasks also read or write S3 with boto3;
-    `reads_kafka`: they read Kafka with confluent-kafka).
+    `reads_kafka`: they read Kafka with confluent-kafka). `packages`: Maven coordinates of jars
+    the run's sources need (a JDBC driver), added to `spark.jars.packages` when Spark starts here.
     `remote` (sc://host:port; by default `spark.remote` of `conf`, else SPARK_REMOTE): a Spark
     Connect session with that server instead (runtime/connect.py; `own_server`: the state of
     pipe's own server, runtime/server.py).
@@ -684,6 +685,9 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             return existing
 
         settings = spark_settings(master, conf, app_name)
+        wanted = [p for p in packages if p not in (settings.get("spark.jars.packages") or "").split(",")]
+        if wanted:  # Spark fetches them from Maven Central (or the repositories the settings name), as --packages does
+            settings["spark.jars.packages"] = ",".join(p for p in [settings.get("spark.jars.packages"), *wanted] if p)
         remote = settings.get("spark.remote") or os.environ.get("SPARK_REMOTE") or ""
         api_mode = settings.get("spark.api.mode", os.environ.get("SPARK_API_MODE", "")).lower()
         classic = not remote and api_mode != "connect" and "SPARK_CONNECT_MODE_ENABLED" not in os.environ

@@ -10,6 +10,7 @@ from compiler.plan import Step
 from runtime import spark_api
 from runtime.sources import Pending, human_bytes
 from runtime.sources import files as files_source
+from runtime.sources import jdbc as jdbc_source
 from runtime.sources import kafka as kafka_source
 from runtime.sources import s3_events as s3_events_source
 from runtime.sources import s3_incremental as s3_incremental_source
@@ -53,6 +54,9 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
                 text += (f"; {len(new)} topic(s) without a table yet: {', '.join(new[:3])}{' ...' if len(new) > 3 else ''} "
                          f"(`pipe discover {step.name}` writes them down)")
         return done, text
+    if kind == "jdbc":  # what is new is asked per consuming table; the URL is shown without its parameters
+        where = str(config["url"]).split("?", 1)[0].split(";", 1)[0]
+        return done, f"{config.get('dbtable') or 'a query'} at {where}"
     raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe")
 
 
@@ -100,6 +104,8 @@ def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], 
             if everything:  # --full-refresh: every message there is, in one run
                 config = {**config, "max_records_per_run": None, "starting_offsets": "earliest"}
             sources[up.name] = kafka_source.pending(up.name, config, last)
+        elif kind == "jdbc":
+            sources[up.name] = jdbc_source.pending(ctx.spark(), up.name, config, last, full)
         else:
             raise RunError(f"source {up.name} of kind {kind} cannot run in this version of pipe")
     return refs
