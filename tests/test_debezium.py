@@ -274,3 +274,26 @@ def test_a_fan_out_source_discovers_its_tables_and_runs_one_table_per_captured_t
     assert "+ table.shop_cdc_refunds  added" in out and "column(s) added: phone" in out and "most severe: non-breaking" in out, out
     run_ok(capsys, root)
     assert hudi_rows(root, "shop_cdc_refunds", ["id", "cents"]) == [(1, 500)]
+
+
+def test_the_example_projects_commented_cdc_sources_compile_once_uncommented(tmp_path, monkeypatch):
+    """project_template/sources/shop.yml shows a fan-out Debezium source and a jdbc source,
+    commented out: uncommented as its instructions say, they compile (the fan-out waits for
+    `pipe discover`)."""
+    import shutil
+
+    from compiler.api import compile_project
+    from tests.conftest import TEMPLATE
+
+    root = tmp_path / "shop"
+    shutil.copytree(TEMPLATE, root)
+    path = root / "sources/shop.yml"
+    out, on = [], False
+    for line in path.read_text().splitlines():
+        on = on or line.startswith("#   shop_db:")
+        out.append(line[2:] if on and line.startswith("# ") else "" if on and line == "#" else line)
+    path.write_text("\n".join(out) + "\n")
+    monkeypatch.setenv("SHOP_KAFKA_BROKERS", "127.0.0.1:9")
+    result = compile_project(root)
+    assert {"shop_db", "shop_db_orders"} <= {s.name for s in result.plan.steps if s.kind == "ingest"}
+    assert any("fans out to no table yet" in w.message for w in result.warnings)
