@@ -165,6 +165,23 @@ def postgres(tmp_path_factory):
     server.remove()
 
 
+@pytest.fixture
+def pg_database(request, postgres):
+    """A new database in `postgres` for one test; the Debezium connectors the test added on it
+    are removed (their slots dropped) and the database is dropped after the test."""
+    import secrets
+
+    name = f"t_{secrets.token_hex(4)}"
+    postgres.create_database(name)
+    yield name
+    if "debezium" in request.fixturenames:
+        debezium = request.getfixturevalue("debezium")
+        for connector, about in list(debezium.connectors.items()):
+            if about["database"] == name:
+                debezium.remove_connector(connector)
+    postgres.drop_database(name)
+
+
 @pytest.fixture(scope="session")
 def debezium(tmp_path_factory, kafka, postgres):
     """A Kafka Connect worker (standalone) with Debezium's Postgres connector (tests/kafka/connect.py),

@@ -23,14 +23,8 @@ NAMES = ["Zoë", "O'Brien \"Bikes\"", "Łódź – market", "plain", None]
 
 
 @pytest.fixture
-def database(postgres, debezium):
-    name = f"cdc_{secrets.token_hex(4)}"
-    postgres.create_database(name)
-    yield name
-    for connector, about in list(debezium.connectors.items()):
-        if about["database"] == name:
-            debezium.remove_connector(connector)
-    postgres.drop_database(name)
+def database(pg_database, debezium):
+    return pg_database
 
 
 def project(tmp_path: Path, kafka, prefix: str) -> Path:

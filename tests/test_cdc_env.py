@@ -65,15 +65,8 @@ def fields(message: dict, part: str = "after") -> dict[str, dict]:
 
 
 @pytest.fixture
-def database(postgres, debezium):
-    """A new database; its connectors are removed (slots dropped) and it is dropped after the test."""
-    name = f"cdc_env_{secrets.token_hex(4)}"
-    postgres.create_database(name)
-    yield name
-    for connector, about in list(debezium.connectors.items()):
-        if about["database"] == name:
-            debezium.remove_connector(connector)
-    postgres.drop_database(name)
+def database(pg_database, debezium):
+    return pg_database
 
 
 def test_change_events(postgres, debezium, kafka, database):

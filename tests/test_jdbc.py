@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -23,11 +22,8 @@ COLUMNS = ["id", "name", "balance", "updated_at"]
 
 
 @pytest.fixture
-def database(postgres):
-    name = f"jdbc_{secrets.token_hex(4)}"
-    postgres.create_database(name)
-    yield name
-    postgres.drop_database(name)
+def database(pg_database):
+    return pg_database
 
 
 def jdbc_project(tmp_path: Path, postgres, database: str, **source) -> Path:
