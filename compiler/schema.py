@@ -146,6 +146,16 @@ FAN_OUT = Section(
     "Fan-out of a change-data-capture source into one table per captured table.",
 )
 
+SCHEMA_REGISTRY = Section(
+    "schema_registry",
+    (
+        Key("url", "string", "The registry's base URL, where `/schemas/ids/<id>` answers (`https://registry:8081`, `http://apicurio:8080/apis/ccompat/v7`).", required=True),
+        Key("username", "string", "User of HTTP basic authentication.", default=None),
+        Key("password", "string", "Password of HTTP basic authentication: give it with `env_var()`.", default=None),
+    ),
+    "The schema registry the executors fetch Avro schemas from, by the id each message names.",
+)
+
 _AWS = (
     Key("region", "string", "AWS region of the bucket or queue; the AWS default chain when unset.", default=None),
     Key("endpoint_url", "string", "Endpoint of an S3- or SQS-compatible service (MinIO, localstack, moto).", default=None),
@@ -212,7 +222,7 @@ SOURCES: dict[str, Section] = {
             Key("bootstrap_servers", "string", "The brokers to reach first, `host:port[,host:port...]` (Kafka's `bootstrap.servers`).", required=True),
             Key("topic", "string", "The topic to read. Give `topic` or `topic_pattern`.", default=None),
             Key("topic_pattern", "string", "A regular expression (Python's, matching the whole name) of the topics to read; a topic created later that matches is read from its earliest offset. Give `topic` or `topic_pattern`.", default=None),
-            Key("format", "string", "What a message's value holds: `json`, a JSON object per message; `debezium`, a Debezium change event (Kafka Connect's JsonConverter, with or without schemas); `dms`, an AWS DMS change record (its Kafka target's `data` and `metadata`, or a row with `Op` I/U/D). A change event is one row of the changed table with `_cdc_op`, `_cdc_position`, `_cdc_ts`, `_cdc_table` and `_hoodie_is_deleted`.", required=True, choices=("json", "debezium", "dms"), fold_case=True),
+            Key("format", "string", "What a message's value holds: `json`, a JSON object per message; `avro`, an Avro record in Confluent's wire format (its schema from `schema_registry`); `debezium`, a Debezium change event (Kafka Connect's JsonConverter, with or without schemas, or Avro with `schema_registry`); `dms`, an AWS DMS change record (its Kafka target's `data` and `metadata`, or a row with `Op` I/U/D). A change event is one row of the changed table with `_cdc_op`, `_cdc_position`, `_cdc_ts`, `_cdc_table` and `_hoodie_is_deleted`.", required=True, choices=("json", "avro", "debezium", "dms"), fold_case=True),
             Key("schema", "columns", "Columns of the messages' values (of the changed rows, for `debezium`): a Spark DDL string or a mapping `{column: type}`. Without it the columns are those of the new messages of each run: the schemas the change events carry, or what Spark infers from JSON.", default=None),
             Key("options", "mapping", "Options of Spark's JSON parser (`timestampFormat`, `allowComments`, ...).", default={}),
             Key("properties", "mapping", "Settings of the Kafka client (librdkafka's names, as in a consumer's properties): `security.protocol`, `sasl.mechanism`, `sasl.username`, `sasl.password` (give secrets with `env_var()`: they are masked in every output), `ssl.ca.location`, ...", default={}),
@@ -220,6 +230,7 @@ SOURCES: dict[str, Section] = {
             Key("max_records_per_run", "integer", "Read at most about this many messages per run, every partition in proportion to its backlog; the rest wait for the next run.", default=None, minimum=1),
             Key("on_checkpoint_lost", "string", "What to do when the offsets stored in the table's last commit are no longer in the topic (retention or compaction removed them, the topic was made anew): `fail` naming topic, partition and offsets; `earliest` or `latest` to go on from there (the step says what was skipped).", default="fail", choices=("fail", "earliest", "latest")),
             Key("on_bad_record", "string", "A message whose value is not a JSON object of the declared schema (for `debezium`: not a change event pipe applies): `fail` stops the step naming topic, partition, offset and why; `drop` leaves it out and counts it; `dead_letter` leaves it out and writes it (topic, partition, offset, key, reason, value) to the table `<source>_dead_letter` with the commit.", default="fail", choices=("fail", "drop", "dead_letter")),
+            Key("schema_registry", "section", "The schema registry of Avro messages (Confluent's API: Confluent Schema Registry, Apicurio's ccompat API, Karapace, Redpanda): `url`, and `username` and `password` when it asks for them.", default=None, section=SCHEMA_REGISTRY),
             Key("fan_out", "section", "One table per database table the change events capture (`format: debezium` with a `topic_pattern`): the captured tables are written down by `pipe discover <source>` in `<source>.captured.yml` beside this file; each becomes a source `<source>__<table>` and a table `<table_prefix><table>` keyed by its primary key, changes applied in log order.", default=None, section=FAN_OUT),
             Key("fetch_timeout_s", "integer", "A task reading a partition fails when no message arrives for this many seconds before its range is read; the metadata calls of a run wait this long for the brokers, 30 s at most.", default=120, minimum=1),
         ),

@@ -229,6 +229,13 @@ def _validate_kafka(source: Source, what: str, errors: Collector) -> None:
             errors.error(source.at("schema"), f"the schema of {what} declares {col['name']}, a column pipe adds to every message",
                          "remove it from `schema`: pipe fills " + ", ".join(added) + " itself")
             break
+    reg = c.get("schema_registry") or {}
+    if str(c.get("format")).lower() == "avro" and not reg:
+        errors.error(source.at("format"), f"format: avro of {what} needs `schema_registry`",
+                     "Avro messages in Confluent's wire format name their schema by an id: give the registry's `url`")
+    if reg.get("password") and "{{" not in str(reg["password"]):
+        errors.error(source.at("schema_registry", "password"), f"the schema registry password of {what} is written in the project",
+                     "give it with env_var(): `password: \"{{ env_var('SCHEMA_REGISTRY_PASSWORD') }}\"`")
     if c.get("on_checkpoint_lost") == "latest" and not c.get("schema"):
         errors.error(source.at("on_checkpoint_lost"), f"on_checkpoint_lost: latest of {what} needs a declared `schema`",
                      "the run that skips to the latest offsets commits them with no rows, and without a schema there are no "

@@ -35,7 +35,7 @@ def table_names(topics: list[str]) -> dict[str, str]:
 def discover(result, root: Path, source: str, environ=None) -> tuple[Path, list[str]]:
     """Writes the captured file of fan-out source `source` of the compiled project `result`.
     Returns (the file, the lines that say what changed)."""
-    from runtime.sources import SourceError, debezium, kafka
+    from runtime.sources import SourceError, avro, debezium, kafka
     from runtime.steps.context import RunContext
 
     project = result.project
@@ -58,7 +58,7 @@ def discover(result, root: Path, source: str, environ=None) -> tuple[Path, list[
     said: list[str] = []
     for topic in found:
         try:
-            seen = debezium.captured_table(kafka.latest_messages(source, config, topic))
+            seen = debezium.captured_table(kafka.latest_messages(source, config, topic), avro.registry_settings(config))
         except SourceError as exc:
             raise ProjectError([Diagnostic(Location(declared.file), str(exc), exc.hint)]) from exc
         if seen is None:

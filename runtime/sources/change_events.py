@@ -29,12 +29,19 @@ def iso_millis(ms: int) -> str:
     return (_EPOCH + dt.timedelta(milliseconds=int(ms))).isoformat() + "Z"
 
 
-def decoder(fmt: str):
-    """The decoder of change-event format `fmt`."""
+DECODED = ("debezium", "dms", "avro")  # formats a decoder turns into JSON rows in the executors (kafka.fetch)
+
+
+def decoder(fmt: str, registry=None):
+    """The decoder of format `fmt` (one of DECODED); `registry`: avro.registry_settings."""
     if fmt == "dms":
         from runtime.sources import dms
 
         return dms.decoder()
+    if fmt == "avro":
+        from runtime.sources import avro
+
+        return avro.decoder(registry)
     from runtime.sources import debezium
 
-    return debezium.decoder()
+    return debezium.decoder(registry)

@@ -154,20 +154,50 @@ def position(source: Mapping[str, Any], op: str = "c") -> str:
     raise BadEvent("its `source` block has no position (lsn, binlog file and pos) and no ts_ms")
 
 
-def decoder() -> Callable[[bytes, bytes | None], tuple[str, str | None]]:
+def row_values(row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A row's values from Connect's encodings (schema: the row's struct schema, or None)."""
+    fields = {f["field"]: f for f in (schema or {}).get("fields") or []}
+    try:
+        return {k: _value(v, fields.get(k)) for k, v in row.items()}
+    except (KeyError, ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
+        raise BadEvent(f"a value does not fit its schema ({type(exc).__name__}: {exc})") from None
+
+
+def columns_of(schema: Mapping[str, Any] | None) -> str | None:
+    """A row's columns as JSON `[[name, Spark type], ...]` from its struct schema (None: none)."""
+    fields = (schema or {}).get("fields") or []
+    return json.dumps([[f["field"], spark_type(f)] for f in fields], ensure_ascii=False) if fields else None
+
+
+def row_text(row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> tuple[str, str | None]:
+    """(the row as JSON text, its columns) of a plain record (`format: avro`)."""
+    return json.dumps(row_values(row, schema), ensure_ascii=False, separators=(",", ":")), columns_of(schema)
+
+
+def _parse(data: bytes, registry: Mapping[str, str] | None, what: str) -> tuple[Any, Mapping[str, Any] | None]:
+    """(payload, Connect schema) of a message's value or key: Avro in Confluent's wire format
+    when a registry is set and the bytes start with its zero byte, else JsonConverter's JSON."""
+    if registry is not None and data[:1] == b"\x00":
+        from runtime.sources import avro
+
+        return avro.read(data, registry)
+    try:
+        return _split(json.loads(data))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadEvent(f"its {what} is not JSON ({exc})" + ("; Avro needs the source's `schema_registry`" if data[:1] == b"\x00" else "")) from None
+
+
+def decoder(registry: Mapping[str, str] | None = None) -> Callable[[bytes, bytes | None], tuple[str, str | None]]:
     """The function the executors call on each message with a value: (the flattened record as
     JSON text, its columns as JSON `[[name, Spark type], ...]`, or None when this task gave them
-    already). Raises
-    BadEvent with the reason for a message that is not a change event."""
+    already). Raises BadEvent with the reason for a message that is not a change event.
+    `registry` (avro.registry_settings): events written with Avro are read too."""
     seen: set[str] = set()
 
     def decode(value: bytes, key: bytes | None) -> tuple[str, str | None]:
-        try:
-            envelope, schema = _split(json.loads(value))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise BadEvent(f"not JSON ({exc})") from None
+        envelope, schema = _parse(value, registry, "value")
         if not isinstance(envelope, dict) or "op" not in envelope:
-            raise BadEvent("not a Debezium change event (no `op`): is the connector's value converter JSON, and the topic a table's?")
+            raise BadEvent("not a Debezium change event (no `op`): is the topic a table's, and the connector's converter JSON or Avro?")
         op = envelope["op"]
         if op not in OPS:
             what = {"t": "a TRUNCATE", "m": "a logical decoding message"}.get(op, f"op {op!r}")
@@ -176,27 +206,22 @@ def decoder() -> Callable[[bytes, bytes | None], tuple[str, str | None]]:
         side = "before" if op == "d" else "after"
         row, row_schema = envelope.get(side), _field(schema, side)
         if op == "d":
-            key_obj, key_schema = _split(json.loads(key)) if key else (None, None)
+            key_obj, key_schema = _parse(key, registry, "key") if key else (None, None)
             if isinstance(key_obj, dict):  # the primary key, also when `before` is empty (REPLICA IDENTITY NOTHING)
                 row = {**(row or {}), **{k: v for k, v in key_obj.items() if (row or {}).get(k) is None}}
                 if row_schema is None and key_schema is not None:
                     row_schema = key_schema
         if not isinstance(row, dict):
             raise BadEvent(f"op {op!r} without `{side}`")
-        fields = {f["field"]: f for f in (row_schema or {}).get("fields") or []}
-        try:
-            out = {k: _value(v, fields.get(k)) for k, v in row.items()}
-        except (KeyError, ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
-            raise BadEvent(f"a value does not fit its schema ({type(exc).__name__}: {exc})") from None
+        out = row_values(row, row_schema)
         out[OP] = op
         out[POSITION] = position(source, op)
         ts = source.get("ts_ms")
         out[TS] = None if ts is None else iso_millis(ts)
         out[TABLE] = ".".join(str(p) for p in (source.get("schema") or source.get("db"), source.get("table")) if p)
         out[IS_DELETED] = op == "d"
-        columns = None
-        if fields:
-            columns = json.dumps([[f["field"], spark_type(f)] for f in (row_schema or {}).get("fields") or []], ensure_ascii=False)
+        columns = columns_of(row_schema)
+        if columns is not None:
             if columns in seen:
                 columns = None
             else:
@@ -224,7 +249,8 @@ def union_ddl(source: str, found: Iterable[tuple[str, str]]) -> str:
     return ", ".join("`" + name.replace("`", "``") + f"` {typ}" for name, typ, _ in columns.values())
 
 
-def captured_table(messages: Iterable[tuple[bytes | None, bytes | None]]) -> tuple[list[str], dict[str, str]] | None:
+def captured_table(messages: Iterable[tuple[bytes | None, bytes | None]],
+                   registry: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]] | None:
     """(key columns, {column: Spark type}) of the table whose change events `messages` are
     (newest first): the key from the message key's fields (its Connect schema, or the fields of
     the key object), the columns from the newest event carrying a schema. None when no message
@@ -235,9 +261,9 @@ def captured_table(messages: Iterable[tuple[bytes | None, bytes | None]]) -> tup
         if not k or not v:
             continue
         try:
-            key_obj, key_schema = _split(json.loads(k))
-            envelope, schema = _split(json.loads(v))
-        except (ValueError, UnicodeDecodeError):
+            key_obj, key_schema = _parse(k, registry, "key")
+            envelope, schema = _parse(v, registry, "value")
+        except BadEvent:
             continue
         if not isinstance(envelope, dict) or envelope.get("op") not in OPS or not isinstance(key_obj, dict):
             continue

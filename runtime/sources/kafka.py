@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from compiler.columns import KAFKA_COLUMNS
-from runtime.sources import NothingToRead, Pending, SourceError, change_events, columns_ddl, debezium, records
+from runtime.sources import NothingToRead, Pending, SourceError, avro, change_events, columns_ddl, debezium, records
 
 META_COLUMNS = KAFKA_COLUMNS
 TOPIC, PARTITION, OFFSET, TIMESTAMP, KEY = META_COLUMNS
@@ -358,7 +358,7 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
                                 else:
                                     text, ddl = decoded
                             except change_events.BadEvent as exc:  # kept as it came, for the message and the dead-letter table
-                                problem, text = str(exc), value.decode("utf-8", records._INVALID_HANDLER)
+                                problem, text = str(exc), _as_text(value)
                         cols[records.TEXT].append(text)
                         cols[SCHEMA].append(ddl)
                         cols[records.DECODE_PROBLEM].append(problem)
@@ -381,16 +381,28 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
         consumer.close()
 
 
-def _change_ddl(spark, name: str, lines, options: Mapping[str, Any], ranges: list[Range]) -> str:
-    """The columns of a run of change events: the union of the row schemas the messages carry
+def _as_text(value: bytes) -> str:
+    """A message's value as text for a bad record's sample and the dead-letter table: UTF-8, or
+    `base64:` and its bytes in base64 (an Avro message)."""
+    import base64
+
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(value).decode()
+
+
+def _decoded_ddl(spark, name: str, lines, options: Mapping[str, Any], ranges: list[Range], changes: bool) -> str:
+    """The columns of a run of decoded messages: the union of the row schemas the messages carry
     (each distinct one with the first place it was seen: metadata), or, for events without
-    schemas (JsonConverter's `schemas.enable=false`), what Spark infers from the rows."""
+    schemas (JsonConverter's `schemas.enable=false`, DMS), what Spark infers from the rows; then
+    the _cdc_ columns of change events (`changes`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     found = (lines.where(F.col(SCHEMA).isNotNull()).groupBy(SCHEMA)
              .agg(F.min(F.struct(TOPIC, PARTITION, OFFSET)).alias("at")).collect())
-    cdc = [f.name for f in StructType.fromDDL(change_events.CDC_DDL).fields]
+    cdc = [f.name for f in StructType.fromDDL(change_events.CDC_DDL).fields] if changes else []
     if found:
         found = sorted(found, key=lambda r: (r["at"][0], r["at"][1], r["at"][2]))
         data = debezium.union_ddl(name, [(f"{r['at'][0]}/{r['at'][1]} offset {r['at'][2]}", r[SCHEMA]) for r in found])
@@ -398,7 +410,7 @@ def _change_ddl(spark, name: str, lines, options: Mapping[str, Any], ranges: lis
         try:
             inferred = records.infer_ddl(spark, lines, "json", options, name, "messages", "at " + _describe_ranges(ranges))
         except SourceError:
-            if lines.where(F.col(records.DECODE_PROBLEM).isNotNull()).limit(1).count():
+            if changes and lines.where(F.col(records.DECODE_PROBLEM).isNotNull()).limit(1).count():
                 return change_events.CDC_DDL  # no event decoded: the check that follows names the messages and why
             raise
         data = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in StructType.fromDDL(inferred).fields if f.name not in cdc)
@@ -448,12 +460,14 @@ def read(spark, p: KafkaPending):
     client = client_config(config)
     timeout_s = float(config.get("fetch_timeout_s") or 120)
     ranges = [(r.topic, r.partition, r.start, r.end) for r in p.ranges]
-    changes = config.get("format") in change_events.FORMATS
-    raw_struct = StructType.fromDDL(_RAW_CHANGES_DDL if changes else _RAW_DDL)
+    changes = config.get("format") in change_events.FORMATS  # rows with the _cdc_ columns
+    decoded = config.get("format") in change_events.DECODED
+    registry = avro.registry_settings(config)
+    raw_struct = StructType.fromDDL(_RAW_CHANGES_DDL if decoded else _RAW_DDL)
     arrow_schema = to_arrow_schema(raw_struct, timezone="UTC")  # made here: the executors have no Spark to parse DDL
 
     def task(batches):
-        decode = change_events.decoder(config["format"]) if changes else None
+        decode = change_events.decoder(config["format"], registry) if decoded else None
         for batch in batches:  # ids of spark.range: one range per task
             yield from fetch(client, name, timeout_s, arrow_schema, [ranges[i] for i in batch.column(0).to_pylist()], decode)
 
@@ -464,14 +478,14 @@ def read(spark, p: KafkaPending):
         else:  # inferring reads the messages once more: keep them
             lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
             p._cache.append(lines)
-            ddl = _change_ddl(spark, name, lines, options, p.ranges) if changes else \
+            ddl = _decoded_ddl(spark, name, lines, options, p.ranges, changes) if decoded else \
                 records.infer_ddl(spark, lines, "json", options, name, "messages", "at " + _describe_ranges(p.ranges))
         data_cols = [f.name for f in StructType.fromDDL(ddl).fields]
         clash = sorted(set(data_cols) & set(META_COLUMNS))
         if clash:
             raise SourceError(f"source {name}: the messages have a field named {clash[0]}, the name of a column pipe adds to every message",
                               "rename the field in the messages' producer, or declare the source's `schema` without it")
-        keep = META_COLUMNS + ((records.DECODE_PROBLEM,) if changes else ())
+        keep = META_COLUMNS + ((records.DECODE_PROBLEM,) if decoded else ())
         parsed = records.parse(lines, ddl, "json", options, keep=keep, with_text=config.get("on_bad_record") == "dead_letter")
         checked = records.check(parsed, data_cols + list(META_COLUMNS), name, "messages", config.get("on_bad_record") or "fail",
                                 p._cache, line="offset")
@@ -482,7 +496,12 @@ def read(spark, p: KafkaPending):
         p.release()
         from runtime.sources.files import _first_line, _read_hint
 
-        raise SourceError(f"source {name}: cannot read the messages from {_where(config)} ({_first_line(exc)})",
+        first = _first_line(exc)
+        if "schema registry" in first:
+            raise SourceError(f"source {name}: cannot read the messages: {first.removeprefix('pipe: ')}",
+                              "check `schema_registry` (its url, and username and password when it asks for them) and that the "
+                              "executors reach it; nothing of this source was written and its checkpoint did not move") from exc
+        raise SourceError(f"source {name}: cannot read the messages from {_where(config)} ({first})",
                           _read_hint(exc, "check that the executors reach the brokers, and the source's `properties`; nothing of "
                                           "this source was written and its checkpoint did not move")) from exc
     p.rows = checked.rows
