@@ -22,8 +22,9 @@ Each captured table `t` of source `s` gives
   compares (a column added: non-breaking). The run takes the columns the events carry, so a
   column added in the database flows in before the file says so;
 - a table `<table_prefix>t` (`s_t` by default): `select * from {{ source('s__t') }}`, keyed by the
-  captured key, `precombine: _cdc_position` (the database's log order), operation upsert, plus the
-  settings of `fan_out.table` (type, tombstone_days, partition_by, tags, ...).
+  captured key, `precombine: _cdc_position` (the database's log order), operation upsert,
+  `tombstone_days: 7` (deletes stay deleted against late events), plus the settings of
+  `fan_out.table` (type, tombstone_days, partition_by, tags, ...).
 
 The parent source stays a source: a table may still read all its topics at once, and its step
 names topics that match its pattern but are not captured yet."""
@@ -39,6 +40,7 @@ from compiler.yamlsrc import Doc, load_yaml
 SUFFIX = ".captured.yml"
 TOP = "captured"
 PRECOMBINE = "_cdc_position"
+DEFAULT_TOMBSTONE_DAYS = 7
 _FIXED = ("key", "precombine", "operation")  # what fan_out.table may not set: the capture decides
 
 
@@ -138,6 +140,11 @@ def expand(files, sources: dict, tables: dict, errors: Collector) -> None:
                 errors.error(parent.at("fan_out", "table", fixed), f"fan_out.table of source '{name}' sets {fixed}, which the capture decides",
                              "the key comes from the captured table's primary key, the order from the database's log (_cdc_position)")
                 settings.pop(fixed)
+        # deletes stay deleted against older events arriving later, unless the project says otherwise
+        settings.setdefault("tombstone_days", DEFAULT_TOMBSTONE_DAYS)
+        # the settings are checked once, where they are written; each table takes them as checked
+        schema.Checker(parent.doc, errors).section(schema.TABLE, settings, parent.path + ("fan_out", "table"),
+                                                   f"fan_out.table of source '{name}'")
         for table, entry in sorted(entries.items()):
             where = (TOP, name, table)
             src_name, tbl_name = source_table_name(name, table), table_name(name, c, table)
@@ -153,7 +160,7 @@ def expand(files, sources: dict, tables: dict, errors: Collector) -> None:
             sources[src_name] = Source(name=src_name, config=src_config, doc=doc, path=where)
             body = {**settings, "key": entry["key"], "precombine": PRECOMBINE}
             body.setdefault("description", f"{table} as captured by source {name} (topic {entry['topic']}), changes applied in log order.")
-            checked = schema.Checker(doc, errors).section(schema.TABLE, body, where, f"table '{tbl_name}' (fan-out of source '{name}')")
+            checked = schema.Checker(doc, Collector()).section(schema.TABLE, body, where, f"table '{tbl_name}' (fan-out of source '{name}')")
             tables[tbl_name] = Table(name=tbl_name, config=_with_default_operation(checked), doc=doc, path=where,
                                      sql_file=f"{doc.file}#{table}", sql_text=sql(name, table))
 

@@ -191,7 +191,8 @@ def _validate_jdbc(source: Source, what: str, errors: Collector) -> None:
     if c.get("password") and "{{" not in str(c["password"]):
         errors.error(source.at("password"), f"the password of {what} is written in the project",
                      "give it with env_var(): `password: \"{{ env_var('SHOP_DB_PASSWORD') }}\"` (the value is then masked in every output)")
-    if re.search(r"[?;&](password|pwd)=", url, re.I) and "{{" not in url:
+    if "{{" not in url and (re.search(r"[?;&:](password|pwd)=", url, re.I) or re.search(r"//[^/@:]+:[^/@]+@", url)
+                            or re.search(r":thin:[^@/]+/[^@]+@", url, re.I)):
         errors.error(source.at("url"), f"the url of {what} holds a password", "move it to `password`, given with env_var()")
     for key in c.get("properties") or {}:
         if str(key).lower() in _JDBC_OWN:

@@ -18,18 +18,33 @@ from compiler import fan_out
 from compiler.errors import Diagnostic, Location, ProjectError
 
 
-def table_names(topics: list[str]) -> dict[str, str]:
-    """{topic: table name}: the topic's last part (`shop.public.customers` -> customers), made a
-    valid name; the last two parts where two topics would share one (`public_orders`)."""
+def table_names(topics: list[str], known: dict[str, str] | None = None) -> dict[str, str]:
+    """{topic: table name}: the name the captured file gives it already (`known`: {topic: name}),
+    else the topic's last part (`shop.public.customers` -> customers), made a valid name, or its
+    last two parts where that name is taken (`billing_customers`). Raises ValueError when two
+    topics would still share a name."""
     def clean(text: str) -> str:
         name = re.sub(r"[^A-Za-z0-9_]", "_", text).lower()
         return name if re.match(r"^[a-z_]", name) else "_" + name
 
-    short = {t: clean(t.rsplit(".", 1)[-1]) for t in topics}
+    known = dict(known or {})
+    out = {t: known[t] for t in topics if t in known}
+    new = [t for t in topics if t not in known]
     counts: dict[str, int] = {}
-    for name in short.values():
-        counts[name] = counts.get(name, 0) + 1
-    return {t: (short[t] if counts[short[t]] == 1 else clean("_".join(t.split(".")[-2:]))) for t in topics}
+    for t in new:
+        counts[clean(t.rsplit(".", 1)[-1])] = counts.get(clean(t.rsplit(".", 1)[-1]), 0) + 1
+    taken = set(out.values()) | set(known.values())
+    for t in new:
+        name = clean(t.rsplit(".", 1)[-1])
+        if counts[name] > 1 or name in taken:
+            name = clean("_".join(t.split(".")[-2:]))
+        out[t] = name
+    by_name: dict[str, str] = {}
+    for t, name in sorted(out.items()):
+        if name in by_name:
+            raise ValueError(f"topics {by_name[name]} and {t} would both be table {name}")
+        by_name[name] = t
+    return out
 
 
 def discover(result, root: Path, source: str, environ=None) -> tuple[Path, list[str]]:
@@ -53,7 +68,12 @@ def discover(result, root: Path, source: str, environ=None) -> tuple[Path, list[
         found = sorted(kafka.topics(source, config))
     except SourceError as exc:
         raise ProjectError([Diagnostic(Location(declared.file), str(exc), exc.hint)]) from exc
-    names = table_names(found)
+    try:
+        names = table_names(found, {e["topic"]: t for t, e in before.items()})
+    except ValueError as exc:
+        raise ProjectError([Diagnostic(Location(path.relative_to(root).as_posix()), f"source {source}: {exc}",
+                                       f"name them yourself in {path.name} (`<table>: {{topic: ..., key: [...]}}`) and run discover again: "
+                                       "names already in the file are kept")]) from exc
     entries: dict[str, dict[str, Any]] = {}
     said: list[str] = []
     for topic in found:
@@ -61,6 +81,9 @@ def discover(result, root: Path, source: str, environ=None) -> tuple[Path, list[
             seen = debezium.captured_table(kafka.latest_messages(source, config, topic), avro.registry_settings(config))
         except SourceError as exc:
             raise ProjectError([Diagnostic(Location(declared.file), str(exc), exc.hint)]) from exc
+        except avro.RegistryError as exc:
+            raise ProjectError([Diagnostic(Location(declared.file), f"source {source}: {str(exc).removeprefix('pipe: ')}",
+                                           "check the source's `schema_registry` and that this machine reaches it")]) from exc
         if seen is None:
             said.append(f"  ? {topic}: no change event with a key among its newest messages yet; not captured")
             continue
@@ -89,11 +112,25 @@ def discover(result, root: Path, source: str, environ=None) -> tuple[Path, list[
     old_text = path.read_text(encoding="utf-8") if path.is_file() else None
     if old_text is not None and old_text.split("\n", 1)[-1] == text.split("\n", 1)[-1]:
         return path, said or ["  (no change)"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    _write_new(path, text)
     return path, said or ["  (no change)"]
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Replaces `path` by a new file holding `text`, made beside it with O_EXCL (never through a
+    link a project could hold), then renamed over it (a link at `path` is replaced, not followed)."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _captured_now(result, source: str) -> dict[str, dict[str, Any]]:

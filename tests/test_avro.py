@@ -66,7 +66,7 @@ def test_a_debezium_avro_event_becomes_the_same_row_as_its_json_twin():
     assert json.loads(debezium.columns_of(after)) == [["id", "BIGINT"], ["qty", "SMALLINT"], ["amount", "DECIMAL(12,2)"],
                                                      ["placed_at", "TIMESTAMP"], ["seen_at", "TIMESTAMP"], ["day", "DATE"],
                                                      ["note", "STRING"]]
-    assert debezium.position(payload["source"], payload["op"]) == "00000000026000000123:1"
+    assert debezium.position(payload["source"], payload["op"]) == "1:00000000026000000123"
 
 
 def test_avro_logical_types_become_spark_types_and_values():

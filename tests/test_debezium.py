@@ -56,7 +56,7 @@ def test_an_insert_becomes_its_row_with_connect_encodings_turned_into_values():
     row = json.loads(text)
     assert row == {"id": 7, "name": "Zoë \"O'Brien\"", "amount": "-1234.56", "paid_at": "2024-02-29T23:59:59.123456Z",
                    "seen_at": "2024-02-29T23:59:59.123456Z", "day": "2024-02-29", "_cdc_op": "c",
-                   "_cdc_position": "00000000026000000123:1", "_cdc_ts": "2023-11-14T22:13:20.123000Z",
+                   "_cdc_position": "1:00000000026000000123", "_cdc_ts": "2023-11-14T22:13:20.123000Z",
                    "_cdc_table": "public.payments", "_hoodie_is_deleted": False}
     assert json.loads(ddl) == [["id", "BIGINT"], ["name", "STRING"], ["amount", "DECIMAL(12,2)"], ["paid_at", "TIMESTAMP"],
                                ["seen_at", "TIMESTAMP"], ["day", "DATE"]]
@@ -76,6 +76,15 @@ def test_a_delete_is_its_before_image_marked_deleted_and_keeps_the_key_when_befo
     assert json.loads(text)["id"] == 8 and ["id", "BIGINT"] in json.loads(ddl)
 
 
+def test_a_decimal_of_38_digits_keeps_every_digit():
+    from runtime.sources.debezium import _digits
+
+    unscaled = 12345678901123456789012345678901234567
+    encoded = base64.b64encode(unscaled.to_bytes(17, "big", signed=True)).decode()
+    assert _digits(encoded, 18) == "12345678901123456789.012345678901234567"
+    assert _digits(base64.b64encode((-1).to_bytes(1, "big", signed=True)).decode(), 2) == "-0.01"
+
+
 def test_events_without_schemas_pass_their_values_as_they_are():
     row = json.loads(decoder()(event("r", None, {"id": 1, "name": "a"}, schemas=False), None)[0])
     assert row["id"] == 1 and row["_cdc_op"] == "r"
@@ -83,8 +92,9 @@ def test_events_without_schemas_pass_their_values_as_they_are():
 
 
 def test_positions_sort_in_log_order():
-    pg = [position({"connector": "postgresql", "lsn": n}, op) for n, op in ((9, "u"), (10, "r"), (10, "u"), (123_456_789_012, "c"))]
-    assert pg == sorted(pg)
+    pg = [position({"connector": "postgresql", "lsn": n}, op) for n, op in ((10, "r"), (123_456_789_012, "r"), (9, "u"), (10, "u"),
+                                                                               (123_456_789_012, "c"))]
+    assert pg == sorted(pg)  # every snapshot read before every streamed change
     mysql = [position({"connector": "mysql", "file": f, "pos": p, "row": r})
              for f, p, r in (("bin.000009", 99_999, 0), ("bin.000010", 4, 0), ("bin.000010", 4, 1), ("bin.000010", 120, 0))]
     assert mysql == sorted(mysql)
@@ -163,21 +173,24 @@ def test_changes_apply_in_log_order_whatever_order_they_arrive_in(spark, tmp_pat
     run_ok(capsys, root)
     columns = ["id", "name", "amount", "_cdc_op", "_cdc_position"]
     d = decimal.Decimal
-    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}:1"), (3, "c", d("3.00"), "r", f"{10:020d}:0")])
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"1:{40:020d}"), (3, "c", d("3.00"), "r", f"0:{10:020d}")])
     step = steps(root)["table.payments"]
     assert step["inputs"]["payments_cdc"]["tombstones"] == 1, step
     # late: an update of key 2 from before its delete, an older update of key 1; new: key 4
     send([(2, event("u", row(2, 200, "b"), row(2, 250, "b-late"), lsn=45)), (1, event("u", None, row(1, 160, "stale"), lsn=35)),
           (4, event("c", None, row(4, 400, "Zoë \"d\""), lsn=60)), (3, event("d", row(3, 300, "c"), None, lsn=70)), (3, None)])
     run_ok(capsys, root)
-    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}:1"), (4, 'Zoë "d"', d("4.00"), "c", f"{60:020d}:1")])
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"1:{40:020d}"), (4, 'Zoë "d"', d("4.00"), "c", f"1:{60:020d}")])
     # a key deleted, then inserted again later in the log, is back
     send([(3, event("c", None, row(3, 333, "c-again"), lsn=80))])
     run_ok(capsys, root)
-    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"{40:020d}:1"), (3, "c-again", d("3.33"), "c", f"{80:020d}:1"),
-                                                    (4, 'Zoë "d"', d("4.00"), "c", f"{60:020d}:1")])
+    assert_rows(spark, root, "payments", columns, [(1, "a3", d("1.75"), "u", f"1:{40:020d}"), (3, "c-again", d("3.33"), "c", f"1:{80:020d}"),
+                                                    (4, 'Zoë "d"', d("4.00"), "c", f"1:{60:020d}")])
     # a message that is no change event stops the step, naming topic, partition and offset
     kafka.produce("shop.public.payments", [(key(5), b'{"id": 5}')], partition=1)
+    # and shapes that used to raise inside the reading task: a `source` that is no object, an unhashable op
+    kafka.produce("shop.public.payments", [(key(7), b'{"op": "c", "after": {"id": 7}, "source": "x"}'),
+                                           (key(8), b'{"op": ["c"], "after": {"id": 8}}')], partition=0)
     code, out, err = pipe(capsys, root, "run")
     assert code == 1
     assert "topic shop.public.payments partition 1 offset" in out + err and "not a Debezium change event" in out + err, out + err
@@ -185,10 +198,12 @@ def test_changes_apply_in_log_order_whatever_order_they_arrive_in(spark, tmp_pat
     (root / "sources/cdc.yml").write_text((root / "sources/cdc.yml").read_text() + "    on_bad_record: dead_letter\n")
     send([(6, event("c", None, row(6, 600, "f"), lsn=90))])
     out, _ = run_ok(capsys, root)
-    assert "1 bad record(s) moved to table payments_cdc_dead_letter" in out, out
-    assert steps(root)["table.payments"]["inputs"]["payments_cdc"]["dead_lettered"] == 1
+    assert "3 bad record(s) moved to table payments_cdc_dead_letter" in out, out
+    assert steps(root)["table.payments"]["inputs"]["payments_cdc"]["dead_lettered"] == 3
     assert [r[0] for r in hudi_rows(root, "payments", ["id"])] == [1, 3, 4, 6]
-    [dead] = hudi_rows(root, "payments_cdc_dead_letter", ["consumer", "topic", "partition", "offset", "message_key", "reason", "value"])
+    rows = hudi_rows(root, "payments_cdc_dead_letter", ["consumer", "topic", "partition", "offset", "message_key", "reason", "value"])
+    assert sorted(r[5].split(" (")[0] for r in rows if r[2] == 0) == ["not a message pipe can read"] * 2, rows
+    [dead] = [r for r in rows if r[2] == 1]
     assert dead[:3] == ("payments", "shop.public.payments", 1) and json.loads(dead[4])["payload"] == {"id": 5}, dead
     assert dead[5].startswith("not a Debezium change event") and dead[6] == '{"id": 5}', dead
     code, out, err = pipe(capsys, root, "show", "payments_cdc_dead_letter")

@@ -114,6 +114,9 @@ def test_without_the_driver_on_spark_the_error_names_the_setting(spark, tmp_path
     ({"query": "select 1"}, "needs one of `dbtable` and `query`, not both"),
     ({"password": "hunter2"}, "the password of source 'shop_db' is written in the project"),
     ({"url": "postgresql://db/shop"}, "is not a JDBC URL"),
+    ({"url": "jdbc:mysql://app:s3cret@db:3306/shop"}, "the url of source 'shop_db' holds a password"),
+    ({"url": "jdbc:oracle:thin:scott/tiger@//db:1521/shop"}, "the url of source 'shop_db' holds a password"),
+    ({"url": "jdbc:sqlserver://db:1433;databaseName=shop;password=x"}, "the url of source 'shop_db' holds a password"),
     ({"properties": {"dbtable": "x"}}, "property dbtable of source 'shop_db' is pipe's to set"),
 ])
 def test_compile_refuses_a_jdbc_source_that_cannot_work(tmp_path, extra, message):

@@ -169,7 +169,7 @@ def to_connect(value: Any, schema: Mapping[str, Any] | None) -> Any:
         return json.dumps(value, default=str, ensure_ascii=False)
     if isinstance(value, decimal.Decimal):  # Connect's Decimal: the unscaled value's bytes, in base64
         scale = int((schema.get("parameters") or {}).get("scale", -value.as_tuple().exponent))
-        unscaled = int(value.scaleb(scale))
+        unscaled = int(value.scaleb(scale, decimal.Context(prec=len(value.as_tuple().digits) + scale + 2)))
         return base64.b64encode(unscaled.to_bytes((unscaled.bit_length() + 8) // 8 or 1, "big", signed=True)).decode()
     if isinstance(value, dt.datetime):
         at = value if value.tzinfo is None else value.astimezone(dt.timezone.utc).replace(tzinfo=None)

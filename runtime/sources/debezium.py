@@ -121,7 +121,7 @@ def _digits(encoded: Any, scale: int) -> str:
     """A decimal's text from Connect's encoding: the unscaled value's two's-complement bytes,
     big-endian, in base64."""
     unscaled = int.from_bytes(base64.b64decode(encoded, validate=True), "big", signed=True)
-    return format(decimal.Decimal(unscaled).scaleb(-scale), "f")
+    return format(decimal.Decimal(f"{unscaled}E{-scale}"), "f")  # exact: no context rounds a string's digits
 
 
 def _split(obj: Any) -> tuple[Any, Mapping[str, Any] | None]:
@@ -138,12 +138,13 @@ def _field(schema: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | N
 
 
 def position(source: Mapping[str, Any], op: str = "c") -> str:
-    """The change's place in the database's log, as text that sorts in log order. A Postgres
-    snapshot's rows all carry the LSN the snapshot started at, which the first change streamed
-    after it may carry too: at one LSN a snapshot read (`op: r`) sorts before a change."""
+    """The change's place in the database's log, as text that sorts in log order. For Postgres
+    every snapshot read (`op: r`) sorts before every streamed change: a snapshot's rows carry
+    the LSN it was taken at, and a transaction that wrote before that LSN but committed after
+    it is streamed with its (lower) change LSN, yet is newer than the snapshot's row."""
     connector = source.get("connector")
     if connector == "postgresql" and source.get("lsn") is not None:
-        return f"{int(source['lsn']):020d}:{0 if op == 'r' else 1}"
+        return f"{0 if op == 'r' else 1}:{int(source['lsn']):020d}"
     if connector == "mysql" and source.get("file"):
         seq = source["file"].rsplit(".", 1)[-1]
         return f"{int(seq) if seq.isdigit() else 0:010d}:{int(source.get('pos') or 0):020d}:{int(source.get('row') or 0):06d}"
@@ -255,6 +256,8 @@ def captured_table(messages: Iterable[tuple[bytes | None, bytes | None]],
     (newest first): the key from the message key's fields (its Connect schema, or the fields of
     the key object), the columns from the newest event carrying a schema. None when no message
     is a change event with a key."""
+    from runtime.sources.avro import RegistryError
+
     key: list[str] | None = None
     columns: dict[str, str] = {}
     for k, v in messages:
@@ -263,18 +266,21 @@ def captured_table(messages: Iterable[tuple[bytes | None, bytes | None]],
         try:
             key_obj, key_schema = _parse(k, registry, "key")
             envelope, schema = _parse(v, registry, "value")
-        except BadEvent:
+        except RegistryError:
+            raise  # the registry cannot be asked: say so, rather than that no message is a change event
+        except Exception:  # noqa: BLE001 - untrusted bytes: a message that is no change event is skipped
             continue
-        if not isinstance(envelope, dict) or envelope.get("op") not in OPS or not isinstance(key_obj, dict):
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("op"), str) or envelope["op"] not in OPS \
+                or not isinstance(key_obj, dict):
             continue
-        if key is None:
-            key = [f["field"] for f in key_schema.get("fields") or []] if key_schema else list(key_obj)
-        row_schema = _field(schema, "after")
-        if row_schema and not columns:
-            try:
-                columns = {f["field"]: spark_type(f) for f in row_schema.get("fields") or []}
-            except BadEvent:
-                columns = {}
+        try:
+            if key is None:
+                key = [str(f["field"]) for f in key_schema.get("fields") or []] if isinstance(key_schema, dict) else [str(k) for k in key_obj]
+            row_schema = _field(schema, "after") if isinstance(schema, dict) else None
+            if row_schema and not columns:
+                columns = {str(f["field"]): spark_type(f) for f in row_schema.get("fields") or []}
+        except Exception:  # noqa: BLE001 - a schema of another shape: its columns stay unknown
+            columns = {}
         if key is not None and (columns or schema is None):
             break
     return (key, columns) if key else None

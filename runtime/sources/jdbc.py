@@ -25,6 +25,7 @@ server, a session started before) the setting is named in the error."""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 from typing import Any, Mapping
 
@@ -66,32 +67,65 @@ def _options(config: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def shown_url(url: str) -> str:
+    """The URL without its parameters or any credentials in it, for messages."""
+    import re
+
+    base = re.split(r"[?;]", url, maxsplit=1)[0]
+    base = re.sub(r"//[^/@]*@", "//", base)
+    return re.sub(r"(:thin:)[^@]*@", r"\1", base, flags=re.I)
+
+
 def _relation(config: Mapping[str, Any]) -> str:
     return f"({config['query']}) pipe_q" if config.get("query") else str(config["dbtable"])
 
 
-def _quote(value: str) -> str:
+def _quote(value: str, dialect: str = "") -> str:
+    if dialect in ("mysql", "mariadb"):  # backslashes escape there (unless NO_BACKSLASH_ESCAPES)
+        value = value.replace("\\", "\\\\")
     return "'" + value.replace("'", "''") + "'"
 
 
-def _literal(kind: str, value: str) -> str:
-    return value if kind == "number" else _quote(value)
-
-
-def _lower_bound(mark: Mapping[str, str], lookback: float) -> str:
-    """The stored mark less `lookback` (seconds for a date or timestamp, the column's units for
-    a number), as SQL."""
-    kind, value = mark["type"], mark["max"]
-    if not lookback:
-        return _literal(kind, value)
+def _literal(dialect: str, kind: str, value: str) -> str:
+    """A mark's value as a SQL literal the database compares with the column: a number as it
+    is; a timestamp as `2024-06-01 10:00:00.123456`, with `+00:00` when it is an instant
+    (`timestamp`, not `timestamp_ntz`), in the form the database takes."""
     if kind == "number":
-        return repr(float(value) - lookback) if "." in value or "e" in value.lower() else str(int(value) - int(lookback))
-    if kind == "timestamp":
-        at = dt.datetime.fromisoformat(value.replace("Z", "+00:00")) - dt.timedelta(seconds=lookback)
-        return _quote(at.isoformat(sep=" "))
+        return str(decimal.Decimal(value))  # a number, never anything else
+    if kind in ("timestamp", "timestamp_ntz"):
+        if dialect == "oracle":
+            return f"TIMESTAMP '{value.replace('+00:00', ' +00:00')}'"
+        if dialect == "sqlserver":
+            return f"CAST('{value}' AS {'datetimeoffset' if value.endswith('+00:00') else 'datetime2'})"
+        return _quote(value)
+    if kind == "date" and dialect == "oracle":
+        return f"DATE '{value}'"
+    return _quote(value, dialect)
+
+
+def _shift(kind: str, value: str, delta: float) -> str:
+    """The mark's value moved by `delta` (seconds for a timestamp or date, units for a
+    number), exactly."""
+    if kind == "number":
+        return str(decimal.Decimal(value) + decimal.Decimal(repr(delta)))
+    if kind in ("timestamp", "timestamp_ntz"):
+        at = dt.datetime.fromisoformat(value) + dt.timedelta(seconds=delta)
+        return at.strftime("%Y-%m-%d %H:%M:%S.%f") + ("+00:00" if at.tzinfo is not None else "")
     if kind == "date":
-        return _quote((dt.date.fromisoformat(value) - dt.timedelta(days=-(-lookback // 86400))).isoformat())
-    return _quote(value)
+        days = int(delta // 86400) if delta < 0 else -int(-delta // 86400)
+        return (dt.date.fromisoformat(value) + dt.timedelta(days=days)).isoformat()
+    return value
+
+
+def _bounds(dialect: str, col: str, mark: Mapping[str, str]) -> tuple[str, str]:
+    """(a row past `mark`, a row at or below it) as SQL predicates on `col`. A timestamp mark
+    holds microseconds: a value finer than that (SQL Server's datetime2, Oracle's TIMESTAMP(9))
+    up to the next microsecond counts as at the mark."""
+    kind, value = mark["type"], mark["max"]
+    if kind in ("timestamp", "timestamp_ntz"):
+        step = _literal(dialect, kind, _shift(kind, value, 1e-6))
+        return f"{col} >= {step}", f"{col} < {step}"
+    return f"{col} > {_literal(dialect, kind, value)}", f"{col} <= {_literal(dialect, kind, value)}"
 
 
 def parse_checkpoint(text: str | None, source: str) -> dict[str, str] | None:
@@ -156,6 +190,8 @@ def _jdbc_error(name: str, config: Mapping[str, Any], doing: str, exc: BaseExcep
 
 
 def _kind(spark_type: str) -> str:
+    if spark_type == "timestamp_ntz":
+        return "timestamp_ntz"  # a time without a zone (timestamp, DATETIME): compared as written
     if spark_type.startswith("timestamp"):
         return "timestamp"
     if spark_type == "date":
@@ -164,11 +200,12 @@ def _kind(spark_type: str) -> str:
 
 
 def _as_text(column: str, spark_type: str):
-    """`column` as text that SQL and Spark's JDBC bounds take: a timestamp in UTC with its
-    microseconds (the session's time zone is UTC), a number exactly."""
+    """`column` as text that SQL and Spark's JDBC bounds take: a timestamp with its microseconds
+    (an instant in UTC: the session's time zone is UTC; a time without a zone as written), a
+    number exactly."""
     from pyspark.sql import functions as F
 
-    if _kind(spark_type) == "timestamp":
+    if _kind(spark_type).startswith("timestamp"):
         return F.date_format(F.col(column), "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(column)
     return F.col(column).cast("string").alias(column)
 
@@ -178,22 +215,27 @@ def pending(spark, name: str, config: Mapping[str, Any], checkpoint: str | None,
     bounds), computed by the database."""
     col = config.get("incremental_column")
     part = config.get("partition_column")
-    mark = None if full else parse_checkpoint(checkpoint, name)
-    where = None
+    dialect = scheme(str(config["url"]))
+    mark = None if full or not col else parse_checkpoint(checkpoint, name)
+    where = fresh = None
     if col and mark is not None:
         if mark["column"] != col:
             mark = None  # the column changed: read everything once
         else:
-            where = f"{col} >= {_lower_bound(mark, float(config.get('lookback') or 0))}"
+            lookback = float(config.get("lookback") or 0)
+            where = f"{col} >= {_literal(dialect, mark['type'], _shift(mark['type'], mark['max'], -lookback))}"
+            fresh = _bounds(dialect, col, mark)[0]
     whole = not col or mark is None
     filtered = f"SELECT * FROM {_relation(config)}" + (f" WHERE {where}" if where else "")
     # rows past the stored mark: without any, nothing is new (rows within `lookback` below it are
     # read again with the next run that has some)
-    fresh = f"SUM(CASE WHEN {col} > {_literal(mark['type'], mark['max'])} THEN 1 ELSE 0 END)" if where else "COUNT(*)"
-    picks = ["COUNT(*) AS n", f"{fresh} AS fresh"] + ([f"MAX({col}) AS hi"] if col else []) + \
-        ([f"MIN({part}) AS plo", f"MAX({part}) AS phi"] if part else [])
+    picks = ["COUNT(*) AS n", (f"SUM(CASE WHEN {fresh} THEN 1 ELSE 0 END)" if fresh else "COUNT(*)") + " AS fresh"] + \
+        ([f"MAX({col}) AS hi"] if col else []) + ([f"MIN({part}) AS plo", f"MAX({part}) AS phi"] if part else [])
     try:
-        meta = _reader(spark, config).option("query", f"SELECT {', '.join(picks)} FROM ({filtered}) pipe_new").load()
+        # a time without a zone is read as written (TIMESTAMP_NTZ), not in the JVM's zone, so the
+        # mark is the database's own value
+        meta = (_reader(spark, config).option("preferTimestampNTZ", "true")
+                .option("query", f"SELECT {', '.join(picks)} FROM ({filtered}) pipe_new").load())
         types = {c.lower(): t for c, t in meta.dtypes}
         row = meta.select(*[_as_text(c, t) for c, t in meta.dtypes]).first()
     except Exception as exc:  # noqa: BLE001 - the database's or the driver's error
@@ -203,9 +245,8 @@ def pending(spark, name: str, config: Mapping[str, Any], checkpoint: str | None,
     new_mark = None
     if col and count and values.get("hi") is not None:
         kind = _kind(types["hi"])
-        value = values["hi"] + ("+00:00" if kind == "timestamp" else "")
-        new_mark = {"column": col, "type": kind, "max": value}
-        upper = f"{col} <= {_literal(kind, value)}"
+        new_mark = {"column": col, "type": kind, "max": values["hi"] + ("+00:00" if kind == "timestamp" else "")}
+        upper = _bounds(dialect, col, new_mark)[1]
         where = f"{where} AND {upper}" if where else upper
     bounds = (values["plo"], values["phi"]) if part and count else None
     return JdbcPending(name, config, where, count, new_mark, bounds, whole)

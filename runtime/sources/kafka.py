@@ -359,6 +359,11 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
                                     text, ddl = decoded
                             except change_events.BadEvent as exc:  # kept as it came, for the message and the dead-letter table
                                 problem, text = str(exc), _as_text(value)
+                            except avro.RegistryError:
+                                raise  # the registry, not the message: the run stops
+                            except Exception as exc:  # noqa: BLE001 - any other failure on an untrusted message is the message's
+                                problem = f"not a message pipe can read ({type(exc).__name__}: {str(exc)[:200]})"
+                                text = _as_text(value)
                         cols[records.TEXT].append(text)
                         cols[SCHEMA].append(ddl)
                         cols[records.DECODE_PROBLEM].append(problem)

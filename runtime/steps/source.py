@@ -55,8 +55,7 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
                          f"(`pipe discover {step.name}` writes them down)")
         return done, text
     if kind == "jdbc":  # what is new is asked per consuming table; the URL is shown without its parameters
-        where = str(config["url"]).split("?", 1)[0].split(";", 1)[0]
-        return done, f"{config.get('dbtable') or 'a query'} at {where}"
+        return done, f"{config.get('dbtable') or 'a query'} at {jdbc_source.shown_url(str(config['url']))}"
     raise RunError(f"source {step.name}: sources of kind {kind} cannot run in this version of pipe")
 
 
@@ -145,18 +144,29 @@ def settle(ctx: RunContext, step: Step, result: StepResult, sources: Mapping[str
             except Exception as exc:  # noqa: BLE001 - reported on the step below
                 problems.append(f"source {name}: the dead-letter table could not be written: {exc}")
             result.inputs[name] = p.to_dict()
-        if isinstance(p, kafka_source.KafkaPending) and p.rejected is not None and committed:
-            try:
-                _write_dead_letter(ctx, name + kafka_source.DEAD_LETTER_SUFFIX, kafka_source.DEAD_LETTER_KEY, kafka_source.DEAD_LETTER_DDL,
-                                   p.rejected.withColumn("consumer", _lit(step.name)))
-                p.dead_lettered = p.bad_records
-            except Exception as exc:  # noqa: BLE001 - reported on the step below
-                problems.append(f"source {name}: the dead-letter table could not be written: {exc}")
+        if isinstance(p, kafka_source.KafkaPending) and p.dead_lettered:
             result.inputs[name] = p.to_dict()
         p.release()
     if problems and succeeded:
         raise RunError("; ".join(problems), "the commit is complete; what was not recorded is recorded again by the next run "
                        "(queue messages stay in the queue, undeclared objects are named again)")
+
+
+def write_dead_letters(ctx: RunContext, step: Step, sources: Mapping[str, Pending]) -> None:
+    """Before the table's commit: the bad messages of its Kafka sources (`on_bad_record:
+    dead_letter`) go to `<source>_dead_letter`. Written first, so that no commit moves the offsets
+    past a message the dead-letter table does not hold; a run that fails after it writes the same
+    rows again next time (keyed by consumer, topic, partition and offset)."""
+    for name, p in sources.items():
+        if isinstance(p, kafka_source.KafkaPending) and p.rejected is not None:
+            try:
+                _write_dead_letter(ctx, name + kafka_source.DEAD_LETTER_SUFFIX, kafka_source.DEAD_LETTER_KEY, kafka_source.DEAD_LETTER_DDL,
+                                   p.rejected.withColumn("consumer", _lit(step.name)))
+            except Exception as exc:  # noqa: BLE001 - the step stops: nothing is committed
+                raise RunError(f"source {name}: the dead-letter table {name}{kafka_source.DEAD_LETTER_SUFFIX} could not be written "
+                               f"({str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__})",
+                               "nothing was committed and the checkpoint did not move; the next run tries again") from exc
+            p.dead_lettered = p.bad_records
 
 
 def _lit(value: str):

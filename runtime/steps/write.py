@@ -147,6 +147,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             instant = expect.write_quarantine(ctx, session, step, checked, extra, based_on or "first")
             quarantined = f"; quarantine commit {instant}"
         extra[expect.EXTRA_KEY] = json.dumps(checked.to_dict(), sort_keys=True)
+    source.write_dead_letters(ctx, step, sources)
     # refused if another run committed to this table since its checkpoints were read
     try:
         consumers = ctx.consumer_checkpoints(step.name)
