@@ -195,6 +195,18 @@ def debezium(tmp_path_factory, kafka, postgres):
 
 
 @pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory):
+    """Apicurio Registry in memory on 127.0.0.1 (tests/registry/env.py), for the whole session:
+    `.url` is its Confluent-compatible API, `.api_url` what `debezium.add_connector(...,
+    avro_registry=schema_registry.api_url)` writes Avro change events through."""
+    from tests.registry.env import SchemaRegistry
+
+    registry = SchemaRegistry(tmp_path_factory.mktemp("registry"))
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture(scope="session")
 def hive_metastore(tmp_path_factory):
     """A Hive metastore service on 127.0.0.1 (tests/hive_metastore.py), for the whole session."""
     from tests.hive_metastore import HiveMetastore

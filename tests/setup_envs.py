@@ -1,10 +1,10 @@
 """Builds, side by side, the environments the tests use and git ignores: the cluster nodes'
 Python (.cluster/), Java Hudi's bundles and its pyspark 3.5 venv (.java-hudi/), the s3a jars
-(.s3a/), Apache Kafka's and Kafka Connect's with Debezium's (.kafka/). They are downloads and
-installs (pip, Maven), not tests: run before `pytest` (the README's
-test command and .ci/run do), they overlap one another and leave the test session's time to the
-tests. Each is also built on first use by the tests that need it, under the same file lock, so
-`pytest` alone works on a fresh machine too; when everything is there this takes a second.
+(.s3a/), Apache Kafka's, Kafka Connect's with Debezium's, Apicurio Registry (.kafka/). They are
+downloads and installs (pip, Maven), not tests: run before `pytest` (the README's test command and
+.ci/run do), they overlap one another and leave the test session's time to the tests. Each is also
+built on first use by the tests that need it, under the same file lock, so `pytest` alone works on
+a fresh machine too; when everything is there this takes a second.
 
 `python -m tests.setup_envs`: exit 1, naming the environment, when one cannot be built."""
 
@@ -22,6 +22,7 @@ from tests.cluster import env as cluster_env
 from tests.java_hudi import env as java_hudi_env
 from tests.kafka import connect as kafka_connect
 from tests.kafka import env as kafka_env
+from tests.registry import env as registry_env
 from tests.s3a import env as s3a_env
 
 
@@ -45,10 +46,15 @@ def _kafka() -> str:
 
 def _debezium() -> str:
     return (f"Kafka Connect {kafka_connect.KAFKA_VERSION} and Debezium {kafka_connect.DEBEZIUM_VERSION} "
-            f"in {kafka_connect.jars()}")
+            f"(with Apicurio's Avro converter {kafka_connect.APICURIO_VERSION}) in {kafka_connect.jars()}")
 
 
-BUILDS = {"cluster": _cluster, "java-hudi": _java_hudi, "s3a": _s3a, "kafka": _kafka, "debezium": _debezium}
+def _registry() -> str:
+    return f"Apicurio Registry {registry_env.VERSION} in {registry_env.jars()}"
+
+
+BUILDS = {"cluster": _cluster, "java-hudi": _java_hudi, "s3a": _s3a, "kafka": _kafka, "debezium": _debezium,
+          "registry": _registry}
 
 
 def main() -> int:

@@ -3,10 +3,11 @@
 PostgreSQL (tests/postgres/env.py) into the tests' Kafka broker (tests/kafka/env.py).
 
 Its jars come from Maven Central (tests/kafka/connect-pom.xml), fetched once under a file lock into
-<repo>/.kafka/connect-<kafka>-debezium-<debezium>/: `worker/` is the JVM's classpath (Connect's
-runtime and JsonConverter at the broker's Kafka version, Jackson, log4j2), `plugins/` its
-plugin.path (Debezium's connector and its own dependencies, loaded in isolation as in a real
-installation).
+<repo>/.kafka/connect-<kafka>-debezium-<debezium>-apicurio-<apicurio>/: `worker/` is the JVM's
+classpath (Connect's runtime and JsonConverter at the broker's Kafka version, Jackson, log4j2),
+`plugins/` its plugin.path (Debezium's connector and its own dependencies, loaded in isolation as
+in a real installation, with Apicurio Registry's Avro converter beside them: see
+`add_connector(avro_registry=...)`).
 
 One worker per test session and worker (the `debezium` fixture of tests/conftest.py). By hand:
 
@@ -15,7 +16,8 @@ One worker per test session and worker (the `debezium` fixture of tests/conftest
 Messages are JSON with schemas (JsonConverter, schemas.enable=true): key and value are each
 {"schema": {...}, "payload": {...}}; a value's payload is Debezium's envelope
 {"before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"}; a delete is followed
-by a tombstone (same key, null value)."""
+by a tombstone (same key, null value). A connector added with `avro_registry=` writes Avro in
+Confluent's wire format instead (avro_converter_settings)."""
 
 from __future__ import annotations
 
@@ -31,14 +33,18 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from pathlib import Path
 
 from tests.jvm_options import FIRST_TIER_JIT, SERIAL_GC
 from tests.kafka import env as kafka_env
 from tests.kafka.env import SetupError, _free_port, _java
+from tests.registry import env as registry_env
 
 KAFKA_VERSION = kafka_env.VERSION  # the worker's Kafka is the broker's
 DEBEZIUM_VERSION = "3.6.1.Final"
+APICURIO_VERSION = registry_env.VERSION  # the converter's is the registry's
+AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
 POM = Path(__file__).resolve().parent / "connect-pom.xml"
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 MARKER_PREFIX = "pipe_tests_caught_up"  # wait_caught_up's logical decoding messages (never a Kafka message)
@@ -46,7 +52,7 @@ HEARTBEAT_MS = 200
 
 
 def folder() -> Path:
-    return kafka_env.HOME / f"connect-{KAFKA_VERSION}-debezium-{DEBEZIUM_VERSION}"
+    return kafka_env.HOME / f"connect-{KAFKA_VERSION}-debezium-{DEBEZIUM_VERSION}-apicurio-{APICURIO_VERSION}"
 
 
 def _mvn(args: list[str], what: str) -> None:
@@ -62,16 +68,31 @@ def _fetch(where: Path) -> None:
     part = where.with_name(where.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
     common = [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies", f"-Dkafka.version={KAFKA_VERSION}",
-              f"-Ddebezium.version={DEBEZIUM_VERSION}", "-DincludeScope=runtime"]
+              f"-Ddebezium.version={DEBEZIUM_VERSION}", f"-Dapicurio.version={APICURIO_VERSION}", "-DincludeScope=runtime"]
     _mvn(common + ["-Pworker", f"-DoutputDirectory={part / 'worker'}"], f"Kafka Connect {KAFKA_VERSION}")
     plugin = part / "plugins" / "debezium-connector-postgres"
     _mvn(common + ["-Pdebezium", f"-DoutputDirectory={plugin}"], f"Debezium {DEBEZIUM_VERSION}")
-    for jar in (part / "worker" / f"connect-runtime-{KAFKA_VERSION}.jar", plugin / f"debezium-connector-postgres-{DEBEZIUM_VERSION}.jar"):
+    _mvn(common + ["-Papicurio", f"-DoutputDirectory={plugin}"], f"Apicurio Registry's converter {APICURIO_VERSION}")
+    _converter_manifest(plugin)
+    for jar in (part / "worker" / f"connect-runtime-{KAFKA_VERSION}.jar", plugin / f"debezium-connector-postgres-{DEBEZIUM_VERSION}.jar",
+                plugin / f"apicurio-registry-utils-converter-{APICURIO_VERSION}.jar"):
         if not jar.is_file():
             raise SetupError(f"mvn did not leave {jar.name} in {jar.parent}")
     (part / ".complete").write_text("")
     shutil.rmtree(where, ignore_errors=True)
     part.rename(where)
+
+
+def _converter_manifest(plugin: Path) -> None:
+    """A jar holding only a ServiceLoader manifest that names Apicurio's AvroConverter, beside its
+    jar (which has none), so that the worker's plugin.discovery=service_load finds it, as Kafka's
+    `connect-plugin-path sync-manifests` would make it. Without it (seen with Connect 4.1.0) a
+    connector naming it as its key.converter/value.converter is RUNNING but never gets a task, and
+    PUT /connectors/<name>/config hangs with nothing in the log; with plugin.discovery=hybrid_warn
+    (a scan of every class: seconds at each start) it works too. Only the Avro converter: the jar's
+    ExtJsonConverter needs the JSON Schema serde, left out (tests/kafka/connect-pom.xml)."""
+    with zipfile.ZipFile(plugin / "pipe-apicurio-converter-manifest.jar", "w") as jar:
+        jar.writestr("META-INF/services/org.apache.kafka.connect.storage.Converter", AVRO_CONVERTER + "\n")
 
 
 def jars() -> Path:
@@ -120,6 +141,37 @@ class ConnectError(RuntimeError):
 
 def _quote(name: str) -> str:
     return urllib.parse.quote(name, safe="")
+
+
+def avro_converter_settings(registry_api_url: str) -> dict[str, str]:
+    """A connector's own key.converter and value.converter (overriding the worker's JsonConverter)
+    writing Avro in Confluent's wire format through Apicurio Registry at `registry_api_url`
+    (Apicurio's API, SchemaRegistry.api_url of tests/registry/env.py): each message is the magic
+    byte 0, the schema's id as 4 bytes big-endian, then the Avro binary encoding of the record; the
+    id is one that the registry's Confluent API serves (GET <SchemaRegistry.url>/schemas/ids/<id>)
+    with the writer's schema, registered under subject <topic>-key or <topic>-value.
+
+    - headers.enabled=false: the id in the message's bytes; by default the converter writes bare
+      Avro and puts the id in Kafka headers (apicurio.value.globalId: 8 bytes)
+    - id-handler=Legacy4ByteIdHandler: the id in 4 bytes after the magic byte (the default
+      DefaultIdHandler writes 8); `apicurio.registry.as-confluent=true` chooses the same handler
+      but logs "Duplicate id-handler configuration" for each serializer, as the default is set too
+    - use-id=contentId: the id is the schema text's contentId, the id of Confluent's API there
+      (the default, globalId, numbers versions of artifacts and is no id over there)
+    - auto-register: a new schema (the first message of a table, a column added) is registered
+      before its message is written (TopicIdStrategy: artifact <topic>-value in the default group)"""
+    settings = {}
+    for side in ("key", "value"):
+        prefix = f"{side}.converter"
+        settings.update({
+            prefix: AVRO_CONVERTER,
+            f"{prefix}.apicurio.registry.url": registry_api_url,
+            f"{prefix}.apicurio.registry.auto-register": "true",
+            f"{prefix}.apicurio.registry.headers.enabled": "false",
+            f"{prefix}.apicurio.registry.id-handler": "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+            f"{prefix}.apicurio.registry.use-id": "contentId",
+        })
+    return settings
 
 
 class DebeziumConnect:
@@ -203,7 +255,8 @@ class DebeziumConnect:
 
     # --- connectors ---------------------------------------------------------------------------------
 
-    def add_connector(self, name: str, database: str, topic_prefix: str, tables=None, timeout_s: float = 60, **extra) -> dict:
+    def add_connector(self, name: str, database: str, topic_prefix: str, tables=None, timeout_s: float = 60,
+                      avro_registry: str | None = None, **extra) -> dict:
         """Registers Debezium's Postgres connector `name` reading `database` into topics
         `<topic_prefix>.<schema>.<table>`, and returns its configuration once its task runs and its
         replication slot exists (from then on wait_caught_up() is exact).
@@ -214,7 +267,9 @@ class DebeziumConnect:
         for its UPDATEs and DELETEs). pgoutput, snapshot.mode=initial (the rows there are
         first, op "r", then the changes), a slot and publication named after the connector with a
         random suffix. `extra`: more or other Debezium settings, dotted names through a dict:
-        `**{"decimal.handling.mode": "string"}`.
+        `**{"decimal.handling.mode": "string"}`. `avro_registry`: Apicurio Registry's API URL
+        (SchemaRegistry.api_url, the `schema_registry` fixture): keys and values in Avro, Confluent's
+        wire format, instead of JSON (avro_converter_settings; `extra` can still override them).
 
         With the defaults, columns arrive in the JSON as:
         - numeric(p,s): decimal.handling.mode=precise, a Connect Decimal: the payload is the
@@ -266,6 +321,8 @@ class DebeziumConnect:
             config["table.include.list"] = ",".join(re.escape(t) for t in tables)
         if "message.prefix.include.list" not in extra:
             config["message.prefix.exclude.list"] = MARKER_PREFIX
+        if avro_registry:
+            config.update(avro_converter_settings(avro_registry))
         config.update({k: str(v) for k, v in extra.items()})
         self._rest("PUT", f"/connectors/{_quote(name)}/config", config)
         self.connectors[name] = {"database": database, "slot": config["slot.name"], "publication": config["publication.name"],
