@@ -134,3 +134,38 @@ def test_postgres_tables_arrive_equal_round_after_round(spark, tmp_path, capsys,
     assert pipe_rows(spark, root, "customers", CUSTOMERS) == naive
     assert not (root / "lake/shop__customers_dead_letter").exists()
     assert steps(root)["table.customers"]["inputs"]["shop__customers"]["checkpoint"].startswith(f"{prefix}.public.customers,0:")
+
+
+def test_avro_change_events_through_a_real_schema_registry_arrive_equal(spark, tmp_path, capsys, kafka, postgres, debezium,
+                                                                          schema_registry, database):
+    """Debezium writes Avro (Apicurio's converter, Confluent's wire format) registered in a real
+    registry; the source reads it through the registry's Confluent API: decimals, timestamps,
+    dates, accents, deletes and a column added flow into the table as they do with JSON."""
+    import yaml
+
+    pg = lambda sql, params=None: postgres.execute(sql, params, database=database)  # noqa: E731
+    pg("""CREATE TABLE payments (id bigint PRIMARY KEY, amount numeric(12,2) NOT NULL, paid_at timestamptz NOT NULL,
+                                 payer text NOT NULL, note text, due date);
+          INSERT INTO payments SELECT i, (i * 7919 % 1000000) / 100.0 - 5000, timestamptz '2024-03-01 10:30:00.123456+00' + i * interval '1 hour',
+                 'Zoë Ångström-Müller ' || i, CASE WHEN i % 3 = 0 THEN NULL ELSE 'O''Brien "x"' END, date '1969-12-25' + i
+          FROM generate_series(1, 500) i""")
+    prefix = f"av{secrets.token_hex(3)}"
+    debezium.add_connector(f"avro-{database}", database, prefix, avro_registry=schema_registry.api_url)
+    debezium.wait_caught_up()
+    src = {"kind": "kafka", "bootstrap_servers": kafka.bootstrap, "topic": f"{prefix}.public.payments", "format": "debezium",
+           "schema_registry": {"url": schema_registry.url}}
+    root = write_project(tmp_path / "p", {
+        "pipe_project.yml": PROJECT_YML,
+        "sources/pay.yml": yaml.safe_dump({"sources": {"payments_cdc": src}}, sort_keys=False),
+        "tables/payments.yml": "tables:\n  payments:\n    key: [id]\n    precombine: _cdc_position\n    tombstone_days: 7\n",
+        "tables/payments.sql": "select * from {{ source('payments_cdc') }}\n"})
+    columns = ["id", "amount", "paid_at", "payer", "note", "due"]
+    run_ok(capsys, root)
+    assert_equal(postgres, database, root, "payments", columns)
+    pg("UPDATE payments SET amount = amount + 0.01, note = 'Łódź' WHERE id % 10 = 0")
+    pg("DELETE FROM payments WHERE id % 25 = 0")
+    pg("ALTER TABLE payments ADD COLUMN region text")
+    pg("INSERT INTO payments VALUES (1000, -0.05, now(), 'new', NULL, NULL, 'EU')")
+    debezium.wait_caught_up()
+    run_ok(capsys, root)
+    assert_equal(postgres, database, root, "payments", columns + ["region"])

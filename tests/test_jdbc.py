@@ -32,6 +32,7 @@ def jdbc_project(tmp_path: Path, postgres, database: str, **source) -> Path:
     src = {"kind": "jdbc", "url": f"jdbc:postgresql://{postgres.host}:{postgres.port}/{database}", "dbtable": "public.customers",
            "user": postgres.user, "password": "{{ env_var('SHOP_DB_PASSWORD') }}", "incremental_column": "updated_at",
            "lookback": 60, "partition_column": "id", "num_partitions": 3, **source}
+    src = {k: v for k, v in src.items() if v is not None}
     return write_project(tmp_path / "p", {
         "pipe_project.yml": PROJECT_YML,
         "sources/db.yml": yaml.safe_dump({"sources": {"shop_db": src}}, sort_keys=False),
@@ -127,3 +128,18 @@ def test_compile_refuses_a_jdbc_source_that_cannot_work(tmp_path, extra, message
                                           "tables/t.sql": "select * from {{ source('shop_db') }}"})
     diags = compile_errors(root)
     assert any(message in d.message for d in diags), [d.message for d in diags]
+
+
+def test_a_query_without_incremental_column_is_read_whole_every_run(tmp_path, postgres, database):
+    pg = lambda sql: postgres.execute(sql, database=database)  # noqa: E731
+    pg("""CREATE TABLE customers (id bigint PRIMARY KEY, name text, balance numeric(12,2), updated_at timestamp NOT NULL);
+          INSERT INTO customers SELECT i, 'c' || i, i, timestamp '2024-06-01 00:00:00' + i * interval '1 minute'
+          FROM generate_series(1, 200) i""")
+    root = jdbc_project(tmp_path, postgres, database, dbtable=None, incremental_column=None, lookback=0,
+                        query="select id, name, balance, updated_at from customers where id % 2 = 0")
+    run(root, postgres)
+    assert hudi_rows(root, "customers", ["id"]) == [(i,) for i in range(2, 201, 2)]
+    pg("UPDATE customers SET name = 'renamed' WHERE id = 4; INSERT INTO customers VALUES (1000, 'new', 1, now())")
+    run(root, postgres)  # the second run reads the whole result again
+    assert steps(root)["table.customers"]["inputs"]["shop_db"]["new"] == 101
+    assert (4, "renamed") in hudi_rows(root, "customers", ["id", "name"]) and (1000,) in hudi_rows(root, "customers", ["id"])
