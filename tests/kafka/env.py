@@ -76,6 +76,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen | None, timeout_s: float = 30) -> None:
+    """Ends a service the tests started (SIGTERM, then SIGKILL after `timeout_s`); the broker,
+    Kafka Connect and the schema registry stop this way."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def log_tail(path: Path, chars: int = 4000) -> str:
+    """The end of a service's log, for a setup error."""
+    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
 def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     return str(Path(home) / "bin" / "java") if home else "java"
@@ -140,13 +157,7 @@ class KafkaBroker:
         raise SetupError(f"the Kafka broker did not answer on {self.bootstrap} within {timeout_s:.0f} s:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
     def restart(self) -> None:
         self.stop()

@@ -133,16 +133,10 @@ class SchemaRegistry:
         self.startup_s = time.monotonic() - started
 
     def stop(self, timeout_s: float = 30) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        kafka_env.stop_process(self.proc, timeout_s)
 
-    def _log_tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+    def _log_tail(self) -> str:
+        return kafka_env.log_tail(self.log)
 
     # --- Confluent's API ---------------------------------------------------------------------------
 
