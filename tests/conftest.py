@@ -29,16 +29,13 @@ MINIMAL_PROJECT = "name: shop\n"
 #   JIT's first tier only: their jobs are small and short, so C2's compilations cost more CPU
 #   than they save. Java Hudi's sessions keep the full JIT (tests/java_hudi/client.py): they do
 #   their work in the JVM (Avro, Parquet, merging).
-# The defaults are prepended to any extraJavaOptions; a SPARK_CONF_DIR the user set is left alone.
-if "SPARK_CONF_DIR" not in os.environ:
-    import tempfile
+# - pipe's drivers map a class-data-sharing archive of Spark's classes (tests/jvm_options.py).
+# The options reach Spark through PYSPARK_SUBMIT_ARGS (pipe's sessions append it to their own), as
+# defaultJavaOptions, which any extraJavaOptions follow; a PYSPARK_SUBMIT_ARGS the user set is left alone.
+if "PYSPARK_SUBMIT_ARGS" not in os.environ:
+    from tests.jvm_options import pyspark_submit_args
 
-    from tests.jvm_options import SHORT_LIVED
-
-    _conf = Path(tempfile.mkdtemp(prefix="pipe-tests-spark-conf-"))
-    (_conf / "spark-defaults.conf").write_text(f"spark.driver.defaultJavaOptions {SHORT_LIVED}\n"
-                                               f"spark.executor.defaultJavaOptions {SHORT_LIVED}\n")
-    os.environ["SPARK_CONF_DIR"] = str(_conf)
+    os.environ["PYSPARK_SUBMIT_ARGS"] = pyspark_submit_args()
 
 # Test credentials for the moto server, set before any SparkSession starts: Spark's Python workers
 # (which read S3 objects with boto3) take their environment from the JVM, started with this one.

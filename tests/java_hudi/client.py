@@ -45,10 +45,8 @@ class JavaHudi:
         self.log = self.workdir / "driver.log"
         self._count = itertools.count()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME", "PYTHONPATH"))}
-        if "pipe-tests-spark-conf-" in env.get("SPARK_CONF_DIR", ""):
-            # Java Hudi does its work in the JVM (Avro, Parquet, merging): it keeps the full JIT,
-            # which the tests' first-tier-only setting (tests/conftest.py) would slow down
-            del env["SPARK_CONF_DIR"]
+        # (PYSPARK_SUBMIT_ARGS, the tests' options for pipe's drivers, is dropped: Java Hudi does its
+        # work in the JVM (Avro, Parquet, merging) and keeps the full JIT; tests/conftest.py)
         # the serial collector, as every JVM of the tests (tests/conftest.py)
         env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (env.get("SPARK_SUBMIT_OPTS"), SERIAL_GC)))
         env["PYSPARK_PYTHON"] = str(bundle.python)
