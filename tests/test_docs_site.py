@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import signal
@@ -349,20 +350,42 @@ def test_a_thousand_tables_give_a_thousand_pages_and_a_layered_graph(big):
     assert lineage_cell(t500, "id") == "= t462.id"
 
 
-def test_pages_written_by_a_process_per_core_equal_those_written_by_one(big, tmp_path, monkeypatch):
-    """A site of 1,000 pages is rendered by forked processes (site._write_pages); one process
-    writes the same files, byte for byte, and the manifest lists each once."""
+FORKED_DOCS = """
+import sys
+from pipe.docs import site
+from pipe.cli import main
+assert site._single_threaded(), "a process with one thread"
+site._workers = lambda: 2
+site._FORK_FROM = int(sys.argv[2])
+calls, render = [], site._render
+site._render = lambda *args: calls.append(1) or render(*args)  # in the children when they render
+code = main(["docs", "generate", "--no-lake", "--project-dir", sys.argv[1]])
+print(f"rendered here: {len(calls)}")
+sys.exit(code)
+"""
+
+
+def test_pages_written_by_a_process_per_core_equal_those_written_by_one(big, tmp_path):
+    """A site of 1,000 pages is rendered by forked processes (site._write_pages) in a `pipe docs
+    generate` of one thread; one process writes the same files, byte for byte, and the manifest
+    lists each once. A process with more threads (this test's: pytest's, py4j's) never forks: a
+    child forked while another thread holds a lock hangs (one did, in a CI run)."""
+    import subprocess
+    import sys
+
     from pipe.docs import site as docs_site
 
     root, _ = big
     assert docs_site._FORK_FROM <= 1006  # so the first generate below forks, on any number of cores
-    monkeypatch.setattr(docs_site, "_workers", lambda: 2)
+    assert not docs_site._single_threaded()
     sites = {}
     for how, fork_from in (("forked", docs_site._FORK_FROM), ("one", 10**9)):
         copy = tmp_path / how
         shutil.copytree(root, copy, ignore=shutil.ignore_patterns("target"))
-        monkeypatch.setattr(docs_site, "_FORK_FROM", fork_from)
-        assert main(["docs", "generate", "--no-lake", "--project-dir", str(copy)]) == 0  # no lake folder on the pages
+        done = subprocess.run([sys.executable, "-c", FORKED_DOCS, str(copy), str(fork_from)], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "PIPE_NO_FORKSERVER": "1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"rendered here: {0 if how == 'forked' else 1}" in done.stdout, done.stdout
         sites[how] = copy / "target/docs"
     forked, alone = (json.loads((sites[h] / ".pages.json").read_text()) for h in ("forked", "one"))
     assert alone == forked and len([k for k in alone if k.startswith("nodes/")]) == 1006

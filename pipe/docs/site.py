@@ -303,6 +303,9 @@ class _Writer:
 # Rendering a page takes about a millisecond, and creating its file about as long again on some
 # disks: a site of this many pages or more is written by a process per core, forked once the
 # whole site is in memory (Linux only: fork is what makes the site and the templates free to share).
+# Only a process with one thread forks: a child forked while another thread holds a lock (the
+# logging module's, an import's, malloc's) waits for it forever. `pipe docs serve` regenerating
+# beside its server thread, or a process that started Spark (py4j's threads), renders in-process.
 _FORK_FROM = 300
 _job: tuple[Any, Any, Any] | None = None  # (site, template, writer) of the forked children
 
@@ -312,12 +315,20 @@ def _workers() -> int:
     return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
 
 
+def _single_threaded() -> bool:
+    """This process has one thread (Python's or any library's: Linux lists them all)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
 def _write_pages(site: Site, template, writer: _Writer) -> dict[str, str]:
     """Renders and writes a page per step; their files' digests."""
     global _job
     ids = list(site.pages)
     workers = _workers()
-    if len(ids) < _FORK_FROM or workers < 2 or sys.platform != "linux":
+    if len(ids) < _FORK_FROM or workers < 2 or sys.platform != "linux" or not _single_threaded():
         return _render(site, template, writer, ids)
     import multiprocessing
 
