@@ -169,18 +169,21 @@ def debris(root):
     return temps, lock, pending
 
 
-@pytest.mark.parametrize("then", ["write", "no_input"])
-def test_after_crashes_a_successful_write_leaves_no_pending_instant_stale_lock_or_temp_file(spark, warm_python, tmp_path, then):
+@pytest.fixture(scope="module")
+def crashed_twice(spark, warm_python, tmp_path_factory):
+    """A merge-on-read table after two crashes, made once for the module (each test copies it):
+    a run killed in its inline compaction after the compaction's files (its deltacommit stands),
+    the debris of a task and of a metadata rewrite killed before their renames, then a run killed
+    after writing its files, before its commit. Returns (the table's folder, the compaction's instant)."""
     from runtime.table.config import MERGE_ON_READ
 
-    root = tmp_path / "orders"
+    root = tmp_path_factory.mktemp("crashed") / "orders"
     path = str(root)
-    schema = "id long, region string, ts long, v string"
     table = Table.create(spark, path, TableConfig(name="orders", table_type=MERGE_ON_READ, record_key_fields=("id",),
                                                   partition_fields=("region",), precombine_field="ts"))
     t0 = 1_717_000_000_000
-    table.write(spark.createDataFrame([(i, "EU" if i % 2 else "US", t0, f"first-{i}") for i in range(1, 7)], schema), "upsert")
-    table.write(spark.createDataFrame([(3, "EU", t0 + 1, "third-v1"), (4, "US", t0 + 1, None)], schema), "upsert")
+    table.write(spark.createDataFrame([(i, "EU" if i % 2 else "US", t0, f"first-{i}") for i in range(1, 7)], ORDERS_DDL), "upsert")
+    table.write(spark.createDataFrame([(3, "EU", t0 + 1, "third-v1"), (4, "US", t0 + 1, None)], ORDERS_DDL), "upsert")
 
     # 1. a run killed in its inline compaction, after the compaction's files: its deltacommit stands
     env = {**os.environ, "PIPE_FAULT": "compaction_after_files"}
@@ -200,13 +203,26 @@ def test_after_crashes_a_successful_write_leaves_no_pending_instant_stale_lock_o
     assert proc.returncode == 77, proc.stderr[-2000:]
     temps, lock, pending = debris(root)
     assert len(temps) == 2 and lock and len(pending) == 2  # the compaction and the write
+    return root, compaction
 
+
+ORDERS_DDL = "id long, region string, ts long, v string"
+
+
+@pytest.mark.parametrize("then", ["write", "no_input"])
+def test_after_crashes_a_successful_write_leaves_no_pending_instant_stale_lock_or_temp_file(spark, crashed_twice, tmp_path, then):
+    import shutil
+
+    root = tmp_path / "orders"
+    shutil.copytree(crashed_twice[0], root)  # times of change kept: the temp file stays stale
+    path, compaction = str(root), crashed_twice[1]
+    table = Table.open(spark, path)
     expected = [(1, "EU-1-v2"), (2, "US-2-v2"), (3, "third-v1"), (4, None), (5, "EU-5-v2"), (6, "first-6")]
     if then == "write":  # the next run writes (no compaction due)
-        table.write(spark.createDataFrame([(6, "US", t0 + 9, "six-v9")], schema), "upsert")
+        table.write(spark.createDataFrame([(6, "US", 1_717_000_000_009, "six-v9")], ORDERS_DDL), "upsert")
         expected[-1] = (6, "six-v9")
     else:  # the next run has no new input for the table: it tidies it
-        done = Table.open(spark, path).tidy()
+        done = table.tidy()
         assert any(d.startswith("finished compaction") for d in done) and any(d.startswith("rolled back") for d in done)
     assert debris(root) == ([], False, [])
     assert f"{compaction}.commit" in os.listdir(root / ".hoodie")  # pipe's plan executed, not rolled back
