@@ -293,6 +293,9 @@ class Bench:
         import yaml
 
         conf = {"spark.driver.memory": MEMORY}
+        if self.args.event_log:  # Spark's event log of pipe's runs, to see where the time goes (stages, tasks)
+            (self.work / "events").mkdir(exist_ok=True)
+            conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(self.work / "events")})
         files = {
             "pipe_project.yml": {"name": "cdc_bench", "targets": {"dev": {"spark": {"master": MASTER, "conf": conf}}}},
             "sources/pg.yml": {"sources": {"pg": {"kind": "kafka", "bootstrap_servers": self.broker.bootstrap, "topic": self.topic,
@@ -576,6 +579,7 @@ def main() -> int:
     ap.add_argument("--gc", choices=("serial", "default"), default="serial", help="both sides' JVM collector")
     ap.add_argument("--section", default="cdc")
     ap.add_argument("--no-write", action="store_true", help="print the section, do not write bench/RESULTS.md")
+    ap.add_argument("--event-log", action="store_true", help="pipe's runs write Spark's event log into the work folder's events/")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (tables, logs)")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))

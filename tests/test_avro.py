@@ -86,7 +86,7 @@ def test_avro_logical_types_become_spark_types_and_values():
                                 "price": Decimal("-0.005"), "id": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "kind": "BUY",
                                 "tags": ["a", "é"], "raw": b"\x00\xff", "either": 5})
     c = connect_schema(schema)
-    text, columns = debezium.row_text(to_connect(record, c), c)
+    text, columns = debezium.RowSchemas().row(to_connect(record, c), c)
     assert json.loads(text) == {"at": "1969-12-31T23:59:59.999000Z", "at_us": "2024-01-02T03:04:05.000006Z", "day": "1900-03-01",
                                 "price": "-0.005", "id": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "kind": "BUY", "tags": ["a", "é"],
                                 "raw": "AP8=", "either": "5"}

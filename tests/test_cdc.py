@@ -169,3 +169,77 @@ def test_avro_change_events_through_a_real_schema_registry_arrive_equal(spark, t
     debezium.wait_caught_up()
     run_ok(capsys, root)
     assert_equal(postgres, database, root, "payments", columns + ["region"])
+
+
+def test_kill_9_at_random_moments_and_a_broker_restart_lose_and_repeat_no_change(spark, tmp_path, capsys, kafka, postgres,
+                                                                                debezium, database):
+    """Real Debezium events of 12,000 rows (snapshot, an update of every row, 5% deleted) read
+    4,000 messages per run into an upsert table and an append-only log of every event: `pipe run`
+    killed with SIGKILL three times at random moments, the broker restarted while a run reads,
+    then runs until nothing is new: the table equals the database, and the log holds every change
+    event exactly once (no offset read twice, none skipped)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import yaml
+
+    from tests.test_kafka import _pipe_process, _python_workers
+
+    pg = lambda sql, params=None: postgres.execute(sql, params, database=database)  # noqa: E731
+    pg("""CREATE TABLE accounts (id bigint PRIMARY KEY, owner text, balance numeric(14,2) NOT NULL, opened date, updated_ms bigint);
+          INSERT INTO accounts SELECT i, CASE WHEN i % 9 = 0 THEN NULL ELSE 'Zoë ''' || i || ''' "Łódź"' END,
+                 (i * 7919 % 10000000) / 100.0 - 40000, date '2020-01-01' + i % 2000, 1717000000000 + i
+          FROM generate_series(1, 12000) i""")
+    prefix = f"kl{secrets.token_hex(3)}"
+    topic = f"{prefix}.public.accounts"
+    kafka.create_topic(topic, partitions=4)
+    debezium.add_connector(f"kill-{database}", database, prefix)
+    pg("UPDATE accounts SET balance = balance + 0.01, updated_ms = updated_ms + 1")
+    pg("DELETE FROM accounts WHERE id % 20 = 0")
+    debezium.wait_caught_up()
+    events = 12_000 + 12_000 + 600  # snapshot reads, updates, deletes (tombstones are no events)
+
+    src = {"kind": "kafka", "bootstrap_servers": kafka.bootstrap, "topic": topic, "format": "debezium", "max_records_per_run": 4_000}
+    root = write_project(tmp_path / "p", {
+        "pipe_project.yml": PROJECT_YML,
+        "sources/cdc.yml": yaml.safe_dump({"sources": {"accounts_cdc": src}}, sort_keys=False),
+        "tables/accounts.yml": "tables:\n  accounts:\n    key: [id]\n    precombine: _cdc_position\n    tombstone_days: 7\n",
+        "tables/accounts.sql": "select * from {{ source('accounts_cdc') }}\n",
+        "tables/account_log.sql": "select id, _cdc_op, _kafka_partition, _kafka_offset from {{ source('accounts_cdc') }}\n"})
+
+    rng = random.Random(40)
+    killed = 0
+    for _ in range(3):
+        proc = _pipe_process(root)
+        time.sleep(rng.uniform(4, 16))  # Spark's start, the offsets, the read, the writes, the commits: anywhere
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed += 1
+        proc.wait()
+    assert killed >= 2, "most runs were killed before they ended"
+
+    proc = _pipe_process(root)  # the broker restarts while this run reads the partitions
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and not _python_workers(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    restarted = proc.poll() is None
+    if restarted:
+        restarter = threading.Thread(target=kafka.restart)
+        restarter.start()
+    out, _ = proc.communicate(timeout=600)
+    if restarted:
+        restarter.join()
+    assert "Traceback" not in out and proc.returncode in (0, 1), out  # done, or failed naming the brokers
+    assert restarted, f"the run ended before it read:\n{out}"
+
+    while True:  # the runs a user starts after the crashes
+        run_ok(capsys, root)
+        if all(steps(root)[f"table.{t}"]["state"] == "no_input" for t in ("accounts", "account_log")):
+            break
+    assert_equal(postgres, database, root, "accounts", ["id", "owner", "balance", "opened", "updated_ms"])
+    log = hudi_rows(root, "account_log", ["_kafka_partition", "_kafka_offset", "_cdc_op"])
+    assert len(log) == events, f"{len(log)} events in the log, {events} written by Debezium"
+    assert len({(p, o) for p, o, _ in log}) == len(log), "an event read twice"
+    assert sorted({op for _, _, op in log}) == ["d", "r", "u"]

@@ -191,17 +191,12 @@ def decoder(registry: Mapping[str, str]) -> Callable[[bytes, bytes | None], tupl
     """`format: avro`: each message's record is a row, its columns from its writer schema."""
     from runtime.sources import debezium
 
-    seen: set[str] = set()
+    rows = debezium.RowSchemas()
 
     def decode(value: bytes, key: bytes | None) -> tuple[str, str | None]:
         record, schema = read(value, registry)
         if schema.get("type") != "struct" or not isinstance(record, dict):
             raise BadEvent("its Avro schema is not a record")
-        text, columns = debezium.row_text(record, schema)
-        if columns in seen:
-            columns = None
-        else:
-            seen.add(columns)
-        return text, columns
+        return rows.row(record, schema)
 
     return decode

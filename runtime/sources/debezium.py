@@ -157,9 +157,18 @@ def position(source: Mapping[str, Any], op: str = "c") -> str:
 
 def row_values(row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> dict[str, Any]:
     """A row's values from Connect's encodings (schema: the row's struct schema, or None)."""
-    fields = {f["field"]: f for f in (schema or {}).get("fields") or []}
+    return _convert(row, _converters(schema))
+
+
+def _converters(schema: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """The fields of a row's struct schema whose values need converting (_value), by name."""
+    fields = (schema or {}).get("fields") or []
+    return {f["field"]: f for f in fields if f.get("name") is not None or f.get("type") in ("struct", "array", "map")}
+
+
+def _convert(row: Mapping[str, Any], converters: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     try:
-        return {k: _value(v, fields.get(k)) for k, v in row.items()}
+        return {k: (_value(v, converters[k]) if k in converters else v) for k, v in row.items()}
     except (KeyError, ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
         raise BadEvent(f"a value does not fit its schema ({type(exc).__name__}: {exc})") from None
 
@@ -170,9 +179,44 @@ def columns_of(schema: Mapping[str, Any] | None) -> str | None:
     return json.dumps([[f["field"], spark_type(f)] for f in fields], ensure_ascii=False) if fields else None
 
 
-def row_text(row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> tuple[str, str | None]:
-    """(the row as JSON text, its columns) of a plain record (`format: avro`)."""
-    return json.dumps(row_values(row, schema), ensure_ascii=False, separators=(",", ":")), columns_of(schema)
+class RowSchemas:
+    """What a task makes once per distinct row schema (each message carries its own copy): the
+    fields to convert and the columns, the latter given with the first row of them only. A few
+    recent schemas are kept; a message's is compared with them (a dict comparison, in C)."""
+
+    def __init__(self, keep: int = 8):
+        self._recent: list[tuple[Any, dict[str, Mapping[str, Any]], str | None]] = []  # (schema, converters, columns)
+        self._keep = keep
+        self._given: set[str] = set()
+
+    def row(self, row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> tuple[str, str | None]:
+        """(the row as JSON text, its columns the first time this task sees them, else None)."""
+        return self.text(self.values(row, schema)), self.columns_once(schema)
+
+    def values(self, row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> dict[str, Any]:
+        return _convert(row, self._entry(schema)[1])
+
+    def columns_once(self, schema: Mapping[str, Any] | None) -> str | None:
+        columns = self._entry(schema)[2]
+        if columns is None or columns in self._given:
+            return None
+        self._given.add(columns)
+        return columns
+
+    @staticmethod
+    def text(values: Mapping[str, Any]) -> str:
+        return json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+
+    def _entry(self, schema: Mapping[str, Any] | None) -> tuple[Any, dict[str, Mapping[str, Any]], str | None]:
+        for i, entry in enumerate(self._recent):
+            if entry[0] is schema or entry[0] == schema:
+                if i:
+                    self._recent.insert(0, self._recent.pop(i))
+                return entry
+        entry = (schema, _converters(schema), columns_of(schema))
+        self._recent.insert(0, entry)
+        del self._recent[self._keep:]
+        return entry
 
 
 def _parse(data: bytes, registry: Mapping[str, str] | None, what: str) -> tuple[Any, Mapping[str, Any] | None]:
@@ -193,7 +237,7 @@ def decoder(registry: Mapping[str, str] | None = None) -> Callable[[bytes, bytes
     JSON text, its columns as JSON `[[name, Spark type], ...]`, or None when this task gave them
     already). Raises BadEvent with the reason for a message that is not a change event.
     `registry` (avro.registry_settings): events written with Avro are read too."""
-    seen: set[str] = set()
+    rows = RowSchemas()
 
     def decode(value: bytes, key: bytes | None) -> tuple[str, str | None]:
         envelope, schema = _parse(value, registry, "value")
@@ -214,20 +258,14 @@ def decoder(registry: Mapping[str, str] | None = None) -> Callable[[bytes, bytes
                     row_schema = key_schema
         if not isinstance(row, dict):
             raise BadEvent(f"op {op!r} without `{side}`")
-        out = row_values(row, row_schema)
+        out = rows.values(row, row_schema)
         out[OP] = op
         out[POSITION] = position(source, op)
         ts = source.get("ts_ms")
         out[TS] = None if ts is None else iso_millis(ts)
         out[TABLE] = ".".join(str(p) for p in (source.get("schema") or source.get("db"), source.get("table")) if p)
         out[IS_DELETED] = op == "d"
-        columns = columns_of(row_schema)
-        if columns is not None:
-            if columns in seen:
-                columns = None
-            else:
-                seen.add(columns)
-        return json.dumps(out, ensure_ascii=False, separators=(",", ":")), columns
+        return rows.text(out), rows.columns_once(row_schema)
 
     return decode
 
