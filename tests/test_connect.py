@@ -310,11 +310,16 @@ def test_ctrl_c_cancels_the_runs_jobs_on_the_server_and_writes_nothing(server, t
     step = steps(root)["table.slow"]
     assert step["state"] == "cancelled" and step["message"].startswith("cancelled: the run was interrupted (Ctrl-C); slow wrote nothing")
     assert not list((root / "lake/slow/.hoodie").glob("*.commit")) if (root / "lake/slow/.hoodie").exists() else True
-    # the server stopped the scan: its JVM is idle again
-    time.sleep(2)
-    before = _cpu_seconds(state["server_pid"])
-    time.sleep(3)
-    assert _cpu_seconds(state["server_pid"]) - before < 1.5, "the server still runs the cancelled job"
+    # the server stopped the scan: its JVM is idle again (within a minute: a loaded machine is slow
+    # to kill tasks; the scan itself would keep a core busy for hours)
+    deadline = time.monotonic() + 60
+    while True:
+        before = _cpu_seconds(state["server_pid"])
+        time.sleep(3)
+        used = _cpu_seconds(state["server_pid"]) - before
+        if used < 1.5 or time.monotonic() > deadline:
+            break
+    assert used < 1.5, f"the server still runs the cancelled job ({used:.1f} CPU-s in 3 s)"
 
 
 def test_a_hive_metastore_catalog_is_synced_over_connect_by_a_jvm_of_pipes_own(server, tmp_path, hive_metastore):
