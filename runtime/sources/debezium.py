@@ -191,17 +191,17 @@ class RowSchemas:
 
     def row(self, row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> tuple[str, str | None]:
         """(the row as JSON text, its columns the first time this task sees them, else None)."""
-        return self.text(self.values(row, schema)), self.columns_once(schema)
+        values, columns = self.convert(row, schema)
+        return self.text(values), columns
 
-    def values(self, row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> dict[str, Any]:
-        return _convert(row, self._entry(schema)[1])
-
-    def columns_once(self, schema: Mapping[str, Any] | None) -> str | None:
-        columns = self._entry(schema)[2]
+    def convert(self, row: Mapping[str, Any], schema: Mapping[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+        """(the row's values, its columns the first time this task sees them, else None)."""
+        _, converters, columns = self._entry(schema)
+        values = _convert(row, converters)
         if columns is None or columns in self._given:
-            return None
+            return values, None
         self._given.add(columns)
-        return columns
+        return values, columns
 
     @staticmethod
     def text(values: Mapping[str, Any]) -> str:
@@ -258,14 +258,14 @@ def decoder(registry: Mapping[str, str] | None = None) -> Callable[[bytes, bytes
                     row_schema = key_schema
         if not isinstance(row, dict):
             raise BadEvent(f"op {op!r} without `{side}`")
-        out = rows.values(row, row_schema)
+        out, columns = rows.convert(row, row_schema)
         out[OP] = op
         out[POSITION] = position(source, op)
         ts = source.get("ts_ms")
         out[TS] = None if ts is None else iso_millis(ts)
         out[TABLE] = ".".join(str(p) for p in (source.get("schema") or source.get("db"), source.get("table")) if p)
         out[IS_DELETED] = op == "d"
-        return rows.text(out), rows.columns_once(row_schema)
+        return rows.text(out), columns
 
     return decode
 
