@@ -178,14 +178,12 @@ def test_kill_9_at_random_moments_and_a_broker_restart_lose_and_repeat_no_change
     killed with SIGKILL three times at random moments, the broker restarted while a run reads,
     then runs until nothing is new: the table equals the database, and the log holds every change
     event exactly once (no offset read twice, none skipped)."""
-    import os
-    import signal
     import threading
     import time
 
     import yaml
 
-    from tests.test_kafka import _pipe_process, _python_workers
+    from tests.test_kafka import _pipe_process, _python_workers, kill_runs
 
     pg = lambda sql, params=None: postgres.execute(sql, params, database=database)  # noqa: E731
     pg("""CREATE TABLE accounts (id bigint PRIMARY KEY, owner text, balance numeric(14,2) NOT NULL, opened date, updated_ms bigint);
@@ -209,16 +207,7 @@ def test_kill_9_at_random_moments_and_a_broker_restart_lose_and_repeat_no_change
         "tables/accounts.sql": "select * from {{ source('accounts_cdc') }}\n",
         "tables/account_log.sql": "select id, _cdc_op, _kafka_partition, _kafka_offset from {{ source('accounts_cdc') }}\n"})
 
-    rng = random.Random(40)
-    killed = 0
-    for _ in range(3):
-        proc = _pipe_process(root)
-        time.sleep(rng.uniform(4, 16))  # Spark's start, the offsets, the read, the writes, the commits: anywhere
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed += 1
-        proc.wait()
-    assert killed >= 2, "most runs were killed before they ended"
+    assert kill_runs(root, random.Random(40), 4, 16) >= 2, "most runs were killed before they ended"
 
     proc = _pipe_process(root)  # the broker restarts while this run reads the partitions
     deadline = time.monotonic() + 300

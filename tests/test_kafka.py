@@ -354,6 +354,25 @@ def _python_workers(session: int) -> list[int]:
     return found
 
 
+def kill_runs(root: Path, rng: random.Random, earliest_s: float, latest_s: float, times: int = 3) -> int:
+    """Starts `pipe run` `times` times, each killed with SIGKILL (its whole process group) after
+    a random wait: Spark's start, the offsets, the read, the writes, the commits, anywhere; how
+    many were killed before they ended."""
+    import os
+    import signal
+    import time
+
+    killed = 0
+    for _ in range(times):
+        proc = _pipe_process(root)
+        time.sleep(rng.uniform(earliest_s, latest_s))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed += 1
+        proc.wait()
+    return killed
+
+
 def _log_rows(root: Path) -> list[tuple]:
     from tests.test_run import hudi_rows
 
@@ -361,24 +380,11 @@ def _log_rows(root: Path) -> list[tuple]:
 
 
 def test_kill_9_of_pipe_run_at_random_moments_loses_and_repeats_no_message(spark, tmp_path, capsys, kafka):
-    import os
-    import signal
-    import time
-
     kafka.create_topic("payments.kill", partitions=4)
     sent = [payment(i, 0) for i in range(60_000)]
     send(kafka, "payments.kill", sent)
     root = log_project(tmp_path, kafka, "payments.kill")
-    rng = random.Random(9)
-    killed = 0
-    for _ in range(3):
-        proc = _pipe_process(root)
-        time.sleep(rng.uniform(4, 18))  # Spark's start, the offsets, the read, the write, the commit: anywhere
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed += 1
-        proc.wait()
-    assert killed >= 2, "most runs were killed before they ended"
+    assert kill_runs(root, random.Random(9), 4, 18) >= 2, "most runs were killed before they ended"
     while True:  # the runs a user starts after the crashes
         run_ok(capsys, root)
         if steps(root)["table.payment_log"]["state"] == "no_input":
