@@ -44,6 +44,7 @@ META_DDL = f"`{TOPIC}` STRING, `{PARTITION}` INT, `{OFFSET}` BIGINT, `{TIMESTAMP
 _RAW_DDL = records.LINES_DDL + f", {META_DDL}"
 SCHEMA = "_pipe_schema"  # a change event's columns (debezium.decoder()), given once per task and schema
 _RAW_CHANGES_DDL = _RAW_DDL + f", `{SCHEMA}` STRING, `{records.DECODE_PROBLEM}` STRING"
+_CONSUME_BATCH = 10_000  # messages asked of the client at once
 _TIMEOUT_S = 30.0  # the driver's metadata calls, at most (`fetch_timeout_s` when shorter)
 # an Arrow batch handed to Spark holds at most this many messages or bytes of values and keys (a
 # string column of one batch holds under 2 GiB; large messages stay far from it)
@@ -319,8 +320,11 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
             held = 0  # bytes of the values and keys in `cols`
             deadline = time.monotonic() + timeout_s
             done = False
+            following = start  # the offset after the last message seen
             while not done:
-                messages = consumer.consume(10_000, 1.0)
+                # consume() waits until it has as many messages as asked for (or the timeout): never
+                # ask for more than the range still holds, or its last batch waits out the timeout
+                messages = consumer.consume(max(1, min(_CONSUME_BATCH, end - following)), 1.0)
                 if not messages and time.monotonic() > deadline:
                     raise RuntimeError(f"pipe: {place}: no message for {timeout_s:.0f} s while reading offsets {start} to {end - 1} "
                                        f"(last read: {cols[records.LINE_NO][-1] if cols[records.LINE_NO] else 'none'})")
@@ -338,6 +342,7 @@ def fetch(client: Mapping[str, str], source: str, timeout_s: float, schema, rang
                         continue
                     deadline = time.monotonic() + timeout_s
                     offset = m.offset()
+                    following = offset + 1
                     if offset >= end:
                         done = True
                         break
