@@ -312,3 +312,49 @@ def test_the_example_projects_commented_cdc_sources_compile_once_uncommented(tmp
     result = compile_project(root)
     assert {"shop_db", "shop_db_orders"} <= {s.name for s in result.plan.steps if s.kind == "ingest"}
     assert any("fans out to no table yet" in w.message for w in result.warnings)
+
+
+def _compact(message: bytes) -> bytes:
+    """The message as JsonConverter writes it: no spaces."""
+    return json.dumps(json.loads(message), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_a_schema_seen_before_is_not_parsed_again_and_the_result_is_json_loads():
+    from runtime.sources.debezium import Envelopes
+
+    envelopes = Envelopes()
+    first, second = _compact(event("c", None, ROW, lsn=1)), _compact(event("u", ROW, {**ROW, "name": "Zoë \"x\" \\ é"}, lsn=2))
+    assert envelopes.parse(first) == json.loads(first)
+    schema = envelopes.parse(first)["schema"]
+    assert envelopes.parse(second) == json.loads(second)
+    assert envelopes.parse(second)["schema"] is schema  # the schema text was recognised, not parsed
+    head, payload = second.split(b',"payload":', 1)
+    spaced = head + b', "payload": ' + payload  # the same schema, then a space JsonConverter never writes
+    assert envelopes.parse(spaced) == json.loads(spaced)
+    # what json.loads refuses is refused, with the schema known or not
+    for bad in (second[:-1] + b"}x", second[:-1], head + b',"payload":' + payload[:-2] + b"}", second + b"\xc2\xa0", second + b"\xa0"):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            envelopes.parse(bad)
+    repeated = second[:-1] + b',"payload":1}'  # a repeated key is JSON (the last one wins)
+    assert envelopes.parse(repeated) == json.loads(repeated)
+    # another schema after the first: parsed whole, and recognised from then on
+    other = _compact(event("c", None, {**ROW, "extra": 1}, lsn=3).replace(b'"fields": [', b'"fields": [{"type": "int32", "field": "extra"}, ', 1))
+    assert envelopes.parse(other) == json.loads(other)
+    assert envelopes.parse(second) == json.loads(second)
+    # other encodings and no schema at all
+    assert envelopes.parse(json.dumps({"a": "é"}).encode("utf-16")) == {"a": "é"}
+    assert envelopes.parse(event("c", None, ROW, schemas=False)) == json.loads(event("c", None, ROW, schemas=False))
+
+
+def test_decoding_a_topics_messages_with_and_without_the_schema_cache_gives_the_same_rows(monkeypatch):
+    import runtime.sources.debezium as dbz
+
+    messages = [(_compact(event("u", None, {**ROW, "id": i, "name": f"n{i} «é»"}, lsn=100 + i)), key(i)) for i in range(50)]
+    messages.insert(20, (_compact(event("d", ROW, None, lsn=99)), key(7)))
+    messages.insert(30, (event("c", None, {**ROW, "id": 999}, lsn=98), key(999)))  # spaced: parsed whole
+    cached = [decoder()(v, k) for v, k in messages]
+    monkeypatch.setattr(dbz.Envelopes, "parse", lambda self, data: json.loads(data))
+    assert cached == [decoder()(v, k) for v, k in messages]
+    assert [json.loads(text)["id"] for text, _ in cached] == [i for i in range(20)] + [7] + list(range(20, 29)) + [999] + list(range(29, 50))

@@ -219,15 +219,53 @@ class RowSchemas:
         return entry
 
 
-def _parse(data: bytes, registry: Mapping[str, str] | None, what: str) -> tuple[Any, Mapping[str, Any] | None]:
+class Envelopes:
+    """JsonConverter's messages with `schemas.enable` are `{"schema":S,"payload":P}`, and a
+    topic's messages repeat the same schema text S, most of each message's bytes. A message that
+    starts with the S of the one before (S once parsed whole, and seen to end where `,"payload":`
+    begins) has only its payload parsed: JSON's grammar makes the result the same as parsing
+    it whole. Anything else (another schema, another key order, spaces) is parsed whole."""
+
+    _HEAD, _BETWEEN, _SPACE = '{"schema":', ',"payload":', " \t\n\r"
+
+    def __init__(self):
+        self._prefix: str | None = None  # '{"schema":' S ',"payload":'
+        self._schema: Any = None
+        self._json = json.JSONDecoder()
+
+    def parse(self, data: bytes) -> Any:
+        """The message as json.loads gives it (ValueError, UnicodeDecodeError as json.loads)."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return json.loads(data)  # another encoding json.loads detects, or its error
+        prefix = self._prefix
+        if prefix is not None and text.startswith(prefix):
+            try:
+                payload, end = self._json.raw_decode(text, len(prefix))
+            except ValueError:
+                payload, end = None, -1
+            if end > 0 and text[end:].strip(self._SPACE) == "}":
+                return {"schema": self._schema, "payload": payload}
+        obj = json.loads(text)
+        if isinstance(obj, dict) and text.startswith(self._HEAD) and text[len(self._HEAD):len(self._HEAD) + 1] == "{":
+            _, end = self._json.raw_decode(text, len(self._HEAD))  # the schema object, which json.loads just parsed
+            if text.startswith(self._BETWEEN, end):
+                self._prefix, self._schema = text[:end + len(self._BETWEEN)], obj["schema"]
+        return obj
+
+
+def _parse(data: bytes, registry: Mapping[str, str] | None, what: str,
+           envelopes: Envelopes | None = None) -> tuple[Any, Mapping[str, Any] | None]:
     """(payload, Connect schema) of a message's value or key: Avro in Confluent's wire format
-    when a registry is set and the bytes start with its zero byte, else JsonConverter's JSON."""
+    when a registry is set and the bytes start with its zero byte, else JsonConverter's JSON
+    (through `envelopes`, which skips parsing a schema seen before)."""
     if registry is not None and data[:1] == b"\x00":
         from runtime.sources import avro
 
         return avro.read(data, registry)
     try:
-        return _split(json.loads(data))
+        return _split(envelopes.parse(data) if envelopes is not None else json.loads(data))
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadEvent(f"its {what} is not JSON ({exc})" + ("; Avro needs the source's `schema_registry`" if data[:1] == b"\x00" else "")) from None
 
@@ -237,10 +275,10 @@ def decoder(registry: Mapping[str, str] | None = None) -> Callable[[bytes, bytes
     JSON text, its columns as JSON `[[name, Spark type], ...]`, or None when this task gave them
     already). Raises BadEvent with the reason for a message that is not a change event.
     `registry` (avro.registry_settings): events written with Avro are read too."""
-    rows = RowSchemas()
+    rows, envelopes = RowSchemas(), Envelopes()
 
     def decode(value: bytes, key: bytes | None) -> tuple[str, str | None]:
-        envelope, schema = _parse(value, registry, "value")
+        envelope, schema = _parse(value, registry, "value", envelopes)
         if not isinstance(envelope, dict) or "op" not in envelope:
             raise BadEvent("not a Debezium change event (no `op`): is the topic a table's, and the connector's converter JSON or Avro?")
         op = envelope["op"]
