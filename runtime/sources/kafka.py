@@ -496,7 +496,8 @@ def read(spark, p: KafkaPending):
             raise SourceError(f"source {name}: the messages have a field named {clash[0]}, the name of a column pipe adds to every message",
                               "rename the field in the messages' producer, or declare the source's `schema` without it")
         keep = META_COLUMNS + ((records.DECODE_PROBLEM,) if decoded else ())
-        parsed = records.parse(lines, ddl, "json", options, keep=keep, with_text=config.get("on_bad_record") == "dead_letter")
+        parsed = records.parse(lines, ddl, "json", options, keep=keep, with_text=config.get("on_bad_record") == "dead_letter",
+                               arrays=not decoded)
         checked = records.check(parsed, data_cols + list(META_COLUMNS), name, "messages", config.get("on_bad_record") or "fail",
                                 p._cache, line="offset")
     except SourceError:

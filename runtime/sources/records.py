@@ -291,11 +291,14 @@ def parse_options(options: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str, ...] = (), with_text: bool = False):
+def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str, ...] = (), with_text: bool = False,
+          arrays: bool = True):
     """Typed columns of each record of `lines` plus FILE, LINE_NO, RECORD_NO and PROBLEM (why
     the record does not fit the schema, or null), and the columns of `lines` named in `keep`
     (a Kafka message's topic, partition, offset), as they are. A DECODE_PROBLEM column among
-    `keep` is the record's problem when set. `with_text`: TEXT too (a dead-letter table keeps it)."""
+    `keep` is the record's problem when set. `with_text`: TEXT too (a dead-letter table keeps it).
+    `arrays`: a JSON line may be an array of records (False: each line is one, as the text pipe's
+    own decoders make)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -309,7 +312,7 @@ def parse(lines, ddl: str, fmt: str, options: Mapping[str, Any], keep: tuple[str
     comment = option(options, "comment") if fmt == "csv" else None
     if comment:  # Spark's CSV reader skips comment lines
         body = body.where(F.col(TEXT).isNull() | ~F.col(TEXT).startswith(comment))
-    if fmt == "json":
+    if fmt == "json" and arrays:
         # a line (a multiLine document) holds one record or an array of them, as for Spark's
         # reader; each element's own JSON text is a record, named by its position
         is_array = F.ltrim(F.col(TEXT)).startswith("[")
