@@ -227,7 +227,7 @@ class Bench:
                                        updated_at timestamptz NOT NULL, note text);
                 INSERT INTO accounts
                 SELECT i, ({names})[1 + i % {len(NAMES)}] || ' #' || i,
-                       ((i * 7919) % 2000001 - 1000000) / 100.0,
+                       ((i::bigint * 7919) % 2000001 - 1000000) / 100.0,
                        timestamptz '2025-01-01 00:00:00+00' + i * interval '1 second' + (i % 997) * interval '1 microsecond',
                        CASE WHEN i % 5 = 0 THEN NULL ELSE 'note «' || i || '»' END
                 FROM generate_series(1, {rows}) i;
