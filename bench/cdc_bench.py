@@ -581,6 +581,8 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print the section, do not write bench/RESULTS.md")
     ap.add_argument("--event-log", action="store_true", help="pipe's runs write Spark's event log into the work folder's events/")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (tables, logs)")
+    ap.add_argument("--sides", default="pipe,hudi,hudi-nomdt",
+                    help="which sides run, of pipe, hudi, hudi-nomdt (comma-separated; to profile one)")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
 
@@ -590,7 +592,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="pipe-cdc-bench-"))
     os.chmod(work, 0o755)
     bench = Bench(args, work)
-    sides = ["pipe", "hudi"] + ([] if args.no_mdt_off else ["hudi-nomdt"])
+    sides = [s for s in args.sides.split(",") if s and not (args.no_mdt_off and s == "hudi-nomdt")]
+    if not sides or set(sides) - {"pipe", "hudi", "hudi-nomdt"}:
+        ap.error("--sides takes pipe, hudi and hudi-nomdt")
     done, body = 0, ""
     try:
         bench.setup_hudi()
