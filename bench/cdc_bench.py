@@ -514,7 +514,7 @@ def report(bench: Bench, vers: dict, started: str, load_before, whole: float, do
         + ", ".join(f"`{k}={v}`" for k, v in {**SPARK_COMMON, **SPARK_HUDI}.items()) + f", master `{MASTER}`.",
         f"- Both sides: Java `{vers['java']}`, "
         + (f"`SPARK_SUBMIT_OPTS={SERIAL_GC}` (the serial collector, as every JVM of the tests: tests/jvm_options.py)" if args.gc == "serial"
-           else "the JVM's default collector")
+           else "the JDK's default collector (G1 here), as a user runs both")
         + f", driver memory {MEMORY}, {MASTER}, TZ=UTC.",
         f"- Each of {done} repeat(s) writes fresh tables; the sides take turns going first (pipe first in odd repeats, last in even ones). "
         "Wall: launch to exit of the command. CPU: user + system seconds of the command and every process it started (the JVM and "
@@ -576,7 +576,7 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=1_000_000, help="about how many messages the topic holds")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-mdt-off", action="store_true", help="leave out the Hudi job with its metadata table off")
-    ap.add_argument("--gc", choices=("serial", "default"), default="serial", help="both sides' JVM collector")
+    ap.add_argument("--gc", choices=("serial", "default"), default="default", help="both sides' JVM collector: the JDK's own choice (G1 on a 2-core machine with this memory), as a user runs them, or the serial one of the tests")
     ap.add_argument("--section", default="cdc")
     ap.add_argument("--no-write", action="store_true", help="print the section, do not write bench/RESULTS.md")
     ap.add_argument("--event-log", action="store_true", help="pipe's runs write Spark's event log into the work folder's events/")

@@ -256,19 +256,19 @@ def turn_batch(k: int, expected: dict[int, tuple]) -> tuple[str, pa.Table]:
     return operation, pa.table({"id": ids, "region": regions, "ts": ts, "v": values}, schema=ORDERS)
 
 
-def test_thirty_commits_alternating_java_and_pipe_with_archival_on_both_sides(spark, tmp_path, java_hudi_015):
+def test_twenty_commits_alternating_java_and_pipe_with_archival_on_both_sides(spark, tmp_path, java_hudi_015):
     """Java 0.15 (GLOBAL_SIMPLE index moving keys between partitions, inline compaction every 3
     deltacommits, cleaning 3 commits back and archiving at 6 commits down to 4, no metadata
     table) and pipe (compaction every 3 deltacommits, cleaning 3 commits back, archiving at 12
     instants down to 8) take
-    turns on one merge-on-read table for thirty commits of upserts, deletes and keys that change
-    partition. After 15 commits and at the end, pipe, hudi-rs and Java read the same rows,
+    turns on one merge-on-read table for twenty commits of upserts, deletes and keys that change
+    partition (both archive more than once). After 10 commits and at the end, pipe, hudi-rs and Java read the same rows,
     each key once; at the end an incremental read over the active timeline agrees too."""
     path = tmp_path / "orders"
     table = pipe_orders(spark, path, MERGE_ON_READ)
     config = table.config
     expected = as_expected(orders(range(1000), 1))
-    for k in range(30):
+    for k in range(20):
         operation, batch = turn_batch(k, expected)
         if k % 2 == 0:
             java_hudi_015.write(path, batch, java_options(config, operation, **JAVA_TURN))
@@ -279,7 +279,7 @@ def test_thirty_commits_alternating_java_and_pipe_with_archival_on_both_sides(sp
                 del expected[i]
         else:
             expected.update(as_expected(batch))
-        if k % 15 == 14:
+        if k % 10 == 9:
             three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
     hoodie = path / ".hoodie"
     assert list((hoodie / "archived").glob(".commits_.archive*")), "Java archived"
