@@ -518,7 +518,9 @@ def report(bench: Bench, vers: dict, started: str, load_before, whole: float, do
         + f", driver memory {MEMORY}, {MASTER}, TZ=UTC.",
         f"- Each of {done} repeat(s) writes fresh tables; the sides take turns going first (pipe first in odd repeats, last in even ones). "
         "Wall: launch to exit of the command. CPU: user + system seconds of the command and every process it started (the JVM and "
-        "Python workers: they are reaped by a subreaper, bench/report.py run_timed). Peak RSS: the sum over that process tree, "
+        "Python workers): the larger of the rusage of the processes reaped (the bench is their subreaper) and the sum of each "
+        "process's CPU as /proc last showed it, read every 0.25 s (bench/report.py run_timed; PySpark's Python workers escape the "
+        "first: before 2026-11-29 this column missed about 70 CPU-s of pipe's 1M-event run). Peak RSS: the sum over that process tree, "
         "sampled every 0.5 s. Events/s: the topic's messages (tombstones included) over the wall time; per core: over "
         f"{CORES} cores. Load: the 1-minute load average just before the run, and its mean and maximum during it (sampled every 2 s); "
         "others: CPU seconds taken meanwhile by processes outside the bench (the broker is inside).",

@@ -260,33 +260,49 @@ def reap(grace_s: float = 60.0) -> list[int]:
 
 
 class JvmWatch:
-    """Whether a JVM ran in the process session of a command: polls /proc every 50 ms for a
-    process named java in that session (a Spark JVM lives for seconds; a run without one, ~0.5 s)."""
+    """What ran in the process session of a command, polling /proc: whether a JVM did (a
+    process named java: every 50 ms until one is seen; a Spark JVM lives for seconds, a run
+    without one ~0.5 s), and the CPU (user + system) each process of the session used, as last
+    read (every 0.25 s, and once more at the end). That sum sees processes whose CPU the
+    reaped rusage misses (PySpark's Python workers, whose parents are killed before they are
+    waited for); a process loses at most its last 0.25 s, one shorter-lived may be missed."""
 
-    def __init__(self, session: int):
-        self.session, self.seen = session, False
+    def __init__(self, session: int, every: float = 0.25):
+        self.session, self.seen, self.every = session, False, every
+        self._cpu: dict[tuple[int, str], float] = {}  # (pid, start time) -> CPU seconds
+        self._tick = os.sysconf("SC_CLK_TCK")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
-        while not self.seen and not self._stop.wait(0.05):
-            for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    stat = (entry / "stat").read_text()
-                except OSError:
-                    continue
-                name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
-                if name == "java" and int(rest[3]) == self.session:
-                    self.seen = True
-                    return
+        while not self._stop.wait(self.every if self.seen else 0.05):
+            self._scan()
+        self._scan()
+
+    def _scan(self) -> None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+            if int(rest[3]) != self.session:
+                continue
+            if name == "java":
+                self.seen = True
+            self._cpu[(int(entry.name), rest[19])] = (int(rest[11]) + int(rest[12])) / self._tick  # utime, stime; starttime
 
     def stop(self) -> bool:
         self._stop.set()
         self._thread.join()
         return self.seen
+
+    @property
+    def session_cpu(self) -> float:
+        return sum(self._cpu.values())
 
 
 def children_cpu() -> float:
@@ -298,7 +314,7 @@ def children_cpu() -> float:
 class Ran:
     rc: int
     seconds: float  # wall time from launch to exit
-    cpu: float | None  # user + system CPU of the command and all its descendants
+    cpu: float | None  # user + system CPU of the command and all its descendants (JvmWatch: those seen in its session)
     launched: float  # epoch time of the launch
     jvm: bool  # whether a JVM ran
 
@@ -319,4 +335,6 @@ def run_timed(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], counts_
     if killed:
         with log.open("a") as out:
             out.write(f"\n[bench] killed descendants still running 60 s after exit: {killed}\n")
-    return Ran(rc, seconds, (children_cpu() - cpu0) if counts_cpu else None, launched, jvm)
+    # two lower bounds of the command's CPU: the rusage of what was reaped, the sum of what /proc showed
+    cpu = max(children_cpu() - cpu0, watch.session_cpu) if counts_cpu else None
+    return Ran(rc, seconds, cpu, launched, jvm)
