@@ -259,7 +259,7 @@ def reap(grace_s: float = 60.0) -> list[int]:
         time.sleep(0.05)
 
 
-class JvmWatch:
+class SessionWatch:
     """What ran in the process session of a command, polling /proc: whether a JVM did (a
     process named java: every 50 ms until one is seen; a Spark JVM lives for seconds, a run
     without one ~0.5 s), and the CPU (user + system) each process of the session used, as last
@@ -314,7 +314,7 @@ def children_cpu() -> float:
 class Ran:
     rc: int
     seconds: float  # wall time from launch to exit
-    cpu: float | None  # user + system CPU of the command and all its descendants (JvmWatch: those seen in its session)
+    cpu: float | None  # user + system CPU of the command and all its descendants (SessionWatch: those seen in its session)
     launched: float  # epoch time of the launch
     jvm: bool  # whether a JVM ran
 
@@ -327,7 +327,7 @@ def run_timed(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], counts_
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-        watch = JvmWatch(proc.pid)
+        watch = SessionWatch(proc.pid)
         rc = proc.wait()
         seconds = time.perf_counter() - t0
     jvm = watch.stop()

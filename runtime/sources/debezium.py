@@ -239,20 +239,26 @@ class Envelopes:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             return json.loads(data)  # another encoding json.loads detects, or its error
-        prefix = self._prefix
-        if prefix is not None and text.startswith(prefix):
+        if self._prefix is not None and text.startswith(self._prefix):
+            schema, start = self._schema, len(self._prefix)
+        elif text.startswith(self._HEAD + "{"):  # a schema not seen before: parsed once, and kept
             try:
-                payload, end = self._json.raw_decode(text, len(prefix))
+                schema, end = self._json.raw_decode(text, len(self._HEAD))
             except ValueError:
-                payload, end = None, -1
-            if end > 0 and text[end:].strip(self._SPACE) == "}":
-                return {"schema": self._schema, "payload": payload}
-        obj = json.loads(text)
-        if isinstance(obj, dict) and text.startswith(self._HEAD) and text[len(self._HEAD):len(self._HEAD) + 1] == "{":
-            _, end = self._json.raw_decode(text, len(self._HEAD))  # the schema object, which json.loads just parsed
-            if text.startswith(self._BETWEEN, end):
-                self._prefix, self._schema = text[:end + len(self._BETWEEN)], obj["schema"]
-        return obj
+                return json.loads(text)
+            if not text.startswith(self._BETWEEN, end):
+                return json.loads(text)
+            start = end + len(self._BETWEEN)
+            self._prefix, self._schema = text[:start], schema
+        else:
+            return json.loads(text)
+        try:
+            payload, end = self._json.raw_decode(text, start)
+        except ValueError:
+            return json.loads(text)  # its error, as json.loads words it
+        if text[end:].strip(self._SPACE) == "}":
+            return {"schema": schema, "payload": payload}
+        return json.loads(text)
 
 
 def _parse(data: bytes, registry: Mapping[str, str] | None, what: str,
