@@ -1343,6 +1343,7 @@ def main(argv: list[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = output.MaskingStream(sys.stdout), output.MaskingStream(sys.stderr)
     previous = _cancel_on_sigterm()
+    _stacks_on_sigusr2(streams[1])
     try:
         return _main(args, debug, command)
     finally:
@@ -1350,6 +1351,18 @@ def main(argv: list[str] | None = None) -> int:
         output.forget_secrets()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _stacks_on_sigusr2(stderr) -> None:
+    """`kill -USR2 <pid>` prints where each of the command's Python threads is, on its standard
+    error, and the command goes on: what to send a `pipe` that seems stuck (docs/run.md)."""
+    import faulthandler
+
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR2"):
+        try:
+            faulthandler.register(signal.SIGUSR2, file=stderr, all_threads=True)
+        except (AttributeError, ValueError, OSError):  # no file descriptor (an embedding's stream): no dumps
+            pass
 
 
 def _cancel_on_sigterm():
@@ -1408,4 +1421,12 @@ def _main(args: list[str], debug: bool, command: str | None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    if code in (130, 143) and any(t.name.startswith("pipe-step") and t.is_alive() for t in threading.enumerate()):
+        # interrupted twice, with a step's thread still in a call to Spark: Python would wait for
+        # it at exit (concurrent.futures joins its threads); what is printed is printed, so go now
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)

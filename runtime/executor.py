@@ -96,7 +96,8 @@ class Executor:
         threads = max(1, self.ctx.options.threads)
         interrupted = False
         self._stopped_by = "Ctrl-C"
-        with cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pipe-step") as pool:
+        pool = cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pipe-step")
+        try:
             while waiting or running:
                 try:
                     for sid in list(waiting):
@@ -139,6 +140,12 @@ class Executor:
                     self._stopped_by = getattr(exc, "signal_name", "Ctrl-C")
                     self.ctx.cancel.set()
                     self._cancel_running(list(running.values()))
+        except BaseException:
+            # a second Ctrl-C (or a failure of pipe's own): stop at once, without waiting for the
+            # steps' threads (one may be stuck in a call to Spark that its cancellation never reached)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         sync.close_catalog(self.ctx)
         return RunResult(started, time.perf_counter() - t0, [results[s] for s in self.ctx.selected], interrupted,
                          interrupted and self._stopped_by == "SIGTERM")
