@@ -205,7 +205,9 @@ class RowSchemas:
 
     @staticmethod
     def text(values: Mapping[str, Any]) -> str:
-        return json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+        # ASCII (other characters as \\u escapes, which Spark's JSON reader reads back): Arrow
+        # takes an ASCII str as it is, any other one only by encoding it, at ten times the cost
+        return json.dumps(values, separators=(",", ":"))
 
     def _entry(self, schema: Mapping[str, Any] | None) -> tuple[Any, dict[str, Mapping[str, Any]], str | None]:
         for i, entry in enumerate(self._recent):
@@ -229,36 +231,41 @@ class Envelopes:
     _HEAD, _BETWEEN, _SPACE = '{"schema":', ',"payload":', " \t\n\r"
 
     def __init__(self):
-        self._prefix: str | None = None  # '{"schema":' S ',"payload":'
+        self._prefix: bytes | None = None  # '{"schema":' S ',"payload":', as the message's bytes
         self._schema: Any = None
         self._json = json.JSONDecoder()
 
     def parse(self, data: bytes) -> Any:
         """The message as json.loads gives it (ValueError, UnicodeDecodeError as json.loads)."""
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return json.loads(data)  # another encoding json.loads detects, or its error
-        if self._prefix is not None and text.startswith(self._prefix):
-            schema, start = self._schema, len(self._prefix)
-        elif text.startswith(self._HEAD + "{"):  # a schema not seen before: parsed once, and kept
+        if self._prefix is not None and data.startswith(self._prefix):
+            schema = self._schema
+            try:  # only the payload is decoded: most of a message's bytes are its schema's
+                text = data[len(self._prefix):].decode("utf-8")
+            except UnicodeDecodeError:
+                return json.loads(data)  # its error, as json.loads words it
+            start = 0
+        else:
             try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                return json.loads(data)  # another encoding json.loads detects, or its error
+            if not text.startswith(self._HEAD + "{"):
+                return json.loads(text)
+            try:  # a schema not seen before: parsed once, and kept
                 schema, end = self._json.raw_decode(text, len(self._HEAD))
             except ValueError:
                 return json.loads(text)
             if not text.startswith(self._BETWEEN, end):
                 return json.loads(text)
             start = end + len(self._BETWEEN)
-            self._prefix, self._schema = text[:start], schema
-        else:
-            return json.loads(text)
+            self._prefix, self._schema = text[:start].encode("utf-8"), schema
         try:
             payload, end = self._json.raw_decode(text, start)
         except ValueError:
-            return json.loads(text)  # its error, as json.loads words it
+            return json.loads(data)  # its error, as json.loads words it
         if text[end:].strip(self._SPACE) == "}":
             return {"schema": schema, "payload": payload}
-        return json.loads(text)
+        return json.loads(data)
 
 
 def _parse(data: bytes, registry: Mapping[str, str] | None, what: str,
