@@ -1042,6 +1042,58 @@ def discover_cmd(ctx: _Context, source, target, vars_text) -> None:
     output.plain(f"Review {rel} and commit it; `pipe diff` shows what it changes.")
 
 
+@cli.command(name="doctor")
+@click.argument("paths", nargs=-1, metavar="[PATH...]")
+@click.option("--output", "fmt", type=click.Choice(["text", "json"]), default="text", help="Text, or one JSON object.")
+@_target_option
+@_common
+@click.pass_obj
+def doctor_cmd(ctx: _Context, paths, fmt, target) -> None:
+    """Audit the Hudi tables under PATH (default: the target's lake) before pipe writes to them; exit 1 if any needs a change."""
+    from pipe import doctor
+    from runtime import s3
+
+    settings: dict[str, str] = {}
+    if not paths or ctx.project_dir or _in_project():
+        from runtime.steps.context import RunContext
+
+        result = _compile(ctx, target, None, cache_write=False)
+        where = RunContext(result.plan, result.project.root)
+        settings = where.s3a
+        paths = paths or (where.lake,)
+    uris = []
+    for path in paths:
+        if s3.is_s3(path):
+            uris.append(path)
+            continue
+        folder = Path(path).expanduser().resolve()
+        if not folder.is_dir():
+            raise ProjectError([_cli(f"no folder {path}", "name a lake's folder, a table's, or an s3:// location")])
+        uris.append(str(folder))
+    findings = doctor.audit(uris, lambda uri: s3.client_options(settings, s3.bucket_of(uri)) if s3.is_s3(uri) else ())
+    if fmt == "json":
+        output.plain(json.dumps({"tables": [f.to_dict() for f in findings], "paths": list(paths)}, sort_keys=True))
+    elif not findings:
+        output.line(f"no Hudi table under {', '.join(paths)} (a table is a folder with .hoodie/hoodie.properties)")
+    else:
+        for f in findings:
+            for line in doctor.describe(f):
+                output.line(line)
+            output.line("")
+        output.line(doctor.summary(findings))
+    if not findings:
+        raise click.exceptions.Exit(EXIT_USAGE)
+    code = doctor.exit_code(findings)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def _in_project() -> bool:
+    from compiler.project import find_project_root
+
+    return find_project_root(Path.cwd()) is not None
+
+
 @cli.command(name="timeline")
 @click.argument("table_name", metavar="TABLE")
 @click.option("--all", "show_all", is_flag=True, help="Include archived instants.")

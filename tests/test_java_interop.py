@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -914,3 +915,47 @@ def test_java_clustering_of_a_pipe_table_then_pipe_writes_on(spark, tmp_path, ja
     expected.update(as_expected(orders(range(0, 1450, 13), 6)))
     table.clean(retain=1)
     three_readers_agree(Table.open(spark, str(path)), path, java_hudi_015, expected)
+
+
+def test_doctor_reports_what_java_1_1_made_of_its_own_tables(spark, tmp_path, java_hudi_11):
+    """`pipe doctor` on a lake of tables Java 1.1 created with its defaults (version 9, timeline
+    layout 2, a metadata table), one at version 8 with a bucket index, and one with change data
+    capture: each reported with what Java wrote into it, none taken for writable, and the way
+    out named (issue 41, part 5)."""
+    import subprocess
+    import sys
+
+    lake = tmp_path / "lake"
+    base = TableConfig(name="orders", table_type=COPY_ON_WRITE, record_key_fields=("id",), partition_fields=("region",),
+                       precombine_field="ts")
+    java_hudi_11.write(lake / "v9_orders", orders(range(500), 1), java_options(base, "upsert"))
+    java_hudi_11.write(lake / "v9_orders", orders(range(0, 500, 7), 2), java_options(base, "upsert"))
+    mor = TableConfig(name="buckets", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",),
+                      precombine_field="ts")
+    java_hudi_11.write(lake / "nested" / "v8_buckets", orders(range(300), 1),
+                       java_options(mor, "upsert", **{"hoodie.write.table.version": "8", "hoodie.index.type": "BUCKET",
+                                                      "hoodie.bucket.index.num.buckets": "4"}))
+    cdc = TableConfig(name="changes", table_type=COPY_ON_WRITE, record_key_fields=("id",), partition_fields=("region",),
+                      precombine_field="ts")
+    java_hudi_11.write(lake / "v9_changes", orders(range(200), 1),
+                       java_options(cdc, "upsert", **{"hoodie.table.cdc.enabled": "true",
+                                                      "hoodie.table.cdc.supplemental.logging.mode": "DATA_BEFORE_AFTER"}))
+    done = subprocess.run([sys.executable, "-m", "pipe", "doctor", str(lake), "--output", "json"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = {Path(t["path"]).name: t for t in json.loads(done.stdout)["tables"]}
+    assert sorted(found) == ["v8_buckets", "v9_changes", "v9_orders"]
+    orders_t = found["v9_orders"]
+    assert (orders_t["version"], orders_t["timeline_layout"], orders_t["type"]) == (9, 2, "copy_on_write")
+    assert orders_t["instants"] == 2 and orders_t["pending"] == [] and orders_t["record_key"] == ["id"]
+    assert orders_t["partition_fields"] == ["region"] and orders_t["ordering_fields"] == ["ts"]
+    assert "files" in orders_t["metadata_table"]["partitions"], orders_t["metadata_table"]
+    assert orders_t["verdict"] == "unreadable" and "table version 9" in orders_t["reason"] and "downgrade" in orders_t["reason"].lower()
+    buckets = found["v8_buckets"]
+    assert (buckets["version"], buckets["type"], buckets["index"], buckets["bucket_engine"]) == (8, "merge_on_read", "BUCKET", "SIMPLE")
+    changes = found["v9_changes"]
+    assert changes["cdc"] is True and changes["cdc_logging"] == "DATA_BEFORE_AFTER"
+    text = subprocess.run([sys.executable, "-m", "pipe", "doctor", str(lake)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert text.returncode == 1 and "Traceback" not in text.stdout + text.stderr
+    assert "version 9, copy_on_write" in text.stdout and "3 tables: 0 ready, 0 read only, 3 not readable by pipe" in text.stdout

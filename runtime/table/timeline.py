@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from runtime.storage import Storage
@@ -40,6 +40,9 @@ class Instant:
     time: str
     action: str
     state: str
+    # when it completed: the `_C` of a completed file of timeline layout 2 (`T_C.action`, table
+    # versions 8 and 9); None in layout 1, which keeps no completion time
+    completion: str | None = field(default=None, compare=False)
 
     def file_name(self, state: str | None = None) -> str:
         state = state or self.state
@@ -65,6 +68,42 @@ def parse_instant_file(name: str) -> Instant | None:
     if not m or m.group(2) not in _ACTIONS:
         return None
     return Instant(m.group(1), m.group(2), m.group(3) or COMPLETED)
+
+
+# Timeline layout 2 (table versions 8 and 9): instants in .hoodie/timeline/, a completed one
+# named `T_C.action` with its completion time C (docs/hudi-1x-format.md, 2.1); the pending
+# action `clustering` completes as a replacecommit, as `compaction` completes as a commit.
+TIMELINE_V2 = f"{HOODIE}/timeline"
+CLUSTERING = "clustering"
+_NAME_V2 = re.compile(r"^(\d{14,17})(?:_(\d{14,17}))?\.([a-z]+)(?:\.(requested|inflight))?$")
+
+
+def parse_instant_file_v2(name: str) -> Instant | None:
+    """An instant of timeline layout 2 from its file's name (None: not an instant's). A
+    completed name without `_C` is Java's "legacy" form, whose completion time is unknown."""
+    if name.endswith(".inflight") and name.count(".") == 1:  # T.inflight (COW commit)
+        time = name.split(".")[0]
+        return Instant(time, COMMIT, INFLIGHT) if time.isdigit() else None
+    m = _NAME_V2.match(name)
+    if not m or m.group(3) not in (*_ACTIONS, CLUSTERING) or (m.group(2) and m.group(4)):
+        return None
+    return Instant(m.group(1), m.group(3), m.group(4) or COMPLETED, m.group(2))
+
+
+def list_instants_v2(storage) -> list[Instant]:
+    """The instants of a layout 2 timeline, each in its latest state, for what reads a table
+    of version 8 or 9 without writing it (`pipe doctor`); a clustering or compaction that
+    completed is its replacecommit or commit alone."""
+    latest: dict[tuple[str, str], Instant] = {}
+    for f in storage.list_files(TIMELINE_V2, recursive=False):
+        inst = parse_instant_file_v2(f.path.rsplit("/", 1)[-1])
+        if inst is None:
+            continue
+        key = (inst.time, inst.action)
+        if key not in latest or _STATE_ORDER[inst.state] > _STATE_ORDER[latest[key].state]:
+            latest[key] = inst
+    done = {t for (t, a), i in latest.items() if i.is_completed}
+    return sorted(i for (t, a), i in latest.items() if i.is_completed or t not in done)
 
 
 _STATE_ORDER = {REQUESTED: 0, INFLIGHT: 1, COMPLETED: 2}
