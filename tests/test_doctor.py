@@ -136,3 +136,38 @@ def test_a_damaged_table_is_reported_not_a_traceback_and_junk_in_its_timeline_is
     found = tables(doctor(tmp_path, str(lake), "--output", "json"))
     assert found["broken"]["verdict"] == "unreadable"
     assert found[table.name]["instants"] == 2 and found[table.name]["pending"] == []
+
+
+def test_a_lake_on_s3_is_audited_through_the_targets_s3a_settings(moto_server, tmp_path):
+    """Tables in a bucket (the fixtures, uploaded as Java wrote them), found and judged through
+    the endpoint and credentials of the target's fs.s3a settings, which appear nowhere in what
+    pipe prints."""
+    import boto3
+    import yaml
+
+    s3 = boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1")
+    s3.create_bucket(Bucket="doctor-lake")
+    for name in ("cow_v6_complexkeygen_hivestyle", "cow_v6_timebasedkeygen_nonhivestyle"):
+        with zipfile.ZipFile(FIXTURES / f"{name}.zip") as f:
+            for entry in f.infolist():
+                if not entry.is_dir():
+                    s3.put_object(Bucket="doctor-lake", Key=f"prod/{name}/{entry.filename}", Body=f.read(entry))
+    secret = "s3cr3t-for-doctor"
+    conf = {"spark.hadoop.fs.s3a.endpoint": moto_server, "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+            "spark.hadoop.fs.s3a.path.style.access": "true", "spark.hadoop.fs.s3a.access.key": "testing",
+            "spark.hadoop.fs.s3a.secret.key": secret}
+    root = write_project(tmp_path / "p", {"pipe_project.yml": yaml.safe_dump(
+        {"name": "d", "default_target": "prod", "targets": {"prod": {"lake": "s3a://doctor-lake/prod", "spark": {"master": "local[2]", "conf": conf}}}})})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "AWS_ACCESS_KEY_ID": "nope", "AWS_SECRET_ACCESS_KEY": "nope"}
+    done = subprocess.run([sys.executable, "-m", "pipe", "doctor", "--output", "json"], capture_output=True, text=True, cwd=root,
+                          env=env, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = {t["path"].split("/")[-2]: t for t in json.loads(done.stdout)["tables"]}
+    assert sorted(found) == ["cow_v6_complexkeygen_hivestyle", "cow_v6_timebasedkeygen_nonhivestyle"]
+    assert found["cow_v6_complexkeygen_hivestyle"]["path"].startswith("s3a://doctor-lake/prod/")
+    assert (found["cow_v6_complexkeygen_hivestyle"]["verdict"], found["cow_v6_complexkeygen_hivestyle"]["instants"]) == ("ready", 2)
+    assert found["cow_v6_timebasedkeygen_nonhivestyle"]["verdict"] == "read_only"
+    text = subprocess.run([sys.executable, "-m", "pipe", "doctor", "s3://doctor-lake/prod/cow_v6_complexkeygen_hivestyle"],
+                          capture_output=True, text=True, cwd=root, env=env, timeout=120)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "1 table: 1 ready" in text.stdout and secret not in text.stdout + text.stderr + done.stdout + done.stderr
