@@ -23,7 +23,7 @@ from runtime.table.layout import bucket_index_file_ids, parse_base_file, parse_l
 from runtime.table.config import (METADATA_TABLE, PROPERTIES, PROPERTIES_BACKUP, TABLE_VERSION, TIMELINE_LAYOUT,
                                   TableConfig, read_properties)
 from runtime.table.timeline import (ARCHIVED, CLUSTERING, COMPACTION, HOODIE, REPLACECOMMIT, TIMELINE_V2, WRITE_ACTIONS,
-                                    Timeline, archived_instants, list_instants_v2)
+                                    Timeline, archived_instants)
 
 READY, READ_ONLY, UNREADABLE = "ready", "read_only", "unreadable"
 MAX_DEPTH = 6  # folders below a path searched for tables: a lake's tables sit a few levels down
@@ -161,13 +161,12 @@ def _metadata_table(storage, props: dict[str, str]) -> dict[str, Any] | None:
 
 
 def _timeline_facts(storage, layout: int, now_ms: int | None) -> dict[str, Any]:
+    instants = Timeline.load(storage, layout).instants
     if layout >= 2:
-        instants = list_instants_v2(storage)
         archived = len([f for f in storage.list_files(f"{TIMELINE_V2}/history", recursive=False)
                         if f.path.endswith(".parquet")])
         archived_what = "files" if archived else None
     else:
-        instants = Timeline.load(storage).instants
         archived = len(archived_instants(storage)) + len([f for f in storage.list_files(ARCHIVED, recursive=False)
                                                           if ".archive." in f.path])
         archived_what = "instants" if archived else None

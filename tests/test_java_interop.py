@@ -950,7 +950,7 @@ def test_doctor_reports_what_java_1_1_made_of_its_own_tables(spark, tmp_path, ja
     assert orders_t["instants"] == 2 and orders_t["pending"] == [] and orders_t["record_key"] == ["id"]
     assert orders_t["partition_fields"] == ["region"] and orders_t["ordering_fields"] == ["ts"]
     assert "files" in orders_t["metadata_table"]["partitions"], orders_t["metadata_table"]
-    assert orders_t["verdict"] == "unreadable" and "table version 9" in orders_t["reason"] and "downgrade" in orders_t["reason"].lower()
+    assert orders_t["verdict"] == "read_only" and "version 9 (Hudi 1.x), which pipe reads but does not write yet" in orders_t["reason"]
     buckets = found["v8_buckets"]
     assert (buckets["version"], buckets["type"], buckets["index"], buckets["bucket_engine"]) == (8, "merge_on_read", "BUCKET", "SIMPLE")
     changes = found["v9_changes"]
@@ -958,4 +958,55 @@ def test_doctor_reports_what_java_1_1_made_of_its_own_tables(spark, tmp_path, ja
     text = subprocess.run([sys.executable, "-m", "pipe", "doctor", str(lake)], capture_output=True, text=True, cwd=tmp_path,
                           timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert text.returncode == 1 and "Traceback" not in text.stdout + text.stderr
-    assert "version 9, copy_on_write" in text.stdout and "3 tables: 0 ready, 0 read only, 3 not readable by pipe" in text.stdout
+    assert "version 9, copy_on_write" in text.stdout and "3 tables: 0 ready, 2 read only, 1 not readable by pipe" in text.stdout
+
+
+@pytest.mark.parametrize("version", ["9", "8"])
+def test_pipe_reads_a_copy_on_write_table_java_1_1_wrote_at_its_own_version(spark, tmp_path, java_hudi_11, version):
+    """A copy-on-write table Java 1.1 creates and writes with its defaults (metadata table on) at
+    version 9 and at version 8 (timeline layout 2, Avro commit metadata, completion times): upserts,
+    a delete and an insert_overwrite of one partition (a replacecommit). pipe reads its latest
+    snapshot as hudi-rs and Java do, in Spark and in-process; it refuses, naming the version and
+    what to do, an incremental or time-travel read and any write (issue 41, part 1, a first slice)."""
+    path = tmp_path / f"v{version}_orders"
+    config = TableConfig(name=f"v{version}_orders", table_type=COPY_ON_WRITE, record_key_fields=("id",),
+                         partition_fields=("region",), precombine_field="ts")
+    opts = lambda op: java_options(config, op, **{"hoodie.write.table.version": version})  # noqa: E731
+    java_hudi_11.write(path, orders(range(1000), 1), opts("upsert"))
+    expected = as_expected(orders(range(1000), 1))
+    java_hudi_11.write(path, orders(range(0, 1200, 3), 2), opts("upsert"))  # updates and new keys
+    expected.update(as_expected(orders(range(0, 1200, 3), 2)))
+    gone = orders(range(1, 1000, 10), 1)
+    java_hudi_11.write(path, gone, opts("delete"))
+    for i in gone.column("id").to_pylist():
+        expected.pop(i, None)
+    emea = orders([i for i in range(5000, 5040)], 3, region=lambda i: "emea")
+    java_hudi_11.write(path, emea, opts("insert_overwrite"))  # the emea partition is these rows now
+    expected = {k: v for k, v in expected.items() if v[0] != "emea"}
+    expected.update(as_expected(emea))
+    props = (path / ".hoodie" / "hoodie.properties").read_text()
+    assert f"hoodie.table.version={version}" in props and "hoodie.timeline.layout.version=2" in props
+    assert list((path / ".hoodie" / "timeline").glob("*_*.replacecommit")), "Java wrote no replacecommit"
+
+    table = Table.open(spark, str(path))
+    three_readers_agree(table, path, java_hudi_11, expected)
+    got = table.read(meta=False).toPandas()  # Spark's read of the files pipe chose
+    assert sorted(got["id"]) == sorted(expected) and len(got) == len(expected)
+    assert table.timeline().layout == 2 and len(table.timeline().completed()) == 4
+    latest = table.timeline().latest_completed()
+    with pytest.raises(TableError, match=f"version {version}: pipe reads its latest snapshot, not an incremental read"):
+        pipe_read(table, since=latest.time)
+    with pytest.raises(TableError, match="not a time travel read"):
+        pipe_read(table, as_of=latest.time)
+    with pytest.raises(TableError, match=f"version {version} \\(Hudi 1.x\\), which pipe reads but does not write yet"):
+        table.write(spark.createDataFrame(orders([1], 4).to_pylist(), ORDERS_SQL), "upsert")
+    assert {r["id"]: r["v"] for r in java_hudi_11.read(path).to_pylist()} == {k: v[2] for k, v in expected.items()}  # untouched
+
+
+def test_pipe_refuses_a_merge_on_read_table_of_java_1_1_naming_the_way_back(spark, tmp_path, java_hudi_11):
+    path = tmp_path / "mor"
+    config = TableConfig(name="mor", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",),
+                         precombine_field="ts")
+    java_hudi_11.write(path, orders(range(100), 1), java_options(config, "upsert"))
+    with pytest.raises(TableError, match="Hudi 1.x merge-on-read table .*downgrade_table"):
+        Table.open(spark, str(path))

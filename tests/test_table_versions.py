@@ -45,22 +45,43 @@ def upgrade_to_v8(path):
     (hoodie / "hoodie.properties").write_text(text + "hoodie.table.initial.version=6\nhoodie.timeline.path=timeline\n")
 
 
-def test_a_table_hudi_1x_upgraded_to_version_8_is_refused_for_reads_and_writes(spark, tmp_path):
+def test_a_table_hudi_1x_upgraded_to_version_8_is_read_and_refused_for_writes(spark, tmp_path):
+    """A copy-on-write table Hudi 1.x upgraded to version 8 (its timeline moved to
+    .hoodie/timeline/, completed instants named with their completion time) reads as before the
+    upgrade; an incremental read, a write and a service are refused, naming the version and the
+    way back, and nothing changes. (Java 1.1's own tables: test_java_interop.py.)"""
     table, path = built(spark, tmp_path)  # opened before the upgrade, as a long-running process would have
     upgrade_to_v8(path)
     before = files(path)
+    opened = Table.open(spark, str(path))
+    assert opened.timeline().layout == 2 and len(opened.timeline().completed()) == 1
+    assert sorted((r["id"], r["v"]) for r in opened.read().collect()) == [(1, "a"), (2, "b")]
+    assert sorted((r["id"], r["v"]) for r in table.read().collect()) == [(1, "a"), (2, "b")]  # the open Table re-reads hoodie.properties
+    with pytest.raises(TableError, match="version 8: pipe reads its latest snapshot, not an incremental read"):
+        table.read(since="20000101000000000")
     with pytest.raises(TableError) as info:
-        Table.open(spark, str(path))
-    message = str(info.value)
-    assert "table orders" in message and "table version 8 (hoodie.table.version=8, upgraded by Hudi 1.x)" in message
-    assert "downgrade table --toVersion SIX" in message and "hoodie.write.table.version=6" in message
-    # the open Table re-reads hoodie.properties: no read of [], no write beside the v8 timeline
-    with pytest.raises(TableError, match="table version 8"):
-        table.read()
-    with pytest.raises(TableError, match="table version 8"):
         table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")
-    with pytest.raises(TableError, match="table version 8"):
+    message = str(info.value)
+    assert "table orders" in message and "version 8 (Hudi 1.x), which pipe reads but does not write yet" in message
+    assert "downgrade table --toVersion SIX" in message and "hoodie.write.table.version=6" in message
+    with pytest.raises(TableError, match="version 8"):
         table.clean(retain=1)
+    assert files(path) == before
+
+
+def test_a_merge_on_read_table_hudi_1x_upgraded_to_version_8_is_refused_for_reads_and_writes(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), TableConfig(name="orders", table_type="MERGE_ON_READ", record_key_fields=("id",),
+                                                       partition_fields=("region",), precombine_field="ts"))
+    table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_000, "a")], SCHEMA), "upsert")
+    upgrade_to_v8(path)
+    before = files(path)
+    with pytest.raises(TableError, match=r"Hudi 1.x merge-on-read table \(hoodie.table.version=8\).*downgrade table --toVersion SIX"):
+        Table.open(spark, str(path))
+    with pytest.raises(TableError, match="hoodie.table.version=8"):
+        table.read()
+    with pytest.raises(TableError, match="hoodie.table.version=8"):
+        table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")
     assert files(path) == before
 
 

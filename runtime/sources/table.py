@@ -64,12 +64,12 @@ def lost_checkpoint(checkpoint: str, done, table: str, storage=None) -> str | No
 
 def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
     from runtime.table import avro
-    from runtime.table.timeline import HOODIE, archived_instants
+    from runtime.table.timeline import archived_instants
 
     timeline = Timeline.load(storage)
     for inst in reversed(timeline.completed(("rollback", "restore"))):
         try:
-            meta = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
+            meta = avro.from_bytes(storage.read_bytes(timeline.path(inst)))
         except Exception:  # noqa: BLE001 - written by another tool in a form we do not know
             continue
         undone = meta.get("commitsRollback" if inst.action == "rollback" else "instantsToRollback") or []

@@ -20,6 +20,8 @@ METADATA_TABLE = ".hoodie/metadata"
 # (Hudi 0.11 to 0.13: the same files and timeline; see docs/tables.md)
 TABLE_VERSION, TIMELINE_LAYOUT = 6, 1
 READABLE_VERSIONS = (4, 5, 6)
+# Hudi 1.x's versions (timeline layout 2): pipe reads their copy-on-write tables' snapshots
+READABLE_1X = (8, 9)
 _METADATA_PARTITIONS = ("hoodie.table.metadata.partitions", "hoodie.table.metadata.partitions.inflight")
 DATABASE = "default"
 
@@ -173,6 +175,11 @@ class TableConfig:
         return _int((self.properties or {}).get("hoodie.table.version"), TABLE_VERSION)
 
     @property
+    def timeline_layout(self) -> int:
+        """1: instants in .hoodie/ (versions 4 to 6); 2: in .hoodie/timeline/ (Hudi 1.x's versions 8 and 9)."""
+        return _int((self.properties or {}).get("hoodie.timeline.layout.version"), 2 if self.table_version >= 8 else TIMELINE_LAYOUT)
+
+    @property
     def has_metadata_table(self) -> bool:
         """A Java writer's metadata table (Hudi's default since 0.11), complete or being built."""
         return any((self.properties or {}).get(k) for k in _METADATA_PARTITIONS) or bool(self.metadata_partitions)
@@ -189,7 +196,14 @@ class TableConfig:
         # version 6 leaves the property and an empty .hoodie/timeline/history/ behind. Only
         # instant files there mean the timeline moved.
         moved = storage.list_files(".hoodie/timeline", recursive=False) and "timeline"
-        if version > TABLE_VERSION or layout != TIMELINE_LAYOUT or moved:
+        if version in READABLE_1X and layout == 2 and self.table_type == COPY_ON_WRITE:
+            pass  # Hudi 1.x's copy-on-write tables: read (snapshot) from their layout 2 timeline
+        elif version in READABLE_1X and layout == 2:
+            return (f"it is a Hudi 1.x merge-on-read table (hoodie.table.version={version}); pipe reads Hudi 1.x's copy-on-write "
+                    "tables, and merge-on-read ones of version 6 (Hudi 0.14/0.15). Downgrade it with Hudi 1.x (hudi-cli "
+                    "`downgrade table --toVersion SIX`, or Spark SQL `CALL downgrade_table(table => '...', to_version => 'SIX')`), "
+                    "and keep Hudi 1.x writers on it at hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")
+        elif version > TABLE_VERSION or layout != TIMELINE_LAYOUT or moved:
             how = f"table version {version}" + (f" (hoodie.table.version={version}, upgraded by Hudi 1.x)" if version >= 8 else "")
             how += f" with timeline layout {layout}" if layout != TIMELINE_LAYOUT else ""
             how += f", its timeline in .hoodie/{moved}/ (Hudi 1.x's place)" if moved else ""
@@ -197,7 +211,7 @@ class TableConfig:
                     "Downgrade it with Hudi 1.x (hudi-cli `downgrade table --toVersion SIX`, or Spark SQL "
                     "`CALL downgrade_table(table => '...', to_version => 'SIX')`), and keep Hudi 1.x writers on it at "
                     "hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")
-        if version not in READABLE_VERSIONS:
+        if version not in READABLE_VERSIONS and version not in READABLE_1X:
             return (f"it is Hudi table version {version} (Hudi 0.10 or older); pipe reads versions 4 to 6: "
                     "upgrade it by writing to it once with Hudi 0.14 or 0.15")
         if props.get("hoodie.bootstrap.base.path"):
@@ -224,6 +238,11 @@ class TableConfig:
             if unreadable:
                 return unreadable
         props = self.properties or {}
+        if self.table_version in READABLE_1X:
+            return (f"it is Hudi table version {self.table_version} (Hudi 1.x), which pipe reads but does not write yet (it writes "
+                    "version 6): keep writing it with Hudi 1.x, or downgrade it with Hudi 1.x (hudi-cli `downgrade table "
+                    "--toVersion SIX`, or Spark SQL `CALL downgrade_table(table => '...', to_version => 'SIX')`) and keep Hudi 1.x "
+                    "writers on it at hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")
         if self.table_version != TABLE_VERSION:
             return (f"it is Hudi table version {self.table_version}, which pipe reads but does not write (it writes version 6): "
                     "upgrade it by writing to it once with Hudi 0.14 or 0.15")

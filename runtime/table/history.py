@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from runtime.table import avro
-from runtime.table.timeline import HOODIE, WRITE_ACTIONS, Instant, Timeline, archived_instants
+from runtime.table.timeline import WRITE_ACTIONS, Instant, Timeline, archived_instants, instant_path
 
 
 def instant_rows(table, archived: bool = False, last: int | None = None, timeline: Timeline | None = None) -> list[dict[str, Any]]:
@@ -42,7 +42,7 @@ def service_detail(storage, inst: Instant) -> str | None:
     if inst.action not in ("clean", "rollback", "restore", "savepoint"):
         return None
     try:
-        meta = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
+        meta = avro.from_bytes(storage.read_bytes(instant_path(inst)))
     except Exception:  # noqa: BLE001 - written by another tool in a form we do not know
         return None
     if inst.action == "clean":

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from runtime.storage import Storage
 from runtime.table.logfile import parse_name as parse_log_name
-from runtime.table.timeline import HOODIE, REPLACECOMMIT, WRITE_ACTIONS, Instant, Timeline
+from runtime.table.timeline import COMPACTION, HOODIE, REPLACECOMMIT, REQUESTED, WRITE_ACTIONS, Instant, Timeline
 
 PARTITION_METADATA = ".hoodie_partition_metadata"
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -225,7 +225,7 @@ def rolled_back_instants(timeline: Timeline) -> frozenset[str]:
         undone = _ROLLED_BACK.get(key)
         if undone is None:
             try:
-                meta = avro.from_bytes(timeline.storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
+                meta = avro.from_bytes(timeline.storage.read_bytes(timeline.path(inst)))
                 undone = tuple(str(t) for t in (meta.get("commitsRollback") or ()))
             except Exception:  # noqa: BLE001 - an empty or foreign rollback file: nothing known undone
                 undone = ()
@@ -327,7 +327,7 @@ def _pending_compaction_groups(storage: Storage, timeline: Timeline) -> dict[tup
     out: dict[tuple[str, str], str] = {}
     for t in timeline.pending_compactions():
         try:
-            plan = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{t}.compaction.requested"))
+            plan = avro.from_bytes(storage.read_bytes(timeline.path(Instant(t, COMPACTION, REQUESTED))))
         except Exception:  # noqa: BLE001 - missing or unreadable: executing it reports that; reads go on
             continue
         for op in plan.get("operations") or ():

@@ -148,7 +148,7 @@ class Table:
     # --- state ---------------------------------------------------------------------------------
 
     def timeline(self) -> Timeline:
-        return Timeline.load(self.storage)
+        return Timeline.load(self.storage, self.config.timeline_layout)
 
     def view(self, timeline: Timeline | None = None) -> FileSystemView:
         return FileSystemView.load(self.storage, timeline or self.timeline())
@@ -394,6 +394,16 @@ class Table:
         reason = self.config.unreadable_reason(self.storage)
         if reason:
             raise TableError(f"pipe cannot read or write table {self.config.name} at {self.storage.spec.uri}: {reason}")
+
+    def _check_snapshot(self, as_of: str | None, since: str | None) -> None:
+        """Hudi 1.x's tables (timeline layout 2) are read as their latest snapshot only: their
+        incremental reads, change feeds and time travel follow completion times (a commit that
+        started earlier may complete later), which pipe does not order by yet."""
+        if self.config.timeline_layout >= 2 and (as_of is not None or since is not None):
+            what = "an incremental read" if since is not None else "a time travel read"
+            raise TableError(f"table {self.config.name} is Hudi table version {self.config.table_version}: pipe reads its latest "
+                             f"snapshot, not {what} (Hudi 1.x orders those by completion time, which pipe does not do yet)",
+                             "read its latest snapshot (a full read), or read it incrementally with Hudi 1.x")
 
     def _check_not_cleaned(self, timeline: Timeline, as_of: str | None) -> None:
         """A time travel read of a version whose files the cleaner removed would return only
@@ -764,6 +774,7 @@ class Table:
         files are merged into its base files' rows, unless `read_optimized` (base files only:
         faster, but without the updates and deletes still in log files)."""
         self._check_readable()
+        self._check_snapshot(as_of or until, since)
         timeline = self.timeline()
         self._check_not_cleaned(timeline, as_of)
         struct = self.schema(timeline, as_of=until or as_of)
@@ -775,6 +786,7 @@ class Table:
         changed record's image, `_change_type` (insert, update_preimage, update_postimage,
         delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
         self._check_readable()
+        self._check_snapshot(until, since if since is not None else "")
         timeline = self.timeline()
         until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
         from pyspark.sql import types as T
@@ -794,6 +806,7 @@ class Table:
         """The rows `read` returns, read in this process with pyarrow, without Spark: (Arrow
         schema, iterator of record batches). For small reads of a table on a local disk."""
         self._check_readable()
+        self._check_snapshot(as_of or until, since)
         timeline = self.timeline()
         self._check_not_cleaned(timeline, as_of)
         schema = self.arrow_schema(timeline, as_of=until or as_of)

@@ -90,30 +90,26 @@ def parse_instant_file_v2(name: str) -> Instant | None:
     return Instant(m.group(1), m.group(3), m.group(4) or COMPLETED, m.group(2))
 
 
-def list_instants_v2(storage) -> list[Instant]:
-    """The instants of a layout 2 timeline, each in its latest state, for what reads a table
-    of version 8 or 9 without writing it (`pipe doctor`); a clustering or compaction that
-    completed is its replacecommit or commit alone."""
-    latest: dict[tuple[str, str], Instant] = {}
-    for f in storage.list_files(TIMELINE_V2, recursive=False):
-        inst = parse_instant_file_v2(f.path.rsplit("/", 1)[-1])
-        if inst is None:
-            continue
-        key = (inst.time, inst.action)
-        if key not in latest or _STATE_ORDER[inst.state] > _STATE_ORDER[latest[key].state]:
-            latest[key] = inst
-    done = {t for (t, a), i in latest.items() if i.is_completed}
-    return sorted(i for (t, a), i in latest.items() if i.is_completed or t not in done)
-
-
 _STATE_ORDER = {REQUESTED: 0, INFLIGHT: 1, COMPLETED: 2}
+# pending actions of layout 2 that complete under another action's name
+_COMPLETES_AS = {CLUSTERING: REPLACECOMMIT, LOGCOMPACTION: DELTACOMMIT}
+
+
+def instant_path(instant: Instant, layout: int = 1, state: str | None = None) -> str:
+    """The file of `instant` in `state` (default its own) under the table's root, in timeline
+    layout `layout`; a completed instant that knows its completion time is of layout 2."""
+    state = state or instant.state
+    if state == COMPLETED and instant.completion is not None:
+        return f"{TIMELINE_V2}/{instant.time}_{instant.completion}.{instant.action}"
+    return f"{TIMELINE_V2 if layout >= 2 else HOODIE}/{instant.file_name(state)}"
 
 
 class Timeline:
     """The active timeline as listed once; reload to see later changes."""
 
-    def __init__(self, storage: Storage, instants: Iterable[Instant], made_ms: dict[str, int] | None = None):
+    def __init__(self, storage: Storage, instants: Iterable[Instant], made_ms: dict[str, int] | None = None, layout: int = 1):
         self.storage = storage
+        self.layout = layout  # 1: instants in .hoodie/ (versions 4 to 6); 2: in .hoodie/timeline/ (versions 8, 9)
         # instant time -> when its earliest timeline file was written (epoch ms), as listed
         self.made_ms = dict(made_ms or {})
         latest: dict[tuple[str, str], Instant] = {}
@@ -122,21 +118,30 @@ class Timeline:
             if key not in latest or _STATE_ORDER[i.state] > _STATE_ORDER[latest[key].state]:
                 latest[key] = i
         # a completed compaction is `T.commit`; its `T.compaction.requested/inflight` stay
-        # beside it and are not pending
+        # beside it and are not pending (in layout 2, so do a clustering's beside its
+        # `T_C.replacecommit` and a log compaction's beside its `T_C.deltacommit`)
         done = {t for (t, a), i in latest.items() if a == COMMIT and i.is_completed}
-        self.instants: list[Instant] = sorted(i for (t, a), i in latest.items() if not (a == COMPACTION and t in done))
+        finished = {(t, a) for (t, a), i in latest.items() if i.is_completed}
+        self.instants: list[Instant] = sorted(i for (t, a), i in latest.items() if not (a == COMPACTION and t in done)
+                                              and not (a in _COMPLETES_AS and (t, _COMPLETES_AS[a]) in finished))
         # the completed commits that are compactions: they rewrite file slices, not data
         self.compactions: set[str] = {t for (t, a) in latest if a == COMPACTION and t in done}
 
     @classmethod
-    def load(cls, storage: Storage) -> "Timeline":
+    def load(cls, storage: Storage, layout: int = 1) -> "Timeline":
+        """The active timeline of timeline layout `layout` (TableConfig.timeline_layout)."""
         found, made = [], {}
-        for f in storage.list_files(HOODIE, recursive=False):
-            inst = parse_instant_file(f.path.rsplit("/", 1)[-1])
+        folder, parse = (TIMELINE_V2, parse_instant_file_v2) if layout >= 2 else (HOODIE, parse_instant_file)
+        for f in storage.list_files(folder, recursive=False):
+            inst = parse(f.path.rsplit("/", 1)[-1])
             if inst is not None:
                 found.append(inst)
                 made[inst.time] = min(made.get(inst.time, f.mtime_ms), f.mtime_ms)
-        return cls(storage, found, made)
+        return cls(storage, found, made, layout=2 if layout >= 2 else 1)
+
+    def path(self, instant: Instant, state: str | None = None) -> str:
+        """The file of `instant` (in `state`, default its own) under the table's root."""
+        return instant_path(instant, self.layout, state)
 
     # --- views ----------------------------------------------------------------------------
 
@@ -206,7 +211,14 @@ class Timeline:
     # --- metadata -----------------------------------------------------------------------------
 
     def read_json(self, instant: Instant) -> dict[str, Any]:
-        data = self.storage.read_bytes(f"{HOODIE}/{instant.file_name()}")
+        """The instant's metadata as a dict: JSON in layout 1 (and Java's "legacy" completed
+        files of layout 2), an Avro object container in layout 2, whose records have the same
+        field names (HoodieCommitMetadata, HoodieReplaceCommitMetadata)."""
+        data = self.storage.read_bytes(self.path(instant))
+        if data[:4] == b"Obj\x01":
+            from runtime.table import avro
+
+            return avro.from_bytes(data) or {}
         return json.loads(data) if data.strip() else {}
 
     def commit_metadata(self, instant: Instant) -> "CommitMetadata":
