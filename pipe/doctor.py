@@ -20,7 +20,7 @@ from typing import Any
 from runtime.storage import StorageSpec, open_storage
 from runtime.table import heartbeat
 from runtime.table.layout import bucket_index_file_ids, parse_base_file, parse_log_file
-from runtime.table.config import (METADATA_TABLE, PROPERTIES, PROPERTIES_BACKUP, TABLE_VERSION, TIMELINE_LAYOUT,
+from runtime.table.config import (METADATA_TABLE, PROPERTIES, PROPERTIES_BACKUP, TABLE_VERSION,
                                   TableConfig, read_properties)
 from runtime.table.timeline import (ARCHIVED, CLUSTERING, COMPACTION, HOODIE, REPLACECOMMIT, TIMELINE_V2, WRITE_ACTIONS,
                                     Timeline, archived_instants)
@@ -74,8 +74,12 @@ def audit_table(uri: str, options: tuple = (), now_ms: int | None = None) -> Fin
     except (KeyError, ValueError, UnicodeDecodeError) as exc:
         found.verdict, found.reason = UNREADABLE, f"its {PROPERTIES} cannot be read ({type(exc).__name__}: {exc})"
         return found
-    version = config.table_version
-    layout = int(props.get("hoodie.timeline.layout.version") or (2 if version >= 8 else TIMELINE_LAYOUT))
+    try:
+        version, _ = config.table_version, config.timeline_layout
+    except ValueError as exc:
+        found.verdict, found.reason = UNREADABLE, f"its {PROPERTIES} cannot be read ({exc})"
+        return found
+    layout = config.timeline_layout
     keygen = props.get("hoodie.table.keygenerator.class") or props.get("hoodie.table.keygenerator.type") or config.key_generator
     ordering = props.get("hoodie.table.ordering.fields") or props.get("hoodie.table.precombine.field") or None
     index = (props.get("hoodie.index.type") or "").upper() or None
@@ -224,7 +228,10 @@ def audit(paths: list[str], options_for, now_ms: int | None = None) -> list[Find
     for path in paths:
         options = options_for(path)
         for uri in find_tables(path, options):
-            out.append(audit_table(uri, options, now_ms))
+            try:
+                out.append(audit_table(uri, options, now_ms))
+            except Exception as exc:  # noqa: BLE001 - one damaged table does not stop the audit of the others
+                out.append(Finding(uri, verdict=UNREADABLE, reason=f"pipe could not audit it ({type(exc).__name__}: {str(exc)[:300]})"))
     return out
 
 
@@ -237,13 +244,13 @@ def describe(f: Finding) -> list[str]:
     """The text lines of one finding (rich markup)."""
     from rich.markup import escape
 
-    x = f.facts
+    x = _escaped(f.facts)
     verdict = {READY: "[green]ready[/]: pipe reads and writes it as it is",
                READ_ONLY: "[yellow]read only[/]: pipe reads it, and will not write it",
                UNREADABLE: "[red]not readable by pipe[/]"}[f.verdict]
     if not x:
         return [f"[bold]{escape(f.path)}[/]", f"  {verdict}: {escape(f.reason or '')}"]
-    lines = [f"[bold]{escape(f.path)}[/]  {escape(x['name'])}: version {x['version']}, {x['type']}, {x['base_file_format']}"]
+    lines = [f"[bold]{escape(f.path)}[/]  {x['name']}: version {x['version']}, {x['type']}, {x['base_file_format']}"]
     key = ", ".join(x["record_key"]) or "none"
     enc = f", keys {x['key_encoding']}" if x["key_encoding"] else ""
     meta = "" if x["meta_fields"] else ", without meta fields"
@@ -276,6 +283,20 @@ def describe(f: Finding) -> list[str]:
     lines.append(f"  verdict       {verdict}" + (f": {escape(f.reason)}" if f.reason else ""))
     lines.extend(f"  [yellow]![/] {escape(n)}" for n in f.notes)
     return lines
+
+
+def _escaped(value: Any) -> Any:
+    """`value` with every string escaped for rich's markup (a table's properties are another
+    writer's text: `[/x]` in one would stop the printing)."""
+    from rich.markup import escape
+
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def summary(findings: list[Finding]) -> str:

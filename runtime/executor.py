@@ -94,7 +94,7 @@ class Executor:
         waiting = list(self.ctx.selected)
         running: dict[cf.Future, str] = {}
         threads = max(1, self.ctx.options.threads)
-        interrupted = False
+        interrupted = twice = False
         self._stopped_by = "Ctrl-C"
         pool = cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pipe-step")
         try:
@@ -135,15 +135,17 @@ class Executor:
                     # Ctrl-C (or SIGTERM): cancel the running steps' Spark jobs (their writes roll
                     # back), start nothing new, and report the run; a second one stops at once
                     if interrupted:
+                        twice = True
                         raise
                     interrupted = self.ctx.interrupted = True
                     self._stopped_by = getattr(exc, "signal_name", "Ctrl-C")
                     self.ctx.cancel.set()
                     self._cancel_running(list(running.values()))
         except BaseException:
-            # a second Ctrl-C (or a failure of pipe's own): stop at once, without waiting for the
-            # steps' threads (one may be stuck in a call to Spark that its cancellation never reached)
-            pool.shutdown(wait=False, cancel_futures=True)
+            # a second Ctrl-C stops at once, without waiting for the steps' threads (one may be
+            # stuck in a call to Spark that its cancellation never reached); a failure of pipe's
+            # own waits for them, so that none writes or prints after the command has ended
+            pool.shutdown(wait=not twice, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
         sync.close_catalog(self.ctx)

@@ -120,6 +120,11 @@ def test_a_damaged_table_is_reported_not_a_traceback_and_junk_in_its_timeline_is
     bad = lake / "broken" / ".hoodie"
     bad.mkdir(parents=True)
     (bad / "hoodie.properties").write_bytes(b"hoodie.table.type=COPY_ON_WRITE\n\xff\xfe not a name\n")
+    odd = lake / "odd" / ".hoodie"  # another writer's text that is rich markup, and a layout that is no number
+    odd.mkdir(parents=True)
+    (odd / "hoodie.properties").write_text("hoodie.table.name=[/x]odd[bold]\nhoodie.table.type=COPY_ON_WRITE\n"
+                                           "hoodie.table.version=6\nhoodie.timeline.layout.version=x\n"
+                                           "hoodie.table.recordkey.fields=[/k]\n")
     good = lake / "good"
     with zipfile.ZipFile(FIXTURES / "cow_v6_nonpartitioned.zip") as f:
         f.extractall(good)
@@ -133,8 +138,9 @@ def test_a_damaged_table_is_reported_not_a_traceback_and_junk_in_its_timeline_is
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert "lake [prod]/broken" in done.stdout and "not readable by pipe: its .hoodie/hoodie.properties cannot be read" in done.stdout
+    assert "[/x]odd[bold]: version 6" in done.stdout and "[/k]" in done.stdout
     found = tables(doctor(tmp_path, str(lake), "--output", "json"))
-    assert found["broken"]["verdict"] == "unreadable"
+    assert found["broken"]["verdict"] == "unreadable" and found["odd"]["verdict"] != "ready"
     assert found[table.name]["instants"] == 2 and found[table.name]["pending"] == []
 
 

@@ -69,6 +69,21 @@ def test_a_table_hudi_1x_upgraded_to_version_8_is_read_and_refused_for_writes(sp
     assert files(path) == before
 
 
+def test_a_project_table_that_is_a_hudi_1x_table_is_never_compared_so_never_rebuilt(spark, tmp_path):
+    """A step whose table turns out to be Hudi 1.x's (another precombine field, here) is refused
+    for what it is, not as "created differently", whose hint, --full-refresh, would delete it;
+    no lock file is left in it."""
+    _, path = built(spark, tmp_path)
+    upgrade_to_v8(path)
+    before = files(path)
+    other = TableConfig(name="orders", record_key_fields=("id",), partition_fields=("region",), precombine_field="v")
+    with pytest.raises(TableError) as info:
+        Table.create(spark, str(path), other)
+    assert "was created differently" not in str(info.value) and "version 8 (Hudi 1.x)" in str(info.value)
+    assert Table.open(spark, str(path)).tidy() == []
+    assert files(path) == before
+
+
 def test_a_merge_on_read_table_hudi_1x_upgraded_to_version_8_is_refused_for_reads_and_writes(spark, tmp_path):
     path = tmp_path / "orders"
     table = Table.create(spark, str(path), TableConfig(name="orders", table_type="MERGE_ON_READ", record_key_fields=("id",),

@@ -250,13 +250,13 @@ class Envelopes:
             except UnicodeDecodeError:
                 return json.loads(data)  # another encoding json.loads detects, or its error
             if not text.startswith(self._HEAD + "{"):
-                return json.loads(text)
+                return json.loads(data)  # as json.loads reads bytes: a BOM, another encoding
             try:  # a schema not seen before: parsed once, and kept
                 schema, end = self._json.raw_decode(text, len(self._HEAD))
             except ValueError:
-                return json.loads(text)
+                return json.loads(data)
             if not text.startswith(self._BETWEEN, end):
-                return json.loads(text)
+                return json.loads(data)
             start = end + len(self._BETWEEN)
             self._prefix, self._schema = text[:start].encode("utf-8"), schema
         try:

@@ -66,7 +66,13 @@ def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
     from runtime.table import avro
     from runtime.table.timeline import archived_instants
 
-    timeline = Timeline.load(storage)
+    from runtime.table.config import TableConfig, read_properties
+
+    try:
+        layout = TableConfig.from_properties_map(read_properties(storage)).timeline_layout
+    except (FileNotFoundError, KeyError, ValueError):
+        layout = 1
+    timeline = Timeline.load(storage, layout)
     for inst in reversed(timeline.completed(("rollback", "restore"))):
         try:
             meta = avro.from_bytes(storage.read_bytes(timeline.path(inst)))
@@ -80,8 +86,8 @@ def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
     archived = archived_instants(storage)
     if any(i.time == checkpoint for i in archived):
         return f"the commits of table {table} after instant {checkpoint} have been archived (its active timeline starts at {done[0].time})"
-    first = min([i.time for i in archived] + [i.time for i in timeline.instants])
-    if checkpoint < first:
+    first = min([i.time for i in archived] + [i.time for i in timeline.instants], default=None)
+    if first is not None and checkpoint < first:
         return (f"table {table} was rebuilt: it was created anew at {first} (by `pipe run --full-refresh` after a change of its key, "
                 f"partitioning, type or precombine field), after instant {checkpoint}, so its commits since then cannot be told apart")
     return None

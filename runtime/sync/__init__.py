@@ -234,6 +234,9 @@ def sync_table(catalog: Catalog, specs: list[Definition], table, timeline, force
             catalog.drop_table(d.database, d.name)
             stored[d.name] = None
     synced = [None if s is None else s.params.get(LAST_SYNC) for s in stored.values()]
+    # Hudi 1.x's tables (timeline layout 2): a commit that started earlier may complete later,
+    # so "the writes since the last synced instant" by instant time could miss one: synced whole
+    force_full = force_full or table.config.timeline_layout >= 2
     if not force_full and None not in synced and all(t == latest for t in synced) \
             and all(_same_columns(stored[d.name].columns, d.columns) for d in specs):
         outcome.up_to_date = True

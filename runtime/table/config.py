@@ -157,7 +157,8 @@ class TableConfig:
             table_type={"cow": COPY_ON_WRITE, "mor": MERGE_ON_READ}.get(props["hoodie.table.type"].lower(), props["hoodie.table.type"].upper()),
             record_key_fields=split(props.get("hoodie.table.recordkey.fields")),
             partition_fields=partitions,
-            precombine_field=props.get("hoodie.table.precombine.field") or None,
+            # version 9 keeps it as hoodie.table.ordering.fields (a list: one field is a precombine field)
+            precombine_field=props.get("hoodie.table.precombine.field") or _one_field(props.get("hoodie.table.ordering.fields")),
             hive_style=props.get("hoodie.datasource.write.hive_style_partitioning", "false") == "true",
             url_encode=props.get("hoodie.datasource.write.partitionpath.urlencode", "false") == "true",
             key_generator_class=keygen or None,
@@ -196,6 +197,10 @@ class TableConfig:
         # version 6 leaves the property and an empty .hoodie/timeline/history/ behind. Only
         # instant files there mean the timeline moved.
         moved = storage.list_files(".hoodie/timeline", recursive=False) and "timeline"
+        folder = (props.get("hoodie.timeline.path") or "timeline").strip()
+        if version in READABLE_1X and layout == 2 and folder != "timeline":
+            return (f"its timeline is in .hoodie/{folder}/ (hoodie.timeline.path), not Hudi's default .hoodie/timeline/, "
+                    "which is where pipe reads a Hudi 1.x table's instants")
         if version in READABLE_1X and layout == 2 and self.table_type == COPY_ON_WRITE:
             pass  # Hudi 1.x's copy-on-write tables: read (snapshot) from their layout 2 timeline
         elif version in READABLE_1X and layout == 2:
@@ -391,6 +396,11 @@ def decode_properties(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data.decode("iso-8859-1")
+
+
+def _one_field(text: str | None) -> str | None:
+    fields = [f.strip() for f in (text or "").split(",") if f.strip()]
+    return fields[0] if len(fields) == 1 else None
 
 
 def read_properties(storage) -> dict[str, str]:

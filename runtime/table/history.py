@@ -30,19 +30,19 @@ def instant_rows(table, archived: bool = False, last: int | None = None, timelin
             if "pipe.expectations" in meta.extra:  # runtime/steps/expect.py
                 row["expectations"] = json.loads(meta.extra["pipe.expectations"])
         elif inst.is_completed and where == "active":
-            detail = service_detail(table.storage, inst)
+            detail = service_detail(table.storage, inst, table.config.timeline_layout)
             if detail:
                 row["detail"] = detail
         rows.append(row)
     return rows
 
 
-def service_detail(storage, inst: Instant) -> str | None:
+def service_detail(storage, inst: Instant, layout: int = 1) -> str | None:
     """What a clean, rollback, restore or savepoint instant did, from its Avro metadata."""
     if inst.action not in ("clean", "rollback", "restore", "savepoint"):
         return None
     try:
-        meta = avro.from_bytes(storage.read_bytes(instant_path(inst)))
+        meta = avro.from_bytes(storage.read_bytes(instant_path(inst, layout)))
     except Exception:  # noqa: BLE001 - written by another tool in a form we do not know
         return None
     if inst.action == "clean":

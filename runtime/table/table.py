@@ -37,7 +37,7 @@ from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
 from runtime.table.files import parquet_footer
 from runtime.table.config import (
-    COPY_ON_WRITE, MERGE_ON_READ, METADATA_TABLE, PROPERTIES, PROPERTIES_BACKUP, TableConfig, read_properties, recover_properties,
+    COPY_ON_WRITE, MERGE_ON_READ, METADATA_TABLE, PROPERTIES, PROPERTIES_BACKUP, TABLE_VERSION, TableConfig, read_properties, recover_properties,
     update_properties,
 )
 from runtime.table.layout import FileSystemView, bucket_index_file_ids
@@ -108,6 +108,7 @@ class Table:
         storage = open_storage(StorageSpec(uri, storage_options))
         if storage.exists(PROPERTIES) or storage.exists(PROPERTIES_BACKUP):
             table = cls.open(spark, uri, storage_options)
+            table._refuse_other_version()  # a Hudi 1.x table is never compared, so never rebuilt (--full-refresh)
             table._check_same_definition(config)
             return table
         if config.table_type not in (COPY_ON_WRITE, MERGE_ON_READ):
@@ -120,6 +121,15 @@ class Table:
             table._check_same_definition(config)
             return table
         return cls(spark, storage, TableConfig.from_properties(text))  # as a later open reads it
+
+    def _refuse_other_version(self) -> None:
+        """A table of a version pipe does not write (Hudi 1.x's 8 and 9, or 4 and 5) is refused
+        before pipe takes its lock or recovers its properties: no file of it is touched."""
+        config = TableConfig.from_properties_map(read_properties(self.storage))
+        if config.table_version != TABLE_VERSION:
+            reason = config.unchangeable_reason(self.storage)
+            if reason:
+                raise TableError(f"pipe cannot change table {config.name} at {self.storage.spec.uri}: {reason}")
 
     def _check_same_definition(self, wanted: TableConfig) -> None:
         what = self.definition_changes(wanted)
@@ -395,15 +405,19 @@ class Table:
         if reason:
             raise TableError(f"pipe cannot read or write table {self.config.name} at {self.storage.spec.uri}: {reason}")
 
-    def _check_snapshot(self, as_of: str | None, since: str | None) -> None:
-        """Hudi 1.x's tables (timeline layout 2) are read as their latest snapshot only: their
-        incremental reads, change feeds and time travel follow completion times (a commit that
-        started earlier may complete later), which pipe does not order by yet."""
-        if self.config.timeline_layout >= 2 and (as_of is not None or since is not None):
+    def _check_snapshot(self, timeline: Timeline, as_of: str | None, since: str | None) -> None:
+        """Hudi 1.x's tables (timeline layout 2) are read as their latest snapshot only (a read
+        as of their latest write is one): their incremental reads, change feeds and time travel
+        follow completion times (a commit that started earlier may complete later), which pipe
+        does not order by yet."""
+        if self.config.timeline_layout < 2:
+            return
+        latest = timeline.latest_completed()
+        if since is not None or (as_of is not None and (latest is None or as_of != latest.time)):
             what = "an incremental read" if since is not None else "a time travel read"
             raise TableError(f"table {self.config.name} is Hudi table version {self.config.table_version}: pipe reads its latest "
                              f"snapshot, not {what} (Hudi 1.x orders those by completion time, which pipe does not do yet)",
-                             "read its latest snapshot (a full read), or read it incrementally with Hudi 1.x")
+                             "read its latest snapshot, or read it incrementally with Hudi 1.x")
 
     def _check_not_cleaned(self, timeline: Timeline, as_of: str | None) -> None:
         """A time travel read of a version whose files the cleaner removed would return only
@@ -439,6 +453,7 @@ class Table:
         crashed), refused if pipe cannot write the table, if another writer is live (a fresh
         heartbeat: nothing of its may change, its metadata table included) or by
         `refuse(timeline)`, whose result is yielded; then a metadata table retired."""
+        self._refuse_other_version()
         with self.lock():
             recover_properties(self.storage)
             self.config = TableConfig.from_properties_map(read_properties(self.storage))
@@ -687,6 +702,7 @@ class Table:
     @contextmanager
     def _changing_now(self) -> Iterator:
         """_changing, without waiting for a live writer's lock (LockTimeout at once)."""
+        self._refuse_other_version()
         with self.lock(wait_s=0):
             recover_properties(self.storage)
             self.config = TableConfig.from_properties_map(read_properties(self.storage))
@@ -774,8 +790,8 @@ class Table:
         files are merged into its base files' rows, unless `read_optimized` (base files only:
         faster, but without the updates and deletes still in log files)."""
         self._check_readable()
-        self._check_snapshot(as_of or until, since)
         timeline = self.timeline()
+        self._check_snapshot(timeline, as_of or until, since)
         self._check_not_cleaned(timeline, as_of)
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
@@ -786,8 +802,8 @@ class Table:
         changed record's image, `_change_type` (insert, update_preimage, update_postimage,
         delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
         self._check_readable()
-        self._check_snapshot(until, since if since is not None else "")
         timeline = self.timeline()
+        self._check_snapshot(timeline, until, since)
         until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
         from pyspark.sql import types as T
 
@@ -806,8 +822,8 @@ class Table:
         """The rows `read` returns, read in this process with pyarrow, without Spark: (Arrow
         schema, iterator of record batches). For small reads of a table on a local disk."""
         self._check_readable()
-        self._check_snapshot(as_of or until, since)
         timeline = self.timeline()
+        self._check_snapshot(timeline, as_of or until, since)
         self._check_not_cleaned(timeline, as_of)
         schema = self.arrow_schema(timeline, as_of=until or as_of)
         return _reader.read_batches(self.storage, schema, timeline, as_of=as_of, since=since, until=until, meta=meta,
