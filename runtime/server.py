@@ -46,6 +46,7 @@ from runtime.steps.errors import RunError
 
 IDLE_TIMEOUT_S = 3600  # an idle server stops after an hour (`pipe server start --idle-timeout`)
 START_TIMEOUT_S = 180
+_START_ATTEMPTS = 3  # a server that could not bind its port is started again on another one
 _CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark Connect's pre-shared token, server and client
 
@@ -188,6 +189,39 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _listening_by(pid: int, port: int) -> bool:
+    """Whether process `pid` itself listens on `port`. The port was free when pipe chose it, but
+    another process may have taken it before the server bound it: then the server fails to
+    start, and what answers on the port is not pipe's server, which must never get its token.
+    Read from /proc (Linux); elsewhere, whether anything listens."""
+    tables = [Path("/proc/net/tcp"), Path("/proc/net/tcp6")]
+    if not all(t.exists() for t in tables[:1]):
+        return _listening(port)
+    inodes = set()
+    for table in tables:
+        try:
+            lines = table.read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{parts[9]}]")
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def server_settings(master: str, conf: Mapping[str, Any] | None, project_name: str) -> dict[str, str]:
     """The settings of the server's Spark: those of an embedded session (runtime/session.py)."""
     from runtime.session import spark_settings
@@ -320,7 +354,6 @@ def _supervise() -> int:
     if settings.get("spark.master", "").startswith("local"):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env[_TOKEN_ENV] = token  # the server's token: in its environment, which only this user can read
-    port = _free_port()
     stopping = False
 
     def on_term(signum, frame):  # noqa: ARG001 - signal handler
@@ -330,14 +363,23 @@ def _supervise() -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     deadline = time.monotonic() + START_TIMEOUT_S
-    with spark_properties_file(_server_settings(settings, port)) as properties:  # removed once the server has read it
-        server = subprocess.Popen(_server_command(settings, properties), stdin=subprocess.DEVNULL, env=env)
-        while not _listening(port):
-            if server.poll() is not None or stopping or time.monotonic() > deadline:
-                _terminate(server.pid)
-                print(f"pipe server: the Spark Connect server did not start (exit {server.poll()})", flush=True)
-                return 1
-            time.sleep(0.2)
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        port = _free_port()
+        with spark_properties_file(_server_settings(settings, port)) as properties:  # removed once the server has read it
+            server = subprocess.Popen(_server_command(settings, properties), stdin=subprocess.DEVNULL, env=env)
+            while not _listening_by(server.pid, port):
+                if server.poll() is not None or stopping or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        if server.poll() is None and not stopping and time.monotonic() <= deadline:
+            break  # it serves
+        _terminate(server.pid)
+        if stopping or time.monotonic() > deadline or attempt == _START_ATTEMPTS:
+            print(f"pipe server: the Spark Connect server did not start (exit {server.poll()})", flush=True)
+            return 1
+        # most often another process took the port between its choice and the server's bind
+        print(f"pipe server: the Spark Connect server exited ({server.poll()}) before it served port {port}; trying another port",
+              flush=True)
     state = ServerState(project=request["project"], target=request["target"], fingerprint=request["fingerprint"],
                         url=f"sc://localhost:{port}", port=port, supervisor_pid=os.getpid(), server_pid=server.pid,
                         session_base=str(uuid.uuid4()), started_at=time.time(), idle_timeout_s=int(request["idle_timeout_s"]),

@@ -68,7 +68,8 @@ def server(tmp_path_factory):
     project_file = root / "pipe_project.yml"
     project_file.write_text(project_file.read_text().replace('master: "local[*]"\n', f'master: "local[*]"\n      conf:\n        '
                                                              f'spark.hadoop.fs.s3a.secret.key: "{SECRET}"\n', 1))
-    started = ok(pipe(root, cache, "server", "start", timeout=240))
+    # start and warm-up: about 2 min on an idle machine, over 4 when the other workers start their JVMs too
+    started = ok(pipe(root, cache, "server", "start", timeout=600))
     assert "Started the pipe server of target dev at sc://localhost:" in started.stdout and ", warmed up in " in started.stdout
     assert not list(Path(tempfile.gettempdir()).glob("pipe-server-warmup-*")), "the warm-up project is removed"
     state = json.loads(next((cache / "servers").glob("*.json")).read_text())
@@ -590,3 +591,27 @@ def test_a_pipe_server_killed_during_a_run_fails_it_with_what_to_do_and_the_next
     got = hudi_rows(root, "slow", ["id", "shop", "amount", "ts"])
     assert [(r[0], r[1], str(r[2])) for r in got] == sorted((r["id"], r["shop"], r["amount"]) for r in SLOW_ROWS)
     assert _pending(root) == [], "no instant is left requested or inflight"
+
+
+def test_a_port_another_process_took_is_never_taken_for_the_servers(tmp_path):
+    """pipe chooses a free port and starts the server on it; another process may take the port
+    first. What then answers there must not pass for pipe's server (it would get the token):
+    readiness is the server's own process listening (the CI failure of f336af4's first run)."""
+    import socket
+
+    from runtime.server import _listening, _listening_by
+
+    mine = socket.socket()
+    mine.bind(("127.0.0.1", 0))
+    mine.listen()
+    other = subprocess.Popen([sys.executable, "-c", "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+                              "print(s.getsockname()[1], flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(other.stdout.readline())
+        assert _listening(port)  # something answers there
+        assert not _listening_by(os.getpid(), port)  # but not this process
+        assert _listening_by(other.pid, port)
+        assert _listening_by(os.getpid(), mine.getsockname()[1])
+    finally:
+        other.kill()
+        mine.close()
