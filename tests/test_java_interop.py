@@ -996,8 +996,10 @@ def test_pipe_reads_a_copy_on_write_table_java_1_1_wrote_at_its_own_version(spar
     latest = table.timeline().latest_completed()
     with pytest.raises(TableError, match=f"version {version}: pipe reads its latest snapshot, not an incremental read"):
         pipe_read(table, since=latest.time)
+    first = table.timeline().completed()[0]
     with pytest.raises(TableError, match="not a time travel read"):
-        pipe_read(table, as_of=latest.time)
+        pipe_read(table, as_of=first.time)
+    assert rows(pipe_read(table, as_of=latest.time), ["id"]) == sorted(((k,) for k in expected), key=repr)  # as of the latest: the snapshot
     with pytest.raises(TableError, match=f"version {version} \\(Hudi 1.x\\), which pipe reads but does not write yet"):
         table.write(spark.createDataFrame(orders([1], 4).to_pylist(), ORDERS_SQL), "upsert")
     assert {r["id"]: r["v"] for r in java_hudi_11.read(path).to_pylist()} == {k: v[2] for k, v in expected.items()}  # untouched
