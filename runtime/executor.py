@@ -70,6 +70,8 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_WAKE_S = 0.5  # how often the waiting main thread runs Python, and so its signal handlers
+
 class Executor:
     def __init__(self, plan: Plan, project_root: Path, selected: Iterable[str], options: RunOptions,
                  spark_factory: Callable[[], Any] | None = None, listener: Listener | None = None,
@@ -125,7 +127,10 @@ class Executor:
                             running[pool.submit(self._run_step, step, results[sid])] = sid
                     if not running:
                         continue
-                    done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
+                    # with a timeout: a Ctrl-C the kernel hands to another thread (gRPC's, a
+                    # heartbeat's) only sets a flag the main thread reads when it runs again; an
+                    # endless wait never would (the CI failure of the Ctrl-C test over Connect)
+                    done, _ = cf.wait(list(running), timeout=_WAKE_S, return_when=cf.FIRST_COMPLETED)
                     for fut in done:
                         sid = running.pop(fut)
                         if results[sid].state == "error" and self.ctx.options.fail_fast and not self.ctx.cancel.is_set():
