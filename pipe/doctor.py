@@ -74,12 +74,7 @@ def audit_table(uri: str, options: tuple = (), now_ms: int | None = None) -> Fin
     except (KeyError, ValueError, UnicodeDecodeError) as exc:
         found.verdict, found.reason = UNREADABLE, f"its {PROPERTIES} cannot be read ({type(exc).__name__}: {exc})"
         return found
-    try:
-        version, _ = config.table_version, config.timeline_layout
-    except ValueError as exc:
-        found.verdict, found.reason = UNREADABLE, f"its {PROPERTIES} cannot be read ({exc})"
-        return found
-    layout = config.timeline_layout
+    version, layout = config.table_version, config.timeline_layout
     keygen = props.get("hoodie.table.keygenerator.class") or props.get("hoodie.table.keygenerator.type") or config.key_generator
     ordering = props.get("hoodie.table.ordering.fields") or props.get("hoodie.table.precombine.field") or None
     index = (props.get("hoodie.index.type") or "").upper() or None

@@ -72,6 +72,7 @@ def _now() -> str:
 
 _WAKE_S = 0.5  # how often the waiting main thread runs Python, and so its signal handlers
 
+
 class Executor:
     def __init__(self, plan: Plan, project_root: Path, selected: Iterable[str], options: RunOptions,
                  spark_factory: Callable[[], Any] | None = None, listener: Listener | None = None,

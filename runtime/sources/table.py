@@ -64,9 +64,8 @@ def lost_checkpoint(checkpoint: str, done, table: str, storage=None) -> str | No
 
 def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
     from runtime.table import avro
-    from runtime.table.timeline import archived_instants
-
     from runtime.table.config import TableConfig, read_properties
+    from runtime.table.timeline import archived_instants
 
     try:
         layout = TableConfig.from_properties_map(read_properties(storage)).timeline_layout

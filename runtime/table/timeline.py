@@ -91,8 +91,8 @@ def parse_instant_file_v2(name: str) -> Instant | None:
 
 
 _STATE_ORDER = {REQUESTED: 0, INFLIGHT: 1, COMPLETED: 2}
-# pending actions of layout 2 that complete under another action's name
-_COMPLETES_AS = {CLUSTERING: REPLACECOMMIT, LOGCOMPACTION: DELTACOMMIT}
+# pending actions that complete under another action's name (the last two in layout 2 only)
+_COMPLETES_AS = {COMPACTION: COMMIT, CLUSTERING: REPLACECOMMIT, LOGCOMPACTION: DELTACOMMIT}
 
 
 def instant_path(instant: Instant, layout: int = 1, state: str | None = None) -> str:
@@ -120,12 +120,11 @@ class Timeline:
         # a completed compaction is `T.commit`; its `T.compaction.requested/inflight` stay
         # beside it and are not pending (in layout 2, so do a clustering's beside its
         # `T_C.replacecommit` and a log compaction's beside its `T_C.deltacommit`)
-        done = {t for (t, a), i in latest.items() if a == COMMIT and i.is_completed}
         finished = {(t, a) for (t, a), i in latest.items() if i.is_completed}
-        self.instants: list[Instant] = sorted(i for (t, a), i in latest.items() if not (a == COMPACTION and t in done)
-                                              and not (a in _COMPLETES_AS and (t, _COMPLETES_AS[a]) in finished))
+        completed_as = {(t, a) for (t, a) in latest if a in _COMPLETES_AS and (t, _COMPLETES_AS[a]) in finished}
+        self.instants: list[Instant] = sorted(i for key, i in latest.items() if key not in completed_as)
         # the completed commits that are compactions: they rewrite file slices, not data
-        self.compactions: set[str] = {t for (t, a) in latest if a == COMPACTION and t in done}
+        self.compactions: set[str] = {t for (t, a) in completed_as if a == COMPACTION}
 
     @classmethod
     def load(cls, storage: Storage, layout: int = 1) -> "Timeline":
