@@ -20,9 +20,10 @@ from typing import Any
 from runtime.storage import StorageSpec, open_storage
 from runtime.table import heartbeat
 from runtime.table.layout import bucket_index_file_ids, parse_base_file, parse_log_file
+from runtime.table.errors import TableError
 from runtime.table.config import (METADATA_TABLE, PROPERTIES, PROPERTIES_BACKUP, TABLE_VERSION,
                                   TableConfig, read_properties)
-from runtime.table.timeline import (ARCHIVED, CLUSTERING, COMPACTION, HOODIE, REPLACECOMMIT, TIMELINE_V2, WRITE_ACTIONS,
+from runtime.table.timeline import (ARCHIVED, CLUSTERING, COMPACTION, HOODIE, REPLACECOMMIT, WRITE_ACTIONS,
                                     Timeline, archived_instants)
 
 READY, READ_ONLY, UNREADABLE = "ready", "read_only", "unreadable"
@@ -161,14 +162,15 @@ def _metadata_table(storage, props: dict[str, str]) -> dict[str, Any] | None:
 
 def _timeline_facts(storage, layout: int, now_ms: int | None) -> dict[str, Any]:
     instants = Timeline.load(storage, layout).instants
+    history_error = None
     if layout >= 2:
-        archived = len([f for f in storage.list_files(f"{TIMELINE_V2}/history", recursive=False)
-                        if f.path.endswith(".parquet")])
-        archived_what = "files" if archived else None
+        try:
+            archived = len(archived_instants(storage, layout))
+        except TableError as exc:
+            archived, history_error = 0, str(exc)
     else:
         archived = len(archived_instants(storage)) + len([f for f in storage.list_files(ARCHIVED, recursive=False)
                                                           if ".archive." in f.path])
-        archived_what = "instants" if archived else None
     completed = [i for i in instants if i.is_completed]
     writes = [i for i in completed if i.action in WRITE_ACTIONS]
     pending = [i for i in instants if not i.is_completed]
@@ -179,7 +181,7 @@ def _timeline_facts(storage, layout: int, now_ms: int | None) -> dict[str, Any]:
         "pending": [{"instant": i.time, "action": i.action, "state": i.state,
                      **({"writer_alive_ms": live[i.time]} if i.time in live else {})} for i in pending],
         "archived": archived,
-        "archived_unit": archived_what,
+        "history_error": history_error,
         "clustering": any(i.action == CLUSTERING or (i.action == REPLACECOMMIT and not i.is_completed) for i in pending),
     }
 
@@ -202,6 +204,8 @@ def _notes(facts: dict[str, Any], verdict: str) -> list[str]:
             notes.append(f"{what}, and no writer beats for it: a failed write, which pipe rolls back on its first write")
         else:
             notes.append(f"{what}, and no writer beats for it: a failed write")
+    if facts.get("history_error"):
+        notes.append(f"its archived timeline cannot be read: {facts['history_error']}; `pipe timeline --archived` cannot list it")
     mdt = facts["metadata_table"]
     if mdt and verdict == READY:
         parts = ", ".join(mdt["partitions"] + mdt["being_built"]) or "no partition listed"
@@ -267,7 +271,7 @@ def describe(f: Finding) -> list[str]:
         lines.append(f"  metadata      {parts}{building}")
     else:
         lines.append("  metadata      none")
-    archived = f", {x['archived']} archived {x['archived_unit']}" if x["archived"] else ""
+    archived = f", {x['archived']} archived" if x["archived"] else ""
     latest = f" (latest write {x['latest_write']})" if x["latest_write"] else ""
     lines.append(f"  timeline      layout {x['timeline_layout']}, {x['timeline_timezone']}, {x['instants']} completed{latest}, "
                  f"{len(x['pending'])} pending{archived}")

@@ -19,6 +19,7 @@ import pytest
 from runtime.table import Table, TableConfig
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ
 from runtime.table.errors import TableError
+from runtime.table.timeline import archived_instants
 from tests.java_hudi.client import JavaError, hudi_rs, pipe_read, rows
 
 pytestmark = [pytest.mark.java_hudi, pytest.mark.spark]
@@ -1005,10 +1006,70 @@ def test_pipe_reads_a_copy_on_write_table_java_1_1_wrote_at_its_own_version(spar
     assert {r["id"]: r["v"] for r in java_hudi_11.read(path).to_pylist()} == {k: v[2] for k, v in expected.items()}  # untouched
 
 
-def test_pipe_refuses_a_merge_on_read_table_of_java_1_1_naming_the_way_back(spark, tmp_path, java_hudi_11):
-    path = tmp_path / "mor"
-    config = TableConfig(name="mor", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",),
-                         precombine_field="ts")
-    java_hudi_11.write(path, orders(range(100), 1), java_options(config, "upsert"))
-    with pytest.raises(TableError, match="Hudi 1.x merge-on-read table .*downgrade_table"):
-        Table.open(spark, str(path))
+@pytest.mark.parametrize("version", ["9", "8"])
+def test_pipe_reads_a_merge_on_read_table_java_1_1_wrote_across_compactions(spark, tmp_path, java_hudi_11, version):
+    """A merge-on-read table Java 1.1 writes at version 9 and 8 with its defaults (metadata table
+    on), updates going to log files named with the deltacommit that wrote them: inserts, upserts,
+    deletes, an inline compaction, deltacommits after it, a compaction planned by one write and
+    completed by the next after that one's deltacommit, then a compaction left pending with a
+    deltacommit after it. Each log is in the slice its deltacommit's completion time says (for
+    the last one the pending compaction's slice, merged with the slice before it), so pipe
+    reads what hudi-rs and Java read; writes stay refused (issue 41, part 1)."""
+    path = tmp_path / f"v{version}_mor"
+    config = TableConfig(name=f"v{version}_mor", table_type=MERGE_ON_READ, record_key_fields=("id",),
+                         partition_fields=("region",), precombine_field="ts")
+    inline = {"hoodie.compact.inline": "true", "hoodie.compact.inline.max.delta.commits": "3"}
+    plan_only = {"hoodie.compact.inline": "false", "hoodie.compact.schedule.inline": "true",
+                 "hoodie.compact.inline.max.delta.commits": "1"}
+    # version 8 without a metadata table, which holds back archiving: its first instants go to the LSM history
+    archiving = {} if version == "9" else {"hoodie.metadata.enable": "false", "hoodie.keep.min.commits": "2",
+                                           "hoodie.keep.max.commits": "3", "hoodie.clean.commits.retained": "1"}
+    opts = lambda op, compaction=inline: java_options(  # noqa: E731 - updates into logs, not rewritten small files
+        config, op, **{"hoodie.write.table.version": version, "hoodie.parquet.small.file.limit": "0", **archiving, **compaction})
+    expected: dict[int, tuple] = {}
+
+    def upsert(ids, v, compaction=inline):
+        batch = orders(ids, v)
+        java_hudi_11.write(path, batch, opts("upsert", compaction))
+        expected.update(as_expected(batch))
+
+    upsert(range(1000), 1)
+    upsert(range(0, 1200, 3), 2)
+    gone = [i for i in range(1, 1000, 10)]  # deleted at the ordering value they have
+    java_hudi_11.write(path, pa.table({"id": gone, "region": [expected[i][0] for i in gone], "ts": [expected[i][1] for i in gone],
+                                       "v": [expected[i][2] for i in gone]}, schema=ORDERS), opts("delete"))
+    for i in gone:
+        expected.pop(i)
+    upsert(range(0, 1200, 7), 3)  # after the inline compaction of the first three
+    upsert(range(5, 1200, 13), 4, plan_only)  # then a compaction is planned, not run,
+    upsert(range(2, 1300, 17), 5)  # and run by the next write after its deltacommit completed
+    upsert(range(4, 1300, 19), 6, plan_only)  # another compaction planned,
+    upsert(range(3, 1300, 23), 7, {"hoodie.compact.inline": "false"})  # left pending, a deltacommit after it
+
+    timeline_dir = path / ".hoodie" / "timeline"
+    pending = [f.name.split(".")[0] for f in timeline_dir.glob("*.compaction.requested")
+               if not list(timeline_dir.glob(f"{f.name.split('.')[0]}_*.commit"))]
+    assert len(pending) == 1, "Java planned no compaction to leave pending"
+    table = Table.open(spark, str(path))
+    assert (table.config.table_version, table.config.timeline_layout) == (int(version), 2)
+    slices = table.view().latest_slices()
+    across = [s for s in slices if s.pending_compaction == pending[0] and any(lf.base_instant > pending[0] for lf in s.log_files)]
+    assert across, "no group has logs on both sides of the pending compaction"
+    assert all(len({lf.base_instant for lf in s.log_files}) == len(s.log_files) for s in slices), "one log per deltacommit"
+    archived = archived_instants(table.storage, 2)
+    writes = [i for i in archived if i.action in ("commit", "deltacommit")] + table.timeline().completed()
+    assert sorted(i.action for i in writes) == ["commit"] * 2 + ["deltacommit"] * 8  # two compactions ran
+    if version == "8":
+        assert archived and all(i.completion > i.time for i in archived), archived
+        assert not {i.time for i in archived} & {i.time for i in table.timeline().instants}
+    else:
+        assert archived == []
+    three_readers_agree(table, path, java_hudi_11, expected)
+    got = table.read(meta=False).toPandas()  # Spark's merge of the same slices
+    assert sorted(got["id"]) == sorted(expected)
+    assert {r.id: r.v for r in got.itertuples()} == {k: v[2] for k, v in expected.items()}
+    with pytest.raises(TableError, match=f"version {version} \\(Hudi 1.x\\), which pipe reads but does not write yet"):
+        table.write(spark.createDataFrame(orders([1], 9).to_pylist(), ORDERS_SQL), "upsert")
+    with pytest.raises(TableError, match="reads but does not write yet"):
+        table.compact()
+    assert rows(java_hudi_11.read(path), ["id"]) == sorted(((k,) for k in expected), key=repr)  # untouched

@@ -84,20 +84,68 @@ def test_a_project_table_that_is_a_hudi_1x_table_is_never_compared_so_never_rebu
     assert files(path) == before
 
 
-def test_a_merge_on_read_table_hudi_1x_upgraded_to_version_8_is_refused_for_reads_and_writes(spark, tmp_path):
+def test_a_merge_on_read_table_hudi_1x_upgraded_to_version_8_is_read_and_refused_for_writes(spark, tmp_path):
     path = tmp_path / "orders"
     table = Table.create(spark, str(path), TableConfig(name="orders", table_type="MERGE_ON_READ", record_key_fields=("id",),
                                                        partition_fields=("region",), precombine_field="ts"))
-    table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_000, "a")], SCHEMA), "upsert")
+    table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_000, "a"), (2, "eu", 1_700_000_000_000, "b")], SCHEMA), "upsert")
+    table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")  # into a log file
     upgrade_to_v8(path)
     before = files(path)
-    with pytest.raises(TableError, match=r"Hudi 1.x merge-on-read table \(hoodie.table.version=8\).*downgrade table --toVersion SIX"):
-        Table.open(spark, str(path))
-    with pytest.raises(TableError, match="hoodie.table.version=8"):
-        table.read()
-    with pytest.raises(TableError, match="hoodie.table.version=8"):
-        table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")
+    opened = Table.open(spark, str(path))
+    assert [s.has_logs for s in opened.view().latest_slices()] == [True]
+    assert sorted((r["id"], r["v"]) for r in opened.read().collect()) == [(1, "a2"), (2, "b")]
+    with pytest.raises(TableError, match="version 8 \\(Hudi 1.x\\), which pipe reads but does not write yet"):
+        table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_002, "a3")], SCHEMA), "upsert")
+    with pytest.raises(TableError, match="reads but does not write yet"):
+        opened.compact()
     assert files(path) == before
+
+
+def _touch(path, size: int = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+
+
+def test_version_8_logs_belong_to_the_slice_their_deltacommit_completed_in(tmp_path):
+    """Hudi 1.x names a log file with the deltacommit that wrote it, and Java's file-system view
+    puts it in the slice with the greatest base instant at or before that deltacommit's
+    completion time (docs/hudi-1x-format.md, 4): a deltacommit that started before a compaction
+    was planned but completed after it belongs to the compaction's slice (the compaction does
+    not fold it in), one that completed before it to the slice the compaction folds; a group
+    with no base file keeps its first log's slice; a pending deltacommit's log is not read."""
+    from runtime.storage import StorageSpec, open_storage
+    from runtime.table import avro, compaction
+    from runtime.table.layout import BaseFile, FileSlice, FileSystemView
+    from runtime.table.timeline import Timeline
+
+    t = lambda n: f"2026010100{n:07d}"  # noqa: E731 - 17-digit instant times, in order
+    tl = tmp_path / ".hoodie" / "timeline"
+    (tmp_path / ".hoodie" / "hoodie.properties").parent.mkdir(parents=True)
+    for name in (f"{t(10)}_{t(11)}.deltacommit", f"{t(20)}_{t(45)}.deltacommit",  # 20 started before the compaction, completed after
+                 f"{t(30)}_{t(31)}.deltacommit", f"{t(40)}.compaction.requested", f"{t(50)}_{t(51)}.deltacommit",
+                 f"{t(60)}.deltacommit.inflight"):
+        _touch(tl / name)
+    p = tmp_path / "eu"
+    _touch(p / f"g1-0_0-1-1_{t(10)}.parquet", 10)
+    first = FileSlice("eu", "g1-0", BaseFile("eu", f"g1-0_0-1-1_{t(10)}.parquet", 10))
+    (tl / f"{t(40)}.compaction.requested").write_bytes(avro.to_bytes(avro.COMPACTION_PLAN, compaction.plan([first])))
+    _touch(p / f"g1-0_0-1-1_{t(40)}.parquet", 10)  # the compaction's output, written before it completes
+    for n in (20, 30, 50, 60):
+        _touch(p / f".g1-0_{t(n)}.log.1_0-1-1", 10)
+    for n in (30, 50):
+        _touch(p / f".g2-0_{t(n)}.log.1_0-1-1", 10)  # a log-only group
+    storage = open_storage(StorageSpec(str(tmp_path)))
+    timeline = Timeline.load(storage, 2)
+    view = FileSystemView.load(storage, timeline)
+    of = {lf.name: b for lf, b in view.log_slices.items()}
+    assert of == {f".g1-0_{t(20)}.log.1_0-1-1": t(40), f".g1-0_{t(30)}.log.1_0-1-1": t(10), f".g1-0_{t(50)}.log.1_0-1-1": t(40),
+                  f".g2-0_{t(30)}.log.1_0-1-1": t(30), f".g2-0_{t(50)}.log.1_0-1-1": t(30)}
+    slices = {s.file_id: s for s in view.latest_slices()}
+    g1, g2 = slices["g1-0"], slices["g2-0"]
+    assert g1.base_file is None or g1.base_file.instant == t(10)  # the compaction's base file is not committed yet
+    assert [lf.base_instant for lf in g1.log_files] == [t(20), t(30), t(50)]  # both slices merged, in deltacommit order
+    assert g2.base_file is None and [lf.base_instant for lf in g2.log_files] == [t(30), t(50)]
 
 
 def test_a_version_6_properties_file_beside_a_moved_timeline_is_refused(spark, tmp_path):
@@ -191,3 +239,32 @@ def test_java_features_pipe_does_not_write_are_read_but_refused_for_changes(spar
         table.clean(retain=1)
     assert files(path) == before
     assert read_properties(table.storage)["hoodie.table.name"] == "orders" and (path / PROPERTIES).exists()
+
+
+@pytest.mark.parametrize("manifest, why", [
+    ('{"files": [{"fileName": "../../../etc/passwd", "fileLen": 1}]}', "names '../../../etc/passwd', which is not a file of the archived timeline"),
+    ('{"files": [{"fileName": "20260101000000001_20260101000000002_0.parquet", "fileLen": 1}]}', "is missing, though the archived timeline's manifest lists it"),
+    ("not json", "is not a manifest of Hudi 1.x's archived timeline"),
+])
+def test_an_archived_timeline_of_version_8_another_writer_damaged_is_reported_not_followed(spark, tmp_path, manifest, why):
+    """The LSM history's manifest is another writer's file: it names only Parquet files of the
+    history folder, or reading it fails with what is wrong; a read of the table does not need
+    it unless a log's deltacommit is archived, and `pipe doctor` says what it found."""
+    import json
+    import subprocess
+    import sys
+
+    from runtime.table.lsm_timeline import HistoryError, archived_instants
+
+    table, path = built(spark, tmp_path)
+    upgrade_to_v8(path)
+    history = path / ".hoodie" / "timeline" / "history"
+    (history / "manifest_1").write_text(manifest)
+    (history / "_version_").write_text("1")
+    with pytest.raises(HistoryError, match=re.escape(why)):
+        archived_instants(Table.open(spark, str(path)).storage)
+    assert sorted((r["id"], r["v"]) for r in Table.open(spark, str(path)).read().collect()) == [(1, "a"), (2, "b")]
+    done = subprocess.run([sys.executable, "-m", "pipe", "doctor", str(path), "--output", "json"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120)
+    found = json.loads(done.stdout)["tables"][0]
+    assert why in found["history_error"] and any("archived timeline cannot be read" in n for n in found["notes"]), found

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from runtime.sources import Pending, SourceError
 from runtime.table.cdc import lost_before_images
+from runtime.table.errors import TableError
 from runtime.table.timeline import Timeline
 
 
@@ -82,7 +83,10 @@ def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
             if inst.action == "rollback":
                 return f"instant {checkpoint} of table {table} was rolled back (rollback instant {inst.time})"
             return f"table {table} was restored to an earlier commit (restore instant {inst.time}), which undid instant {checkpoint}"
-    archived = archived_instants(storage)
+    try:
+        archived = archived_instants(storage, layout)
+    except TableError:  # an unreadable archived timeline: say only what the active one tells
+        archived = []
     if any(i.time == checkpoint for i in archived):
         return f"the commits of table {table} after instant {checkpoint} have been archived (its active timeline starts at {done[0].time})"
     first = min([i.time for i in archived] + [i.time for i in timeline.instants], default=None)

@@ -197,16 +197,11 @@ class TableConfig:
         # version 6 leaves the property and an empty .hoodie/timeline/history/ behind. Only
         # instant files there mean the timeline moved.
         moved = storage.list_files(".hoodie/timeline", recursive=False) and "timeline"
-        if version in READABLE_1X and layout == 2:  # Hudi 1.x: its copy-on-write tables' snapshots are read
+        if version in READABLE_1X and layout == 2:  # Hudi 1.x: its tables' snapshots are read
             folder = (props.get("hoodie.timeline.path") or "timeline").strip()
             if folder != "timeline":
                 return (f"its timeline is in .hoodie/{folder}/ (hoodie.timeline.path), not Hudi's default .hoodie/timeline/, "
                         "which is where pipe reads a Hudi 1.x table's instants")
-            if self.table_type != COPY_ON_WRITE:
-                return (f"it is a Hudi 1.x merge-on-read table (hoodie.table.version={version}); pipe reads Hudi 1.x's copy-on-write "
-                        "tables, and merge-on-read ones of version 6 (Hudi 0.14/0.15). Downgrade it with Hudi 1.x (hudi-cli "
-                        "`downgrade table --toVersion SIX`, or Spark SQL `CALL downgrade_table(table => '...', to_version => 'SIX')`), "
-                        "and keep Hudi 1.x writers on it at hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")
         elif version > TABLE_VERSION or layout != TIMELINE_LAYOUT or moved:
             how = f"table version {version}" + (f" (hoodie.table.version={version}, upgraded by Hudi 1.x)" if version >= 8 else "")
             how += f" with timeline layout {layout}" if layout != TIMELINE_LAYOUT else ""

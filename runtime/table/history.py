@@ -17,7 +17,7 @@ def instant_rows(table, archived: bool = False, last: int | None = None, timelin
     checkpoints and expectation outcomes; for a completed service, what it did (`detail`).
     `archived` adds the archived instants; `last` keeps only the latest so many."""
     timeline = timeline or table.timeline()
-    found = [(i, "archived") for i in archived_instants(table.storage)] if archived else []
+    found = [(i, "archived") for i in archived_instants(table.storage, table.config.timeline_layout)] if archived else []
     found += [(i, "active") for i in timeline.instants]
     rows = []
     for inst, where in found[-last:] if last else found:

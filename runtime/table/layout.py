@@ -246,6 +246,9 @@ class FileSystemView:
     compacting: frozenset[str] = frozenset()  # pending compaction instants
     # (partition, file id) -> the pending compaction whose plan names the group
     compacted_groups: dict[tuple[str, str], str] = field(default_factory=dict)
+    # timeline layout 2: the base instant of the slice each log file belongs to (its name
+    # carries the deltacommit that wrote it, not its slice's base instant: _slices_of_logs)
+    log_slices: dict[LogFile, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, storage: Storage, timeline: Timeline, partitions: Iterable[str] | None = None) -> "FileSystemView":
@@ -253,7 +256,9 @@ class FileSystemView:
         written by a valid instant (InstantValidity), and every log file whose base instant is
         valid or a pending compaction (Java names the logs it writes into a group under a
         pending compaction with the compaction's instant): which of its blocks count is decided
-        by the reader from their headers."""
+        by the reader from their headers. In timeline layout 2 a log file's name carries the
+        deltacommit that wrote it: it is kept if that deltacommit is valid, and put in its slice
+        by completion time (_slices_of_logs)."""
         valid = InstantValidity.of(timeline)
         files: list[BaseFile] = []
         logs: list[LogFile] = []
@@ -277,7 +282,12 @@ class FileSystemView:
             for part, ids in (meta.get("partitionToReplaceFileIds") or {}).items():
                 for fid in ids:
                     replaced[(part, fid)] = inst.time
-        return cls(timeline, files, replaced, logs, frozenset(valid.compacting), _pending_compaction_groups(storage, timeline))
+        compacted_groups = _pending_compaction_groups(storage, timeline)
+        log_slices = {}
+        if timeline.layout >= 2:
+            logs = [lf for lf in logs if valid(lf.base_instant)]  # a pending deltacommit's log holds nothing to read
+            log_slices = _slices_of_logs(storage, timeline, files, logs, compacted_groups)
+        return cls(timeline, files, replaced, logs, frozenset(valid.compacting), compacted_groups, log_slices)
 
     def latest_slices(self, as_of: str | None = None) -> list[FileSlice]:
         """The latest slice of every file group as of `as_of` (inclusive), minus replaced
@@ -288,7 +298,7 @@ class FileSystemView:
         bases: dict[tuple[str, str, str], BaseFile] = {(bf.partition, bf.file_id, bf.instant): bf for bf in self.files}
         logs: dict[tuple[str, str, str], list[LogFile]] = {}
         for lf in self.logs:
-            logs.setdefault((lf.partition, lf.file_id, lf.base_instant), []).append(lf)
+            logs.setdefault((lf.partition, lf.file_id, self.log_slices.get(lf, lf.base_instant)), []).append(lf)
         candidates: dict[tuple[str, str], list[str]] = {}
         for part, fid, instant in set(bases) | set(logs):
             if as_of is not None and instant > as_of:
@@ -298,8 +308,8 @@ class FileSystemView:
                 continue
             candidates.setdefault((part, fid), []).append(instant)
 
-        def ordered(p: str, fid: str, b: str) -> list[LogFile]:
-            return sorted(logs.get((p, fid, b), ()), key=lambda lf: (lf.version, lf.token))
+        def ordered(p: str, fid: str, *slices: str) -> list[LogFile]:  # in layout 2, by the deltacommits that wrote them
+            return sorted((lf for b in slices for lf in logs.get((p, fid, b), ())), key=lambda lf: (lf.base_instant, lf.version, lf.token))
 
         out = []
         for (p, fid), instants in sorted(candidates.items()):
@@ -310,7 +320,7 @@ class FileSystemView:
                 pending = None
             if b in self.compacting and len(instants) > 1:
                 prev = instants[-2]
-                out.append(FileSlice(p, fid, bases.get((p, fid, prev)), tuple(ordered(p, fid, prev) + ordered(p, fid, b)), b))
+                out.append(FileSlice(p, fid, bases.get((p, fid, prev)), tuple(ordered(p, fid, prev, b)), b))
             else:
                 out.append(FileSlice(p, fid, bases.get((p, fid, b)), tuple(ordered(p, fid, b)), b if b in self.compacting else pending))
         return out
@@ -333,6 +343,52 @@ def _pending_compaction_groups(storage: Storage, timeline: Timeline) -> dict[tup
         for op in plan.get("operations") or ():
             out[(op.get("partitionPath") or "", op.get("fileId") or "")] = t
     return out
+
+
+def _slices_of_logs(storage: Storage, timeline: Timeline, files: list[BaseFile], logs: list[LogFile],
+                    compacted_groups: dict[tuple[str, str], str]) -> dict[LogFile, str]:
+    """Timeline layout 2 (docs/hudi-1x-format.md, 4): the slice each log file belongs to, as
+    Java's HoodieFileGroup decides: the slice with the greatest base instant (a base file's, or
+    a pending compaction's of the group) at or before the completion time of the deltacommit
+    that wrote the log; the log's own instant when there is none (a log-only group). So a log
+    whose deltacommit completed after a compaction was planned is in the compaction's slice,
+    whenever that deltacommit started. The completion time of an archived deltacommit is in
+    the LSM history, read only when a log needs it."""
+    completion = {i.time: i.completion for i in timeline.instants if i.is_completed and i.completion}
+    first_active = timeline.instants[0].time if timeline.instants else None
+    bases: dict[tuple[str, str], set[str]] = {}
+    for bf in files:
+        bases.setdefault((bf.partition, bf.file_id), set()).add(bf.instant)
+    for group, t in compacted_groups.items():
+        bases.setdefault(group, set()).add(t)
+    archived: dict[str, str] | None = None
+    out: dict[LogFile, str] = {}
+    for lf in sorted(logs, key=lambda lf: (lf.base_instant, lf.version, lf.token)):
+        t = lf.base_instant  # the deltacommit that wrote it
+        done = completion.get(t)
+        if done is None and first_active is not None and t < first_active:
+            if archived is None:
+                archived = _archived_completions(storage)
+            done = archived.get(t, t)
+        candidates = bases.setdefault((lf.partition, lf.file_id), set())
+        if done is None:  # not completed: Java puts it in the latest slice (its blocks do not count)
+            out[lf] = max(candidates, default=t)
+        else:
+            out[lf] = max((b for b in candidates if b <= done), default=t)
+        candidates.add(out[lf])  # the first log of a log-only group opens its slice
+    return out
+
+
+def _archived_completions(storage: Storage) -> dict[str, str]:
+    """Requested time -> completion time of the archived instants of timeline layout 2; empty
+    when the history cannot be read (a log is then taken to complete when it started)."""
+    from runtime.table.errors import TableError
+    from runtime.table.lsm_timeline import archived_instants
+
+    try:
+        return {i.time: i.completion for i in archived_instants(storage) if i.completion}
+    except TableError:
+        return {}
 
 
 def completed_write_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Instant]:

@@ -112,6 +112,11 @@ def visible_blocks(blocks: list[L.Block], spec: MergeSpec) -> list[L.Block]:
             raise TableError(f"log block of type {b.type} (instant {b.instant}) is not supported by pipe's reader",
                              "compact the table with Hudi first")
         if b.instant not in rolled_back and spec.counts(b.instant):
+            if b.header.get(L.IS_PARTIAL, "").lower() == "true":
+                # raised in a Spark task, where the hint does not travel: the message says what to do
+                raise TableError(f"table at {spec.storage_uri}: a log block of instant {b.instant} holds partial updates "
+                                 "(Hudi 1.x's hoodie.write.partial.update.mode), which pipe's reader does not merge; "
+                                 "compact the table with Hudi, then read it with pipe", "compact the table with Hudi first")
             out.append(b)
     return out
 

@@ -396,7 +396,12 @@ class CommitMetadata:
 ARCHIVED = f"{HOODIE}/archived"
 
 
-def archived_instants(storage) -> list[Instant]:
-    """The instants archiving moved to .hoodie/archived/ (their files, under the same names)."""
+def archived_instants(storage, layout: int = 1) -> list[Instant]:
+    """The instants archiving moved to .hoodie/archived/ (their files, under the same names), or
+    in timeline layout 2 into the LSM history (lsm_timeline; HistoryError if unreadable)."""
+    if layout >= 2:
+        from runtime.table import lsm_timeline
+
+        return lsm_timeline.archived_instants(storage)
     found = [parse_instant_file(f.path.rsplit("/", 1)[-1]) for f in storage.list_files(ARCHIVED, recursive=False)]
     return Timeline(storage, [i for i in found if i is not None]).instants
