@@ -48,8 +48,8 @@ def upgrade_to_v8(path):
 def test_a_table_hudi_1x_upgraded_to_version_8_is_read_and_refused_for_writes(spark, tmp_path):
     """A copy-on-write table Hudi 1.x upgraded to version 8 (its timeline moved to
     .hoodie/timeline/, completed instants named with their completion time) reads as before the
-    upgrade; an incremental read, a write and a service are refused, naming the version and the
-    way back, and nothing changes. (Java 1.1's own tables: test_java_interop.py.)"""
+    upgrade, also incrementally by completion time; a write and a service are refused, naming
+    the version and the way back, and nothing changes. (Java 1.1's own tables: test_java_interop.py.)"""
     table, path = built(spark, tmp_path)  # opened before the upgrade, as a long-running process would have
     upgrade_to_v8(path)
     before = files(path)
@@ -57,8 +57,11 @@ def test_a_table_hudi_1x_upgraded_to_version_8_is_read_and_refused_for_writes(sp
     assert opened.timeline().layout == 2 and len(opened.timeline().completed()) == 1
     assert sorted((r["id"], r["v"]) for r in opened.read().collect()) == [(1, "a"), (2, "b")]
     assert sorted((r["id"], r["v"]) for r in table.read().collect()) == [(1, "a"), (2, "b")]  # the open Table re-reads hoodie.properties
-    with pytest.raises(TableError, match="version 8: pipe reads its latest snapshot, not an incremental read"):
-        table.read(since="20000101000000000")
+    # an incremental read takes completion times: the upgrade named the commit's file with one
+    done = opened.timeline().completed()[0]
+    assert done.completion and done.completion > done.time
+    assert sorted((r["id"], r["v"]) for r in table.read(since=done.time).collect()) == [(1, "a"), (2, "b")]
+    assert table.read(since=done.completion).count() == 0
     with pytest.raises(TableError) as info:
         table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")
     message = str(info.value)

@@ -20,12 +20,14 @@ from runtime.table.timeline import Timeline
 
 class TablePending(Pending):
     def __init__(self, name: str, upstream, since: str | None, until: str | None, commits: int, note: str = "",
-                 changes: bool = False):
+                 changes: bool = False, window: tuple[str | None, str] | None = None):
         super().__init__(name, until, commits)
         self.upstream = upstream
         self.since = since
         self.note = note
         self.changes = changes  # the change feed (cdc.py) instead of the rows the commits wrote
+        # a Hudi 1.x upstream (timeline layout 2): the completion times (since, until] read
+        self.window = window
 
     def describe(self) -> str:
         if self.is_empty:
@@ -37,6 +39,8 @@ class TablePending(Pending):
         from runtime.table.table import Table
 
         upstream = Table(spark, self.upstream.storage, self.upstream.config)  # read in the step's session
+        if self.window is not None:
+            return upstream.read(since=self.window[0], until=self.window[1], meta=False)
         if self.changes:
             return upstream.read_changes(self.since, self.checkpoint)
         if self.since is None:
@@ -99,6 +103,8 @@ def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
 def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint: str | None) -> TablePending:
     """`upstream` is the opened upstream Table; `consumer` names the table being written."""
     timeline: Timeline = upstream.timeline()
+    if timeline.layout >= 2:
+        return _pending_by_completion(name, config, upstream, consumer, checkpoint, timeline)
     done = timeline.completed()
     changes = bool(config.get("changes"))
     if not done:
@@ -120,3 +126,56 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
                           "or set `on_checkpoint_lost: full_read` on the source")
     new = [i for i in done if i.time > checkpoint]
     return TablePending(name, upstream, checkpoint, latest, len(new), changes=changes)
+
+
+def _token(instant) -> str:
+    """The checkpoint of a Hudi 1.x upstream: `<instant time>_<completion time>`, the name of
+    its completed instant file, so it says which commit it is and when it completed."""
+    return f"{instant.time}_{instant.completion or instant.time}"
+
+
+def _pending_by_completion(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint: str | None,
+                           timeline: Timeline) -> TablePending:
+    """A Hudi 1.x upstream (timeline layout 2): its commits in the order they completed, as
+    Java 1.x's incremental sources read them. The checkpoint is the last consumed commit's
+    `<instant>_<completion>`; the next run reads the commits that completed after it, so one
+    that started before it but completed later is not skipped. A checkpoint of a version 6
+    upstream since upgraded (an instant time alone) is taken at that instant's completion
+    time, as Java converts its checkpoints."""
+    upstream_name = upstream.config.name
+    if config.get("changes"):
+        raise SourceError(f"source {name}: table {upstream_name} is Hudi table version {upstream.config.table_version}, "
+                          "whose change feed pipe does not read yet",
+                          "read its commits' rows (`changes: false`), or keep a version 6 upstream for a change feed")
+    done = timeline.completed_after(None)
+    if not done:
+        return TablePending(name, upstream, checkpoint, None, 0, window=None)
+    latest = done[-1]
+    if checkpoint is None:
+        return TablePending(name, upstream, None, _token(latest), len(done), window=(None, latest.completion or latest.time))
+    time, _, completion = checkpoint.partition("_")
+    found = timeline.find(time)
+    if found is not None and found.is_completed:
+        completion = found.completion or found.time  # an upgraded version 6 checkpoint: the time alone
+    elif not completion or not _archived(upstream.storage, time):
+        lost = (_what_happened(time, upstream_name, upstream.storage, timeline.completed())
+                or f"table {upstream_name} no longer has instant {time}")
+        if config.get("on_checkpoint_lost") == "full_read":
+            return TablePending(name, upstream, None, _token(latest), len(done), note=f"checkpoint lost: {lost}",
+                                window=(None, latest.completion or latest.time))
+        raise SourceError(f"source {name}: {lost}, so the changes since the last run of {consumer} cannot be read",
+                          f"rebuild {consumer} from all of {upstream_name} with `pipe run --select {consumer} --full-refresh`, "
+                          "or set `on_checkpoint_lost: full_read` on the source")
+    new = timeline.completed_after(completion)
+    if not new:
+        return TablePending(name, upstream, checkpoint, None, 0)
+    return TablePending(name, upstream, checkpoint, _token(new[-1]), len(new), window=(completion, new[-1].completion or new[-1].time))
+
+
+def _archived(storage, time: str) -> bool:
+    from runtime.table.timeline import archived_instants
+
+    try:
+        return any(i.time == time for i in archived_instants(storage, 2))
+    except TableError:
+        return False

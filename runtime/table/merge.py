@@ -34,9 +34,14 @@ class MergeSpec:
     valid: InstantValidity  # which instants count at all
     since: str | None = None  # incremental: base rows and blocks in (since, until]
     until: str | None = None  # the latest instant read (snapshot: None, time travel: as_of)
+    # an incremental read of timeline layout 2: the instants whose completion time is in its
+    # range, in place of (since, until] (a commit that started earlier may complete later)
+    instants: frozenset[str] | None = None
 
     def counts(self, instant: str) -> bool:
         """A block (or base row) written at `instant` is part of the read."""
+        if self.instants is not None:
+            return instant in self.instants and self.valid(instant)
         if self.until is not None and instant > self.until:
             return False
         if self.since is not None and instant <= self.since:
@@ -164,7 +169,9 @@ def base_batches(storage, rel_path: str, spec: MergeSpec) -> Iterator:
     columns = [f.name for f in spec.schema if f.name in stored.schema_arrow.names]
     for batch in stored.iter_batches(batch_size=1 << 16, columns=columns):
         table = conform(pa.Table.from_batches([batch]), spec.schema)
-        if spec.since is not None:
+        if spec.instants is not None:
+            table = table.filter(pc.fill_null(pc.is_in(table.column(COMMIT_TIME), pa.array(sorted(spec.instants), pa.string())), False))
+        elif spec.since is not None:
             times = table.column(COMMIT_TIME)
             keep = pc.greater(times, spec.since)
             if spec.until is not None:

@@ -18,7 +18,7 @@ from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
 from runtime.table.errors import TableError
 from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants, writes_archived_after
 from runtime.table.schema import META_COLUMNS, arrow_schema
-from runtime.table.timeline import Timeline
+from runtime.table.timeline import WRITE_ACTIONS, Timeline
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,45 @@ class ReadPlan:
     until: str | None
     incremental: bool
     merge_until: str | None  # the latest instant whose log blocks count
+    instants: frozenset[str] | None = None  # timeline layout 2: the instants of the incremental read
+
+
+def completion_window(storage, timeline: Timeline, since: str | None, until: str | None) -> tuple[Timeline, frozenset[str]]:
+    """An incremental read of timeline layout 2 (Hudi 1.x), whose `since` and `until` are
+    completion times, as Java's incremental queries take them: the timeline as it was when
+    `until` completed (completed_by) and the write instants that completed in (since, until],
+    archived ones included (their completion times are in the LSM history). A commit that
+    started before `since` but completed after it is in the range: a checkpoint at a
+    completion time never skips it."""
+    seen = timeline.completed_by(until)
+    instants = {i.time for i in seen.completed_after(since)}
+    active = seen.completed()
+    if since is not None and (not active or since < min(i.completion or i.time for i in active)):
+        from runtime.table.lsm_timeline import archived_instants
+
+        instants |= {i.time for i in archived_instants(storage) if i.action in WRITE_ACTIONS and i.completion
+                     and i.completion > since and (until is None or i.completion <= until)}
+    return seen, frozenset(instants)
 
 
 def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None, until: str | None,
-              config: TableConfig | None, read_optimized: bool, file_groups: set[tuple[str, str]] | None = None) -> ReadPlan:
-    """`file_groups`, (partition, file id) pairs: only the slices of those groups."""
+              config: TableConfig | None, read_optimized: bool, file_groups: set[tuple[str, str]] | None = None,
+              instants: frozenset[str] | None = None) -> ReadPlan:
+    """`file_groups`, (partition, file id) pairs: only the slices of those groups. `instants`
+    (timeline layout 2, completion_window): an incremental read of the rows those instants
+    wrote, from `timeline` as completion_window gives it."""
+    if instants is not None:
+        view = FileSystemView.load(storage, timeline)
+        slices = view.latest_slices()
+        if instants <= {i.time for i in timeline.completed()}:  # else some were archived with their write stats: scan all
+            groups = _groups_written(timeline, [i for i in timeline.completed() if i.time in instants])
+            slices = [s for s in slices if (s.partition, s.file_id) in groups]
+        if file_groups is not None:
+            slices = [s for s in slices if (s.partition, s.file_id) in file_groups]
+        merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
+        merged = [s for s in slices if s.has_logs] if merging else []
+        plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]
+        return ReadPlan(plain, merged, None, None, True, None, instants)
     incremental = since is not None or until is not None
     if incremental:
         until = until or as_of
@@ -52,17 +86,18 @@ def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None,
 
 def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
          until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False,
-         file_groups: set[tuple[str, str]] | None = None):
-    """Rows of the table (see Table.read), of the groups in `file_groups` only if given."""
+         file_groups: set[tuple[str, str]] | None = None, instants: frozenset[str] | None = None):
+    """Rows of the table (see Table.read), of the groups in `file_groups` only if given;
+    `instants`: see plan_read."""
     from pyspark.sql import types as T
 
     full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + (list(struct.fields) if struct else []))
-    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, file_groups)
+    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, file_groups, instants)
     df = read_base_files(spark, storage, full, p.plain)
     if p.incremental:
-        df = _written_in(df, p.since, p.until)
+        df = _written_in(df, p.since, p.until, p.instants)
     if p.merged:
-        df = df.unionByName(read_merged_slices(spark, storage, full, timeline, config, p.merged, p.since, p.merge_until))
+        df = df.unionByName(read_merged_slices(spark, storage, full, timeline, config, p.merged, p.since, p.merge_until, p.instants))
     if not meta:
         df = df.drop(*META_COLUMNS)
     return df
@@ -79,11 +114,17 @@ def slices_to_read(view: FileSystemView, timeline: Timeline, as_of: str | None, 
         # commits after `since` were archived: their write stats are gone, so every live
         # slice is scanned; rows keep the commit time that last wrote them
         return view.latest_slices(until)
+    groups = _groups_written(timeline, completed_write_instants(timeline, since, until))
+    return [s for s in view.latest_slices(until) if (s.partition, s.file_id) in groups]
+
+
+def _groups_written(timeline: Timeline, instants) -> set[tuple[str, str]]:
+    """(partition, file id) of every group the write stats of `instants` name."""
     groups = set()
-    for inst in completed_write_instants(timeline, since, until):
+    for inst in instants:
         for stat in timeline.commit_metadata(inst).write_stats:
             groups.add((stat.partition_path, stat.file_id))
-    return [s for s in view.latest_slices(until) if (s.partition, s.file_id) in groups]
+    return groups
 
 
 def read_base_files(spark, storage, full, slices: list[FileSlice]):
@@ -93,9 +134,11 @@ def read_base_files(spark, storage, full, slices: list[FileSlice]):
     return spark.read.schema(full).parquet(*paths)
 
 
-def _written_in(df, since: str | None, until: str | None):
+def _written_in(df, since: str | None, until: str | None, instants: frozenset[str] | None = None):
     from pyspark.sql import functions as F
 
+    if instants is not None:
+        return df.where(F.col("_hoodie_commit_time").isin(sorted(instants)))
     if since is not None:
         df = df.where(F.col("_hoodie_commit_time") > F.lit(since))
     if until is not None:
@@ -104,12 +147,12 @@ def _written_in(df, since: str | None, until: str | None):
 
 
 def read_merged_slices(spark, storage, full, timeline: Timeline, config: TableConfig, slices: list[FileSlice],
-                       since: str | None, until: str | None):
+                       since: str | None, until: str | None, instants: frozenset[str] | None = None):
     """The merged rows of slices with log files: a DataFrame of one descriptor per slice,
     spread over tasks, each merging its slices (merge.merge_task)."""
     from runtime.table.merge import merge_task
 
-    spec = merge_spec(storage, full, timeline, config, since, until)
+    spec = merge_spec(storage, full, timeline, config, since, until, instants)
     return slice_descriptors(spark, slices).mapInArrow(lambda batches: merge_task(spec, batches), full)
 
 
@@ -123,13 +166,15 @@ def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 2):
     return spark.createDataFrame(rows, SLICE_COLUMNS).repartition(tasks)
 
 
-def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):
+def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None,
+               instants: frozenset[str] | None = None):
     """How tasks merge slices into rows of `full` (meta and data columns, a Spark StructType):
     the table's merge mode and the instants whose blocks count."""
-    return arrow_merge_spec(storage, arrow_schema(full), timeline, config, since, until)
+    return arrow_merge_spec(storage, arrow_schema(full), timeline, config, since, until, instants)
 
 
-def arrow_merge_spec(storage, schema, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None):
+def arrow_merge_spec(storage, schema, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None,
+                     instants: frozenset[str] | None = None):
     """merge_spec for an Arrow schema of meta and data columns (no Spark needed)."""
     from runtime.table.merge import MergeSpec
 
@@ -140,6 +185,7 @@ def arrow_merge_spec(storage, schema, timeline: Timeline, config: TableConfig, s
     return MergeSpec(
         storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=schema,
         mode=mode, ordering_field=config.precombine_field, valid=InstantValidity.of(timeline), since=since, until=until,
+        instants=instants,
     )
 
 
@@ -165,7 +211,8 @@ def arrow_data_schema(file_schema):
 
 
 def read_batches(storage, data_schema, timeline: Timeline, as_of: str | None = None, since: str | None = None,
-                 until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False):
+                 until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False,
+                 instants: frozenset[str] | None = None):
     """The rows `read` returns, without Spark: (Arrow schema, iterator of record batches),
     read lazily slice by slice. `data_schema` is the table's data columns as an Arrow schema
     (Table.arrow_schema)."""
@@ -174,17 +221,17 @@ def read_batches(storage, data_schema, timeline: Timeline, as_of: str | None = N
     from runtime.table.merge import base_batches, merge_slice
 
     full = pa.schema([pa.field(c, pa.string()) for c in META_COLUMNS] + (list(data_schema) if data_schema is not None else []))
-    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized)
+    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, instants=instants)
     out = full if meta else pa.schema([f for f in full if f.name not in META_COLUMNS])
 
     def batches():
         # base files of a slice as of `until` hold no later row: only `since` filters them
-        plain_spec = _range_spec(storage, full, p.since, p.until)
+        plain_spec = _range_spec(storage, full, p.since, p.until, p.instants)
         for s in p.plain:
             for batch in base_batches(storage, s.base_file.path, plain_spec):
                 yield batch if meta else batch.select(out.names)
         if p.merged:
-            spec = arrow_merge_spec(storage, full, timeline, config, p.since, p.merge_until)
+            spec = arrow_merge_spec(storage, full, timeline, config, p.since, p.merge_until, p.instants)
             for s in p.merged:
                 for batch in merge_slice(spec, storage, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files]):
                     yield batch if meta else batch.select(out.names)
@@ -192,9 +239,9 @@ def read_batches(storage, data_schema, timeline: Timeline, as_of: str | None = N
     return out, batches()
 
 
-def _range_spec(storage, schema, since: str | None, until: str | None):
+def _range_spec(storage, schema, since: str | None, until: str | None, instants: frozenset[str] | None = None):
     """A MergeSpec for base files alone: their columns and the range of an incremental read."""
     from runtime.table.merge import MergeSpec
 
     return MergeSpec(storage_uri=storage.spec.uri, storage_options=tuple(storage.spec.options), schema=schema, mode="",
-                     ordering_field=None, valid=lambda instant: True, since=since, until=until)
+                     ordering_field=None, valid=lambda instant: True, since=since, until=until, instants=instants)

@@ -385,7 +385,7 @@ def savepointed_files(storage, timeline: Timeline) -> set[str]:
     """Paths (relative to the table) of every base file a savepoint holds."""
     out: set[str] = set()
     for inst in timeline.completed((SAVEPOINT,)):
-        meta = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.file_name()}"))
+        meta = avro.from_bytes(storage.read_bytes(timeline.path(inst)))
         for part, pm in (meta.get("partitionMetadata") or {}).items():
             out.update(f"{part}/{name}" if part else name for name in pm.get("savepointDataFile") or ())
     return out

@@ -405,19 +405,26 @@ class Table:
         if reason:
             raise TableError(f"pipe cannot read or write table {self.config.name} at {self.storage.spec.uri}: {reason}")
 
-    def _check_snapshot(self, timeline: Timeline, as_of: str | None, since: str | None) -> None:
-        """Hudi 1.x's tables (timeline layout 2) are read as their latest snapshot only (a read
-        as of their latest write is one): their incremental reads, change feeds and time travel
-        follow completion times (a commit that started earlier may complete later), which pipe
-        does not order by yet."""
-        if self.config.timeline_layout < 2:
-            return
-        latest = timeline.latest_completed()
-        if since is not None or (as_of is not None and (latest is None or as_of != latest.time)):
-            what = "an incremental read" if since is not None else "a time travel read"
-            raise TableError(f"table {self.config.name} is Hudi table version {self.config.table_version}: pipe reads its latest "
-                             f"snapshot, not {what} (Hudi 1.x orders those by completion time, which pipe does not do yet)",
-                             "read its latest snapshot, or read it incrementally with Hudi 1.x")
+    def _completion_window(self, timeline: Timeline, since: str | None, until: str | None, as_of: str | None):
+        """An incremental read of a Hudi 1.x table (timeline layout 2): `since` and `until` are
+        completion times, as in Java 1.x's incremental queries (reader.completion_window)."""
+        if as_of is not None:
+            raise TableError(f"table {self.config.name} is Hudi table version {self.config.table_version}: an incremental read "
+                             "takes completion times (since, until), and no as_of", "drop as_of, or read as of an instant without since")
+        try:
+            return _reader.completion_window(self.storage, timeline, since, until)
+        except TableError as exc:  # its archived timeline cannot be read
+            raise TableError(f"table {self.config.name}: the commits completed after {since} cannot be read incrementally: {exc}",
+                             "read its latest snapshot instead") from None
+
+    def _refuse_change_feed(self, timeline: Timeline) -> None:
+        """Change feeds of Hudi 1.x tables (timeline layout 2) are refused: their before-images
+        would be read as of a completion time, which pipe's time travel (by instant time, as
+        Java's) does not take."""
+        if timeline.layout >= 2:
+            raise TableError(f"table {self.config.name} is Hudi table version {self.config.table_version}: pipe reads its "
+                             "snapshots, time travel and incremental reads, not its change feed yet",
+                             "read it incrementally (`changes: false`), or read its change feed with Hudi 1.x")
 
     def _check_not_cleaned(self, timeline: Timeline, as_of: str | None) -> None:
         """A time travel read of a version whose files the cleaner removed would return only
@@ -430,7 +437,7 @@ class Table:
                 "`clean: {policy: keep_latest_commits, retain: N}`")
         last_clean = timeline.latest_completed((CLEAN,))
         if last_clean is not None:  # Java's rule (TimelineUtils.validateTimestampAsOf)
-            meta = _avro.from_bytes(self.storage.read_bytes(f"{HOODIE}/{last_clean.file_name()}"))
+            meta = _avro.from_bytes(self.storage.read_bytes(timeline.path(last_clean)))
             earliest = meta.get("earliestCommitToRetain") or ""
             if earliest and as_of < earliest:
                 raise TableError(f"table {self.config.name} as of {as_of} cannot be read: the clean at {last_clean.time} "
@@ -791,7 +798,10 @@ class Table:
         faster, but without the updates and deletes still in log files)."""
         self._check_readable()
         timeline = self.timeline()
-        self._check_snapshot(timeline, as_of or until, since)
+        if timeline.layout >= 2 and (since is not None or until is not None):
+            timeline, instants = self._completion_window(timeline, since, until, as_of)
+            return _reader.read(self.spark, self.storage, self.schema(timeline), timeline, meta=meta, config=self.config,
+                                read_optimized=read_optimized, instants=instants)
         self._check_not_cleaned(timeline, as_of)
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
@@ -803,7 +813,7 @@ class Table:
         delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
         self._check_readable()
         timeline = self.timeline()
-        self._check_snapshot(timeline, until, since)
+        self._refuse_change_feed(timeline)
         until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
         from pyspark.sql import types as T
 
@@ -823,7 +833,10 @@ class Table:
         schema, iterator of record batches). For small reads of a table on a local disk."""
         self._check_readable()
         timeline = self.timeline()
-        self._check_snapshot(timeline, as_of or until, since)
+        if timeline.layout >= 2 and (since is not None or until is not None):
+            timeline, instants = self._completion_window(timeline, since, until, as_of)
+            return _reader.read_batches(self.storage, self.arrow_schema(timeline), timeline, meta=meta, config=self.config,
+                                        read_optimized=read_optimized, instants=instants)
         self._check_not_cleaned(timeline, as_of)
         schema = self.arrow_schema(timeline, as_of=until or as_of)
         return _reader.read_batches(self.storage, schema, timeline, as_of=as_of, since=since, until=until, meta=meta,

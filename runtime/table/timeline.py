@@ -201,6 +201,22 @@ class Timeline:
             return None
         return dt.timedelta(minutes=15 * quarters)
 
+    def completed_by(self, completion: str | None) -> "Timeline":
+        """Timeline layout 2: the timeline as a reader saw it at `completion` (a completion
+        time): every instant that completed later is in flight (a commit that started earlier
+        may complete later, so this is not a cut by instant time). Itself for None."""
+        if completion is None:
+            return self
+        seen = [i if not i.is_completed or i.completion is None or i.completion <= completion
+                else Instant(i.time, COMPACTION if i.time in self.compactions else i.action, INFLIGHT) for i in self.instants]
+        return Timeline(self.storage, seen, self.made_ms, self.layout)
+
+    def completed_after(self, completion: str | None, actions: Iterable[str] = WRITE_ACTIONS) -> list[Instant]:
+        """Timeline layout 2: the completed instants whose completion time is later than
+        `completion` (all for None), in completion order."""
+        done = [i for i in self.completed(actions) if completion is None or (i.completion or i.time) > completion]
+        return sorted(done, key=lambda i: (i.completion or i.time, i.time))
+
     def find(self, time: str) -> Instant | None:
         for i in self.instants:
             if i.time == time:
