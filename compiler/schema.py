@@ -113,7 +113,7 @@ PROJECT = Section(
     "The project file at the root of the project folder.",
 )
 
-SOURCE_KINDS = ("files", "s3_events", "s3_incremental", "table", "kafka", "jdbc")
+SOURCE_KINDS = ("files", "s3_events", "s3_incremental", "table", "hudi", "kafka", "jdbc")
 FORMATS = ("json", "csv", "parquet")
 
 _TESTS = (
@@ -182,6 +182,16 @@ SOURCES: dict[str, Section] = {
             Key("changes", "boolean", "Read the table's change feed instead of the rows its new commits wrote: each changed record once per image, with `_change_type` (`insert`, `update_preimage`, `update_postimage`, `delete`) and `_commit_time`; deleted rows and the old partition of a moved row included (docs/run.md).", default=False),
         ),
         "The rows another pipe table gained since the last run (an incremental read of its timeline).",
+    ),
+    "hudi": Section(
+        "source (kind: hudi)",
+        _SOURCE_COMMON
+        + (
+            Key("path", "string", "Base path of a Hudi table another writer keeps (Hudi Streamer, a Spark or Flink job): relative to the project, absolute, or `s3://bucket/prefix`.", required=True),
+            Key("on_checkpoint_lost", "string", "What to do when the last consumed commit is gone (archived past reach, rolled back, the table rebuilt): `fail` with the command to recover, or `full_read` of the table.", default="fail", choices=("fail", "full_read")),
+            Key("changes", "boolean", "Read the table's change feed instead of the rows its new commits wrote (table version 6 only), as `kind: table` does.", default=False),
+        ),
+        "The rows a Hudi table written by another tool gained since the last run: an incremental read of its timeline (table versions 6, 8 and 9; by completion time on 8 and 9).",
     ),
     "s3_events": Section(
         "source (kind: s3_events)",

@@ -1121,3 +1121,64 @@ def incremental_and_time_travel_follow_java(spark, path: Path, java, bounded: bo
             assert not bounded and "kept only the versions from" in str(exc), exc
             continue
         assert mine == rows(java.read(copy, as_of=as_of), cols), as_of
+
+
+def test_a_hudi_source_reads_what_java_1_1_commits_round_after_round(spark, tmp_path, java_hudi_11, capsys):
+    """`kind: hudi` sources over tables Java 1.1 keeps: a merge-on-read table at version 9 (with
+    an inline compaction between rounds) and a copy-on-write one at version 6. Each `pipe run`
+    reads what Java committed since the last (by completion time on version 9, its checkpoint
+    `<instant>_<completion>` of Java's latest commit; by instant time on version 6), and the
+    tables pipe builds from them equal Java's reads after every round. A path with no table is
+    a clear error."""
+    from tests.test_run import commits, pipe, project, run_ok, steps, timeline
+
+    bronze9, bronze6 = tmp_path / "bronze9", tmp_path / "bronze6"
+    mor = TableConfig(name="bronze9", table_type=MERGE_ON_READ, record_key_fields=("id",), partition_fields=("region",),
+                      precombine_field="ts")
+    cow = TableConfig(name="bronze6", table_type=COPY_ON_WRITE, record_key_fields=("id",), partition_fields=("region",),
+                      precombine_field="ts")
+    root = project(tmp_path, {
+        "sources/bronze.yml": f"""
+            sources:
+              b9:
+                kind: hudi
+                path: {bronze9}
+              b6:
+                kind: hudi
+                path: {bronze6}
+            """,
+        "tables/silver9.yml": "tables:\n  silver9:\n    key: [id]\n    precombine: ts\n",
+        "tables/silver9.sql": "select id, region, ts, v from {{ source('b9') }}\n",
+        "tables/silver6.yml": "tables:\n  silver6:\n    key: [id]\n    precombine: ts\n",
+        "tables/silver6.sql": "select id, region, ts, v from {{ source('b6') }}\n",
+    })
+    rounds = [(range(2000), 1), (range(0, 2400, 3), 2), (range(1, 2600, 7), 3), (range(5, 2600, 11), 4)]
+    for n, (ids, version) in enumerate(rounds):
+        batch = orders(ids, version, region=lambda i: REGIONS[i % 7])  # quotes, slashes, '%', '=' and spaces in partitions
+        java_hudi_11.write(bronze9, batch, java_options(mor, "upsert", **{"hoodie.parquet.small.file.limit": "0",
+                                                                          "hoodie.compact.inline": "true",
+                                                                          "hoodie.compact.inline.max.delta.commits": "2"}))
+        java_hudi_11.write(bronze6, batch, java_options(cow, "upsert", **{"hoodie.write.table.version": "6",
+                                                                          "hoodie.write.auto.upgrade": "false"}))
+        run_ok(capsys, root)
+        for name, bronze in (("silver9", bronze9), ("silver6", bronze6)):
+            java_rows = rows(java_hudi_11.read(bronze), ORDER_COLS)
+            mine = Table.open(spark, str(root / "lake" / name)).read(meta=False).select(*ORDER_COLS).toPandas()
+            assert rows(pa.Table.from_pandas(mine, preserve_index=False), ORDER_COLS) == java_rows, (name, n)
+        latest9 = Table.open(spark, str(bronze9)).timeline().completed_after(None)[-1]
+        assert commits(timeline(capsys, root, "silver9"))[-1]["checkpoints"]["b9"] == f"{latest9.time}_{latest9.completion}"
+        latest6 = Table.open(spark, str(bronze6)).timeline().latest_completed()
+        assert commits(timeline(capsys, root, "silver6"))[-1]["checkpoints"]["b6"] == latest6.time
+        if n == 0:
+            assert "full read of table bronze9" in steps(root)["table.silver9"]["read"]
+        else:
+            assert "new commit" in steps(root)["table.silver9"]["read"], steps(root)["table.silver9"]
+    assert (Table.open(spark, str(bronze9)).config.table_version, Table.open(spark, str(bronze6)).config.table_version) == (9, 6)
+    assert any(i.action == "commit" for i in Table.open(spark, str(bronze9)).timeline().completed()), "Java compacted nothing"
+    run_ok(capsys, root)  # nothing new
+    assert steps(root)["table.silver9"]["state"] == "no_input"
+
+    (root / "sources/bronze.yml").write_text((root / "sources/bronze.yml").read_text().replace(str(bronze6), str(tmp_path / "nowhere")))
+    code, out, err = pipe(capsys, root, "run")
+    assert code != 0 and "Traceback" not in out + err
+    assert f"reads the Hudi table at {tmp_path / 'nowhere'}, and there is none" in out + err

@@ -512,7 +512,7 @@ def test_unknown_source_kind_lists_the_choices(project):
     """})
     diags = compile_errors(root)
     d = check(diags, "unknown source kind 'file' in source 'raw'", "sources/s.yml:3:11")
-    assert d.hint == "did you mean 'files'? choose one of: files, s3_events, s3_incremental, table, kafka, jdbc"
+    assert d.hint == "did you mean 'files'? choose one of: files, s3_events, s3_incremental, table, hudi, kafka, jdbc"
     assert len(diags) == 1, listing(diags)
 
 

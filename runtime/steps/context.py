@@ -163,6 +163,18 @@ class RunContext:
 
         return Table.open(spark, self.table_uri(name), self.storage_options)
 
+    def open_hudi(self, path: str, needed_by: str, spark=None):
+        """The Hudi table at `path` (a `kind: hudi` source's: relative to the project, absolute or
+        s3://), reached with the target's fs.s3a settings; a RunError if there is none."""
+        from runtime.table.table import Table
+
+        uri = self.project_uri(path).rstrip("/")
+        options = s3.client_options(self.s3a, s3.bucket_of(uri)) if s3.is_s3(uri) else ()
+        if not Table.exists(uri, options):
+            raise RunError(f"{needed_by} reads the Hudi table at {uri}, and there is none (no .hoodie/hoodie.properties)",
+                           "check the source's `path`: it names a Hudi table's base path, the folder that holds .hoodie/")
+        return Table.open(spark or self._spark, uri, options)
+
     def open_upstream(self, name: str, needed_by: str, spark=None):
         """Table `name`, read by `needed_by` ("source orders_raw") through `spark` (default: the
         run's session); a RunError if it was never built."""

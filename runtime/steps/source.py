@@ -36,6 +36,12 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
         latest = ctx.open_upstream(name, f"source {step.name}").timeline().latest_completed()
         what = "table" if kind == "table" else "metadata table"
         return done, f"{what} {name} at {latest.time if latest else 'no commit yet'}"
+    if kind == "hudi":
+        upstream = ctx.open_hudi(str(config["path"]), f"source {step.name}")
+        latest = upstream.timeline().latest_completed()
+        c = upstream.config
+        return done, (f"Hudi table {c.name} (version {c.table_version}, {c.table_type.lower()}) at "
+                      f"{latest.time if latest else 'no commit yet'}")
     if kind == "s3_events":
         pending = s3_events_source.pending(step.name, config, dry_run=True)  # asks, receives nothing
         result.inputs = {"messages_waiting": pending.count}
@@ -92,6 +98,9 @@ def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], 
                 config = {**config, "max_files_per_run": None, "max_bytes_per_run": None}
             sources[up.name] = files_source.pending(up.name, config, ctx.root, last)
         elif kind == "table":
+            sources[up.name] = table_source.pending(up.name, config, upstream, step.name, last)
+        elif kind == "hudi":
+            upstream = ctx.open_hudi(str(config["path"]), f"source {up.name}")
             sources[up.name] = table_source.pending(up.name, config, upstream, step.name, last)
         elif kind == "s3_incremental":
             if everything:
