@@ -271,3 +271,21 @@ def test_an_archived_timeline_of_version_8_another_writer_damaged_is_reported_no
                           text=True, cwd=tmp_path, timeout=120)
     found = json.loads(done.stdout)["tables"][0]
     assert why in found["history_error"] and any("archived timeline cannot be read" in n for n in found["notes"]), found
+
+
+def test_a_completed_instant_named_without_its_completion_time_completes_when_its_file_was_written(spark, tmp_path):
+    """Java's "legacy" completed name in timeline layout 2 (`T.commit`, no `_C`) is completed, at
+    its file's modification time, as Java's InstantGeneratorV2 takes it: read, and read
+    incrementally from before and after that time."""
+    _, path = built(spark, tmp_path)
+    upgrade_to_v8(path)
+    timeline_dir = path / ".hoodie" / "timeline"
+    done = next(timeline_dir.glob("*_*.commit"))
+    legacy = timeline_dir / (done.name.split("_")[0] + ".commit")
+    done.rename(legacy)
+    os.utime(legacy, (1_900_000_000, 1_900_000_000))  # 2030-03-17 17:46:40 UTC (the table's timeline is UTC)
+    table = Table.open(spark, str(path))
+    commit = table.timeline().completed()[0]
+    assert commit.completion == "20300317174640000"
+    assert sorted((r["id"], r["v"]) for r in table.read().collect()) == [(1, "a"), (2, "b")]
+    assert table.read(since="20300317174639999").count() == 2 and table.read(since=commit.completion).count() == 0

@@ -105,6 +105,8 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
     timeline: Timeline = upstream.timeline()
     if timeline.layout >= 2:
         return _pending_by_completion(name, config, upstream, consumer, checkpoint, timeline)
+    if checkpoint and "_" in checkpoint:  # taken when the upstream was Hudi 1.x, downgraded since: its instant time
+        checkpoint = checkpoint.split("_", 1)[0]
     done = timeline.completed()
     changes = bool(config.get("changes"))
     if not done:
@@ -131,7 +133,7 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
 def _token(instant) -> str:
     """The checkpoint of a Hudi 1.x upstream: `<instant time>_<completion time>`, the name of
     its completed instant file, so it says which commit it is and when it completed."""
-    return f"{instant.time}_{instant.completion or instant.time}"
+    return f"{instant.time}_{instant.completed_at}"
 
 
 def _pending_by_completion(name: str, config: Mapping[str, Any], upstream, consumer: str, checkpoint: str | None,
@@ -149,27 +151,27 @@ def _pending_by_completion(name: str, config: Mapping[str, Any], upstream, consu
                           "read its commits' rows (`changes: false`), or keep a version 6 upstream for a change feed")
     done = timeline.completed_after(None)
     if not done:
-        return TablePending(name, upstream, checkpoint, None, 0, window=None)
+        return TablePending(name, upstream, checkpoint, None, 0)
     latest = done[-1]
     if checkpoint is None:
-        return TablePending(name, upstream, None, _token(latest), len(done), window=(None, latest.completion or latest.time))
+        return TablePending(name, upstream, None, _token(latest), len(done), window=(None, latest.completed_at))
     time, _, completion = checkpoint.partition("_")
     found = timeline.find(time)
     if found is not None and found.is_completed:
-        completion = found.completion or found.time  # an upgraded version 6 checkpoint: the time alone
+        completion = found.completed_at  # also for a version 6 checkpoint (the time alone) of an upgraded table
     elif not completion or not _archived(upstream.storage, time):
         lost = (_what_happened(time, upstream_name, upstream.storage, timeline.completed())
                 or f"table {upstream_name} no longer has instant {time}")
         if config.get("on_checkpoint_lost") == "full_read":
             return TablePending(name, upstream, None, _token(latest), len(done), note=f"checkpoint lost: {lost}",
-                                window=(None, latest.completion or latest.time))
+                                window=(None, latest.completed_at))
         raise SourceError(f"source {name}: {lost}, so the changes since the last run of {consumer} cannot be read",
                           f"rebuild {consumer} from all of {upstream_name} with `pipe run --select {consumer} --full-refresh`, "
                           "or set `on_checkpoint_lost: full_read` on the source")
     new = timeline.completed_after(completion)
     if not new:
         return TablePending(name, upstream, checkpoint, None, 0)
-    return TablePending(name, upstream, checkpoint, _token(new[-1]), len(new), window=(completion, new[-1].completion or new[-1].time))
+    return TablePending(name, upstream, checkpoint, _token(new[-1]), len(new), window=(completion, new[-1].completed_at))
 
 
 def _archived(storage, time: str) -> bool:

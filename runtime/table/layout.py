@@ -124,8 +124,10 @@ def partition_path(values: dict[str, object], fields: Iterable[str], hive_style:
 
 @dataclass(frozen=True)
 class LogFile:
-    """A log file of a merge-on-read slice: `.<fileId>_<baseInstant>.log.<version>_<token>`.
-    Its name carries the BASE instant; the deltacommit that wrote it is only in its blocks."""
+    """A log file of a merge-on-read slice: `.<fileId>_<instant>.log.<version>_<token>`. In
+    timeline layout 1 its name carries its slice's BASE instant (`base_instant`), and the
+    deltacommits that wrote it are only in its blocks; in layout 2 (Hudi 1.x) the name carries
+    the deltacommit that wrote it, and FileSystemView.log_slices says its slice."""
 
     partition: str
     name: str
@@ -354,7 +356,7 @@ def _slices_of_logs(storage: Storage, timeline: Timeline, files: list[BaseFile],
     whose deltacommit completed after a compaction was planned is in the compaction's slice,
     whenever that deltacommit started. The completion time of an archived deltacommit is in
     the LSM history, read only when a log needs it."""
-    completion = {i.time: i.completion for i in timeline.instants if i.is_completed and i.completion}
+    completion = {i.time: i.completed_at for i in timeline.instants if i.is_completed}
     first_active = timeline.instants[0].time if timeline.instants else None
     bases: dict[tuple[str, str], set[str]] = {}
     for bf in files:
@@ -380,15 +382,11 @@ def _slices_of_logs(storage: Storage, timeline: Timeline, files: list[BaseFile],
 
 
 def _archived_completions(storage: Storage) -> dict[str, str]:
-    """Requested time -> completion time of the archived instants of timeline layout 2; empty
-    when the history cannot be read (a log is then taken to complete when it started)."""
-    from runtime.table.errors import TableError
+    """Requested time -> completion time of the archived instants of timeline layout 2 (a
+    HistoryError when the history cannot be read: the logs' slices would be guesses)."""
     from runtime.table.lsm_timeline import archived_instants
 
-    try:
-        return {i.time: i.completion for i in archived_instants(storage) if i.completion}
-    except TableError:
-        return {}
+    return {i.time: i.completed_at for i in archived_instants(storage)}
 
 
 def completed_write_instants(timeline: Timeline, since: str | None, until: str | None) -> list[Instant]:

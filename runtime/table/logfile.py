@@ -24,6 +24,7 @@ MAGIC = b"#HUDI#"
 COMMAND, DELETE, CORRUPT, AVRO_DATA, HFILE, PARQUET_DATA, CDC = 0, 1, 2, 3, 4, 5, 6
 # header keys
 INSTANT_TIME, TARGET_INSTANT_TIME, SCHEMA, COMMAND_BLOCK_TYPE = 0, 1, 2, 3
+COMPACTED_BLOCK_TIMES = 4  # a log compaction's block: the instants of the blocks it rewrites
 IS_PARTIAL = 7  # table versions 8+: "true" on a block of partial updates (only the columns it changes)
 ROLLBACK = "0"  # COMMAND_BLOCK_TYPE of a rollback block
 

@@ -24,6 +24,10 @@ VERSION_FILE = f"{HISTORY}/_version_"
 _MANIFEST = re.compile(r"^manifest_(\d+)$")
 _DATA_FILE = re.compile(r"^(\d{14,17})_(\d{14,17})_(\d)\.parquet$")
 _COLUMNS = ["instantTime", "completionTime", "action"]
+_TIME = re.compile(r"^\d{14,17}$")
+_ACTION = re.compile(r"^[a-z]{1,32}$")
+# (table root, manifest number) -> its instants: a manifest never changes once written
+_READ: dict[tuple[str, int], tuple[Instant, ...]] = {}
 
 
 class HistoryError(TableError):
@@ -44,9 +48,9 @@ def _latest_manifest(storage) -> int | None:
     return max(found, default=None)
 
 
-def data_files(storage) -> list[str]:
-    """Paths (under the table's root) of the Parquet files the latest manifest lists."""
-    n = _latest_manifest(storage)
+def data_files(storage, n: int | None = None) -> list[str]:
+    """Paths (under the table's root) of the Parquet files the latest manifest (or manifest_`n`) lists."""
+    n = _latest_manifest(storage) if n is None else n
     if n is None:
         return []
     where = f"{HISTORY}/manifest_{n}"
@@ -64,11 +68,22 @@ def data_files(storage) -> list[str]:
 
 
 def archived_instants(storage) -> list[Instant]:
-    """The archived instants, oldest first, each completed with its completion time."""
+    """The archived instants, oldest first, each completed with its completion time (read once
+    per manifest)."""
+    n = _latest_manifest(storage)
+    if n is None:
+        return []
+    key = (storage.full_path(""), n)
+    if key not in _READ:
+        _READ[key] = tuple(_read(storage, n))
+    return list(_READ[key])
+
+
+def _read(storage, n: int) -> list[Instant]:
     import pyarrow.parquet as pq
 
     out: list[Instant] = []
-    for path in data_files(storage):
+    for path in data_files(storage, n):
         try:
             rows = pq.read_table(io.BytesIO(storage.read_bytes(path)), columns=_COLUMNS).to_pylist()
         except FileNotFoundError:
@@ -76,6 +91,10 @@ def archived_instants(storage) -> list[Instant]:
         except Exception as exc:  # noqa: BLE001 - another writer's file: say which, not a traceback
             raise HistoryError(f"{path} is not a Parquet file of Hudi 1.x's archived timeline ({type(exc).__name__}: {exc})") from None
         for r in rows:
-            if r["instantTime"] and r["action"]:
-                out.append(Instant(str(r["instantTime"]), str(r["action"]), COMPLETED, r["completionTime"] or None))
+            time, done, action = r["instantTime"], r["completionTime"], r["action"]
+            if not (isinstance(time, str) and _TIME.match(time) and isinstance(action, str) and _ACTION.match(action)
+                    and (done is None or (isinstance(done, str) and _TIME.match(done)))):
+                raise HistoryError(f"{path} holds a row that is not an archived instant "
+                                   f"(instantTime {str(time)[:40]!r}, completionTime {str(done)[:40]!r}, action {str(action)[:40]!r})")
+            out.append(Instant(time, action, COMPLETED, done))
     return sorted(out)

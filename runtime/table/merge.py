@@ -116,6 +116,8 @@ def visible_blocks(blocks: list[L.Block], spec: MergeSpec) -> list[L.Block]:
         if b.type not in (L.AVRO_DATA, L.PARQUET_DATA, L.DELETE):
             raise TableError(f"log block of type {b.type} (instant {b.instant}) is not supported by pipe's reader",
                              "compact the table with Hudi first")
+        if (spec.since is not None or spec.instants is not None) and L.COMPACTED_BLOCK_TIMES in b.header:
+            continue  # an incremental read takes the rewritten blocks' own instants, not the log compaction's copy
         if b.instant not in rolled_back and spec.counts(b.instant):
             if b.header.get(L.IS_PARTIAL, "").lower() == "true":
                 # raised in a Spark task, where the hint does not travel: the message says what to do

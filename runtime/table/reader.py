@@ -35,21 +35,22 @@ class ReadPlan:
     instants: frozenset[str] | None = None  # timeline layout 2: the instants of the incremental read
 
 
-def completion_window(storage, timeline: Timeline, since: str | None, until: str | None) -> tuple[Timeline, frozenset[str]]:
+def completion_window(storage, timeline: Timeline, since: str | None, until: str | None) -> tuple[Timeline, frozenset[str] | None]:
     """An incremental read of timeline layout 2 (Hudi 1.x), whose `since` and `until` are
     completion times, as Java's incremental queries take them: the timeline as it was when
-    `until` completed (completed_by) and the write instants that completed in (since, until],
-    archived ones included (their completion times are in the LSM history). A commit that
-    started before `since` but completed after it is in the range: a checkpoint at a
-    completion time never skips it."""
+    `until` completed (completed_by) and the data writes that completed in (since, until],
+    archived ones included (the LSM history has their completion times: Java archives by
+    instant time, so a long commit may be archived while a later one is still active). A
+    commit that started before `since` but completed after it is in the range: a checkpoint
+    at a completion time never skips it. No `since`: None, a snapshot of that timeline."""
     seen = timeline.completed_by(until)
-    instants = {i.time for i in seen.completed_after(since)}
-    active = seen.completed()
-    if since is not None and (not active or since < min(i.completion or i.time for i in active)):
-        from runtime.table.lsm_timeline import archived_instants
+    if since is None:
+        return seen, None
+    from runtime.table.lsm_timeline import archived_instants
 
-        instants |= {i.time for i in archived_instants(storage) if i.action in WRITE_ACTIONS and i.completion
-                     and i.completion > since and (until is None or i.completion <= until)}
+    instants = {i.time for i in seen.completed_after(since) if i.time not in seen.compactions}
+    instants |= {i.time for i in archived_instants(storage) if i.action in WRITE_ACTIONS and i.completion
+                 and i.completion > since and (until is None or i.completion <= until)}
     return seen, frozenset(instants)
 
 
@@ -59,29 +60,26 @@ def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None,
     """`file_groups`, (partition, file id) pairs: only the slices of those groups. `instants`
     (timeline layout 2, completion_window): an incremental read of the rows those instants
     wrote, from `timeline` as completion_window gives it."""
+    view = FileSystemView.load(storage, timeline)
     if instants is not None:
-        view = FileSystemView.load(storage, timeline)
+        incremental, since, until, merge_until = True, None, None, None
         slices = view.latest_slices()
         if instants <= {i.time for i in timeline.completed()}:  # else some were archived with their write stats: scan all
             groups = _groups_written(timeline, [i for i in timeline.completed() if i.time in instants])
             slices = [s for s in slices if (s.partition, s.file_id) in groups]
-        if file_groups is not None:
-            slices = [s for s in slices if (s.partition, s.file_id) in file_groups]
-        merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
-        merged = [s for s in slices if s.has_logs] if merging else []
-        plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]
-        return ReadPlan(plain, merged, None, None, True, None, instants)
-    incremental = since is not None or until is not None
-    if incremental:
-        until = until or as_of
-    slices = slices_to_read(FileSystemView.load(storage, timeline), timeline, as_of, since, until, incremental)
+    else:
+        incremental = since is not None or until is not None
+        if incremental:
+            until = until or as_of
+        slices = slices_to_read(view, timeline, as_of, since, until, incremental)
+        merge_until = until if incremental else as_of
     if file_groups is not None:
         slices = [s for s in slices if (s.partition, s.file_id) in file_groups]
     merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
     merged = [s for s in slices if s.has_logs] if merging else []
     plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]
-    return ReadPlan(plain, merged, since if incremental else None, until if incremental else None, incremental,
-                    until if incremental else as_of)
+    return ReadPlan(plain, merged, since if incremental else None, until if incremental else None, incremental, merge_until,
+                    instants)
 
 
 def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,

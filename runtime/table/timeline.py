@@ -43,6 +43,9 @@ class Instant:
     # when it completed: the `_C` of a completed file of timeline layout 2 (`T_C.action`, table
     # versions 8 and 9); None in layout 1, which keeps no completion time
     completion: str | None = field(default=None, compare=False)
+    # layout 2: a completed file named without `_C` (Java's "legacy" name), whose completion
+    # time was taken from the file's modification time
+    legacy: bool = field(default=False, compare=False)
 
     def file_name(self, state: str | None = None) -> str:
         state = state or self.state
@@ -55,6 +58,11 @@ class Instant:
     @property
     def is_completed(self) -> bool:
         return self.state == COMPLETED
+
+    @property
+    def completed_at(self) -> str:
+        """When it completed (timeline layout 2), else its instant time."""
+        return self.completion or self.time
 
     def with_state(self, state: str) -> "Instant":
         return Instant(self.time, self.action, state)
@@ -99,7 +107,7 @@ def instant_path(instant: Instant, layout: int = 1, state: str | None = None) ->
     """The file of `instant` in `state` (default its own) under the table's root, in timeline
     layout `layout`; a completed instant that knows its completion time is of layout 2."""
     state = state or instant.state
-    if state == COMPLETED and instant.completion is not None:
+    if state == COMPLETED and instant.completion is not None and not instant.legacy:
         return f"{TIMELINE_V2}/{instant.time}_{instant.completion}.{instant.action}"
     return f"{TIMELINE_V2 if layout >= 2 else HOODIE}/{instant.file_name(state)}"
 
@@ -131,9 +139,16 @@ class Timeline:
         """The active timeline of timeline layout `layout` (TableConfig.timeline_layout)."""
         found, made = [], {}
         folder, parse = (TIMELINE_V2, parse_instant_file_v2) if layout >= 2 else (HOODIE, parse_instant_file)
+        local = None
         for f in storage.list_files(folder, recursive=False):
             inst = parse(f.path.rsplit("/", 1)[-1])
             if inst is not None:
+                if layout >= 2 and inst.is_completed and inst.completion is None:
+                    # Java's "legacy" completed name (no _C, as its 7->8 upgrade of an old table
+                    # leaves): completed when the file was written, in the timeline's time zone
+                    local = timeline_is_local(storage) if local is None else local
+                    at = dt.datetime.fromtimestamp(f.mtime_ms / 1000, None if local else dt.timezone.utc)
+                    inst = Instant(inst.time, inst.action, inst.state, max(_format(at), inst.time), legacy=True)
                 found.append(inst)
                 made[inst.time] = min(made.get(inst.time, f.mtime_ms), f.mtime_ms)
         return cls(storage, found, made, layout=2 if layout >= 2 else 1)
@@ -207,15 +222,17 @@ class Timeline:
         may complete later, so this is not a cut by instant time). Itself for None."""
         if completion is None:
             return self
-        seen = [i if not i.is_completed or i.completion is None or i.completion <= completion
+        seen = [i if not i.is_completed or i.completed_at <= completion
                 else Instant(i.time, COMPACTION if i.time in self.compactions else i.action, INFLIGHT) for i in self.instants]
-        return Timeline(self.storage, seen, self.made_ms, self.layout)
+        out = Timeline(self.storage, seen, self.made_ms, self.layout)
+        out.compactions = {t for t in self.compactions if any(i.time == t and i.is_completed for i in seen)}
+        return out
 
     def completed_after(self, completion: str | None, actions: Iterable[str] = WRITE_ACTIONS) -> list[Instant]:
         """Timeline layout 2: the completed instants whose completion time is later than
         `completion` (all for None), in completion order."""
-        done = [i for i in self.completed(actions) if completion is None or (i.completion or i.time) > completion]
-        return sorted(done, key=lambda i: (i.completion or i.time, i.time))
+        done = [i for i in self.completed(actions) if completion is None or i.completed_at > completion]
+        return sorted(done, key=lambda i: (i.completed_at, i.time))
 
     def find(self, time: str) -> Instant | None:
         for i in self.instants:
