@@ -1115,14 +1115,17 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
         return
     t = RichTable(show_edge=False, box=None, header_style="bold", pad_edge=False)
     checks = any("expectations" in row for row in rows)
-    for col in ("instant", "action", "state", "operation", "ins/upd/del", "files", "checkpoints") + (("expectations",) if checks else ()):
+    completed = any("completed" in row for row in rows)  # Hudi 1.x: incremental reads go by completion time
+    for col in (("instant", "action", "state") + (("completed",) if completed else ()) + ("operation", "ins/upd/del", "files", "checkpoints")
+                + (("expectations",) if checks else ())):
         t.add_column(col, overflow="fold", no_wrap=col not in ("checkpoints", "expectations"))
     for row in rows:
         cps = row.get("checkpoints") or {}
         cp_text = ", ".join(f"{k}={short_checkpoint(v)}" for k, v in sorted(cps.items()))
         iud = f"{row['inserts']}/{row['updates']}/{row['deletes']}" if "inserts" in row else ""
         state = row["state"] + (" (archived)" if row["timeline"] == "archived" else "")
-        cells = [row["instant"], row["action"], state, row.get("operation", row.get("detail", "")), iud, str(row.get("files", "")), cp_text]
+        cells = ([row["instant"], row["action"], state] + ([row.get("completed", "")] if completed else [])
+                 + [row.get("operation", row.get("detail", "")), iud, str(row.get("files", "")), cp_text])
         if checks:
             e = row.get("expectations") or {}
             cells.append(", ".join(f"{n}: {v['failed']} {v['action']}" for n, v in sorted(e.items()) if n != "rows"))

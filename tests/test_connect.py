@@ -526,8 +526,13 @@ def doomed_server(tmp_path_factory):
 def _run_until_busy(root: Path, cache: Path, env: dict | None = None) -> tuple[subprocess.Popen, dict]:
     """A `pipe run` of the slow project, once its scan keeps the server's JVM busy."""
     state = json.loads(next((cache / "servers").glob("*.json")).read_text())
+    # as a terminal starts it: with Ctrl-C's default action. A test session started in the
+    # background of a script inherits SIGINT ignored (POSIX shells do that to `cmd &`), and a
+    # Python started that way never turns SIGINT into KeyboardInterrupt: the CI failures of
+    # this test, whose stacks showed no thread ever handling the signal
     proc = subprocess.Popen([sys.executable, "-m", "pipe", "--project-dir", str(root), "run", "--log-format", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or _env(cache))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or _env(cache),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in proc.stdout:
         if '"step_start"' in line and '"table.slow"' in line:
             break

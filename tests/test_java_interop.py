@@ -597,23 +597,29 @@ def test_pipe_reads_and_writes_across_a_pending_java_compaction(spark, tmp_path,
 
 # --- d. Java 1.x upgrades a pipe table --------------------------------------------------------------
 
-def test_pipe_refuses_a_table_java_1_1_upgraded(spark, tmp_path, java_hudi_11):
-    """A Java 1.1 upsert with its defaults upgrades a pipe table (version 6) to its own version;
-    Java reads every row after the upgrade, and pipe refuses to read or write the table with a
-    message naming hoodie.table.version (audit finding #4: pipe read it as empty before)."""
+def test_pipe_reads_a_table_java_1_1_upgraded_and_refuses_to_write_it(spark, tmp_path, java_hudi_11):
+    """A Java 1.1 upsert with its defaults upgrades a pipe merge-on-read table (version 6) to its
+    own version (audit finding #4: pipe read it as empty before, then refused it). pipe reads
+    every row Java and hudi-rs read after the upgrade (pipe's version 6 logs and Java's 1.x ones
+    side by side), incrementally too, and refuses to write it, naming the version."""
     path = tmp_path / "orders"
     table = pipe_orders(spark, path, MERGE_ON_READ)
-    java_hudi_11.write(path, orders(range(0, 1000, 10), 2), java_options(table.config, "upsert"))
+    table.write(spark.createDataFrame(orders(range(0, 1000, 3), 2).to_pylist(), ORDERS_SQL), "upsert")  # into logs
+    java_hudi_11.write(path, orders(range(0, 1000, 10), 3), java_options(table.config, "upsert"))
     props = (path / ".hoodie" / "hoodie.properties").read_text()
     assert "hoodie.table.version=6" not in props
     expected = as_expected(orders(range(1000), 1))
-    expected.update(as_expected(orders(range(0, 1000, 10), 2)))
-    got = java_hudi_11.read(path).to_pylist()
-    assert {r["id"]: (r["region"], r["ts"], r["v"]) for r in got} == expected
-    with pytest.raises(TableError, match="hoodie.table.version"):
-        pipe_read(Table.open(spark, str(path)))
-    with pytest.raises(TableError, match="hoodie.table.version"):
-        Table.open(spark, str(path)).write(spark.createDataFrame(orders([1], 3).to_pylist(), ORDERS_SQL), "upsert")
+    expected.update(as_expected(orders(range(0, 1000, 3), 2)))
+    expected.update(as_expected(orders(range(0, 1000, 10), 3)))
+    upgraded = Table.open(spark, str(path))
+    assert upgraded.config.table_version >= 8 and upgraded.timeline().layout == 2
+    three_readers_agree(upgraded, path, java_hudi_11, expected)
+    java_commit = upgraded.timeline().completed_after(None)[-1]
+    since = upgraded.timeline().completed_after(None)[-2].completed_at
+    assert rows(pipe_read(upgraded, since=since), ["_hoodie_commit_time", "id", "v"]) == sorted(
+        ((java_commit.time, i, f"v3-{i}") for i in range(0, 1000, 10)), key=repr)
+    with pytest.raises(TableError, match="hoodie.table.version|reads but does not write yet"):
+        upgraded.write(spark.createDataFrame(orders([1], 4).to_pylist(), ORDERS_SQL), "upsert")
 
 
 # --- e. Java services on pipe tables ------------------------------------------------------------------
@@ -745,8 +751,8 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     """Hudi 1.x beside pipe (audit case 5). With `hoodie.write.table.version=6` and
     `hoodie.write.auto.upgrade=false`, Java 1.1 upserts and deletes into a lived pipe table (typed
     delete blocks, compaction, clean, archived instants) and keeps it at version 6: pipe reads what
-    Java reads and writes on. Then Java 1.1 with its defaults upgrades the table; pipe refuses
-    it; `CALL downgrade_table(..., to_version => 'SIX')` takes it back, and pipe then reads the
+    Java reads and writes on. Then Java 1.1 with its defaults upgrades the table; pipe reads it
+    as Java does and refuses to write it; `CALL downgrade_table(..., to_version => 'SIX')` takes it back, and pipe then reads the
     rows Java read and writes on, and Java 1.1 reads pipe's write."""
     cols = ["_hoodie_record_key", "_hoodie_partition_path"] + ORDER_COLS
     v6 = {"hoodie.write.table.version": "6", "hoodie.write.auto.upgrade": "false", "hoodie.metadata.enable": "false",
@@ -771,14 +777,17 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     assert {r[2]: r[3:] for r in mine} == expected
     assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 after pipe's upsert and compaction"
 
-    # the same table, now written by Java 1.1 with its defaults: upgraded, refused, downgraded
+    # the same table, now written by Java 1.1 with its defaults: upgraded, read, refused for writes, downgraded
     java_hudi_11.write(path, _op(orders(range(0, 1000, 8), 14)), java_options(table.config, "upsert", **{"hoodie.compact.inline": "false"}))
     expected.update(as_expected(orders(range(0, 1000, 8), 14)))
     assert "hoodie.table.version=6" not in (path / ".hoodie" / "hoodie.properties").read_text()
-    with pytest.raises(TableError, match="hoodie.table.version"):
-        pipe_read(Table.open(spark, str(path)))
     java_rows = rows(java_hudi_11.read(path), cols)
     assert {r[2]: r[3:] for r in java_rows} == expected
+    upgraded = Table.open(spark, str(path))
+    assert upgraded.config.table_version >= 8 and upgraded.timeline().layout == 2
+    assert rows(pipe_read(upgraded), cols) == java_rows, "pipe reads the upgraded table as Java does"
+    with pytest.raises(TableError, match="reads but does not write yet"):
+        upgraded.write(spark.createDataFrame(_op(orders([2], 15)).to_pylist(), OP_SQL), "upsert")
     java_hudi_11.sql(f"CREATE TABLE IF NOT EXISTS upgraded_orders USING hudi LOCATION '{path}'")
     java_hudi_11.sql("CALL downgrade_table(table => 'upgraded_orders', to_version => 'SIX')")
     assert "hoodie.table.version=6" in (path / ".hoodie" / "hoodie.properties").read_text()

@@ -289,3 +289,27 @@ def test_a_completed_instant_named_without_its_completion_time_completes_when_it
     assert commit.completion == "20300317174640000"
     assert sorted((r["id"], r["v"]) for r in table.read().collect()) == [(1, "a"), (2, "b")]
     assert table.read(since="20300317174639999").count() == 2 and table.read(since=commit.completion).count() == 0
+
+
+def test_pipe_timeline_shows_when_the_instants_of_a_hudi_1x_table_completed(spark, tmp_path, capsys):
+    """Incremental reads of a 1.x table go by completion time: `pipe timeline` shows it, in a
+    `completed` column and in its JSON rows."""
+    import json
+
+    from pipe.cli import main
+    from tests.conftest import write_project
+
+    lake = tmp_path / "lake"
+    table = Table.create(spark, str(lake / "orders"), CONFIG)
+    table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_000, "a")], SCHEMA), "upsert")
+    upgrade_to_v8(lake / "orders")
+    root = write_project(tmp_path / "p", {"pipe_project.yml": f"name: p\nlake: {lake}\n",
+                                           "tables/orders.yml": "tables:\n  orders:\n    key: [id]\n    precombine: ts\n    partition_by: [region]\n",
+                                           "tables/orders.sql": "select 1 as id, 'eu' as region, 1 as ts, 'a' as v\n"})
+    done = Table.open(spark, str(lake / "orders")).timeline().completed()[0]
+    assert main(["timeline", "orders", "--output", "json", "--project-dir", str(root)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["instant"], r["completed"]) for r in rows if r["state"] == "completed"] == [(done.time, done.completion)]
+    assert main(["timeline", "orders", "--project-dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "completed" in out.splitlines()[0] and done.completion in out

@@ -13,7 +13,7 @@ from runtime.table.timeline import WRITE_ACTIONS, Instant, Timeline, archived_in
 
 def instant_rows(table, archived: bool = False, last: int | None = None, timeline: Timeline | None = None) -> list[dict[str, Any]]:
     """One row per instant, oldest first: instant, action, state, timeline (active or
-    archived) and, for a completed write of the active timeline, its operation, counts, files,
+    archived), its completion time (`completed`, timeline layout 2 only) and, for a completed write of the active timeline, its operation, counts, files,
     checkpoints and expectation outcomes; for a completed service, what it did (`detail`).
     `archived` adds the archived instants; `last` keeps only the latest so many."""
     timeline = timeline or table.timeline()
@@ -22,6 +22,8 @@ def instant_rows(table, archived: bool = False, last: int | None = None, timelin
     rows = []
     for inst, where in found[-last:] if last else found:
         row: dict[str, Any] = {"instant": inst.time, "action": inst.action, "state": inst.state, "timeline": where}
+        if inst.completion:  # timeline layout 2 (Hudi 1.x): what incremental reads and their checkpoints go by
+            row["completed"] = inst.completion
         if inst.is_completed and inst.action in WRITE_ACTIONS and where == "active":
             meta = timeline.commit_metadata(inst)
             row.update(operation=meta.operation_type, inserts=sum(s.num_inserts for s in meta.write_stats),
