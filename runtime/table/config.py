@@ -239,7 +239,8 @@ class TableConfig:
         props = self.properties or {}
         if self.table_version in READABLE_1X:
             return (f"it is Hudi table version {self.table_version} (Hudi 1.x), which pipe reads but does not write yet (it writes "
-                    "version 6): keep writing it with Hudi 1.x, or downgrade it with Hudi 1.x (hudi-cli `downgrade table "
+                    "version 6): keep writing it with Hudi 1.x (a project reads it incrementally with a `kind: hudi` source), "
+                    "or downgrade it with Hudi 1.x (hudi-cli `downgrade table "
                     "--toVersion SIX`, or Spark SQL `CALL downgrade_table(table => '...', to_version => 'SIX')`) and keep Hudi 1.x "
                     "writers on it at hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")
         if self.table_version != TABLE_VERSION:
