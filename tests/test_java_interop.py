@@ -1194,3 +1194,46 @@ def test_a_hudi_source_reads_what_java_1_1_commits_round_after_round(spark, tmp_
     code, out, err = pipe(capsys, root, "run")
     assert code != 0 and "Traceback" not in out + err
     assert f"reads the Hudi table at {tmp_path / 'nowhere'}, and there is none" in out + err
+
+
+def test_a_table_source_goes_on_by_completion_time_after_java_1_1_upgrades_its_upstream(spark, tmp_path, java_hudi_11, capsys):
+    """A `kind: table` consumer whose upstream pipe table Java 1.1 then writes with its defaults
+    (upgrading it to version 9): the consumer's checkpoint, an instant time of version 6, is
+    taken at that instant's completion time, as Java converts its own checkpoints, and the next
+    run reads exactly Java's commit; its checkpoint is then `<instant>_<completion>`."""
+    from tests.test_run import commits, project, run_ok, steps, timeline, write_jsonl
+
+    root = project(tmp_path, {
+        "sources/s.yml": """
+            sources:
+              raw:
+                kind: files
+                path: data/orders
+                format: json
+                schema: "id BIGINT, region STRING, ts BIGINT, v STRING"
+              changes:
+                kind: table
+                table: orders
+            """,
+        "tables/orders.yml": "tables:\n  orders:\n    key: [id]\n    precombine: ts\n    partition_by: [region]\n",
+        "tables/orders.sql": "select * from {{ source('raw') }}\n",
+        "tables/silver.yml": "tables:\n  silver:\n    key: [id]\n    precombine: ts\n",
+        "tables/silver.sql": "select id, region, ts, v from {{ source('changes') }}\n",
+    })
+    first = orders(range(300), 1)
+    write_jsonl(root / "data/orders/1.json", first.to_pylist())
+    run_ok(capsys, root)
+    upstream = Table.open(spark, str(root / "lake" / "orders"))
+    java_hudi_11.write(root / "lake" / "orders", orders(range(0, 400, 4), 2), java_options(upstream.config, "upsert"))
+    upgraded = Table.open(spark, str(root / "lake" / "orders"))
+    assert upgraded.config.table_version == 9
+    run_ok(capsys, root, "--select", "silver")
+    assert "1 new commit of table orders" in steps(root)["table.silver"]["read"], steps(root)["table.silver"]
+    java_commit = upgraded.timeline().completed_after(None)[-1]
+    assert commits(timeline(capsys, root, "silver"))[-1]["checkpoints"]["changes"] == f"{java_commit.time}_{java_commit.completion}"
+    expected = {r["id"]: r["v"] for r in first.to_pylist()}
+    expected.update({r["id"]: r["v"] for r in orders(range(0, 400, 4), 2).to_pylist()})
+    got = Table.open(spark, str(root / "lake" / "silver")).read(meta=False).select("id", "v").collect()
+    assert {r["id"]: r["v"] for r in got} == expected
+    run_ok(capsys, root, "--select", "silver")
+    assert steps(root)["table.silver"]["state"] == "no_input"
