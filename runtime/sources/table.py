@@ -70,7 +70,6 @@ def lost_checkpoint(checkpoint: str, done, table: str, storage=None) -> str | No
 def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
     from runtime.table import avro
     from runtime.table.config import TableConfig, read_properties
-    from runtime.table.timeline import archived_instants
 
     try:
         layout = TableConfig.from_properties_map(read_properties(storage)).timeline_layout
@@ -87,10 +86,7 @@ def _what_happened(checkpoint: str, table: str, storage, done) -> str | None:
             if inst.action == "rollback":
                 return f"instant {checkpoint} of table {table} was rolled back (rollback instant {inst.time})"
             return f"table {table} was restored to an earlier commit (restore instant {inst.time}), which undid instant {checkpoint}"
-    try:
-        archived = archived_instants(storage, layout)
-    except TableError:  # an unreadable archived timeline: say only what the active one tells
-        archived = []
+    archived = _archived(storage, layout)
     if any(i.time == checkpoint for i in archived):
         return f"the commits of table {table} after instant {checkpoint} have been archived (its active timeline starts at {done[0].time})"
     first = min([i.time for i in archived] + [i.time for i in timeline.instants], default=None)
@@ -159,7 +155,7 @@ def _pending_by_completion(name: str, config: Mapping[str, Any], upstream, consu
     found = timeline.find(time)
     if found is not None and found.is_completed:
         completion = found.completed_at  # also for a version 6 checkpoint (the time alone) of an upgraded table
-    elif not completion or not _archived(upstream.storage, time):
+    elif not completion or not any(i.time == time for i in _archived(upstream.storage, 2)):
         lost = (_what_happened(time, upstream_name, upstream.storage, timeline.completed())
                 or f"table {upstream_name} no longer has instant {time}")
         if config.get("on_checkpoint_lost") == "full_read":
@@ -174,10 +170,12 @@ def _pending_by_completion(name: str, config: Mapping[str, Any], upstream, consu
     return TablePending(name, upstream, checkpoint, _token(new[-1]), len(new), window=(completion, new[-1].completed_at))
 
 
-def _archived(storage, time: str) -> bool:
+def _archived(storage, layout: int) -> list:
+    """The table's archived instants; none when its archived timeline cannot be read (a lost
+    checkpoint is then told by what the active timeline says)."""
     from runtime.table.timeline import archived_instants
 
     try:
-        return any(i.time == time for i in archived_instants(storage, 2))
+        return archived_instants(storage, layout)
     except TableError:
-        return False
+        return []

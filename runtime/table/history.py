@@ -13,8 +13,9 @@ from runtime.table.timeline import WRITE_ACTIONS, Instant, Timeline, archived_in
 
 def instant_rows(table, archived: bool = False, last: int | None = None, timeline: Timeline | None = None) -> list[dict[str, Any]]:
     """One row per instant, oldest first: instant, action, state, timeline (active or
-    archived), its completion time (`completed`, timeline layout 2 only) and, for a completed write of the active timeline, its operation, counts, files,
-    checkpoints and expectation outcomes; for a completed service, what it did (`detail`).
+    archived), its completion time (`completed`, timeline layout 2 only) and, for a completed
+    write of the active timeline, its operation, counts, files, checkpoints and expectation
+    outcomes; for a completed service, what it did (`detail`).
     `archived` adds the archived instants; `last` keeps only the latest so many."""
     timeline = timeline or table.timeline()
     found = [(i, "archived") for i in archived_instants(table.storage, table.config.timeline_layout)] if archived else []

@@ -64,8 +64,9 @@ def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None,
     if instants is not None:
         incremental, since, until, merge_until = True, None, None, None
         slices = view.latest_slices()
-        if instants <= {i.time for i in timeline.completed()}:  # else some were archived with their write stats: scan all
-            groups = _groups_written(timeline, [i for i in timeline.completed() if i.time in instants])
+        active = [i for i in timeline.completed() if i.time in instants]
+        if len(active) == len(instants):  # else some were archived with their write stats: scan all
+            groups = _groups_written(timeline, active)
             slices = [s for s in slices if (s.partition, s.file_id) in groups]
     else:
         incremental = since is not None or until is not None

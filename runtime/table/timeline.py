@@ -225,7 +225,7 @@ class Timeline:
         seen = [i if not i.is_completed or i.completed_at <= completion
                 else Instant(i.time, COMPACTION if i.time in self.compactions else i.action, INFLIGHT) for i in self.instants]
         out = Timeline(self.storage, seen, self.made_ms, self.layout)
-        out.compactions = {t for t in self.compactions if any(i.time == t and i.is_completed for i in seen)}
+        out.compactions = {i.time for i in seen if i.is_completed and i.time in self.compactions}
         return out
 
     def completed_after(self, completion: str | None, actions: Iterable[str] = WRITE_ACTIONS) -> list[Instant]:
