@@ -597,11 +597,12 @@ def test_pipe_reads_and_writes_across_a_pending_java_compaction(spark, tmp_path,
 
 # --- d. Java 1.x upgrades a pipe table --------------------------------------------------------------
 
-def test_pipe_reads_a_table_java_1_1_upgraded_and_refuses_to_write_it(spark, tmp_path, java_hudi_11):
+def test_pipe_reads_and_writes_on_a_table_java_1_1_upgraded(spark, tmp_path, java_hudi_11):
     """A Java 1.1 upsert with its defaults upgrades a pipe merge-on-read table (version 6) to its
     own version (audit finding #4: pipe read it as empty before, then refused it). pipe reads
     every row Java and hudi-rs read after the upgrade (pipe's version 6 logs and Java's 1.x ones
-    side by side), incrementally too, and refuses to write it, naming the version."""
+    side by side), incrementally too, then writes on at the new version and compacts, and
+    Java reads pipe's commits and writes on."""
     path = tmp_path / "orders"
     table = pipe_orders(spark, path, MERGE_ON_READ)
     table.write(spark.createDataFrame(orders(range(0, 1000, 3), 2).to_pylist(), ORDERS_SQL), "upsert")  # into logs
@@ -618,8 +619,8 @@ def test_pipe_reads_a_table_java_1_1_upgraded_and_refuses_to_write_it(spark, tmp
     since = upgraded.timeline().completed_after(None)[-2].completed_at
     assert rows(pipe_read(upgraded, since=since), ["_hoodie_commit_time", "id", "v"]) == sorted(
         ((java_commit.time, i, f"v3-{i}") for i in range(0, 1000, 10)), key=repr)
-    with pytest.raises(TableError, match="hoodie.table.version|reads but does not write yet"):
-        upgraded.write(spark.createDataFrame(orders([1], 4).to_pylist(), ORDERS_SQL), "upsert")
+    pipe_and_java_write_on(spark, path, java_hudi_11, lambda op: java_options(upgraded.config, op, **{"hoodie.compact.inline": "false"}),
+                           expected, rounds=1)
 
 
 # --- e. Java services on pipe tables ------------------------------------------------------------------
@@ -752,8 +753,9 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     `hoodie.write.auto.upgrade=false`, Java 1.1 upserts and deletes into a lived pipe table (typed
     delete blocks, compaction, clean, archived instants) and keeps it at version 6: pipe reads what
     Java reads and writes on. Then Java 1.1 with its defaults upgrades the table; pipe reads it
-    as Java does and refuses to write it; `CALL downgrade_table(..., to_version => 'SIX')` takes it back, and pipe then reads the
-    rows Java read and writes on, and Java 1.1 reads pipe's write."""
+    as Java does and writes on at version 9; `CALL downgrade_table(..., to_version => 'SIX')` takes
+    it back, pipe's version 9 commit with it, and pipe then reads the rows Java read and writes on,
+    and Java 1.1 reads pipe's write."""
     cols = ["_hoodie_record_key", "_hoodie_partition_path"] + ORDER_COLS
     v6 = {"hoodie.write.table.version": "6", "hoodie.write.auto.upgrade": "false", "hoodie.metadata.enable": "false",
           "hoodie.compact.inline": "false"}
@@ -777,7 +779,7 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     assert {r[2]: r[3:] for r in mine} == expected
     assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 after pipe's upsert and compaction"
 
-    # the same table, now written by Java 1.1 with its defaults: upgraded, read, refused for writes, downgraded
+    # the same table, now written by Java 1.1 with its defaults: upgraded, read, written by pipe, downgraded
     java_hudi_11.write(path, _op(orders(range(0, 1000, 8), 14)), java_options(table.config, "upsert", **{"hoodie.compact.inline": "false"}))
     expected.update(as_expected(orders(range(0, 1000, 8), 14)))
     assert "hoodie.table.version=6" not in (path / ".hoodie" / "hoodie.properties").read_text()
@@ -786,8 +788,11 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     upgraded = Table.open(spark, str(path))
     assert upgraded.config.table_version >= 8 and upgraded.timeline().layout == 2
     assert rows(pipe_read(upgraded), cols) == java_rows, "pipe reads the upgraded table as Java does"
-    with pytest.raises(TableError, match="reads but does not write yet"):
-        upgraded.write(spark.createDataFrame(_op(orders([2], 15)).to_pylist(), OP_SQL), "upsert")
+    upgraded.write(spark.createDataFrame(_op(orders(range(4, 1000, 9), 16)).to_pylist(), OP_SQL), "upsert")  # at version 9
+    expected.update(as_expected(orders(range(4, 1000, 9), 16)))
+    java_rows = rows(java_hudi_11.read(path), cols)
+    assert {r[2]: r[3:] for r in java_rows} == expected, "Java 1.1 reads pipe's version 9 commit"
+    assert rows(pipe_read(Table.open(spark, str(path))), cols) == java_rows
     java_hudi_11.sql(f"CREATE TABLE IF NOT EXISTS upgraded_orders USING hudi LOCATION '{path}'")
     java_hudi_11.sql("CALL downgrade_table(table => 'upgraded_orders', to_version => 'SIX')")
     assert "hoodie.table.version=6" in (path / ".hoodie" / "hoodie.properties").read_text()
@@ -960,7 +965,7 @@ def test_doctor_reports_what_java_1_1_made_of_its_own_tables(spark, tmp_path, ja
     assert orders_t["instants"] == 2 and orders_t["pending"] == [] and orders_t["record_key"] == ["id"]
     assert orders_t["partition_fields"] == ["region"] and orders_t["ordering_fields"] == ["ts"]
     assert "files" in orders_t["metadata_table"]["partitions"], orders_t["metadata_table"]
-    assert orders_t["verdict"] == "read_only" and "version 9 (Hudi 1.x), which pipe reads but does not write yet" in orders_t["reason"]
+    assert orders_t["verdict"] == "ready" and not orders_t["reason"], orders_t  # its metadata table is retired on pipe's first write
     buckets = found["v8_buckets"]
     assert (buckets["version"], buckets["type"], buckets["index"], buckets["bucket_engine"]) == (8, "merge_on_read", "BUCKET", "SIMPLE")
     assert buckets["verdict"] == "read_only"  # Hudi 1.x merge-on-read tables are read
@@ -969,7 +974,7 @@ def test_doctor_reports_what_java_1_1_made_of_its_own_tables(spark, tmp_path, ja
     text = subprocess.run([sys.executable, "-m", "pipe", "doctor", str(lake)], capture_output=True, text=True, cwd=tmp_path,
                           timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert text.returncode == 1 and "Traceback" not in text.stdout + text.stderr
-    assert "version 9, copy_on_write" in text.stdout and "3 tables: 0 ready, 3 read only, 0 not readable by pipe" in text.stdout
+    assert "version 9, copy_on_write" in text.stdout and "3 tables: 1 ready, 2 read only, 0 not readable by pipe" in text.stdout
 
 
 @pytest.mark.parametrize("version", ["9", "8"])
@@ -977,8 +982,9 @@ def test_pipe_reads_a_copy_on_write_table_java_1_1_wrote_at_its_own_version(spar
     """A copy-on-write table Java 1.1 creates and writes with its defaults (metadata table on) at
     version 9 and at version 8 (timeline layout 2, Avro commit metadata, completion times): upserts,
     a delete and an insert_overwrite of one partition (a replacecommit). pipe reads its latest
-    snapshot as hudi-rs and Java do, in Spark and in-process; it refuses, naming the version and
-    what to do, any write; its incremental reads follow completion times, as Java's (issue 41, part 1)."""
+    snapshot as hudi-rs and Java do, in Spark and in-process; its incremental reads follow
+    completion times, as Java's; then pipe writes on at the table's version, and Java reads
+    pipe's commits and writes on (issue 41, part 1)."""
     path = tmp_path / f"v{version}_orders"
     config = TableConfig(name=f"v{version}_orders", table_type=COPY_ON_WRITE, record_key_fields=("id",),
                          partition_fields=("region",), precombine_field="ts")
@@ -1006,14 +1012,14 @@ def test_pipe_reads_a_copy_on_write_table_java_1_1_wrote_at_its_own_version(spar
     assert table.timeline().layout == 2 and len(table.timeline().completed()) == 4
     latest = table.timeline().latest_completed()
     assert rows(pipe_read(table, as_of=latest.time), ["id"]) == sorted(((k,) for k in expected), key=repr)  # as of the latest: the snapshot
-    with pytest.raises(TableError, match=f"version {version} \\(Hudi 1.x\\), which pipe reads but does not write yet"):
-        table.write(spark.createDataFrame(orders([1], 4).to_pylist(), ORDERS_SQL), "upsert")
-    assert {r["id"]: r["v"] for r in java_hudi_11.read(path).to_pylist()} == {k: v[2] for k, v in expected.items()}  # untouched
     # A and B upsert different partitions: copy-on-write writers that overlap in time must touch
     # different file groups (Java's optimistic concurrency control)
     java_hudi_11.write(path, orders(range(5000, 5040, 3), 4, region=lambda i: "emea"), opts("upsert"))
     java_hudi_11.write(path, orders(range(7000, 7030), 4, region=lambda i: "apac"), opts("upsert"))
     incremental_and_time_travel_follow_java(spark, path, java_hudi_11, actions=("commit",), last=-1)
+    expected.update(as_expected(orders(range(5000, 5040, 3), 4, region=lambda i: "emea")))
+    expected.update(as_expected(orders(range(7000, 7030), 4, region=lambda i: "apac")))
+    pipe_and_java_write_on(spark, path, java_hudi_11, opts, expected)
 
 
 @pytest.mark.parametrize("version", ["9", "8"])
@@ -1024,7 +1030,8 @@ def test_pipe_reads_a_merge_on_read_table_java_1_1_wrote_across_compactions(spar
     completed by the next after that one's deltacommit, then a compaction left pending with a
     deltacommit after it. Each log is in the slice its deltacommit's completion time says (for
     the last one the pending compaction's slice, merged with the slice before it), so pipe
-    reads what hudi-rs and Java read; writes stay refused (issue 41, part 1)."""
+    reads what hudi-rs and Java read; then pipe writes on (logs named with its deltacommits) and
+    compacts, executing Java's pending plan too, and Java reads and writes on (issue 41, part 1)."""
     path = tmp_path / f"v{version}_mor"
     config = TableConfig(name=f"v{version}_mor", table_type=MERGE_ON_READ, record_key_fields=("id",),
                          partition_fields=("region",), precombine_field="ts")
@@ -1080,14 +1087,44 @@ def test_pipe_reads_a_merge_on_read_table_java_1_1_wrote_across_compactions(spar
     got = table.read(meta=False).toPandas()  # Spark's merge of the same slices
     assert sorted(got["id"]) == sorted(expected)
     assert {r.id: r.v for r in got.itertuples()} == {k: v[2] for k, v in expected.items()}
-    with pytest.raises(TableError, match=f"version {version} \\(Hudi 1.x\\), which pipe reads but does not write yet"):
-        table.write(spark.createDataFrame(orders([1], 9).to_pylist(), ORDERS_SQL), "upsert")
-    with pytest.raises(TableError, match="reads but does not write yet"):
-        table.compact()
     # version 8 was cleaned to one commit: Java answers a bounded range there with a scan of the
     # latest rows (its full-table-scan fallback), which drops the keys rewritten after the range
     incremental_and_time_travel_follow_java(spark, path, java_hudi_11, bounded=version == "9")
-    assert rows(java_hudi_11.read(path), ["id"]) == sorted(((k,) for k in expected), key=repr)  # untouched
+    pipe_and_java_write_on(spark, path, java_hudi_11, lambda op: opts(op, {"hoodie.compact.inline": "false"}), expected)
+
+
+def pipe_and_java_write_on(spark, path: Path, java, opts, expected: dict[int, tuple], rounds: int = 2) -> None:
+    """pipe writes into a table Java 1.x keeps, at the table's own version (issue 41, part 1):
+    each round an upsert (updates, new keys), a delete at the stored ordering values, and, on a
+    merge-on-read table, a compaction; every reader agrees after each, Java's incremental query
+    from before pipe's commits returns what pipe's does, and then Java writes on with its
+    defaults (rebuilding the metadata table pipe retired) and reads on."""
+    cols = ["_hoodie_commit_time", "id", "v"]
+    for r in range(rounds):
+        table = Table.open(spark, str(path))
+        version, before = table.config.table_version, table.timeline().completed_after(None)[-1].completed_at
+        up = orders(list(range(r, 1400, 4 + r)) + list(range(1400 + 100 * r, 1450 + 100 * r)), 20 + 2 * r)
+        table.write(spark.createDataFrame(up.to_pylist(), ORDERS_SQL), "upsert")
+        expected.update(as_expected(up))
+        gone = [i for i in range(2 + r, 1500, 9) if i in expected]
+        table.write(spark.createDataFrame([{"id": i, "region": expected[i][0], "ts": expected[i][1], "v": expected[i][2]} for i in gone],
+                                          ORDERS_SQL), "delete")
+        for i in gone:
+            expected.pop(i)
+        if table.config.table_type == MERGE_ON_READ:
+            assert table.compact(), "no compaction ran"
+        table = Table.open(spark, str(path))
+        assert (table.config.table_version, table.timeline().layout) == (version, 2)
+        mine = table.timeline().completed_after(before)
+        assert len(mine) >= 2 and all(i.completion > i.time and not i.legacy for i in mine), mine
+        assert (path / ".hoodie" / "timeline" / f"{mine[0].time}_{mine[0].completion}.{mine[0].action}").is_file()
+        three_readers_agree(table, path, java, expected)
+        java_rows = rows(java.read(path, query="incremental", begin=before), cols)
+        assert rows(pipe_read(table, since=before), cols) == java_rows and java_rows, "Java's incremental read of pipe's commits"
+        java_up = orders(range(1 + r, 1500, 6), 21 + 2 * r)
+        java.write(path, java_up, opts("upsert"))
+        expected.update(as_expected(java_up))
+        three_readers_agree(Table.open(spark, str(path)), path, java, expected)
 
 
 def incremental_and_time_travel_follow_java(spark, path: Path, java, bounded: bool = True, actions=("deltacommit",),

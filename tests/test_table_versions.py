@@ -1,9 +1,10 @@
-"""Which Hudi tables pipe opens: the table version and timeline layout it reads and writes (6,
-layout 1; versions 4 and 5 read only), and the Java features it neither reads nor writes,
+"""Which Hudi tables pipe opens: the table versions and timeline layouts it reads and writes (6
+with layout 1, 8 and 9 with layout 2; versions 4 and 5 read only), and the Java features it neither reads nor writes,
 refused with a message before anything is read or written."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -12,6 +13,7 @@ import pytest
 from runtime.table import Table, TableConfig
 from runtime.table.config import PROPERTIES, read_properties, update_properties
 from runtime.table.errors import TableError
+from runtime.table.timeline import CommitMetadata
 
 CONFIG = TableConfig(name="orders", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
 SCHEMA = "id long, region string, ts long, v string"
@@ -35,9 +37,11 @@ def upgrade_to_v8(path):
     hoodie = path / ".hoodie"
     (hoodie / "timeline" / "history").mkdir(parents=True)
     for f in os.listdir(hoodie):
-        m = re.match(r"^(\d{17})\.commit$", f)
-        if m:
-            os.rename(hoodie / f, hoodie / "timeline" / f"{m.group(1)}_{int(m.group(1)) + 5}.commit")
+        m = re.match(r"^(\d{17})\.(commit|deltacommit)$", f)
+        if m:  # its JSON metadata as Avro, as the upgrade rewrites it
+            meta = CommitMetadata.from_json(json.loads((hoodie / f).read_text()))
+            (hoodie / "timeline" / f"{m.group(1)}_{int(m.group(1)) + 5}.{m.group(2)}").write_bytes(meta.to_bytes(2))
+            os.remove(hoodie / f)
         elif re.match(r"^\d{17}\.", f):
             os.rename(hoodie / f, hoodie / "timeline" / f)
     text = (hoodie / "hoodie.properties").read_text()
@@ -45,14 +49,31 @@ def upgrade_to_v8(path):
     (hoodie / "hoodie.properties").write_text(text + "hoodie.table.initial.version=6\nhoodie.timeline.path=timeline\n")
 
 
-def test_a_table_hudi_1x_upgraded_to_version_8_is_read_and_refused_for_writes(spark, tmp_path):
+def hudi_rs_rows(path, cols=("id", "v")):
+    import hudi
+    import pyarrow as pa
+
+    got = pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(str(path)).build().read())
+    return sorted(zip(*(got.column(c).to_pylist() for c in cols)))
+
+
+def instant_files(path):
+    """The instant files of .hoodie/ (layout 1) and .hoodie/timeline/ (layout 2), by folder."""
+    return ([f for f in os.listdir(path / ".hoodie") if re.match(r"^\d{17}", f)],
+            sorted(f for f in os.listdir(path / ".hoodie" / "timeline") if re.match(r"^\d{17}", f)))
+
+
+def test_a_table_hudi_1x_upgraded_to_version_8_is_read_and_written_on(spark, tmp_path):
     """A copy-on-write table Hudi 1.x upgraded to version 8 (its timeline moved to
     .hoodie/timeline/, completed instants named with their completion time) reads as before the
-    upgrade, also incrementally by completion time; a write and a service are refused, naming
-    the version and the way back, and nothing changes. (Java 1.1's own tables: test_java_interop.py.)"""
+    upgrade, also incrementally by completion time; pipe then writes on at version 8 (a Table
+    opened before the upgrade too): its instants go to .hoodie/timeline/, completed as
+    `T_C.commit` with Avro metadata, and so does a clean's; hudi-rs reads each version. (Java
+    1.1's own tables: test_java_interop.py.)"""
+    from runtime.table import avro
+
     table, path = built(spark, tmp_path)  # opened before the upgrade, as a long-running process would have
     upgrade_to_v8(path)
-    before = files(path)
     opened = Table.open(spark, str(path))
     assert opened.timeline().layout == 2 and len(opened.timeline().completed()) == 1
     assert sorted((r["id"], r["v"]) for r in opened.read().collect()) == [(1, "a"), (2, "b")]
@@ -62,47 +83,73 @@ def test_a_table_hudi_1x_upgraded_to_version_8_is_read_and_refused_for_writes(sp
     assert done.completion and done.completion > done.time
     assert sorted((r["id"], r["v"]) for r in table.read(since=done.time).collect()) == [(1, "a"), (2, "b")]
     assert table.read(since=done.completion).count() == 0
-    with pytest.raises(TableError) as info:
-        table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")
-    message = str(info.value)
-    assert "table orders" in message and "version 8 (Hudi 1.x), which pipe reads but does not write yet" in message
-    assert "downgrade table --toVersion SIX" in message and "hoodie.write.table.version=6" in message
-    with pytest.raises(TableError, match="version 8"):
-        table.clean(retain=1)
-    assert files(path) == before
+    expected = {1: "a", 2: "b"}
+    for n in range(1, 4):
+        batch = [(1, "eu", 1_700_000_000_000 + n, f"a{n}"), (10 + n, "us", 1_700_000_000_000, f"new{n}")]
+        result = table.write(spark.createDataFrame(batch, SCHEMA), "upsert")
+        expected.update({r[0]: r[3] for r in batch})
+        top, moved = instant_files(path)
+        assert top == [], top  # nothing on the version 6 timeline
+        assert [f for f in moved if f.startswith(result.instant)] == sorted(
+            [f"{result.instant}.commit.requested", f"{result.instant}.inflight",
+             f"{result.instant}_{opened.timeline().find(result.instant).completion}.commit"])
+        meta = (path / ".hoodie" / "timeline" / [f for f in moved if f.startswith(result.instant + "_")][0]).read_bytes()
+        assert meta[:4] == b"Obj\x01" and avro.from_bytes(meta)["operationType"] == "UPSERT"
+        assert sorted((r["id"], r["v"]) for r in Table.open(spark, str(path)).read().collect()) == sorted(expected.items())
+        assert hudi_rs_rows(path) == sorted(expected.items())
+    assert read_properties(opened.storage)["hoodie.table.version"] == "8"
+    timeline = Table.open(spark, str(path)).timeline()
+    assert [i.completed_at for i in timeline.instants] == sorted(i.completed_at for i in timeline.instants)
+    assert all(i.time < i.completion for i in timeline.completed())
+    last = timeline.completed()[-1]
+    since = timeline.completed()[-2].completion
+    assert sorted((r["id"], r["v"]) for r in table.read(since=since).collect()) == [(1, "a3"), (13, "new3")]
+    cleaned = table.clean(retain=1)
+    assert cleaned.instant and cleaned.files_deleted > 0
+    assert any(f.startswith(cleaned.instant + "_") and f.endswith(".clean") for f in instant_files(path)[1])
+    assert hudi_rs_rows(path) == sorted(expected.items()) and last.time == Table.open(spark, str(path)).timeline().latest_completed().time
 
 
-def test_a_project_table_that_is_a_hudi_1x_table_is_never_compared_so_never_rebuilt(spark, tmp_path):
-    """A step whose table turns out to be Hudi 1.x's (another precombine field, here) is refused
-    for what it is, not as "created differently", whose hint, --full-refresh, would delete it;
-    no lock file is left in it."""
+def test_a_project_table_that_is_a_hudi_1x_table_is_compared_and_left_as_it_is(spark, tmp_path):
+    """A step whose table turns out to be Hudi 1.x's with another precombine field is refused as
+    created differently, like any table, and nothing of it changes; no lock file is left in it."""
     _, path = built(spark, tmp_path)
     upgrade_to_v8(path)
     before = files(path)
     other = TableConfig(name="orders", record_key_fields=("id",), partition_fields=("region",), precombine_field="v")
-    with pytest.raises(TableError) as info:
+    with pytest.raises(TableError, match="was created differently: precombine field is ts in the table but v now"):
         Table.create(spark, str(path), other)
-    assert "was created differently" not in str(info.value) and "version 8 (Hudi 1.x)" in str(info.value)
     assert Table.open(spark, str(path)).tidy() == []
     assert files(path) == before
 
 
-def test_a_merge_on_read_table_hudi_1x_upgraded_to_version_8_is_read_and_refused_for_writes(spark, tmp_path):
+def test_a_merge_on_read_table_hudi_1x_upgraded_to_version_8_is_written_and_compacted(spark, tmp_path):
+    """pipe's merge-on-read writes into a table Hudi 1.x upgraded to version 8 name each log
+    file with the deltacommit that wrote it (version 1), beside the version 6 logs named with
+    their slice's base instant; its reads put each log in its slice by completion time, and a
+    compaction merges both kinds, completing as `T_C.commit`; hudi-rs reads every step alike."""
     path = tmp_path / "orders"
     table = Table.create(spark, str(path), TableConfig(name="orders", table_type="MERGE_ON_READ", record_key_fields=("id",),
                                                        partition_fields=("region",), precombine_field="ts"))
     table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_000, "a"), (2, "eu", 1_700_000_000_000, "b")], SCHEMA), "upsert")
     table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_001, "a2")], SCHEMA), "upsert")  # into a log file
     upgrade_to_v8(path)
-    before = files(path)
     opened = Table.open(spark, str(path))
     assert [s.has_logs for s in opened.view().latest_slices()] == [True]
     assert sorted((r["id"], r["v"]) for r in opened.read().collect()) == [(1, "a2"), (2, "b")]
-    with pytest.raises(TableError, match="version 8 \\(Hudi 1.x\\), which pipe reads but does not write yet"):
-        table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_002, "a3")], SCHEMA), "upsert")
-    with pytest.raises(TableError, match="reads but does not write yet"):
-        opened.compact()
-    assert files(path) == before
+    first = table.write(spark.createDataFrame([(2, "eu", 1_700_000_000_002, "b2")], SCHEMA), "upsert")
+    second = table.write(spark.createDataFrame([(1, "eu", 1_700_000_000_000, "stale"), (2, "eu", 1_700_000_000_003, "b3")], SCHEMA), "upsert")
+    logs = sorted(p.name for p in (path / "region=eu").glob(".*.log.*"))
+    assert len(logs) == 3 and all(any(f"_{t}.log.1_" in n for n in logs) for t in (first.instant, second.instant)), logs
+    expected = [(1, "a2"), (2, "b3")]  # the stale ordering value loses
+    assert sorted((r["id"], r["v"]) for r in Table.open(spark, str(path)).read().collect()) == expected
+    assert hudi_rs_rows(path) == expected
+    compacted = Table.open(spark, str(path)).compact()
+    assert compacted and list((path / ".hoodie" / "timeline").glob(f"{compacted}_*.commit"))
+    slices = Table.open(spark, str(path)).view().latest_slices()
+    assert [(s.base_instant, s.has_logs) for s in slices] == [(compacted, False)]
+    assert sorted((r["id"], r["v"]) for r in Table.open(spark, str(path)).read().collect()) == expected
+    assert hudi_rs_rows(path) == expected
 
 
 def _touch(path, size: int = 0) -> None:

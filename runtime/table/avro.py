@@ -205,6 +205,46 @@ COMPACTION_PLAN = {
     ],
 }
 
+# Timeline layout 2 (Hudi 1.x, table versions 8 and 9): the commit metadata of a commit,
+# deltacommit or compaction is Avro too, in the schema Hudi 1.1's HoodieCommitMetadata class
+# carries (the fields of 0.x's JSON, less `recordsStats`); a replacecommit's adds
+# partitionToReplaceFileIds. Every field is optional: Java resolves them by name.
+_OPT_LONG = ["null", "long"]
+WRITE_STAT = {
+    "type": "record", "name": "HoodieWriteStat", "namespace": _NS,
+    "fields": [{"name": n, "type": t, "default": None} for n, t in (
+        ("fileId", _OPT_STR), ("path", _OPT_STR), ("prevCommit", _OPT_STR), ("numWrites", _OPT_LONG),
+        ("numDeletes", _OPT_LONG), ("numUpdateWrites", _OPT_LONG), ("totalWriteBytes", _OPT_LONG),
+        ("totalWriteErrors", _OPT_LONG), ("partitionPath", _OPT_STR), ("totalLogRecords", _OPT_LONG),
+        ("totalLogFiles", _OPT_LONG), ("totalUpdatedRecordsCompacted", _OPT_LONG), ("numInserts", _OPT_LONG),
+        ("totalLogBlocks", _OPT_LONG), ("totalCorruptLogBlock", _OPT_LONG), ("totalRollbackBlocks", _OPT_LONG),
+        ("fileSizeInBytes", _OPT_LONG), ("logVersion", ["null", "int"]), ("logOffset", _OPT_LONG), ("baseFile", _OPT_STR),
+        ("logFiles", ["null", _STRS]), ("cdcStats", ["null", {"type": "map", "values": "long"}]), ("prevBaseFile", _OPT_STR),
+        ("minEventTime", _OPT_LONG), ("maxEventTime", _OPT_LONG),
+        ("runtimeStats", ["null", {"type": "record", "name": "HoodieRuntimeStats", "namespace": _NS, "fields": [
+            {"name": n, "type": _OPT_LONG, "default": None} for n in ("totalScanTime", "totalCreateTime", "totalUpsertTime")]}]),
+        ("totalLogFilesCompacted", _OPT_LONG), ("totalLogReadTimeMs", _OPT_LONG), ("totalLogSizeCompacted", _OPT_LONG),
+        ("tempPath", _OPT_STR), ("numUpdates", _OPT_LONG),
+    )],
+}
+
+
+def _commit_metadata(name: str, replace: bool) -> dict:
+    fields = [
+        {"name": "partitionToWriteStats", "type": ["null", {"type": "map", "values": {"type": "array", "items": WRITE_STAT}}], "default": None},
+        {"name": "compacted", "type": ["null", "boolean"], "default": None},
+        {"name": "extraMetadata", "type": _OPT_STR_MAP, "default": None},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {"name": "operationType", "type": _OPT_STR, "default": None},
+    ]
+    if replace:
+        fields.append({"name": "partitionToReplaceFileIds", "type": ["null", {"type": "map", "values": _STRS}], "default": None})
+    return {"type": "record", "name": name, "namespace": _NS, "fields": fields}
+
+
+COMMIT_METADATA = _commit_metadata("HoodieCommitMetadata", replace=False)
+REPLACE_COMMIT_METADATA = _commit_metadata("HoodieReplaceCommitMetadata", replace=True)
+
 _PARSED: dict[str, Any] = {}
 
 

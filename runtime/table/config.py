@@ -32,6 +32,8 @@ _EVENT_TIME_PAYLOAD = "org.apache.hudi.common.model.DefaultHoodieRecordPayload"
 _COMMIT_TIME_PAYLOAD = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"
 # Merge modes of a merge-on-read read (read_merge_mode).
 COMMIT_TIME, EVENT_TIME, APPEND_ONLY = "COMMIT_TIME_ORDERING", "EVENT_TIME_ORDERING", "APPEND_ONLY"
+# hoodie.record.merge.strategy.id of version 8 tables (Hudi's HoodieRecordMerger)
+_EVENT_TIME_STRATEGY, _COMMIT_TIME_STRATEGY = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5", "ce9acb64-bde0-424c-9b91-f6ebba25356d"
 _PAYLOAD_MODES = {_COMMIT_TIME_PAYLOAD: COMMIT_TIME, _EVENT_TIME_PAYLOAD: EVENT_TIME}
 
 
@@ -58,6 +60,9 @@ class TableConfig:
     # None: not looked at yet (Java's text is written)
     legacy_value_text: bool | None = None
     create_schema: str | None = None  # hoodie.table.create.schema: the Avro schema of the first write
+    # not a property: the table version a new table is created with (6, 8 or 9); an existing
+    # table's is `table_version`, as read
+    create_version: int = field(default=TABLE_VERSION, compare=False)
     # every property as read (None: a config pipe is about to create)
     properties: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
@@ -137,11 +142,35 @@ class TableConfig:
         }
         if self.precombine_field:
             props["hoodie.table.precombine.field"] = self.precombine_field
+        if self.create_version in READABLE_1X:
+            props.update(self._properties_1x())
+            if self.create_version == 9:  # its ordering field names the precombine field; no payload class
+                del props["hoodie.compaction.payload.class"]
+                props.pop("hoodie.table.precombine.field", None)
         if self.complex_single_key:  # Java's current default text, declared for Java's validation
             props["hoodie.table.complex.keygen.encoding"] = self.complex_key_encoding or "FIELD_PREFIXED"
         if self.create_schema:
             props["hoodie.table.create.schema"] = self.create_schema
         return store_properties(props, "Properties saved on " + now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z")
+
+    def _properties_1x(self) -> dict[str, str]:
+        """What a table Hudi 1.x creates at version 8 or 9 declares beyond version 6's keys
+        (docs/hudi-1x-format.md 1.1): timeline layout 2 in .hoodie/timeline/, the key
+        generator's type, the merge mode; version 8 keeps the precombine field, payload class and
+        merge strategy, version 9 names the ordering field and drops the other two."""
+        keygen = {c: t for t, c in _KEYGEN_TYPES.items()}[self.key_generator]
+        props = {
+            "hoodie.table.version": str(self.create_version), "hoodie.table.initial.version": str(self.create_version),
+            "hoodie.timeline.layout.version": "2", "hoodie.timeline.path": "timeline", "hoodie.timeline.history.path": "history",
+            "hoodie.table.keygenerator.type": keygen,
+        }
+        if self.create_version == 8:
+            props["hoodie.record.merge.strategy.id"] = _EVENT_TIME_STRATEGY if self.event_time_ordering else _COMMIT_TIME_STRATEGY
+        else:
+            props["hoodie.table.format"] = "native"
+            if self.precombine_field:
+                props["hoodie.table.ordering.fields"] = self.precombine_field
+        return props
 
     @classmethod
     def from_properties(cls, text: str) -> "TableConfig":
@@ -150,7 +179,8 @@ class TableConfig:
     @classmethod
     def from_properties_map(cls, props: Mapping[str, str]) -> "TableConfig":
         split = lambda v: tuple(x for x in (v or "").split(",") if x)  # noqa: E731
-        keygen = props.get("hoodie.table.keygenerator.class", "")
+        # version 9 may name it by type only (hoodie.table.keygenerator.type, Hudi's KeyGeneratorType)
+        keygen = props.get("hoodie.table.keygenerator.class", "") or _KEYGEN_TYPES.get((props.get("hoodie.table.keygenerator.type") or "").strip().upper(), "")
         partitions = () if keygen.endswith("NonpartitionedKeyGenerator") else split(props.get("hoodie.table.partition.fields"))
         return cls(
             name=props["hoodie.table.name"],
@@ -237,13 +267,11 @@ class TableConfig:
             if unreadable:
                 return unreadable
         props = self.properties or {}
-        if self.table_version in READABLE_1X:
-            return (f"it is Hudi table version {self.table_version} (Hudi 1.x), which pipe reads but does not write yet (it writes "
-                    "version 6): keep writing it with Hudi 1.x (a project reads it incrementally with a `kind: hudi` source), "
-                    "or downgrade it with Hudi 1.x (hudi-cli `downgrade table "
-                    "--toVersion SIX`, or Spark SQL `CALL downgrade_table(table => '...', to_version => 'SIX')`) and keep Hudi 1.x "
-                    "writers on it at hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")
-        if self.table_version != TABLE_VERSION:
+        ordering = [f for f in (props.get("hoodie.table.ordering.fields") or "").split(",") if f.strip()]
+        if self.table_version in READABLE_1X and len(ordering) > 1:
+            return (f"it orders the versions of a key by several fields (hoodie.table.ordering.fields={','.join(ordering)}), "
+                    "which pipe's writer does not compare")
+        if self.table_version != TABLE_VERSION and self.table_version not in READABLE_1X:
             return (f"it is Hudi table version {self.table_version}, which pipe reads but does not write (it writes version 6): "
                     "upgrade it by writing to it once with Hudi 0.14 or 0.15")
         if props.get("hoodie.table.cdc.enabled", "false").lower() == "true":
@@ -391,6 +419,11 @@ def decode_properties(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data.decode("iso-8859-1")
+
+
+_KEYGEN_TYPES = {t: _KEYGEN + c for t, c in (
+    ("SIMPLE", "SimpleKeyGenerator"), ("COMPLEX", "ComplexKeyGenerator"), ("NON_PARTITION", "NonpartitionedKeyGenerator"),
+    ("TIMESTAMP", "TimestampBasedKeyGenerator"), ("CUSTOM", "CustomKeyGenerator"))}
 
 
 def _one_field(text: str | None) -> str | None:

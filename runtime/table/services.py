@@ -16,8 +16,8 @@ from runtime.table import tombstones
 from runtime.table.layout import FileSystemView
 from runtime.table.timeline import WRITE_ACTIONS
 from runtime.table.timeline import (  # noqa: F401 - archived_instants: used by callers of this module
-    ARCHIVED, CLEAN, COMMIT, COMPACTION, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT, Instant,
-    Timeline, archived_instants,
+    ARCHIVED, CLEAN, CLUSTERING, COMMIT, COMPACTION, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT,
+    Instant, Timeline, archived_instants, instant_path, layout_of,
 )
 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
@@ -174,16 +174,16 @@ def _rollback_plan(storage, target: Instant, by_partition: dict[str, list[str]],
     }
 
 
-def _undo(storage, target: Instant, files: list[str], started: float, rollback_time: str, shared: list[str] = ()) -> dict:
+def _undo(storage, timeline: Timeline, target: Instant, files: list[str], started: float, rollback_time: str, shared: list[str] = ()) -> dict:
     """Undoes one write instant: unpublishes it if completed (its completed file goes first, so
     readers fall back to the previous state at once), deletes its data files, hides its blocks
     in logs it shares with other instants (`shared`) behind rollback command blocks, and
     returns the HoodieRollbackMetadata. The caller removes the instant's requested/inflight
     files after it has recorded the rollback."""
     if target.is_completed:
-        if not storage.exists(f"{HOODIE}/{target.with_state(INFLIGHT).file_name()}"):
-            storage.write_atomic(f"{HOODIE}/{target.with_state(INFLIGHT).file_name()}", b"")  # stays pending if we die now
-        storage.delete(f"{HOODIE}/{target.file_name()}")
+        if not storage.exists(timeline.path(target, INFLIGHT)):
+            storage.write_atomic(timeline.path(target, INFLIGHT), b"")  # stays pending if we die now
+        storage.delete(timeline.path(target))
     for path in files:
         storage.delete(path)
     blocks = _write_rollback_blocks(storage, target.time, rollback_time, list(shared)) if shared else {}
@@ -216,14 +216,14 @@ def _by_partition(files: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _forget(storage, target: Instant) -> None:
+def _forget(storage, timeline: Timeline, target: Instant) -> None:
     for state in (INFLIGHT, REQUESTED):
-        storage.delete(f"{HOODIE}/{target.with_state(state).file_name()}")
+        storage.delete(timeline.path(target, state))
     if target.action == COMMIT and target.is_completed:
         # a completed compaction undone: its plan and inflight file go with its commit (a
         # pending compaction's plan is never deleted here: the logs named with it need it)
         for state in (INFLIGHT, REQUESTED):
-            storage.delete(f"{HOODIE}/{target.time}.{COMPACTION}.{state}")
+            storage.delete(timeline.path(Instant(target.time, COMPACTION, state)))
 
 
 def _undo_files(storage, target: Instant, by_instant: dict[str, list[str]], appended: dict[str, list[str]]) -> tuple[list[str], list[str]]:
@@ -239,12 +239,13 @@ def _rollback(storage, target: Instant, by_instant: dict[str, list[str]], append
     go. (Removing those first could make the failed files look committed to a reader.)"""
     started = time.time()
     files, shared = _undo_files(storage, target, by_instant, appended or {})
-    now = Instant(Timeline.load(storage).new_instant_time(), ROLLBACK, REQUESTED)
-    storage.write_atomic(f"{HOODIE}/{now.file_name()}", avro.to_bytes(avro.ROLLBACK_PLAN, _rollback_plan(storage, target, _by_partition(files), shared)))
-    storage.write_atomic(f"{HOODIE}/{now.with_state(INFLIGHT).file_name()}", b"")
-    meta = _undo(storage, target, files, started, now.time, shared)
-    storage.create_exclusive(f"{HOODIE}/{now.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.ROLLBACK_METADATA, meta))
-    _forget(storage, target)
+    timeline = Timeline.load(storage)
+    now = Instant(timeline.new_instant_time(), ROLLBACK, REQUESTED)
+    storage.write_atomic(timeline.path(now), avro.to_bytes(avro.ROLLBACK_PLAN, _rollback_plan(storage, target, _by_partition(files), shared)))
+    storage.write_atomic(timeline.path(now, INFLIGHT), b"")
+    meta = _undo(storage, timeline, target, files, started, now.time, shared)
+    timeline.complete(now, avro.to_bytes(avro.ROLLBACK_METADATA, meta))
+    _forget(storage, timeline, target)
     return now.time
 
 
@@ -255,16 +256,18 @@ def revert_compaction(storage, instant: str) -> None:
     for path in files:
         storage.delete(path)
     markers.delete_dir(storage, instant)
-    storage.delete(f"{HOODIE}/{instant}.{COMPACTION}.{INFLIGHT}")
+    storage.delete(Timeline.load(storage).path(Instant(instant, COMPACTION, INFLIGHT)))
 
 
 def is_clustering(storage, instant: Instant) -> bool:
     """A pending replacecommit that is a clustering (its requested file holds a
     HoodieRequestedReplaceMetadata with operationType CLUSTER), not an insert_overwrite."""
+    if instant.action == CLUSTERING:
+        return True
     if instant.action != REPLACECOMMIT:
         return False
     try:
-        data = storage.read_bytes(f"{HOODIE}/{instant.with_state(REQUESTED).file_name()}")
+        data = storage.read_bytes(instant_path(instant, layout_of(storage), REQUESTED))
     except FileNotFoundError:
         return False
     if not data:
@@ -422,8 +425,8 @@ def savepoint(storage, instant: str | None, user: str, comment: str = "") -> str
         "version": 1,
     }
     sp = Instant(target.time, SAVEPOINT, INFLIGHT)
-    storage.write_atomic(f"{HOODIE}/{sp.file_name()}", b"")
-    storage.create_exclusive(f"{HOODIE}/{sp.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.SAVEPOINT_METADATA, meta))
+    storage.write_atomic(timeline.path(sp), b"")
+    timeline.complete(sp, avro.to_bytes(avro.SAVEPOINT_METADATA, meta))
     return target.time
 
 
@@ -432,9 +435,9 @@ def delete_savepoint(storage, instant: str) -> None:
     if instant not in savepoint_times(timeline):
         listed = ", ".join(savepoint_times(timeline)) or "none"
         raise TableError(f"instant {instant} has no savepoint (savepoints: {listed})")
-    sp = Instant(instant, SAVEPOINT, COMPLETED)
-    storage.delete(f"{HOODIE}/{sp.file_name()}")
-    storage.delete(f"{HOODIE}/{sp.with_state(INFLIGHT).file_name()}")
+    sp = next(i for i in timeline.completed((SAVEPOINT,)) if i.time == instant)
+    storage.delete(timeline.path(sp))
+    storage.delete(timeline.path(sp, INFLIGHT))
 
 
 # --- restore ----------------------------------------------------------------------------------
@@ -450,7 +453,7 @@ def restore(storage, instant: str) -> tuple[str, list[str]]:
     writes = timeline.completed()
     target = next((i for i in writes if i.time == instant), None)
     if target is None:
-        archived = any(i.time == instant for i in archived_instants(storage))
+        archived = any(i.time == instant for i in archived_instants(storage, timeline.layout))
         raise TableError(f"instant {instant} is " + ("archived" if archived else "not a completed write of the table"),
                            "restore to a write instant on the active timeline (`pipe timeline TABLE`); savepointed instants are never archived")
     later = [i for i in writes if i.time > instant]
@@ -473,8 +476,8 @@ def restore(storage, instant: str) -> tuple[str, list[str]]:
         "version": 2,
         "savepointToRestoreTimestamp": instant if instant in savepoint_times(timeline) else None,
     }
-    storage.write_atomic(f"{HOODIE}/{inst.file_name()}", avro.to_bytes(avro.RESTORE_PLAN, plan))
-    storage.write_atomic(f"{HOODIE}/{inst.with_state(INFLIGHT).file_name()}", b"")
+    storage.write_atomic(timeline.path(inst), avro.to_bytes(avro.RESTORE_PLAN, plan))
+    storage.write_atomic(timeline.path(inst, INFLIGHT), b"")
     fault("restore_started")
     return inst.time, _finish_restore(storage, inst)
 
@@ -484,8 +487,8 @@ def _finish_restore(storage, inst: Instant) -> list[str]:
     completes the restore. Idempotent: a restore that died half way is finished by the next
     writer (rollback_pending)."""
     started = time.time()
-    plan = avro.from_bytes(storage.read_bytes(f"{HOODIE}/{inst.with_state(REQUESTED).file_name()}"))
     timeline = Timeline.load(storage)
+    plan = avro.from_bytes(storage.read_bytes(timeline.path(inst, REQUESTED)))
     present = {(i.time, i.action): i for i in timeline.instants}
     appended: dict[str, list[str]] = {}
     by_instant = _data_files_by_instant(storage, appended=appended)
@@ -496,8 +499,8 @@ def _finish_restore(storage, inst: Instant) -> list[str]:
         infos.append(info)
         if target is not None:
             files, shared = _undo_files(storage, target, by_instant, appended)
-            undone[target.time] = [_undo(storage, target, files, time.time(), inst.time, shared)]
-            _forget(storage, target)
+            undone[target.time] = [_undo(storage, timeline, target, files, time.time(), inst.time, shared)]
+            _forget(storage, timeline, target)
             fault("restore_undid_one")
         else:
             undone[info["commitTime"]] = []
@@ -510,7 +513,7 @@ def _finish_restore(storage, inst: Instant) -> list[str]:
         "restoreInstantInfo": infos,
         "extraMetadata": None,
     }
-    storage.create_exclusive(f"{HOODIE}/{inst.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.RESTORE_METADATA, meta))
+    timeline.complete(inst, avro.to_bytes(avro.RESTORE_METADATA, meta))
     return [i["commitTime"] for i in infos]
 
 
@@ -532,8 +535,9 @@ def fault(point: str) -> None:
 def _finish_service(storage, pending: Instant) -> None:
     """A clean or rollback that died half way: its plan is idempotent, so we drop the
     unfinished instant; the next clean plans again."""
+    layout = layout_of(storage)
     for state in (INFLIGHT, REQUESTED):
-        storage.delete(f"{HOODIE}/{pending.with_state(state).file_name()}")
+        storage.delete(instant_path(pending, layout, state))
 
 
 @dataclass(frozen=True)
@@ -611,8 +615,8 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_f
         "partitionsToBeDeleted": [],
     }
     plan_bytes = avro.to_bytes(avro.CLEANER_PLAN, plan)
-    storage.write_atomic(f"{HOODIE}/{inst.file_name()}", plan_bytes)
-    storage.write_atomic(f"{HOODIE}/{inst.with_state(INFLIGHT).file_name()}", plan_bytes)
+    storage.write_atomic(timeline.path(inst), plan_bytes)
+    storage.write_atomic(timeline.path(inst, INFLIGHT), plan_bytes)
     deleted = 0
     for fs in doomed.values():
         for f in fs:
@@ -634,7 +638,7 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_f
         "version": 2,
         "bootstrapPartitionMetadata": None,
     }
-    storage.create_exclusive(f"{HOODIE}/{inst.with_state(COMPLETED).file_name()}", avro.to_bytes(avro.CLEAN_METADATA, meta))
+    timeline.complete(inst, avro.to_bytes(avro.CLEAN_METADATA, meta))
     return CleanResult(inst.time, deleted, earliest)
 
 
@@ -656,7 +660,7 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
     instant files themselves, which Java's archived-timeline reader skips and hudi-rs never reads."""
     timeline = Timeline.load(storage)
     instants = timeline.instants
-    if len(instants) <= max_instants:
+    if len(instants) <= max_instants or timeline.layout >= 2:  # Hudi 1.x's LSM history: not written yet
         return []
     latest_write = timeline.latest_completed()
     stops = savepoint_times(timeline) + ([keep_from] if keep_from else [])

@@ -44,7 +44,7 @@ from runtime.table.layout import FileSystemView, bucket_index_file_ids
 from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, invalid_avro_names, spark_struct
 from runtime.table.timeline import (
     CLEAN, COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
-    Timeline, WriteStat,
+    Timeline, WriteStat, instant_path,
 )
 
 LOCK_FILE = f"{HOODIE}/pipe.lock"
@@ -113,7 +113,7 @@ class Table:
             return table
         if config.table_type not in (COPY_ON_WRITE, MERGE_ON_READ):
             raise TableError(f"table type {config.table_type} is not one pipe knows; use copy_on_write or merge_on_read")
-        for d in _HOODIE_DIRS:
+        for d in _HOODIE_DIRS + (("timeline", "timeline/history") if config.create_version >= 8 else ()):
             storage.write_atomic(f"{HOODIE}/{d}/.keep", b"") if not hasattr(storage, "root") else os.makedirs(storage.full_path(f"{HOODIE}/{d}"), exist_ok=True)
         text = config.to_properties()
         if not storage.create_exclusive(PROPERTIES, text.encode("iso-8859-1")):
@@ -354,7 +354,7 @@ class Table:
             # Hudi's requested replacecommit is an empty HoodieRequestedReplaceMetadata (Avro)
             self._transition(instant, REQUESTED, _avro.to_bytes(_avro.REQUESTED_REPLACE_METADATA, _avro.EMPTY_REPLACE_REQUEST) if replacing else b"")
             op_type = "BOOTSTRAP" if bootstrap else _writer.OPERATION_TYPES[operation]
-            self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes())
+            self._transition(instant, INFLIGHT, CommitMetadata(op_type, [], {}).to_bytes(timeline.layout))
             _services.fault("after_inflight")
             try:
                 staged = _writer.write(self.spark, self, df, opts, instant.time, timeline, slices, stored_struct)
@@ -371,7 +371,7 @@ class Table:
             extra = {"schema": staged.schema_json, **opts.extra_metadata}
             meta = CommitMetadata(op_type, staged.stats, extra, staged.replaced if replacing else None)
             self._check_lock()
-            if not self.storage.create_exclusive(f"{HOODIE}/{instant.file_name('completed')}", meta.to_bytes()):
+            if timeline.complete(instant, meta.to_bytes(timeline.layout)) is None:
                 raise TableError(f"instant {instant.time} was completed by someone else")
             # as Java's post-commit: the markers and the heartbeat of a completed instant go
             self._stop_heartbeat(instant.time)
@@ -572,7 +572,7 @@ class Table:
         _heartbeat.stop(self.storage, instant)
 
     def _transition(self, instant: Instant, state: str, data: bytes) -> None:
-        name = f"{HOODIE}/{instant.with_state(state).file_name()}"
+        name = instant_path(instant, self.config.timeline_layout, state)
         if not self.storage.create_exclusive(name, data):
             raise TableError(f"instant file {name} exists already; another writer is active")
 
@@ -675,7 +675,7 @@ class Table:
         timeline = self.timeline()
         done = None
         for t in timeline.pending_compactions():
-            plan = _avro.from_bytes(self.storage.read_bytes(f"{HOODIE}/{t}.{COMPACTION}.{REQUESTED}"))
+            plan = _avro.from_bytes(self.storage.read_bytes(timeline.path(Instant(t, COMPACTION, REQUESTED))))
             if only_pipes and not _compaction.scheduled_by_pipe(plan):
                 continue
             slices = _compaction.planned_slices(self.storage, self.config.name, t, plan)
@@ -724,7 +724,7 @@ class Table:
         from runtime.table import compaction as _compaction
 
         struct = self.schema(timeline)
-        if not self.storage.exists(f"{HOODIE}/{instant.with_state(INFLIGHT).file_name()}"):
+        if not self.storage.exists(timeline.path(instant, INFLIGHT)):
             self._transition(instant, INFLIGHT, b"")
         try:
             spec = _reader.merge_spec(self.storage, _writer.with_meta_struct(struct), timeline, self.config)
@@ -742,7 +742,7 @@ class Table:
             raise
         meta = CommitMetadata("COMPACT", stats, {"schema": avro_schema_json(struct, self.config.name)}, compacted=True)
         self._check_lock()
-        if not self.storage.create_exclusive(f"{HOODIE}/{instant.time}.{COMMIT}", meta.to_bytes()):
+        if timeline.complete(Instant(instant.time, COMMIT, REQUESTED), meta.to_bytes(timeline.layout)) is None:
             raise TableError(f"compaction {instant.time} was completed by someone else")
         _markers.delete_dir(self.storage, instant.time)
         return instant.time

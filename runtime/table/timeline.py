@@ -135,8 +135,10 @@ class Timeline:
         self.compactions: set[str] = {t for (t, a) in completed_as if a == COMPACTION}
 
     @classmethod
-    def load(cls, storage: Storage, layout: int = 1) -> "Timeline":
-        """The active timeline of timeline layout `layout` (TableConfig.timeline_layout)."""
+    def load(cls, storage: Storage, layout: int | None = None) -> "Timeline":
+        """The active timeline of timeline layout `layout` (TableConfig.timeline_layout; None:
+        the one hoodie.properties declares)."""
+        layout = layout_of(storage) if layout is None else layout
         found, made = [], {}
         folder, parse = (TIMELINE_V2, parse_instant_file_v2) if layout >= 2 else (HOODIE, parse_instant_file)
         local = None
@@ -179,7 +181,10 @@ class Timeline:
         return done[-1] if done else None
 
     def last_time(self) -> str | None:
-        return self.instants[-1].time if self.instants else None
+        """The latest time on the timeline: of an instant, or in layout 2 of a completion (a new
+        instant or completion time must be later than both, as Java 1.x's time generator has it)."""
+        times = [i.time for i in self.instants[-1:]] + [i.completion for i in self.instants if i.completion]
+        return max(times) if times else None
 
     def pending_compactions(self) -> list[str]:
         """Times of the compactions planned (requested) or running (inflight), not committed."""
@@ -234,6 +239,20 @@ class Timeline:
         done = [i for i in self.completed(actions) if completion is None or i.completed_at > completion]
         return sorted(done, key=lambda i: (i.completed_at, i.time))
 
+    def complete(self, instant: Instant, data: bytes) -> Instant | None:
+        """Completes `instant` by creating its completed file with `data` exclusively: `T.action`
+        in layout 1; in layout 2 `T_C.action`, C a new time from the table's clock (later than
+        every instant and completion), after checking no completed file of `T` exists (its name
+        has another C). Returns the completed instant, or None when it was completed already."""
+        done = Instant(instant.time, instant.action, COMPLETED)
+        if self.layout >= 2:
+            prefix = f"{instant.time}_"
+            if any(f.path.rsplit("/", 1)[-1].startswith(prefix) and f.path.endswith(f".{instant.action}")
+                   for f in self.storage.list_files(TIMELINE_V2, recursive=False)):
+                return None
+            done = Instant(instant.time, instant.action, COMPLETED, self.new_instant_time())
+        return done if self.storage.create_exclusive(self.path(done), data) else None
+
     def find(self, time: str) -> Instant | None:
         for i in self.instants:
             if i.time == time:
@@ -255,6 +274,17 @@ class Timeline:
 
     def commit_metadata(self, instant: Instant) -> "CommitMetadata":
         return CommitMetadata.from_json(self.read_json(instant))
+
+
+def layout_of(storage) -> int:
+    """The timeline layout hoodie.properties declares (TableConfig.timeline_layout); 1 for no
+    table yet."""
+    from runtime.table.config import TableConfig, read_properties
+
+    try:
+        return TableConfig.from_properties_map(read_properties(storage)).timeline_layout
+    except FileNotFoundError:
+        return 1
 
 
 # --- instant times ----------------------------------------------------------------------------
@@ -404,7 +434,16 @@ class CommitMetadata:
             out["partitionToReplaceFileIds"] = self.replaced
         return out
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, layout: int = 1) -> bytes:
+        """JSON in timeline layout 1; in layout 2 an Avro object container of Hudi 1.x's
+        HoodieCommitMetadata (HoodieReplaceCommitMetadata for a replacecommit)."""
+        if layout >= 2:
+            from runtime.table import avro
+
+            record = self.to_json()
+            record["version"] = 1
+            schema = avro.COMMIT_METADATA if self.replaced is None else avro.REPLACE_COMMIT_METADATA
+            return avro.to_bytes(schema, record)
         return json.dumps(self.to_json(), indent=2).encode("utf-8")
 
     @classmethod

@@ -497,7 +497,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     merge = keyed and opts.operation != "insert"
     # merge-on-read: updates and deletes of a group go to a new log file of its slice, except
     # in small files taking inserts, which are rewritten like copy-on-write (as Hudi does)
-    log_groups = _log_targets(touched - {(b.partition, b.file_id) for b in buckets}, existing) if config.table_type == MERGE_ON_READ and merge else {}
+    log_groups = (_log_targets(touched - {(b.partition, b.file_id) for b in buckets}, existing, _log_named_by(timeline, instant))
+                  if config.table_type == MERGE_ON_READ and merge else {})
     n = max(1, min(len(groups), spark_api.default_parallelism(spark) * 4))
     return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n, present)
 
@@ -628,7 +629,7 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
         record_size=table.record_size_estimate(opts.record_size_estimate, timeline),
     )
     existing = {(s.partition, s.file_id): s for s in mine}
-    log_groups = _log_targets(set(existing), existing) if config.table_type == MERGE_ON_READ else {}
+    log_groups = _log_targets(set(existing), existing, _log_named_by(timeline, instant)) if config.table_type == MERGE_ON_READ else {}
     tasks = max(1, min(len(partitions), spark_api.default_parallelism(spark) * 4))
     incoming = rows.select(*_data_select(F, present, struct, data_columns), KEY, PART, _DELETE, _SEQ)
     incoming = _in_turns(F, incoming, PART, sorted(partitions), tasks).sortWithinPartitions(PART)
@@ -668,17 +669,25 @@ def partition_task_threads(master: str, parallelism: int, python_memory: str | N
     return 1 if tasks >= parallelism else None
 
 
-def _log_targets(groups, existing: dict[tuple[str, str], FileSlice]) -> dict[str, LogTarget]:
+def _log_named_by(timeline, instant: str) -> str | None:
+    """The instant a new log file is named with in timeline layout 2 (table versions 8 and 9):
+    the deltacommit writing it, as Hudi 1.x names logs; None in layout 1 (the slice's)."""
+    return instant if timeline.layout >= 2 else None
+
+
+def _log_targets(groups, existing: dict[tuple[str, str], FileSlice], named_by: str | None = None) -> dict[str, LogTarget]:
     """The next log file of each group's latest slice (versions continue the slice's logs).
     A group under a pending compaction gets a log named with the compaction's instant, as
     Java's writers name it (HoodieAppendHandle, table version 6): when that compaction
-    completes, its new base file and these logs make the group's latest slice."""
+    completes, its new base file and these logs make the group's latest slice. In table
+    versions 8 and 9 every log is named with the deltacommit writing it (`named_by`), version
+    1: readers put it in the slice by that deltacommit's completion time (layout.py)."""
     out = {}
     for p, fid in groups:
         s = existing.get((p, fid))
         if s is None:
             continue
-        named = _log_base_instant(s)
+        named = named_by or _log_base_instant(s)
         version = max((lf.version for lf in s.log_files if lf.base_instant == named), default=0) + 1
         base = s.base_file
         out[f"{p}/{fid}"] = LogTarget(base.path if base else None, base.size if base else 0, named, version,
@@ -701,6 +710,9 @@ def _log_stat(slice_: FileSlice, target: LogTarget, path: str, inserts: int, upd
 
     name = path.rsplit("/", 1)[-1]
     named = _log_base_instant(slice_)
+    if target.base_instant != named:  # table versions 8 and 9: as Hudi 1.x's append handle has it
+        return WriteStat(slice_.file_id, path, slice_.partition, target.base_instant, updates, inserts, updates, deletes, size,
+                         base_file="", log_files=(name,), log_version=target.version)
     logs = tuple(lf.name for lf in slice_.log_files if lf.base_instant == named) + (name,)
     base = slice_.base_file.name if slice_.base_file and slice_.pending_compaction is None else ""  # the compaction's base is not written yet
     return WriteStat(slice_.file_id, path, slice_.partition, named, updates, inserts, updates, deletes, size,
