@@ -227,7 +227,12 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "file layout or table services; the rows stay the same"))
     if bc.get("expect") != hc.get("expect"):
         out.append(_expect_change(h.name, bc.get("expect"), hc.get("expect")))
-    known = set(REWRITE_KEYS) | set(BREAKING_KEYS) | set(NON_BREAKING_KEYS) | {"operation", "delete_when", "partitions_to_delete", "schema", "expect"}
+    if bc.get("table_version", 6) != hc.get("table_version", 6):
+        out.append(Change("table_version", bc.get("table_version", 6), hc.get("table_version", 6), "non-breaking",
+                          "the Hudi table version a new table is created with; the stored table keeps its own until it is "
+                          "rebuilt (`--full-refresh`)"))
+    known = set(REWRITE_KEYS) | set(BREAKING_KEYS) | set(NON_BREAKING_KEYS) | {"operation", "delete_when", "partitions_to_delete", "schema",
+                                                                                  "expect", "table_version"}
     for key in sorted(set(bc) | set(hc)):
         if key not in known and bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "a table setting"))

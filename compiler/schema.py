@@ -45,7 +45,7 @@ class Key:
     doc: str
     required: bool = False
     default: Any = None
-    choices: tuple[str, ...] | None = None
+    choices: tuple[str, ...] | tuple[int, ...] | None = None
     minimum: int | None = None
     maximum: int | None = None
     section: "Section | None" = None
@@ -324,6 +324,7 @@ TABLE = Section(
         Key("precombine_nulls", "string", "A row whose precombine value is null: `fail` stops the write naming table, column and key; `lowest` orders it below every value (it loses within the batch and to any stored version).", default="fail", choices=("fail", "lowest")),
         Key("partition_by", "string_list", "Partition column(s), in path order.", default=[]),
         Key("hive_style_partitioning", "boolean", "Partition folders named `column=value` (else just `value`).", default=True),
+        Key("table_version", "integer", "Hudi table version pipe creates the table with: 6 (Hudi 0.14 and later read it), or 8 or 9 (Hudi 1.x's, with completion times). An existing table keeps the version it has.", default=6, choices=(6, 8, 9)),
         Key("index", "string", "`global`: a key is unique across the table and a changed partition value moves the row. `partition`: keys are unique within a partition only (faster; for keys that never change partition).", default="global", choices=("global", "partition")),
         Key("delete_when", "string", "SQL predicate; rows matching it are deleted from the table instead of written (`status = 'cancelled'`).", default=None),
         Key("schema", "columns", "Declared output columns (DDL string or `{column: type}`); checked against key, precombine and partition columns.", default=None),
@@ -431,6 +432,9 @@ class Checker:
             if key.minimum is not None and value < key.minimum or key.maximum is not None and value > key.maximum:
                 bounds = f"between {key.minimum} and {key.maximum}" if key.maximum is not None else f"at least {key.minimum}"
                 self.errors.error(self.doc.at(path), f"{label} is {value}; it must be {bounds}", key.doc)
+                return self._default(key, path, what)
+            if key.choices and value not in key.choices:
+                self.errors.error(self.doc.at(path), f"{label} is {value}; it must be one of {', '.join(map(str, key.choices))}", key.doc)
                 return self._default(key, path, what)
             return value
         if t == "boolean":

@@ -29,7 +29,7 @@ def test_every_key_is_documented_in_a_table_row():
 
 def test_every_choice_is_documented():
     text = (REPO / "docs/project.md").read_text()
-    missing = sorted({c for s in _sections() for k in s.keys for c in (k.choices or ()) if c not in text})
+    missing = sorted({str(c) for s in _sections() for k in s.keys for c in (k.choices or ()) if f"`{c}`" not in text})
     assert missing == []
 
 

@@ -7,6 +7,7 @@ import os
 import sys
 import textwrap
 import time
+from dataclasses import replace
 
 import hudi
 import pyarrow as pa
@@ -40,10 +41,13 @@ def crash_writer(warm_python, path, point):
                            task_env=point.startswith("task_"))
 
 
-@pytest.mark.parametrize("point", ["after_inflight", "after_files"])
-def test_a_writer_killed_before_completion_changes_nothing_readers_see(spark, warm_python, tmp_path, point):
+@pytest.mark.parametrize("point,version", [("after_inflight", 6), ("after_files", 6), ("after_files", 9)])
+def test_a_writer_killed_before_completion_changes_nothing_readers_see(spark, warm_python, tmp_path, point, version):
+    """Also at version 9 (Hudi 1.x's timeline layout 2): its dead instant stays requested and
+    inflight in .hoodie/timeline/, with no completed `T_C` file, until the next writer rolls
+    it back."""
     path = str(tmp_path / "orders")
-    table = Table.create(spark, path, CONFIG)
+    table = Table.create(spark, path, replace(CONFIG, create_version=version))
     table.write(spark.createDataFrame([(1, "EU", 1, "a"), (2, "US", 1, "b")], "id long, region string, ts long, v string"), "upsert")
     committed = [i.time for i in table.timeline().completed()]
 
@@ -71,9 +75,10 @@ def test_a_writer_killed_before_completion_changes_nothing_readers_see(spark, wa
     assert hudi_rows(path) == [(1, "a"), (2, "b"), (3, "c")]
 
 
-def test_a_writer_killed_after_commit_keeps_its_commit(spark, warm_python, tmp_path):
+@pytest.mark.parametrize("version", [6, 9])
+def test_a_writer_killed_after_commit_keeps_its_commit(spark, warm_python, tmp_path, version):
     path = str(tmp_path / "orders")
-    table = Table.create(spark, path, CONFIG)
+    table = Table.create(spark, path, replace(CONFIG, create_version=version))
     table.write(spark.createDataFrame([(1, "EU", 1, "a")], "id long, region string, ts long, v string"), "upsert")
     proc = crash_writer(warm_python, path, "after_commit")
     assert proc.returncode == 77, proc.stderr[-2000:]

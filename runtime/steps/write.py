@@ -288,6 +288,7 @@ def table_config(step: Step, config: Mapping[str, Any]):
         partition_fields=tuple(config["partition_by"]),
         precombine_field=config.get("precombine"),
         hive_style=config["hive_style_partitioning"],
+        create_version=config.get("table_version", 6),
     )
 
 
