@@ -1274,3 +1274,47 @@ def test_a_table_source_goes_on_by_completion_time_after_java_1_1_upgrades_its_u
     assert {r["id"]: r["v"] for r in got} == expected
     run_ok(capsys, root, "--select", "silver")
     assert steps(root)["table.silver"]["state"] == "no_input"
+
+
+@pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_java_1_1_reads_and_writes_a_version_9_table_pipe_created_and_lived(spark, tmp_path, java_hudi_11, table_type):
+    """A ledger table pipe creates at version 9 (`table_version: 9`) and lives through every
+    operation and service (test_table_versions.build_v9_ledger: bulk_insert, upserts with
+    inline compactions, delete, insert, insert_overwrite, delete_partition, savepoint,
+    rollback, clean, restore). Java 1.1 reads what pipe and hudi-rs read; its incremental query
+    from a completion time returns pipe's rows; its time travel too. Java then upserts with its
+    defaults (a metadata table built), pipe reads Java's commit and writes on, and Java reads
+    pipe's write."""
+    from tests.test_table_versions import LEDGER, LEDGER_COLS, build_v9_ledger, ledger_row
+
+    path = tmp_path / "ledger"
+    table, model, _ = build_v9_ledger(spark, path, table_type)
+    cols = ["_hoodie_commit_time", "_hoodie_record_key"] + LEDGER_COLS
+    mine = rows(pipe_read(Table.open(spark, str(path))), cols)
+    assert len(mine) == len(model)
+    assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 snapshot"
+    assert rows(hudi_rs(path), cols) == mine, "hudi-rs snapshot"
+    done = Table.open(spark, str(path)).timeline().completed_after(None)
+    since = done[len(done) // 2].completed_at
+    for begin in (since, done[0].completed_at):
+        assert rows(java_hudi_11.read(path, query="incremental", begin=begin), cols) == rows(
+            pipe_read(Table.open(spark, str(path)), since=begin), cols), f"incremental from {begin}"
+    as_of = done[-1].time
+    assert rows(java_hudi_11.read(path, as_of=as_of), cols) == rows(pipe_read(Table.open(spark, str(path)), as_of=as_of), cols)
+
+    config = Table.open(spark, str(path)).config
+    opts = java_options(config, "upsert", **{"hoodie.compact.inline": "false", "hoodie.write.table.version": "9",
+                                             "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.ComplexKeyGenerator"})
+    arrow = pa.schema([("account", pa.string()), ("entry", pa.int32()), ("day", pa.string()), ("at_ms", pa.int64()),
+                       ("amount", pa.decimal128(18, 2)), ("booked", pa.timestamp("us", tz="UTC")), ("memo", pa.string())])
+    java_batch = pa.Table.from_pylist([dict(zip(LEDGER_COLS, ledger_row(i, 30))) for i in range(0, 1500, 11)], schema=arrow)
+    java_hudi_11.write(path, java_batch, opts)
+    assert "hoodie.table.version=9" in (path / ".hoodie" / "hoodie.properties").read_text()
+    java_rows = rows(java_hudi_11.read(path), cols)
+    assert rows(pipe_read(Table.open(spark, str(path))), cols) == java_rows, "pipe reads Java's commit on its table"
+    assert rows(hudi_rs(path), cols) == java_rows, "hudi-rs"
+    table = Table.open(spark, str(path))
+    table.write(spark.createDataFrame([ledger_row(i, 31) for i in range(5, 1500, 17)], LEDGER), "upsert")
+    mine = rows(pipe_read(Table.open(spark, str(path))), cols)
+    assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 reads pipe's write after its own"
+    assert rows(hudi_rs(path), cols) == mine
