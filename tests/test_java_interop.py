@@ -788,8 +788,8 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     upgraded = Table.open(spark, str(path))
     assert upgraded.config.table_version >= 8 and upgraded.timeline().layout == 2
     assert rows(pipe_read(upgraded), cols) == java_rows, "pipe reads the upgraded table as Java does"
-    upgraded.write(spark.createDataFrame(_op(orders(range(4, 1000, 9), 16)).to_pylist(), OP_SQL), "upsert")  # at version 9
-    expected.update(as_expected(orders(range(4, 1000, 9), 16)))
+    upgraded.write(spark.createDataFrame(_op(orders(range(4, 1000, 9), 15)).to_pylist(), OP_SQL), "upsert")  # at version 9
+    expected.update(as_expected(orders(range(4, 1000, 9), 15)))
     java_rows = rows(java_hudi_11.read(path), cols)
     assert {r[2]: r[3:] for r in java_rows} == expected, "Java 1.1 reads pipe's version 9 commit"
     assert rows(pipe_read(Table.open(spark, str(path))), cols) == java_rows
@@ -799,8 +799,8 @@ def test_java_1_1_writes_version_6_into_a_pipe_table_and_downgrades_an_upgraded_
     table = Table.open(spark, str(path))
     assert rows(pipe_read(table), cols) == java_rows, "pipe reads the downgraded table as Java read it"
     assert rows(hudi_rs(path), cols) == java_rows, "hudi-rs"
-    table.write(spark.createDataFrame(_op(orders(range(2, 1000, 11), 15)).to_pylist(), OP_SQL), "upsert")
-    expected.update(as_expected(orders(range(2, 1000, 11), 15)))
+    table.write(spark.createDataFrame(_op(orders(range(2, 1000, 11), 16)).to_pylist(), OP_SQL), "upsert")
+    expected.update(as_expected(orders(range(2, 1000, 11), 16)))
     mine = rows(pipe_read(Table.open(spark, str(path))), cols)
     assert {r[2]: r[3:] for r in mine} == expected
     assert rows(java_hudi_11.read(path), cols) == mine, "Java 1.1 reads pipe's write"
