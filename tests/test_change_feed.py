@@ -86,14 +86,20 @@ def _recomputed(spark, root) -> list[tuple]:
     return sorted((day, n, total) for day, (n, total) in days.items())
 
 
-@pytest.fixture(scope="module")
-def rounds(spark, tmp_path_factory):
-    """The project after each of the five rounds: (daily rows, recomputed daily rows, log rows)."""
-    root = project(tmp_path_factory.mktemp("cdc"), FILES)
+@pytest.fixture(scope="module", params=[6, 9], ids=["version6", "version9"])
+def rounds(request, spark, tmp_path_factory):
+    """The project after each of the five rounds: (daily rows, recomputed daily rows, log rows);
+    the orders table at version 6, and at version 9 (Hudi 1.x: the feed's window and
+    checkpoints are completion times)."""
+    files = dict(FILES)
+    if request.param != 6:
+        files["tables/orders.yml"] = FILES["tables/orders.yml"].replace("key: [order_id]", f"key: [order_id]\n            table_version: {request.param}")
+    root = project(tmp_path_factory.mktemp("cdc"), files)
     out = []
     for i, rows in enumerate(ROUNDS):
         write_jsonl(root / f"data/orders/round-{i}.json", rows, mtime=1_700_000_000 + 60 * i)
         assert main(["run", "--project-dir", str(root)]) == 0, steps(root)
+        assert f"hoodie.table.version={request.param}" in (root / "lake/orders/.hoodie/hoodie.properties").read_text()
         out.append((pipe_rows(spark, root, "daily", ["order_date", "orders", "revenue"]), _recomputed(spark, root),
                     pipe_rows(spark, root, "order_log", ["order_id", "order_date", "amount", "_change_type"]), steps(root)))
     return root, out

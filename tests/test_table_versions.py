@@ -510,3 +510,30 @@ def test_every_operation_and_service_works_on_a_table_pipe_creates_at_version_9(
         assert got == rows, f"as of {instant}"
         travelled += 1
     assert travelled >= 2, travelled
+
+
+def test_the_change_feed_of_a_version_9_table_goes_by_completion_time(spark, tmp_path):
+    """read_changes of a version 9 table takes completion times: when write A (in eu) completes
+    after the later write B (in us), as an overlapping writer's does, the feed up to B's
+    completion has B's change and not A's, and the feed from B's completion has A's: the
+    checkpoint at B never skips A."""
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), TableConfig(name="orders", record_key_fields=("id",), partition_fields=("region",),
+                                                       precombine_field="ts", create_version=9))
+    table.write(spark.createDataFrame([(1, "eu", 1, "a"), (2, "us", 1, "b"), (3, "us", 1, "c")], SCHEMA), "upsert")
+    a = table.write(spark.createDataFrame([(1, "eu", 2, "a2")], SCHEMA), "upsert")
+    b = table.write(spark.createDataFrame([(2, "us", 2, "b2")], SCHEMA), "delete")
+    timeline = table.timeline()
+    first, done_a, done_b = (timeline.find(t).completion for t in (timeline.completed()[0].time, a.instant, b.instant))
+    late = str(int(done_b) + 1)
+    folder = path / ".hoodie" / "timeline"
+    (folder / f"{a.instant}_{done_a}.commit").rename(folder / f"{a.instant}_{late}.commit")  # A now completes after B
+
+    def feed(since, until=None):
+        got = Table.open(spark, str(path)).read_changes(since, until).select("id", "v", "_change_type").collect()
+        return sorted(tuple(r) for r in got)
+
+    assert feed(first, done_b) == [(2, "b", "delete")]
+    assert feed(done_b) == [(1, "a", "update_preimage"), (1, "a2", "update_postimage")]
+    assert feed(first) == [(1, "a", "update_preimage"), (1, "a2", "update_postimage"), (2, "b", "delete")]
+    assert feed(None, done_b) == [(1, "a", "insert"), (3, "c", "insert")]  # the table as it stood when B completed

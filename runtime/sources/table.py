@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from runtime.sources import Pending, SourceError
-from runtime.table.cdc import lost_before_images
+from runtime.table.cdc import lost_before_images, lost_before_images_by_completion
 from runtime.table.errors import TableError
 from runtime.table.timeline import Timeline
 
@@ -40,6 +40,8 @@ class TablePending(Pending):
 
         upstream = Table(spark, self.upstream.storage, self.upstream.config)  # read in the step's session
         if self.window is not None:
+            if self.changes:
+                return upstream.read_changes(self.window[0], self.window[1])
             return upstream.read(since=self.window[0], until=self.window[1], meta=False)
         if self.changes:
             return upstream.read_changes(self.since, self.checkpoint)
@@ -141,33 +143,35 @@ def _pending_by_completion(name: str, config: Mapping[str, Any], upstream, consu
     upstream since upgraded (an instant time alone) is taken at that instant's completion
     time, as Java converts its checkpoints."""
     upstream_name = upstream.config.name
-    if config.get("changes"):
-        raise SourceError(f"source {name}: table {upstream_name} is Hudi table version {upstream.config.table_version}, "
-                          "whose change feed pipe does not read yet",
-                          "read its commits' rows (`changes: false`), or keep a version 6 upstream for a change feed")
+    changes = bool(config.get("changes"))
     done = timeline.completed_after(None)
     if not done:
-        return TablePending(name, upstream, checkpoint, None, 0)
+        return TablePending(name, upstream, checkpoint, None, 0, changes=changes)
     latest = done[-1]
     if checkpoint is None:
-        return TablePending(name, upstream, None, _token(latest), len(done), window=(None, latest.completed_at))
+        return TablePending(name, upstream, None, _token(latest), len(done), window=(None, latest.completed_at), changes=changes)
     time, _, completion = checkpoint.partition("_")
-    found = timeline.find(time)
+    found, lost = timeline.find(time), None
     if found is not None and found.is_completed:
         completion = found.completed_at  # also for a version 6 checkpoint (the time alone) of an upgraded table
     elif not completion or not any(i.time == time for i in _archived(upstream.storage, 2)):
         lost = (_what_happened(time, upstream_name, upstream.storage, timeline.completed())
                 or f"table {upstream_name} no longer has instant {time}")
+    new = timeline.completed_after(completion)
+    if lost is None and changes and new:
+        lost = lost_before_images_by_completion(upstream.storage, timeline, completion, new[-1].completed_at)
+        lost = lost and f"table {upstream_name}: {lost}"
+    if lost:
         if config.get("on_checkpoint_lost") == "full_read":
             return TablePending(name, upstream, None, _token(latest), len(done), note=f"checkpoint lost: {lost}",
-                                window=(None, latest.completed_at))
+                                window=(None, latest.completed_at), changes=changes)
         raise SourceError(f"source {name}: {lost}, so the changes since the last run of {consumer} cannot be read",
                           f"rebuild {consumer} from all of {upstream_name} with `pipe run --select {consumer} --full-refresh`, "
                           "or set `on_checkpoint_lost: full_read` on the source")
-    new = timeline.completed_after(completion)
     if not new:
-        return TablePending(name, upstream, checkpoint, None, 0)
-    return TablePending(name, upstream, checkpoint, _token(new[-1]), len(new), window=(completion, new[-1].completed_at))
+        return TablePending(name, upstream, checkpoint, None, 0, changes=changes)
+    return TablePending(name, upstream, checkpoint, _token(new[-1]), len(new), window=(completion, new[-1].completed_at),
+                        changes=changes)
 
 
 def _archived(storage, layout: int) -> list:

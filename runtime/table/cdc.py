@@ -26,14 +26,14 @@ COMMIT_TIME = "_commit_time"
 INSERT, UPDATE_PREIMAGE, UPDATE_POSTIMAGE, DELETE = "insert", "update_preimage", "update_postimage", "delete"
 
 
-def touched_file_groups(timeline: Timeline, since: str | None, until: str | None) -> set[tuple[str, str]] | None:
-    """(partition, file id) of every group a write in (since, until] wrote or replaced, or None
-    when some of those writes were archived (their write stats are gone: every group counts).
-    A compaction changes no record, so its commit does not count."""
-    if writes_archived_after(timeline, since):
+def touched_file_groups(timeline: Timeline, since: str | None, until: str | None, instants=None) -> set[tuple[str, str]] | None:
+    """(partition, file id) of every group a write in (since, until] (or of `instants`, given)
+    wrote or replaced, or None when some of those writes were archived (their write stats are
+    gone: every group counts). A compaction changes no record, so its commit does not count."""
+    if instants is None and writes_archived_after(timeline, since):
         return None
     groups: set[tuple[str, str]] = set()
-    for inst in completed_write_instants(timeline, since, until):
+    for inst in completed_write_instants(timeline, since, until) if instants is None else instants:
         meta = timeline.commit_metadata(inst)
         if meta.compacted:
             continue
@@ -53,6 +53,21 @@ def lost_before_images(storage, timeline: Timeline, since: str, until: str | Non
     if not missing:
         return None
     return f"{len(missing)} file(s) of the table as of instant {since} were cleaned (e.g. {missing[0]}), so the rows as they were then are gone"
+
+
+def lost_before_images_by_completion(storage, timeline: Timeline, since: str, until: str) -> str | None:
+    """lost_before_images of a Hudi 1.x table (timeline layout 2), whose `since` and `until`
+    are completion times: the before-images are the table as it stood when `since` completed."""
+    from runtime.table.services import missing_files
+
+    before = timeline.completed_by(since)
+    last = before.latest_completed()
+    window = [i for i in timeline.completed_after(since) if i.completed_at <= until and i.time not in timeline.compactions]
+    missing = missing_files(storage, before, last.time if last else None, touched_file_groups(timeline, None, None, window))
+    if not missing:
+        return None
+    return (f"{len(missing)} file(s) of the table as it stood when {since} completed were cleaned (e.g. {missing[0]}), "
+            "so the rows as they were then are gone")
 
 
 def changes(before, after, struct, until: str):

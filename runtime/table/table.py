@@ -417,14 +417,29 @@ class Table:
             raise TableError(f"table {self.config.name}: the commits completed after {since} cannot be read incrementally: {exc}",
                              "read its latest snapshot instead") from None
 
-    def _refuse_change_feed(self, timeline: Timeline) -> None:
-        """Change feeds of Hudi 1.x tables (timeline layout 2) are refused: their before-images
-        would be read as of a completion time, which pipe's time travel (by instant time, as
-        Java's) does not take."""
-        if timeline.layout >= 2:
-            raise TableError(f"table {self.config.name} is Hudi table version {self.config.table_version}: pipe reads its "
-                             "snapshots, time travel and incremental reads, not its change feed yet",
-                             "read it incrementally (`changes: false`), or read its change feed with Hudi 1.x")
+    def _changes_by_completion(self, timeline: Timeline, since: str | None, until: str | None):
+        """read_changes of a Hudi 1.x table (timeline layout 2): `since` and `until` are
+        completion times, as in its incremental reads. The before-images are the table as it
+        stood when `since` completed, the after-images as it stood when `until` completed
+        (Timeline.completed_by: a commit that completed later is in flight for either), of
+        the file groups the writes that completed in between wrote or replaced (all groups
+        when some of those were archived with their write stats)."""
+        from pyspark.sql import types as T
+
+        done = timeline.completed_after(None)
+        until = until or (done[-1].completed_at if done else None)
+        after_tl, instants = self._completion_window(timeline, since, until, None)
+        struct = self.schema(after_tl) or T.StructType([])
+        groups = None
+        if instants is not None:
+            active = [i for i in after_tl.completed() if i.time in instants]
+            groups = _cdc.touched_file_groups(after_tl, None, None, active) if len(active) == len(instants) else None
+        after = _reader.read(self.spark, self.storage, struct, after_tl, config=self.config, file_groups=groups)
+        if since is None:
+            return _cdc.all_inserts(after, [f.name for f in struct.fields])
+        before_tl = timeline.completed_by(since)
+        before = _reader.read(self.spark, self.storage, self.schema(before_tl), before_tl, config=self.config, file_groups=groups)
+        return _cdc.changes(before, after, struct, until)
 
     def _check_not_cleaned(self, timeline: Timeline, as_of: str | None) -> None:
         """A time travel read of a version whose files the cleaner removed would return only
@@ -813,7 +828,8 @@ class Table:
         delete) and `_commit_time`. `since` None: every row as of `until` is an insert."""
         self._check_readable()
         timeline = self.timeline()
-        self._refuse_change_feed(timeline)
+        if timeline.layout >= 2:
+            return self._changes_by_completion(timeline, since, until)
         until = until or (timeline.latest_completed().time if timeline.latest_completed() else None)
         from pyspark.sql import types as T
 
