@@ -215,8 +215,8 @@ def _notes(facts: dict[str, Any], verdict: str) -> list[str]:
         notes.append("its instant times are local time (hoodie.table.timeline.timezone is LOCAL or absent): pipe writes its instants "
                      "in the zone of the latest one, as Java's writers of that zone do")
     if facts["version"] >= 8 and verdict == READY:
-        notes.append(f"it is table version {facts['version']} (Hudi 1.x): pipe writes it at that version; it does not archive its "
-                     "timeline yet (Java 1.x's writers move old instants to the LSM history, which pipe reads)")
+        notes.append(f"it is table version {facts['version']} (Hudi 1.x): pipe writes it at that version, archiving into its LSM "
+                     "history as Java 1.x does")
     if facts["version"] < TABLE_VERSION and verdict == READY:
         notes.append(f"it is table version {facts['version']}, which pipe reads; its first write by Hudi 0.14 or 0.15 upgrades it to 6")
     return notes

@@ -1307,6 +1307,22 @@ def test_java_1_1_reads_and_writes_a_version_9_table_pipe_created_and_lived(spar
                                              "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.ComplexKeyGenerator"})
     arrow = pa.schema([("account", pa.string()), ("entry", pa.int32()), ("day", pa.string()), ("at_ms", pa.int64()),
                        ("amount", pa.decimal128(18, 2)), ("booked", pa.timestamp("us", tz="UTC")), ("memo", pa.string())])
+    # Java archives on top of pipe's LSM history (no metadata table, which would hold archiving
+    # back) and merges its level-0 files, pipe's among them, into level 1: it reads pipe's files
+    before = archived_instants(table.storage, 2)
+    assert before, "pipe archived nothing"
+    archiving = {"hoodie.metadata.enable": "false", "hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3",
+                 "hoodie.clean.commits.retained": "1", "hoodie.timeline.compaction.batch.size": "2",
+                 # merge-on-read: Java archives no deltacommit after its latest compaction
+                 "hoodie.compact.inline": "true", "hoodie.compact.inline.max.delta.commits": "1"}
+    for n in (28, 29):
+        java_hudi_11.write(path, pa.Table.from_pylist([dict(zip(LEDGER_COLS, ledger_row(i, n))) for i in range(n, 1500, 37)], schema=arrow),
+                           {**opts, **archiving})
+    after = archived_instants(table.storage, 2)
+    history = path / ".hoodie" / "timeline" / "history"
+    assert {(i.time, i.completion) for i in before} < {(i.time, i.completion) for i in after}, "Java archived nothing more"
+    assert len({i.time for i in after if i.action != "savepoint"}) == len([i for i in after if i.action != "savepoint"])
+    assert any(f.name.endswith("_1.parquet") for f in history.glob("*.parquet")), sorted(f.name for f in history.iterdir())
     java_batch = pa.Table.from_pylist([dict(zip(LEDGER_COLS, ledger_row(i, 30))) for i in range(0, 1500, 11)], schema=arrow)
     java_hudi_11.write(path, java_batch, opts)
     assert "hoodie.table.version=9" in (path / ".hoodie" / "hoodie.properties").read_text()

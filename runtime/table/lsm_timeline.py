@@ -1,7 +1,8 @@
 """The archived timeline of timeline layout 2 (table versions 8 and 9): Hudi 1.x's LSM tree of
 Parquet files under `.hoodie/timeline/history/`, one row per archived instant (its requested
 time, completion time, action and metadata), listed by the latest manifest
-(docs/hudi-1x-format.md, 3). pipe reads it; it does not archive into it.
+(docs/hudi-1x-format.md, 3). pipe reads it, and archives into it (`append`) as Java 1.x's
+archiver does: a level-0 file per archiving, then a new manifest naming it, then `_version_`.
 
     _version_            the latest manifest's number N (text)
     manifest_N           {"files": [{"fileName": "<min>_<max>_<level>.parquet", "fileLen": n}, ...]}
@@ -98,3 +99,46 @@ def _read(storage, n: int) -> list[Instant]:
                                    f"(instantTime {str(time)[:40]!r}, completionTime {str(done)[:40]!r}, action {str(action)[:40]!r})")
             out.append(Instant(time, action, COMPLETED, done))
     return sorted(out)
+
+
+# Hudi 1.x's org.apache.hudi.avro.model.HoodieLSMTimelineInstant: the row of an archived instant
+LSM_INSTANT = {
+    "type": "record", "name": "HoodieLSMTimelineInstant", "namespace": "org.apache.hudi.avro.model",
+    "fields": [{"name": n, "type": ["null", t], "default": None}
+               for n, t in (("instantTime", "string"), ("completionTime", "string"), ("action", "string"), ("metadata", "bytes"),
+                            ("plan", "bytes"))] + [{"name": "version", "type": "int", "default": 1}],
+}
+
+
+def append(storage, rows: list[dict]) -> str:
+    """Archives `rows` (instantTime, completionTime, action, metadata, plan: the instant's
+    completed file and plan, as bytes) as Java 1.x's LSMTimelineWriter does: one level-0
+    Parquet file `<min>_<max>_0.parquet` (written with the Avro schema Java reads it with),
+    then `manifest_<N+1>`, the latest manifest's files and this one, then `_version_` = N+1.
+    A crash before the manifest leaves a file no manifest names, which readers ignore and the
+    next archiving of the same range overwrites; one before `_version_` leaves a manifest that
+    readers without a readable `_version_` take, with the same instants. Returns the file's path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = sorted(rows, key=lambda r: r["instantTime"])
+    name = f"{rows[0]['instantTime']}_{rows[-1]['instantTime']}_0.parquet"
+    schema = pa.schema([pa.field(n, t) for n, t in (("instantTime", pa.string()), ("completionTime", pa.string()),
+                                                     ("action", pa.string()), ("metadata", pa.binary()), ("plan", pa.binary()))]
+                       + [pa.field("version", pa.int32(), nullable=False)],
+                       metadata={"parquet.avro.schema": json.dumps(LSM_INSTANT)})
+    table = pa.Table.from_pylist([{**r, "version": 1} for r in rows], schema=schema)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    data = buf.getvalue()
+    storage.write_atomic(f"{HISTORY}/{name}", data)
+    n = _latest_manifest(storage)
+    files = []
+    if n is not None:
+        sizes = {f.path: f.size for f in storage.list_files(HISTORY, recursive=False)}
+        files = [{"fileName": p.rsplit("/", 1)[-1], "fileLen": sizes.get(p, 0)} for p in data_files(storage, n)]
+    files = [f for f in files if f["fileName"] != name] + [{"fileName": name, "fileLen": len(data)}]
+    new = (n or 0) + 1
+    storage.write_atomic(f"{HISTORY}/manifest_{new}", json.dumps({"files": files}, indent=2).encode("utf-8"))
+    storage.write_atomic(VERSION_FILE, str(new).encode("ascii"))
+    return f"{HISTORY}/{name}"

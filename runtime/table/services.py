@@ -657,10 +657,12 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
     a reader takes files older than the whole active timeline as committed (HUDI_FORMAT.md 3).
 
     Java writes archived instants into Avro log files (.commits_.archive.N); pipe keeps the
-    instant files themselves, which Java's archived-timeline reader skips and hudi-rs never reads."""
+    instant files themselves, which Java's archived-timeline reader skips and hudi-rs never reads.
+    In timeline layout 2 (table versions 8 and 9) they go into the LSM history, as Java 1.x's
+    archiver writes it (_archive_into_history)."""
     timeline = Timeline.load(storage)
     instants = timeline.instants
-    if len(instants) <= max_instants or timeline.layout >= 2:  # Hudi 1.x's LSM history: not written yet
+    if len(instants) <= max_instants:
         return []
     latest_write = timeline.latest_completed()
     stops = savepoint_times(timeline) + ([keep_from] if keep_from else [])
@@ -692,6 +694,8 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
         if t.isdigit() and first <= t < new_first and t not in written:
             for path in paths:
                 storage.delete(path)
+    if timeline.layout >= 2:
+        return _archive_into_history(storage, timeline, candidates)
     moved = []
     for inst in candidates:
         names = [inst.with_state(s).file_name() for s in (REQUESTED, INFLIGHT, COMPLETED)]
@@ -704,3 +708,48 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
             storage.delete(f"{HOODIE}/{n}")
         moved.append(inst.time)
     return moved
+
+
+def _archive_into_history(storage, timeline: Timeline, candidates: list[Instant]) -> list[str]:
+    """Timeline layout 2: `candidates` become rows of the LSM history (lsm_timeline.append: the
+    completed file's bytes as metadata, and the plan of a clean, a compaction or a
+    replacecommit, as Java's MetadataConversionUtils.createLSMTimelineInstant takes them), and
+    only then their active files go, pending ones first, the completed file last. Instants a
+    crash left both archived and active are not archived twice."""
+    from runtime.table import lsm_timeline
+
+    archived = {(i.time, i.action) for i in lsm_timeline.archived_instants(storage)}
+    rows = []
+    for inst in candidates:
+        if (inst.time, inst.action) in archived:
+            continue
+        plan = None
+        if inst.action == CLEAN:
+            plan = _read_or_none(storage, timeline.path(inst, REQUESTED))
+        elif inst.time in timeline.compactions:
+            plan = _read_or_none(storage, timeline.path(Instant(inst.time, COMPACTION, REQUESTED)))
+        elif inst.action == REPLACECOMMIT:
+            plan = _read_or_none(storage, timeline.path(inst, INFLIGHT)) or _read_or_none(storage, timeline.path(inst, REQUESTED))
+        rows.append({"instantTime": inst.time, "completionTime": inst.completed_at, "action": inst.action,
+                     "metadata": storage.read_bytes(timeline.path(inst)), "plan": plan})
+    if rows:
+        lsm_timeline.append(storage, rows)
+        fault("archive_after_history")
+    moved = []
+    for inst in candidates:
+        pending = [timeline.path(inst, s) for s in (REQUESTED, INFLIGHT)]
+        if inst.time in timeline.compactions:
+            pending += [timeline.path(Instant(inst.time, COMPACTION, s)) for s in (REQUESTED, INFLIGHT)]
+        if inst.action == REPLACECOMMIT:
+            pending += [timeline.path(Instant(inst.time, CLUSTERING, s)) for s in (REQUESTED, INFLIGHT)]
+        for path in pending + [timeline.path(inst)]:
+            storage.delete(path)
+        moved.append(inst.time)
+    return moved
+
+
+def _read_or_none(storage, path: str) -> bytes | None:
+    try:
+        return storage.read_bytes(path) or None
+    except FileNotFoundError:
+        return None
