@@ -189,7 +189,7 @@ SOURCES: dict[str, Section] = {
         + (
             Key("path", "string", "Base path of a Hudi table another writer keeps (Hudi Streamer, a Spark or Flink job): relative to the project, absolute, or `s3://bucket/prefix`.", required=True),
             Key("on_checkpoint_lost", "string", "What to do when the last consumed commit is gone (archived past reach, rolled back, the table rebuilt): `fail` with the command to recover, or `full_read` of the table.", default="fail", choices=("fail", "full_read")),
-            Key("changes", "boolean", "Read the table's change feed instead of the rows its new commits wrote (table version 6 only), as `kind: table` does.", default=False),
+            Key("changes", "boolean", "Read the table's change feed instead of the rows its new commits wrote, as `kind: table` does (on versions 8 and 9 by completion time).", default=False),
         ),
         "The rows a Hudi table written by another tool gained since the last run: an incremental read of its timeline (table versions 6, 8 and 9; by completion time on 8 and 9).",
     ),

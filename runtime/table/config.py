@@ -236,7 +236,8 @@ class TableConfig:
             how = f"table version {version}" + (f" (hoodie.table.version={version}, upgraded by Hudi 1.x)" if version >= 8 else "")
             how += f" with timeline layout {layout}" if layout != TIMELINE_LAYOUT else ""
             how += f", its timeline in .hoodie/{moved}/ (Hudi 1.x's place)" if moved else ""
-            return (f"it is Hudi {how}; pipe reads and writes version 6 with timeline layout 1 (Hudi 0.14/0.15). "
+            return (f"it is Hudi {how}; pipe reads and writes version 6 with timeline layout 1 (Hudi 0.14/0.15), and "
+                    "versions 8 and 9 with layout 2 (Hudi 1.x). "
                     "Downgrade it with Hudi 1.x (hudi-cli `downgrade table --toVersion SIX`, or Spark SQL "
                     "`CALL downgrade_table(table => '...', to_version => 'SIX')`), and keep Hudi 1.x writers on it at "
                     "hoodie.write.table.version=6 with hoodie.write.auto.upgrade=false")

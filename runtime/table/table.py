@@ -108,7 +108,7 @@ class Table:
         storage = open_storage(StorageSpec(uri, storage_options))
         if storage.exists(PROPERTIES) or storage.exists(PROPERTIES_BACKUP):
             table = cls.open(spark, uri, storage_options)
-            table._refuse_other_version()  # a Hudi 1.x table is never compared, so never rebuilt (--full-refresh)
+            table._refuse_other_version()  # a table pipe does not write (version 4 or 5) is never compared, so never rebuilt
             table._check_same_definition(config)
             return table
         if config.table_type not in (COPY_ON_WRITE, MERGE_ON_READ):
@@ -123,7 +123,7 @@ class Table:
         return cls(spark, storage, TableConfig.from_properties(text))  # as a later open reads it
 
     def _refuse_other_version(self) -> None:
-        """A table of a version pipe does not write (Hudi 1.x's 8 and 9, or 4 and 5) is refused
+        """A table of a version pipe does not write (4 and 5; pipe writes 6, 8 and 9) is refused
         before pipe takes its lock or recovers its properties: no file of it is touched."""
         config = TableConfig.from_properties_map(read_properties(self.storage))
         if config.table_version != TABLE_VERSION:
