@@ -150,6 +150,13 @@ def test_a_merge_on_read_table_hudi_1x_upgraded_to_version_8_is_written_and_comp
     assert [(s.base_instant, s.has_logs) for s in slices] == [(compacted, False)]
     assert sorted((r["id"], r["v"]) for r in Table.open(spark, str(path)).read().collect()) == expected
     assert hudi_rs_rows(path) == expected
+    # a clean takes the old slice whole: its base file and every log in it, the 1.x-named ones too
+    cleaned = Table.open(spark, str(path)).clean(policy="keep_latest_file_versions", retain=1)
+    assert cleaned.files_deleted == 4
+    assert [p.name for p in (path / "region=eu").iterdir() if not p.name.startswith(".hoodie")] == [
+        next(p.name for p in (path / "region=eu").glob(f"*_{compacted}.parquet"))]
+    assert sorted((r["id"], r["v"]) for r in Table.open(spark, str(path)).read().collect()) == expected
+    assert hudi_rs_rows(path) == expected
 
 
 def _touch(path, size: int = 0) -> None:

@@ -229,6 +229,11 @@ def pending(name: str, config: Mapping[str, Any], upstream, consumer: str, check
         return S3IncrementalPending(name, config, upstream, *args, s3a=s3a, **kwargs)
 
     timeline: Timeline = upstream.timeline()
+    if timeline.layout >= 2:  # its cursor is an instant time; a 1.x table's incremental reads take completion times
+        raise SourceError(f"source {name}: the S3 metadata table {upstream.config.name} is Hudi table version "
+                          f"{upstream.config.table_version}; kind: s3_incremental reads a version 6 metadata table",
+                          f"declare {upstream.config.name} with `table_version: 6` (rebuild it with `pipe run --select "
+                          f"{upstream.config.name} --full-refresh`)")
     done = timeline.completed()
     if not done:
         return make(None, None, 0)

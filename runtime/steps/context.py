@@ -285,8 +285,8 @@ class RunContext:
                     continue
                 stored, _, _ = stored_state(self.open_table(reader.name))
                 checkpoint = stored.get(src.name)
-                if checkpoint:  # s3_incremental: "instant#bucket/key" within an instant
-                    out.append((src, reader, checkpoint.split("#", 1)[0]))
+                if checkpoint:  # s3_incremental: "instant#bucket/key" within an instant; a 1.x upstream's: "instant_completion"
+                    out.append((src, reader, checkpoint.split("#", 1)[0].split("_", 1)[0]))
         return out
 
 

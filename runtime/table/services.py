@@ -570,8 +570,8 @@ def plan_clean(view: FileSystemView, timeline: Timeline, policy: str, retain: in
     if after:  # the first commit a consumer has not read: keep what reads as of it need
         earliest = min(earliest, after[0]) if earliest else after[0]
     logs_of: dict[tuple[str, str, str], list[str]] = {}
-    for lf in view.logs:
-        logs_of.setdefault((lf.partition, lf.file_id, lf.base_instant), []).append(lf.path)
+    for lf in view.logs:  # in timeline layout 2 a log's name has its deltacommit: log_slices says its slice
+        logs_of.setdefault((lf.partition, lf.file_id, view.log_slices.get(lf, lf.base_instant)), []).append(lf.path)
     doomed: dict[str, list[str]] = {}
     for key, versions in groups.items():
         versions.sort(key=lambda b: b.instant, reverse=True)
@@ -728,8 +728,9 @@ def _archive_into_history(storage, timeline: Timeline, candidates: list[Instant]
             plan = _read_or_none(storage, timeline.path(inst, REQUESTED))
         elif inst.time in timeline.compactions:
             plan = _read_or_none(storage, timeline.path(Instant(inst.time, COMPACTION, REQUESTED)))
-        elif inst.action == REPLACECOMMIT:
-            plan = _read_or_none(storage, timeline.path(inst, INFLIGHT)) or _read_or_none(storage, timeline.path(inst, REQUESTED))
+        elif inst.action == REPLACECOMMIT:  # a clustering's plan is its `T.clustering.requested`
+            plan = (_read_or_none(storage, timeline.path(inst, INFLIGHT)) or _read_or_none(storage, timeline.path(inst, REQUESTED))
+                    or _read_or_none(storage, timeline.path(Instant(inst.time, CLUSTERING, REQUESTED))))
         rows.append({"instantTime": inst.time, "completionTime": inst.completed_at, "action": inst.action,
                      "metadata": storage.read_bytes(timeline.path(inst)), "plan": plan})
     if rows:

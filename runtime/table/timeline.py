@@ -207,7 +207,7 @@ class Timeline:
         clock: pipe in UTC after a Java writer in Los Angeles made instants 8 hours ahead of
         Java's, and Java's next commit sorted before pipe's, its updates hidden. None when
         unknown (no instant, or an implausible offset)."""
-        t = self.last_time()
+        t = self.instants[-1].time if self.instants else None  # an instant's time, whose file's write time is known
         made = self.made_ms.get(t) if t else None
         if made is None:
             return None

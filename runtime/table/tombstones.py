@@ -56,7 +56,7 @@ def live_files(storage, timeline: Timeline, days: int) -> list[str]:
         counts = instant in valid.committed
         if not counts and valid(instant):  # older than the active timeline: only if archived as completed
             if archived is None:
-                archived = {i.time for i in archived_instants(storage) if i.is_completed}
+                archived = {i.time for i in archived_instants(storage, timeline.layout) if i.is_completed}
             counts = instant in archived
         if counts and instant >= oldest:
             live.append(info.path)
