@@ -17,7 +17,7 @@ from runtime.table.layout import FileSystemView
 from runtime.table.timeline import WRITE_ACTIONS
 from runtime.table.timeline import (  # noqa: F401 - archived_instants: used by callers of this module
     ARCHIVED, CLEAN, CLUSTERING, COMMIT, COMPACTION, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT,
-    Instant, Timeline, archived_instants, instant_path, layout_of,
+    Instant, Timeline, archived_instants,
 )
 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
@@ -259,15 +259,16 @@ def revert_compaction(storage, instant: str) -> None:
     storage.delete(Timeline.load(storage).path(Instant(instant, COMPACTION, INFLIGHT)))
 
 
-def is_clustering(storage, instant: Instant) -> bool:
-    """A pending replacecommit that is a clustering (its requested file holds a
-    HoodieRequestedReplaceMetadata with operationType CLUSTER), not an insert_overwrite."""
+def is_clustering(timeline: Timeline, instant: Instant) -> bool:
+    """A pending clustering of `timeline`: a `clustering` instant (layout 2), or a replacecommit
+    whose requested file holds a HoodieRequestedReplaceMetadata with operationType CLUSTER, not
+    an insert_overwrite."""
     if instant.action == CLUSTERING:
         return True
     if instant.action != REPLACECOMMIT:
         return False
     try:
-        data = storage.read_bytes(instant_path(instant, layout_of(storage), REQUESTED))
+        data = timeline.storage.read_bytes(timeline.path(instant, REQUESTED))
     except FileNotFoundError:
         return False
     if not data:
@@ -283,7 +284,7 @@ def failed_writes(storage, timeline: Timeline) -> list[Instant]:
     cleaning picks them (BaseHoodieTableServiceClient.getInstantsToRollback): commits,
     deltacommits and replacecommits. Never a compaction (its plan names the logs written
     since: Java executes it later), a clustering, a log compaction or an indexing."""
-    return [i for i in timeline.pending() if i.action in WRITE_ACTIONS and not is_clustering(storage, i)]
+    return [i for i in timeline.pending() if i.action in WRITE_ACTIONS and not is_clustering(timeline, i)]
 
 
 def refuse_live_writes(storage, timeline: Timeline | None = None) -> None:
@@ -318,7 +319,7 @@ def rollback_pending(storage) -> list[str]:
     refuse_live_writes(storage, timeline)
     for pending in timeline.pending():
         if pending.action in (CLEAN, ROLLBACK, SAVEPOINT):
-            _finish_service(storage, pending)
+            _finish_service(timeline, pending)
     rolled = []
     appended: dict[str, list[str]] = {}
     by_instant = _data_files_by_instant(storage, appended=appended) if failed else {}
@@ -532,12 +533,11 @@ def fault(point: str) -> None:
         hook()
 
 
-def _finish_service(storage, pending: Instant) -> None:
+def _finish_service(timeline: Timeline, pending: Instant) -> None:
     """A clean or rollback that died half way: its plan is idempotent, so we drop the
     unfinished instant; the next clean plans again."""
-    layout = layout_of(storage)
     for state in (INFLIGHT, REQUESTED):
-        storage.delete(instant_path(pending, layout, state))
+        timeline.storage.delete(timeline.path(pending, state))
 
 
 @dataclass(frozen=True)

@@ -560,7 +560,7 @@ class Table:
         them now would be lost then (Java's own writers reject such updates), and pipe does not
         execute clustering. A bucket index's file groups are numbered buckets (Java 0.15 keeps
         no hoodie.index.type in hoodie.properties, so only the file ids show it)."""
-        pending = [i.time for i in timeline.pending() if _services.is_clustering(self.storage, i)]
+        pending = [i.time for i in timeline.pending() if _services.is_clustering(timeline, i)]
         if pending:
             raise TableError(f"table {self.config.name} has a pending clustering {pending[0]} (replacecommit): pipe does not execute "
                              "clustering, and a write now could be lost when it completes",
