@@ -98,3 +98,27 @@ def test_rollback_leaves_an_avro_rollback_instant(spark, tmp_path):
     assert meta["instantsRollback"] == [{"commitTime": dead, "action": "commit"}]
     assert avro.from_bytes((hoodie / (rb.name + ".requested")).read_bytes())["instantToRollback"]["commitTime"] == dead
     assert hudi_rows(path) == [(1, 2), (2, 2)]
+
+
+@pytest.mark.parametrize("version", [6, 9])
+def test_time_travel_to_archived_commits_whose_files_were_cleaned_is_refused(spark, tmp_path, version):
+    """A keep_latest_file_versions clean names no earliest commit to retain, and the commits
+    that last wrote a file group may be archived: time travel to them is refused (the archived
+    write stats show the files they read are gone), never a read of the surviving groups only."""
+    path = str(tmp_path / "t")
+    table = Table.create(spark, path, TableConfig(name="t", record_key_fields=("id",), partition_fields=("p",), create_version=version))
+    schema = "id long, p string, v long"
+    opts = dict(clean_inline=False, archive_min=3, archive_max=5)
+    instants = [table.write(spark.createDataFrame([(i, "a", 0) for i in range(5)], schema), "upsert", **opts).instant,
+                table.write(spark.createDataFrame([(i, "b", 0) for i in range(5, 10)], schema), "upsert", **opts).instant]
+    for v in range(1, 7):  # only partition a changes after the second commit
+        instants.append(table.write(spark.createDataFrame([(i, "a", v) for i in range(5)], schema), "upsert", **opts).instant)
+    archived = {i.time for i in archived_instants(table.storage, 2 if version >= 8 else 1)}
+    assert {instants[0], instants[1]} <= archived
+    table.clean(policy="keep_latest_file_versions", retain=1)
+    for old in instants[:2]:
+        for read in (table.read, table.read_batches):
+            with pytest.raises(TableError, match=f"as of {old} cannot be read: the cleaner removed 1 of the files"):
+                read(as_of=old)
+    latest = sorted((r["id"], r["v"]) for r in table.read(as_of=instants[-1]).collect())
+    assert latest == [(i, 6) for i in range(5)] + [(i, 0) for i in range(5, 10)]

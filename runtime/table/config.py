@@ -63,6 +63,8 @@ class TableConfig:
     # not a property: the table version a new table is created with (6, 8 or 9); an existing
     # table's is `table_version`, as read
     create_version: int = field(default=TABLE_VERSION, compare=False)
+    # pipe keeps a metadata table (its files partition) for this table, and builds one if it has none
+    metadata_table: bool = field(default=False, compare=False)
     # every property as read (None: a config pipe is about to create)
     properties: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 

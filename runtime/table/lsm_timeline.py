@@ -101,6 +101,26 @@ def _read(storage, n: int) -> list[Instant]:
     return sorted(out)
 
 
+def archived_metadata(storage, actions) -> list[tuple[Instant, bytes]]:
+    """The archived instants of `actions`, oldest first, with their completed files' bytes (the
+    `metadata` column; rows without it are left out). Read anew each call: only time travel
+    that must prove its files are still there asks for it."""
+    import pyarrow.parquet as pq
+
+    wanted = {i.time: i for i in archived_instants(storage) if i.action in actions}
+    out: list[tuple[Instant, bytes]] = []
+    for path in data_files(storage):
+        try:
+            rows = pq.read_table(io.BytesIO(storage.read_bytes(path)), columns=["instantTime", "action", "metadata"]).to_pylist()
+        except Exception as exc:  # noqa: BLE001 - another writer's file: say which, not a traceback
+            raise HistoryError(f"{path} is not a Parquet file of Hudi 1.x's archived timeline ({type(exc).__name__}: {exc})") from None
+        for r in rows:
+            inst = wanted.get(r["instantTime"])
+            if inst is not None and r["action"] == inst.action and isinstance(r["metadata"], bytes):
+                out.append((inst, r["metadata"]))
+    return sorted(out, key=lambda x: x[0])
+
+
 # Hudi 1.x's org.apache.hudi.avro.model.HoodieLSMTimelineInstant: the row of an archived instant
 LSM_INSTANT = {
     "type": "record", "name": "HoodieLSMTimelineInstant", "namespace": "org.apache.hudi.avro.model",

@@ -17,7 +17,7 @@ from runtime.table.layout import FileSystemView
 from runtime.table.timeline import WRITE_ACTIONS
 from runtime.table.timeline import (  # noqa: F401 - archived_instants: used by callers of this module
     ARCHIVED, CLEAN, CLUSTERING, COMMIT, COMPACTION, COMPLETED, HOODIE, INFLIGHT, REPLACECOMMIT, REQUESTED, RESTORE, ROLLBACK, SAVEPOINT,
-    Instant, Timeline, archived_instants,
+    Instant, Timeline, archived_instants, archived_write_metadata,
 )
 
 KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS = "keep_latest_commits", "keep_latest_file_versions"
@@ -244,7 +244,7 @@ def _rollback(storage, target: Instant, by_instant: dict[str, list[str]], append
     storage.write_atomic(timeline.path(now), avro.to_bytes(avro.ROLLBACK_PLAN, _rollback_plan(storage, target, _by_partition(files), shared)))
     storage.write_atomic(timeline.path(now, INFLIGHT), b"")
     meta = _undo(storage, timeline, target, files, started, now.time, shared)
-    timeline.complete(now, avro.to_bytes(avro.ROLLBACK_METADATA, meta))
+    _complete(storage, timeline, now, avro.to_bytes(avro.ROLLBACK_METADATA, meta))
     _forget(storage, timeline, target)
     return now.time
 
@@ -331,14 +331,20 @@ def rollback_pending(storage) -> list[str]:
 
 def missing_files(storage, timeline: Timeline, as_of: str | None, groups: set[tuple[str, str]] | None = None) -> list[str]:
     """Base files the snapshot as of `as_of` (None: before the first write) reads, by the write
-    stats of the active timeline, that are no longer on storage (cleaned); of the file groups
-    `groups` ((partition, file id) pairs) only, if given."""
+    stats of the archived and active writes, that are no longer on storage (cleaned); of the file
+    groups `groups` ((partition, file id) pairs) only, if given. A group last written by an
+    archived commit counts too: a keep_latest_file_versions clean may remove its files, and no
+    earliest commit to retain then says so."""
     expected: dict[tuple[str, str], str] = {}
     if as_of is not None:
-        for inst in timeline.completed(WRITE_ACTIONS):
+        writes = [(inst, None) for inst in timeline.completed(WRITE_ACTIONS)]
+        archived = archived_write_metadata(storage, timeline.layout) if writes else []
+        active = {inst.time for inst, _ in writes}
+        writes = sorted([(i, m) for i, m in archived if i.time not in active] + writes, key=lambda w: w[0].time)
+        for inst, meta in writes:
             if inst.time > as_of:
                 break
-            meta = timeline.read_json(inst)
+            meta = meta if meta is not None else timeline.read_json(inst)
             for part, ids in (meta.get("partitionToReplaceFileIds") or {}).items():
                 for fid in ids:
                     expected.pop((part, fid), None)
@@ -514,8 +520,17 @@ def _finish_restore(storage, inst: Instant) -> list[str]:
         "restoreInstantInfo": infos,
         "extraMetadata": None,
     }
-    timeline.complete(inst, avro.to_bytes(avro.RESTORE_METADATA, meta))
+    _complete(storage, timeline, inst, avro.to_bytes(avro.RESTORE_METADATA, meta))
     return [i["commitTime"] for i in infos]
+
+
+def _complete(storage, timeline: Timeline, inst: Instant, data: bytes) -> None:
+    """Completes a service's instant that changed the table's files (a clean, a rollback, a
+    restore): its metadata table's deltacommit first (metadata_table.before_complete)."""
+    from runtime.table import metadata_table
+
+    metadata_table.before_complete(storage, inst.time)
+    timeline.complete(inst, data)
 
 
 # Races for tests: a function called at a fault point, in the process (what another writer
@@ -638,7 +653,7 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_f
         "version": 2,
         "bootstrapPartitionMetadata": None,
     }
-    timeline.complete(inst, avro.to_bytes(avro.CLEAN_METADATA, meta))
+    _complete(storage, timeline, inst, avro.to_bytes(avro.CLEAN_METADATA, meta))
     return CleanResult(inst.time, deleted, earliest)
 
 

@@ -31,6 +31,7 @@ from runtime.table import cdc as _cdc
 from runtime.table import keygen as _keygen
 from runtime.table import heartbeat as _heartbeat
 from runtime.table import markers as _markers
+from runtime.table import metadata_table as _metadata_table
 from runtime.table import reader as _reader
 from runtime.table import services as _services
 from runtime.table import writer as _writer
@@ -80,6 +81,8 @@ class Table:
         self.storage = storage
         self.config = config
         self.retired: str | None = None  # set when a change retired the table's metadata table (see _changing)
+        # the project asks for a metadata table (`metadata_table: true`): a change builds one if the table has none
+        self.wants_metadata_table = config.metadata_table
 
     # --- creating and opening --------------------------------------------------------------
 
@@ -110,6 +113,7 @@ class Table:
             table = cls.open(spark, uri, storage_options)
             table._refuse_other_version()  # a table pipe does not write (version 4 or 5) is never compared, so never rebuilt
             table._check_same_definition(config)
+            table.wants_metadata_table = config.metadata_table
             return table
         if config.table_type not in (COPY_ON_WRITE, MERGE_ON_READ):
             raise TableError(f"table type {config.table_type} is not one pipe knows; use copy_on_write or merge_on_read")
@@ -119,8 +123,11 @@ class Table:
         if not storage.create_exclusive(PROPERTIES, text.encode("iso-8859-1")):
             table = cls.open(spark, uri, storage_options)  # created meanwhile by someone else
             table._check_same_definition(config)
+            table.wants_metadata_table = config.metadata_table
             return table
-        return cls(spark, storage, TableConfig.from_properties(text))  # as a later open reads it
+        table = cls(spark, storage, TableConfig.from_properties(text))  # as a later open reads it
+        table.wants_metadata_table = config.metadata_table
+        return table
 
     def _refuse_other_version(self) -> None:
         """A table of a version pipe does not write (4 and 5; pipe writes 6, 8 and 9) is refused
@@ -371,6 +378,8 @@ class Table:
             extra = {"schema": staged.schema_json, **opts.extra_metadata}
             meta = CommitMetadata(op_type, staged.stats, extra, staged.replaced if replacing else None)
             self._check_lock()
+            _metadata_table.before_complete(self.storage, instant.time,
+                                            [(s.partition_path, s.path.rsplit("/", 1)[-1], s.file_size) for s in staged.stats])
             if timeline.complete(instant, meta.to_bytes(timeline.layout)) is None:
                 raise TableError(f"instant {instant.time} was completed by someone else")
             # as Java's post-commit: the markers and the heartbeat of a completed instant go
@@ -485,8 +494,34 @@ class Table:
             timeline = self.timeline()  # listed once for both checks
             _services.refuse_live_writes(self.storage, timeline)
             checked = refuse(timeline) if refuse is not None else None
-            self.retire_metadata_table()
+            self._metadata_table_in_step(timeline)
             yield checked
+
+    def _metadata_table_in_step(self, timeline: Timeline) -> None:
+        """Before a change, under the lock: a metadata table whose files partition pipe can keep
+        in step stays (metadata_table.py), less the partitions pipe does not keep, which are
+        dropped as Java drops a disabled index; one pipe cannot keep (another version than
+        the table's, files it cannot read) is retired (retire_metadata_table); a table that
+        asks for one and has none gets one, built from a listing."""
+        props = read_properties(self.storage)
+        mdt = _metadata_table.MetadataTable(self.storage, self.config.table_version)
+        if _metadata_table.kept(props):
+            reason = mdt.unkeepable_reason(timeline)
+            if reason is None:
+                dropped = _metadata_table.drop_unkept_partitions(self.storage, props)
+                if dropped:
+                    what = (f"dropped the metadata table partition(s) {', '.join(dropped)} of {self.config.name}, which pipe does not "
+                            "keep in step, as Hudi drops a disabled index (its files partition stays, kept in step); Java's next "
+                            "writer with those indexes enabled builds them again")
+                    log.warning(what)
+                    self.retired = what
+                    self.config = TableConfig.from_properties_map(read_properties(self.storage))
+                return
+            log.warning("the metadata table of %s cannot be kept in step: %s", self.config.name, reason)
+        self.retire_metadata_table()
+        if self.wants_metadata_table:
+            mdt.initialize(read_properties(self.storage), timeline)
+            self.config = TableConfig.from_properties_map(read_properties(self.storage))
 
     def retire_metadata_table(self) -> str | None:
         """Retires the metadata table a Java writer keeps (Hudi's default since 0.11) exactly as
@@ -757,6 +792,7 @@ class Table:
             raise
         meta = CommitMetadata("COMPACT", stats, {"schema": avro_schema_json(struct, self.config.name)}, compacted=True)
         self._check_lock()
+        _metadata_table.before_complete(self.storage, instant.time, [(s.partition_path, s.path.rsplit("/", 1)[-1], s.file_size) for s in stats])
         if timeline.complete(Instant(instant.time, COMMIT, REQUESTED), meta.to_bytes(timeline.layout)) is None:
             raise TableError(f"compaction {instant.time} was completed by someone else")
         _markers.delete_dir(self.storage, instant.time)

@@ -265,12 +265,7 @@ class Timeline:
         """The instant's metadata as a dict: JSON in layout 1 (and Java's "legacy" completed
         files of layout 2), an Avro object container in layout 2, whose records have the same
         field names (HoodieCommitMetadata, HoodieReplaceCommitMetadata)."""
-        data = self.storage.read_bytes(self.path(instant))
-        if data[:4] == b"Obj\x01":
-            from runtime.table import avro
-
-            return avro.from_bytes(data) or {}
-        return json.loads(data) if data.strip() else {}
+        return decode_metadata(self.storage.read_bytes(self.path(instant)))
 
     def commit_metadata(self, instant: Instant) -> "CommitMetadata":
         return CommitMetadata.from_json(self.read_json(instant))
@@ -361,7 +356,7 @@ class WriteStat:
 
     @property
     def is_log(self) -> bool:
-        return not self.path.endswith(".parquet")
+        return not self.path.endswith((".parquet", ".hfile"))
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -477,3 +472,41 @@ def archived_instants(storage, layout: int = 1) -> list[Instant]:
         return lsm_timeline.archived_instants(storage)
     found = [parse_instant_file(f.path.rsplit("/", 1)[-1]) for f in storage.list_files(ARCHIVED, recursive=False)]
     return Timeline(storage, [i for i in found if i is not None]).instants
+
+
+def archived_write_metadata(storage, layout: int = 1) -> list[tuple[Instant, dict[str, Any]]]:
+    """The metadata (as Timeline.read_json gives it) of the archived completed writes whose
+    metadata pipe can read, oldest first: in layout 1 the instant files pipe's archiving keeps
+    in .hoodie/archived/ (Java's .commits_.archive.N logs are not read), in layout 2 the LSM
+    history's rows (HistoryError if it is unreadable)."""
+    if layout >= 2:
+        from runtime.table import lsm_timeline
+
+        found = lsm_timeline.archived_metadata(storage, WRITE_ACTIONS)
+    else:
+        found = []
+        for inst in archived_instants(storage, layout):
+            if inst.is_completed and inst.action in WRITE_ACTIONS:
+                try:
+                    found.append((inst, storage.read_bytes(f"{ARCHIVED}/{inst.file_name()}")))
+                except FileNotFoundError:
+                    continue
+    out = []
+    for inst, data in found:
+        try:
+            meta = decode_metadata(data)
+        except Exception:  # noqa: BLE001 - another writer's file pipe cannot read: its groups go unchecked
+            continue
+        if isinstance(meta, dict):
+            out.append((inst, meta))
+    return out
+
+
+def decode_metadata(data: bytes) -> dict[str, Any]:
+    """An instant file's metadata as a dict: JSON in layout 1 (and Java's "legacy" completed
+    files of layout 2), an Avro object container in layout 2."""
+    if data[:4] == b"Obj\x01":
+        from runtime.table import avro
+
+        return avro.from_bytes(data) or {}
+    return json.loads(data) if data.strip() else {}

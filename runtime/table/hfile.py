@@ -1,0 +1,275 @@
+"""HFile (version 3), the file format of Hudi's metadata table: its base files (`*.hfile`) and
+the content of its log files' HFILE data blocks. Written as Hudi's writers write it
+(HoodieAvroHFileWriter, HoodieHFileDataBlock) and read as both Hudi's native Java reader
+(hudi-io HFileReaderImpl) and hudi-rs read it:
+
+    data blocks   "DATABLK*"  sorted cells: i32 key length, i32 value length, key, value, one 0 byte (MVCC)
+    meta blocks   "METABLKc"  named values (a base file's "bloomFilter")
+    root index    "IDXROOT2"  one entry per data block: i64 offset, i32 on-disk size, VInt length, first key
+    meta index    "IDXROOT2"  one entry per meta block: i64 offset, i32 on-disk size, VInt length, name
+    file info     "FILEINF2"  "PBUF" + a length-delimited protobuf map (hfile.LASTKEY, schema, ...)
+    trailer       "TRABLK\"$" the last 4096 bytes: a length-delimited protobuf, then the version 3
+
+Every block has the 33-byte header (magic, on-disk size without header, uncompressed size, the
+previous block's offset, checksum type, bytes per checksum, on-disk size with header) and is
+compressed with the file's codec (GZ, one gzip member, as Hudi writes by default; or NONE); the
+checksum area is zeros of type NULL, as Hudi's native writer leaves it, sized as the readers
+size it (their count includes the area itself). A cell's key is Hudi's record key (the row; no
+family, no qualifier, the latest timestamp, type Put); readers compare rows only.
+
+Blocks are cut at 64 KiB of cells: Java 1.1's reader skips a block's last cell when it is no
+longer than the block's checksum area, which a block of this size can never have."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+DATA, META, ROOT_INDEX, FILE_INFO, TRAILER = b"DATABLK*", b"METABLKc", b"IDXROOT2", b"FILEINF2", b'TRABLK"$'
+HEADER = 33
+TRAILER_SIZE = 4096
+BYTES_PER_CHECKSUM = 16384
+GZ, NONE = 1, 2
+BLOCK_SIZE = 64 * 1024
+COMPARATOR = "org.apache.hudi.io.storage.HoodieHBaseKVComparator"
+_LATEST = 0x7FFFFFFFFFFFFFFF
+_PUT = 4
+
+
+class HFileError(ValueError):
+    """Bytes that are not an HFile this module reads (another writer's file, or damaged)."""
+
+
+# --- encodings ------------------------------------------------------------------------------
+
+def _vint(n: int) -> bytes:
+    """Hadoop WritableUtils VLong of a non-negative n (what both readers decode index lengths with)."""
+    if n < 0:
+        raise ValueError("negative length")
+    if n <= 127:
+        return bytes([n])
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([(-112 - len(body)) & 0xFF]) + body
+
+
+def _read_vint(data: bytes, pos: int) -> tuple[int, int]:
+    first = data[pos] - 256 if data[pos] > 127 else data[pos]
+    if first >= -112:
+        return first, pos + 1
+    if first < -120:
+        raise HFileError("a negative length in an HFile index")
+    size = -112 - first
+    return int.from_bytes(data[pos + 1:pos + 1 + size], "big"), pos + 1 + size
+
+
+def _pb_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _read_pb_varint(data: bytes, pos: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise HFileError("a truncated protobuf varint")
+        b = data[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return n, pos
+
+
+def _pb_fields(data: bytes) -> list[tuple[int, int | bytes]]:
+    """(field number, value) of a protobuf message: varints and length-delimited bytes only."""
+    out, pos = [], 0
+    while pos < len(data):
+        tag, pos = _read_pb_varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _read_pb_varint(data, pos)
+        elif wire == 2:
+            size, pos = _read_pb_varint(data, pos)
+            value, pos = data[pos:pos + size], pos + size
+        else:
+            raise HFileError(f"protobuf wire type {wire} in an HFile")
+        out.append((number, value))
+    return out
+
+
+def _pb_bytes(number: int, value: bytes) -> bytes:
+    return _pb_varint(number << 3 | 2) + _pb_varint(len(value)) + value
+
+
+def _pb_uint(number: int, value: int) -> bytes:
+    return _pb_varint(number << 3) + _pb_varint(value & 0xFFFFFFFFFFFFFFFF)
+
+
+def _row_key(row: bytes) -> bytes:
+    """The key part of a cell: row length, row, no family, no qualifier, latest timestamp, Put."""
+    if len(row) > 32767:
+        raise ValueError(f"an HFile row key is at most 32767 bytes, not {len(row)}")
+    return struct.pack(">h", len(row)) + row + b"\x00" + struct.pack(">q", _LATEST) + bytes([_PUT])
+
+
+# --- writing --------------------------------------------------------------------------------
+
+def _checksum_chunks(stored: int) -> int:
+    """How many 4-byte checksums follow `stored` payload bytes: the readers count them with the
+    area itself included, ceil((33 + stored + 4n) / 16384) = n."""
+    n = -(-(HEADER + stored) // BYTES_PER_CHECKSUM)
+    while -(-(HEADER + stored + 4 * n) // BYTES_PER_CHECKSUM) > n:
+        n += 1
+    return n
+
+
+def _block(magic: bytes, payload: bytes, codec: int, prev_offset: int = -1) -> bytes:
+    stored = gzip.compress(payload, mtime=0) if codec == GZ else payload
+    area = 4 * _checksum_chunks(len(stored))
+    header = magic + struct.pack(">iiqbii", len(stored) + area, len(payload), prev_offset, 0, BYTES_PER_CHECKSUM, HEADER + len(stored))
+    return header + stored + bytes(area)
+
+
+def write(cells: list[tuple[bytes, bytes]], file_info: dict[str, bytes] | None = None,
+          meta: dict[str, bytes] | None = None, codec: int = GZ, created_ms: int = 0) -> bytes:
+    """An HFile of `cells` ((row, value), sorted by row bytes, no row twice), with the `file_info`
+    entries (besides HFile's own) and the named `meta` blocks."""
+    for (a, _), (b, _) in zip(cells, cells[1:]):
+        if not a < b:
+            raise ValueError(f"HFile cells must be sorted with no key twice: {a!r} then {b!r}")
+    out = bytearray()
+    index, block, size, prev = [], bytearray(), 0, -1
+    first = None
+
+    def flush():
+        nonlocal block, size, prev, first
+        if block:
+            data = _block(DATA, bytes(block), codec, prev)
+            index.append((len(out), len(data), first))
+            prev = len(out)
+            out.extend(data)
+        block, size, first = bytearray(), 0, None
+
+    for row, value in cells:
+        key = _row_key(row)
+        if block and size + len(key) + len(value) + 9 > BLOCK_SIZE:
+            flush()
+        if first is None:
+            first = row
+        block += struct.pack(">ii", len(key), len(value)) + key + value + b"\x00"
+        size += len(key) + len(value) + 9
+    flush()
+    last_data = index[-1][0] if index else -1
+    metas = []
+    for name, value in sorted((meta or {}).items()):
+        data = _block(META, value, codec)
+        metas.append((len(out), len(data), name.encode("utf-8")))
+        out.extend(data)
+    load_on_open = len(out)
+    root = b"".join(struct.pack(">qi", off, size) + _vint(len(k) + 2) + struct.pack(">h", len(k)) + k for off, size, k in index)
+    out.extend(_block(ROOT_INDEX, root, codec))
+    out.extend(_block(ROOT_INDEX, b"".join(struct.pack(">qi", off, size) + _vint(len(n)) + n for off, size, n in metas), codec))
+    info = {"KEY_VALUE_VERSION": struct.pack(">i", 1), "MAX_MEMSTORE_TS_KEY": struct.pack(">q", 0),
+            "hfile.AVG_KEY_LEN": struct.pack(">i", sum(len(r) for r, _ in cells) // len(cells) if cells else 0),
+            "hfile.AVG_VALUE_LEN": struct.pack(">i", sum(len(v) for _, v in cells) // len(cells) if cells else 0),
+            "hfile.CREATE_TIME_TS": struct.pack(">q", created_ms)}
+    if cells:
+        info["hfile.LASTKEY"] = struct.pack(">h", len(cells[-1][0])) + cells[-1][0]
+    info.update(file_info or {})
+    proto = b"".join(_pb_bytes(1, _pb_bytes(1, k.encode("utf-8")) + _pb_bytes(2, v)) for k, v in sorted(info.items()))
+    file_info_offset = len(out)
+    out.extend(_block(FILE_INFO, b"PBUF" + _pb_varint(len(proto)) + proto, codec))
+    trailer = (_pb_uint(1, file_info_offset) + _pb_uint(2, load_on_open) + _pb_uint(3, len(root))
+               + _pb_uint(4, sum(len(r) + len(v) for r, v in cells)) + _pb_uint(5, len(index)) + _pb_uint(6, len(metas))
+               + _pb_uint(7, len(cells)) + _pb_uint(8, 1) + _pb_uint(9, 0 if index else -1) + _pb_uint(10, last_data)
+               + _pb_bytes(11, COMPARATOR.encode("ascii")) + _pb_uint(12, codec))
+    body = TRAILER + _pb_varint(len(trailer)) + trailer
+    out.extend(body + bytes(TRAILER_SIZE - 4 - len(body)) + bytes([3, 0, 0, 3]))
+    return bytes(out)
+
+
+# --- reading --------------------------------------------------------------------------------
+
+@dataclass
+class HFile:
+    cells: list[tuple[bytes, bytes]] = field(default_factory=list)  # (row, value), in file order
+    file_info: dict[str, bytes] = field(default_factory=dict)
+    meta: dict[str, bytes] = field(default_factory=dict)
+
+
+def _read_block(data: bytes, offset: int, codec: int, magic: bytes) -> tuple[bytes, int]:
+    """The payload of the block at `offset` and where the next one starts."""
+    if data[offset:offset + 8] != magic:
+        raise HFileError(f"expected an HFile {magic.decode()} block at offset {offset}, found {data[offset:offset + 8]!r}")
+    on_disk, uncompressed = struct.unpack(">ii", data[offset + 8:offset + 16])
+    bpc = struct.unpack(">i", data[offset + 25:offset + 29])[0]
+    if on_disk < 0 or uncompressed < 0 or bpc <= 0 or offset + HEADER + on_disk > len(data):
+        raise HFileError(f"the HFile block at offset {offset} has impossible sizes")
+    area = 4 * -(-(HEADER + on_disk) // bpc)
+    stored = data[offset + HEADER:offset + HEADER + on_disk - area] if codec == GZ else data[offset + HEADER:offset + HEADER + uncompressed]
+    try:
+        payload = zlib.decompressobj(wbits=31).decompress(stored) if codec == GZ else stored
+    except zlib.error as exc:
+        raise HFileError(f"the HFile block at offset {offset} does not decompress ({exc})") from None
+    if len(payload) != uncompressed:
+        raise HFileError(f"the HFile block at offset {offset} holds {len(payload)} bytes, not {uncompressed}")
+    return payload, offset + HEADER + on_disk
+
+
+def read(data: bytes) -> HFile:
+    """Every cell, the file info and the meta blocks of an HFile (HFileError if it is not one)."""
+    if len(data) < TRAILER_SIZE or data[-TRAILER_SIZE:-TRAILER_SIZE + 8] != TRAILER or data[-3:] != b"\x00\x00\x03":
+        raise HFileError("not an HFile of version 3 (no trailer)")
+    size, pos = _read_pb_varint(data, len(data) - TRAILER_SIZE + 8)
+    trailer = dict(_pb_fields(data[pos:pos + size]))
+    codec = trailer.get(12, NONE)
+    if codec not in (GZ, NONE):
+        raise HFileError(f"HFile compression codec {codec} is not read (only GZ and NONE, as Hudi's readers)")
+    if trailer.get(8, 1) != 1:
+        raise HFileError("a multi-level HFile index is not read")
+    offset = trailer.get(2)
+    if not isinstance(offset, int):
+        raise HFileError("the HFile trailer has no load-on-open offset")
+    root, offset = _read_block(data, offset, codec, ROOT_INDEX)
+    metas, offset = _read_block(data, offset, codec, ROOT_INDEX)
+    info_payload, _ = _read_block(data, offset, codec, FILE_INFO)
+    out = HFile()
+    if info_payload[:4] != b"PBUF":
+        raise HFileError("the HFile file info does not start with PBUF")
+    size, pos = _read_pb_varint(info_payload, 4)
+    for number, pair in _pb_fields(info_payload[pos:pos + size]):
+        kv = dict(_pb_fields(pair)) if number == 1 and isinstance(pair, bytes) else {}
+        if isinstance(kv.get(1), bytes) and isinstance(kv.get(2), bytes):
+            out.file_info[kv[1].decode("utf-8", "replace")] = kv[2]
+    pos = 0
+    for _ in range(trailer.get(6, 0)):
+        off, _size = struct.unpack(">qi", metas[pos:pos + 12])
+        n, pos = _read_vint(metas, pos + 12)
+        name, pos = metas[pos:pos + n].decode("utf-8", "replace"), pos + n
+        out.meta[name] = _read_block(data, off, codec, META)[0]
+    pos = 0
+    for _ in range(trailer.get(5, 0)):
+        off, _size = struct.unpack(">qi", root[pos:pos + 12])
+        n, pos = _read_vint(root, pos + 12)
+        pos += n
+        block, _ = _read_block(data, off, codec, DATA)
+        at = 0
+        while at < len(block):
+            klen, vlen = struct.unpack(">ii", block[at:at + 8])
+            rlen = struct.unpack(">h", block[at + 8:at + 10])[0]
+            if klen < rlen + 2 or vlen < 0 or at + 9 + klen + vlen > len(block):
+                raise HFileError(f"a damaged cell in the HFile data block at offset {off}")
+            out.cells.append((block[at + 10:at + 10 + rlen], block[at + 8 + klen:at + 8 + klen + vlen]))
+            at += 8 + klen + vlen + 1
+    if len(out.cells) != trailer.get(7, 0):
+        raise HFileError(f"the HFile holds {len(out.cells)} cells, its trailer says {trailer.get(7, 0)}")
+    return out

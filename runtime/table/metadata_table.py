@@ -1,0 +1,480 @@
+"""The metadata table (Hudi's MDT, `.hoodie/metadata/`): a merge-on-read Hudi table of its own,
+with HFile base files and HFILE log blocks, that lists the data table's files so that readers
+need not list storage. pipe keeps its `files` partition in step as Hudi's writer does
+(HoodieBackedTableMetadataWriter, docs/hudi-1x-format.md 6):
+
+- every change of the data table's files (a write, a compaction, a clean, a rollback, a
+  restore) first completes a deltacommit of the metadata table with the same instant time, and
+  only then its own instant: a reader that trusts the metadata table takes a deltacommit whose
+  data instant is not completed for in flight (Java's getValidInstantTimestamps, hudi-rs drops
+  its files), so a crash in between shows the table as before;
+- a deltacommit appends one log file to the `files-0000-0` file group, holding one HFILE block
+  of HoodieMetadataRecords: `__all_partitions__` (type 1) naming the partitions it touches, and
+  one record per partition (type 2, `.` for a non-partitioned table) mapping file names to
+  {size, isDeleted}; readers merge them by key, later over earlier;
+- what pipe writes is the difference between the files the data table has once the change
+  completes (its committed files, listed) and what the metadata table lists: the files a write
+  added (a log file with its new size), those a clean, a rollback or a restore deleted;
+- a metadata deltacommit left by a data instant that never completed is rolled back first
+  (its log file deleted, then its instant files), as Java rolls it back with the data instant;
+- every `COMPACT_AFTER` deltacommits the file group is compacted into a new HFile base file.
+
+Log files are named as the table version has it: in version 6 a new version of the slice's
+log (`.files-0000-0_<base instant>.log.<N>_<token>`), in 8 and 9 one file per deltacommit
+named with it. The metadata table's other partitions (column_stats, partition_stats,
+record_index, bloom_filters, secondary and expression indexes) are not kept: a change drops
+them (properties first, then their folders), as Java's writer does when their index is
+disabled, so none is ever stale; Java's next writer with them enabled builds them again."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import fastavro
+
+from runtime.storage import open_storage
+from runtime.table import avro as _avro
+from runtime.table import hfile
+from runtime.table import logfile
+from runtime.table.config import PROPERTIES, read_properties, store_properties, update_properties
+from runtime.table.errors import TableError
+from runtime.table.layout import PARTITION_METADATA, FileSystemView
+from runtime.table.timeline import (
+    COMMIT, COMPACTION, COMPLETED, DELTACOMMIT, HOODIE, INFLIGHT, REQUESTED, CommitMetadata, Instant, Timeline, WriteStat,
+)
+
+log = logging.getLogger("pipe.table")
+
+METADATA_TABLE = f"{HOODIE}/metadata"
+FILES = "files"
+FILE_ID = "files-0000-0"
+ALL_PARTITIONS = "__all_partitions__"
+NON_PARTITIONED = "."
+PARTITIONS_KEY, INFLIGHT_KEY = "hoodie.table.metadata.partitions", "hoodie.table.metadata.partitions.inflight"
+COMPACT_AFTER = 10  # hoodie.metadata.compact.max.delta.commits
+TOKEN = "0-0-0"
+_PARTITION_LIST, _FILE_LIST = 1, 2
+
+
+def init_instant(table_version: int) -> str:
+    """The instant of the files partition's initialisation: Hudi 0.x's SOLO_COMMIT_TIMESTAMP + 010
+    on version 6, seventeen zeros on 8 and 9 (createIndexInitTimestamp)."""
+    return "00000000000000010" if table_version < 8 else "00000000000000000"
+
+
+def is_init_instant(time: str) -> bool:
+    return time.startswith("00000000000000")
+
+
+@lru_cache(maxsize=2)
+def record_schema(table_version: int) -> tuple[str, object]:
+    """HoodieMetadataRecord as the Hudi release that writes this table version has it (0.15 for 6,
+    1.1 for 8 and 9): its JSON text (a log block's SCHEMA header) and fastavro's parsed form."""
+    name = "HoodieMetadataRecord-0.15.avsc" if table_version < 8 else "HoodieMetadataRecord-1.1.avsc"
+    with open(os.path.join(os.path.dirname(__file__), "avsc", name), encoding="utf-8") as f:
+        text = f.read()
+    return text, fastavro.parse_schema(json.loads(text))
+
+
+def _record(kind: int, files: dict[str, tuple[int, bool]], table_version: int) -> dict:
+    rec = {"key": "", "type": kind, "filesystemMetadata": {n: {"size": s, "isDeleted": d} for n, (s, d) in sorted(files.items())}}
+    for name in ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
+                 "_hoodie_file_name", "BloomFilterMetadata", "ColumnStatsMetadata", "recordIndexMetadata", "SecondaryIndexMetadata"):
+        rec[name] = None
+    if table_version < 8:
+        rec.pop("SecondaryIndexMetadata")
+    return rec
+
+
+def _cells(changes: dict[str, dict[str, tuple[int, bool]]], partitions: dict[str, tuple[int, bool]], table_version: int) -> list[tuple[bytes, bytes]]:
+    """The HFile cells of one deltacommit (or a base file): key, Avro datum with key "" (readers
+    take the key from the cell), sorted by key bytes."""
+    _, parsed = record_schema(table_version)
+    records = {ALL_PARTITIONS: _record(_PARTITION_LIST, partitions, table_version)} if partitions else {}
+    for part, files in changes.items():
+        records[part or NON_PARTITIONED] = _record(_FILE_LIST, files, table_version)
+    cells = []
+    for key in sorted(records, key=lambda k: k.encode("utf-8")):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, records[key])
+        cells.append((key.encode("utf-8"), buf.getvalue()))
+    return cells
+
+
+@dataclass
+class State:
+    """What the files partition lists: partition -> file name -> size, and the partitions."""
+
+    files: dict[str, dict[str, int]]
+    partitions: set[str]
+
+
+class MetadataTable:
+    """The metadata table of the data table at `storage` (whose version it has)."""
+
+    def __init__(self, storage, table_version: int):
+        self.data = storage
+        self.version = table_version
+        self.storage = open_storage(storage.spec.child(METADATA_TABLE))
+
+    # --- the table itself ---------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.storage.exists(PROPERTIES)
+
+    def properties(self, data_props: dict[str, str]) -> dict[str, str]:
+        """hoodie.properties of a metadata table pipe creates, as Hudi's writer of this version
+        creates it (HoodieTableMetaClient of the metadata table)."""
+        name = f"{data_props.get('hoodie.table.name', 'table')}_metadata"
+        database = data_props.get("hoodie.database.name", "")
+        props = {"hoodie.table.name": name, "hoodie.table.type": "MERGE_ON_READ", "hoodie.table.version": str(self.version),
+                 "hoodie.table.recordkey.fields": "key", "hoodie.populate.meta.fields": "false",
+                 "hoodie.table.base.file.format": "HFILE", "hoodie.datasource.write.drop.partition.columns": "false",
+                 "hoodie.compaction.payload.class": "org.apache.hudi.metadata.HoodieMetadataPayload",
+                 "hoodie.table.checksum": str(zlib.crc32(f"{database}.{name}".encode("utf-8")) if database else zlib.crc32(name.encode("utf-8")))}
+        if database:
+            props["hoodie.database.name"] = database
+        if self.version < 8:
+            props.update({"hoodie.timeline.layout.version": "1", "hoodie.archivelog.folder": "archived",
+                          "hoodie.table.keygenerator.class": "org.apache.hudi.metadata.HoodieTableMetadataKeyGenerator",
+                          "hoodie.compaction.record.merger.strategy": "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5"})
+        else:
+            props.update({"hoodie.timeline.layout.version": "2", "hoodie.timeline.path": "timeline", "hoodie.timeline.history.path": "history",
+                          "hoodie.archivelog.folder": "history", "hoodie.table.initial.version": str(self.version),
+                          "hoodie.table.keygenerator.type": "HOODIE_TABLE_METADATA", "hoodie.record.merge.mode": "CUSTOM",
+                          "hoodie.record.merge.strategy.id": "00000000-0000-0000-0000-000000000000"})
+        return props
+
+    def unkeepable_reason(self, data: Timeline) -> str | None:
+        """Why pipe cannot keep this metadata table in step (None: it can): another table
+        version than the data table's, or files pipe cannot read."""
+        try:
+            props = read_properties(self.storage)
+        except FileNotFoundError:
+            return "it has no hoodie.properties"
+        if props.get("hoodie.table.version") != str(self.version):
+            return f"it is table version {props.get('hoodie.table.version')}, the data table {self.version}"
+        try:
+            self.state(self.timeline(), data)
+        except (ValueError, KeyError, TypeError, EOFError, OSError) as exc:  # another writer's files: say what, not a traceback
+            return f"its files partition cannot be read ({type(exc).__name__}: {exc})"
+        return None
+
+    def timeline(self) -> Timeline:
+        return Timeline.load(self.storage, 2 if self.version >= 8 else 1)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def _group_files(self) -> tuple[list[tuple[str, str, int]], list[tuple[logfile.LogFileName, str, int]]]:
+        """(base files as (instant, path, size), log files as (name, path, size)) of files-0000-0."""
+        bases, logs = [], []
+        for info in self.storage.list_files(FILES, recursive=False):
+            name = info.path.rsplit("/", 1)[-1]
+            if name.startswith(FILE_ID + "_") and name.endswith(".hfile"):
+                bases.append((name[:-len(".hfile")].rsplit("_", 1)[-1], info.path, info.size))
+            elif name.startswith("."):
+                parsed = logfile.parse_name(name)
+                if parsed is not None and parsed.file_id == FILE_ID:
+                    logs.append((parsed, info.path, info.size))
+        return sorted(bases), logs
+
+    def state(self, mdt: Timeline, data: Timeline) -> State:
+        """The files partition as a reader that trusts it sees it: the latest committed base
+        file, then the blocks of valid instants of its slice's logs, in order."""
+        committed = {i.time for i in mdt.instants if i.is_completed}
+        bases, logs = self._group_files()
+        bases = [b for b in bases if b[0] in committed or is_init_instant(b[0])]
+        files: dict[str, dict[str, int]] = {}
+        partitions: set[str] = set()
+        base_instant = bases[-1][0] if bases else None
+        if bases:
+            self._apply(hfile.read(self.storage.read_bytes(bases[-1][1])), files, partitions)
+        valid = self._valid(mdt, data)
+        if self.version >= 8:
+            chosen = sorted(((n.base_instant, n.version), p) for n, p, _ in logs
+                            if valid(n.base_instant) and (base_instant is None or n.base_instant > base_instant))
+        else:
+            chosen = sorted(((n.base_instant, n.version), p) for n, p, _ in logs if n.base_instant == base_instant)
+        rolled_back: set[str] = set()
+        blocks = []
+        for _, path in chosen:
+            for block in logfile.read_blocks(self.storage.read_bytes(path), f"metadata table log {path}"):
+                if block.is_rollback:
+                    rolled_back.add(block.header.get(logfile.TARGET_INSTANT_TIME, ""))
+                blocks.append(block)
+        for block in blocks:
+            if block.type == logfile.HFILE and valid(block.instant) and block.instant not in rolled_back:
+                self._apply(hfile.read(block.content), files, partitions)
+        return State(files, partitions)
+
+    def _valid(self, mdt: Timeline, data: Timeline):
+        done = {i.time for i in mdt.instants if i.is_completed}
+        data_done = {i.time for i in data.instants if i.is_completed}
+        first = data.instants[0].time if data.instants else None
+        data_pending = {i.time for i in data.pending()}
+
+        def valid(t: str) -> bool:
+            if is_init_instant(t):
+                return True
+            if t not in done:
+                return False
+            return t in data_done or t not in data_pending and (first is None or t < first) or t in mdt.compactions
+        return valid
+
+    def _apply(self, h: hfile.HFile, files: dict[str, dict[str, int]], partitions: set[str]) -> None:
+        text = h.file_info.get("schema")
+        parsed = fastavro.parse_schema(json.loads(text)) if text else record_schema(self.version)[1]
+        for key, value in h.cells:
+            if not value:
+                continue
+            rec = fastavro.schemaless_reader(io.BytesIO(value), parsed)
+            entries = rec.get("filesystemMetadata") or {}
+            name = key.decode("utf-8")
+            if rec.get("type") == _PARTITION_LIST:
+                for part, info in entries.items():
+                    (partitions.discard if info.get("isDeleted") else partitions.add)(part)
+            elif rec.get("type") == _FILE_LIST:
+                part = "" if name == NON_PARTITIONED else name
+                listed = files.setdefault(part, {})
+                for fname, info in entries.items():
+                    if info.get("isDeleted"):
+                        listed.pop(fname, None)
+                    else:
+                        listed[fname] = max(int(info.get("size") or 0), listed.get(fname, 0))
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def initialize(self, data_props: dict[str, str], data: Timeline) -> None:
+        """Creates the metadata table with its files partition built from a listing of the data
+        table's committed files: hoodie.properties, the partition's metadata, the init
+        deltacommit with an HFile base file; the data table's hoodie.properties then names
+        `files` (the caller holds the writer lock). A crash before that leaves a folder no reader
+        trusts, which the next change deletes and builds again."""
+        for f in sorted(self.storage.list_files("", recursive=True), key=lambda f: not f.path.endswith(PROPERTIES)):
+            self.storage.delete(f.path)
+        self.storage.write_atomic(PROPERTIES, store_properties(self.properties(data_props), "Created by pipe").encode("iso-8859-1"))
+        t = init_instant(self.version)
+        self.storage.write_atomic(f"{FILES}/{PARTITION_METADATA}", f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode("ascii"))
+        listing = _committed_files(self.data, data)
+        changes = {p: {n: (s, False) for n, s in fs.items()} for p, fs in listing.items()}
+        cells = _cells(changes, {p: (0, False) for p in listing}, self.version)
+        text, _ = record_schema(self.version)
+        keys = [c[0].decode("utf-8") for c in cells]
+        bf = _bloom(keys)
+        info = {"schema": text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
+                "minRecordKey": keys[0].encode("utf-8") if keys else b"", "maxRecordKey": keys[-1].encode("utf-8") if keys else b""}
+        data_bytes = hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
+        name = f"{FILE_ID}_{TOKEN}_{t}.hfile"
+        timeline = self.timeline()
+        instant = Instant(t, DELTACOMMIT, REQUESTED)
+        self._begin(timeline, instant)
+        self.storage.write_atomic(f"{FILES}/{name}", data_bytes)
+        stat = WriteStat(FILE_ID, f"{FILES}/{name}", FILES, "null", len(cells), len(cells), 0, 0, len(data_bytes))
+        self._complete(timeline, instant, [stat], "BULK_INSERT")
+        update_properties(self.data, {PARTITIONS_KEY: FILES, INFLIGHT_KEY: ""})
+
+    def sync(self, data: Timeline, instant: str, written: list[tuple[str, str, int]] = ()) -> bool:
+        """Brings the files partition in step with the data table as it will be once `instant`
+        completes: its committed files (on `data`, the timeline before `instant` completes) and
+        `written` ((partition, name, size) of the files `instant` wrote). Writes and completes
+        the metadata deltacommit `instant`; call before completing `instant` itself, under the
+        writer lock. Returns whether anything changed."""
+        mdt = self.roll_back_orphans(data)
+        state = self.state(mdt, data)
+        target = _committed_files(self.data, data)
+        for part, name, size in written:
+            target.setdefault(part, {})[name] = size
+        changes: dict[str, dict[str, tuple[int, bool]]] = {}
+        for part in set(target) | set(state.files):
+            now, before = target.get(part, {}), state.files.get(part, {})
+            delta = {n: (s, False) for n, s in now.items() if before.get(n) != s}
+            delta.update({n: (0, True) for n in before if n not in now})
+            if delta:
+                changes[part] = delta
+        # the partitions the deltacommit touches, the new ones among them, as Java lists them
+        touched = {p: (0, False) for p in (set(changes) & set(target)) | (set(target) - state.partitions)}
+        if not changes and not touched:
+            return False
+        self._deltacommit(mdt, instant, _cells(changes, touched, self.version), sum(len(v) for v in changes.values()))
+        if sum(1 for i in self.timeline().completed((DELTACOMMIT,)) if i.time > (self._latest_base() or "")) >= COMPACT_AFTER:
+            self.compact(data)
+        return True
+
+    def _latest_base(self) -> str | None:
+        committed = {i.time for i in self.timeline().instants if i.is_completed}
+        bases = [b[0] for b in self._group_files()[0] if b[0] in committed or is_init_instant(b[0])]
+        return bases[-1] if bases else None
+
+    def _deltacommit(self, mdt: Timeline, time: str, cells, writes: int) -> None:
+        text, _ = record_schema(self.version)
+        block = logfile.Block(logfile.HFILE, {logfile.INSTANT_TIME: time, logfile.SCHEMA: text},
+                              hfile.write(cells, {"schema": text.encode("utf-8")}))
+        instant = Instant(time, DELTACOMMIT, REQUESTED)
+        self._begin(mdt, instant)
+        _, logs = self._group_files()
+        base = self._latest_base()
+        if self.version >= 8:
+            name = logfile.LogFileName(FILE_ID, time, 1, TOKEN)
+            log_names = [name.name]
+        else:
+            versions = [n.version for n, _, _ in logs if n.base_instant == base]
+            name = logfile.LogFileName(FILE_ID, base or init_instant(self.version), max(versions, default=0) + 1, TOKEN)
+            log_names = sorted({n.name for n, _, _ in logs if n.base_instant == base} | {name.name})
+        data = logfile.encode_block(block)
+        self.storage.write_atomic(f"{FILES}/{name.name}", data)
+        stat = WriteStat(FILE_ID, f"{FILES}/{name.name}", FILES, time if self.version >= 8 else (base or "null"), writes, 0, writes, 0,
+                         len(data), base_file=(f"{FILE_ID}_{TOKEN}_{base}.hfile" if base and self.version < 8 else None),
+                         log_files=tuple(log_names), log_version=name.version)
+        from runtime.table import services
+
+        services.fault("metadata_table_before_commit")
+        self._complete(mdt, instant, [stat], "UPSERT_PREPPED")
+
+    def _begin(self, mdt: Timeline, instant: Instant) -> None:
+        for state, data in ((REQUESTED, b""), (INFLIGHT, CommitMetadata("UPSERT_PREPPED", [], {}).to_bytes(mdt.layout))):
+            path = mdt.path(instant, state)
+            if not self.storage.create_exclusive(path, data):
+                raise TableError(f"the metadata table's instant file {path} exists already; another writer is active")
+
+    def _complete(self, mdt: Timeline, instant: Instant, stats: list[WriteStat], operation: str) -> None:
+        text, _ = record_schema(self.version)
+        meta = CommitMetadata(operation, stats, {"schema": text})
+        if mdt.complete(instant.with_state(COMPLETED), meta.to_bytes(mdt.layout)) is None:
+            raise TableError(f"the metadata table's instant {instant.time} was completed by someone else")
+
+    def compact(self, data: Timeline) -> str:
+        """Folds the files partition's slice into a new HFile base file at a new instant (a
+        compaction completing as a commit), as Java compacts the metadata table."""
+        mdt = self.timeline()
+        state = self.state(mdt, data)
+        base = self._latest_base()
+        if self.version >= 8:
+            time = mdt.new_instant_time()
+        else:  # 0.x names the metadata table's compaction after its latest deltacommit
+            time = (mdt.completed((DELTACOMMIT,))[-1].time + "001") if mdt.completed((DELTACOMMIT,)) else mdt.new_instant_time()
+        changes = {p: {n: (s, False) for n, s in fs.items()} for p, fs in state.files.items() if fs}
+        cells = _cells(changes, {p: (0, False) for p in state.partitions}, self.version)
+        text, _ = record_schema(self.version)
+        keys = [c[0].decode("utf-8") for c in cells]
+        bf = _bloom(keys)
+        info = {"schema": text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
+                "minRecordKey": keys[0].encode("utf-8") if keys else b"", "maxRecordKey": keys[-1].encode("utf-8") if keys else b""}
+        data_bytes = hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
+        _, logs = self._group_files()
+        slice_logs = [p for n, p, _ in logs if (n.base_instant > (base or "") if self.version >= 8 else n.base_instant == base)]
+        plan = {"operations": [{"baseInstantTime": base or "", "deltaFilePaths": [p.rsplit("/", 1)[-1] for p in slice_logs],
+                                "dataFilePath": f"{FILE_ID}_{TOKEN}_{base}.hfile" if base else None, "fileId": FILE_ID,
+                                "partitionPath": FILES, "metrics": {}, "bootstrapFilePath": None}],
+                "extraMetadata": None, "version": 2}
+        requested = Instant(time, COMPACTION, REQUESTED)
+        for state_, payload in ((REQUESTED, _avro.to_bytes(_avro.COMPACTION_PLAN, plan)), (INFLIGHT, b"")):
+            if not self.storage.create_exclusive(mdt.path(requested, state_), payload):
+                raise TableError(f"the metadata table's compaction {time} exists already; another writer is active")
+        name = f"{FILE_ID}_{TOKEN}_{time}.hfile"
+        self.storage.write_atomic(f"{FILES}/{name}", data_bytes)
+        stat = WriteStat(FILE_ID, f"{FILES}/{name}", FILES, base or "null", len(cells), 0, len(cells), 0, len(data_bytes))
+        meta = CommitMetadata("COMPACT", [stat], {"schema": text}, compacted=True)
+        if mdt.complete(Instant(time, COMMIT, COMPLETED), meta.to_bytes(mdt.layout)) is None:
+            raise TableError(f"the metadata table's compaction {time} was completed by someone else")
+        return time
+
+    def roll_back_orphans(self, data: Timeline) -> Timeline:
+        """Rolls back the metadata deltacommits whose data instant never completed and is no
+        longer pending (a crash between the two commits, or a data write rolled back since):
+        their log files first, then their instant files, the completed one last; the
+        metadata table's compactions and init instants stay. Returns its timeline after."""
+        mdt = self.timeline()
+        data_done = {i.time for i in data.instants if i.is_completed}
+        first = data.instants[0].time if data.instants else None
+        orphans = [i for i in mdt.instants if i.action == DELTACOMMIT and not is_init_instant(i.time) and i.time not in data_done
+                   and (first is None or i.time >= first)]
+        orphans += [i for i in mdt.instants if i.action == COMPACTION and not i.is_completed]
+        if not orphans:
+            return mdt
+        _, logs = self._group_files()
+        for inst in orphans:
+            for n, path, _ in logs:
+                if self.version >= 8 and n.base_instant == inst.time:
+                    self.storage.delete(path)
+            if self.version < 8:  # the log version it appended: by its block's instant
+                for n, path, _ in logs:
+                    blocks = logfile.read_blocks(self.storage.read_bytes(path), path)
+                    if blocks and all(b.instant == inst.time for b in blocks):
+                        self.storage.delete(path)
+            if inst.action == COMPACTION:
+                for info in self.storage.list_files(FILES, recursive=False):
+                    if info.path.endswith(f"_{inst.time}.hfile"):
+                        self.storage.delete(info.path)
+            paths = [mdt.path(inst, s) for s in (REQUESTED, INFLIGHT)] + ([mdt.path(inst)] if inst.is_completed else [])
+            for path in reversed(paths):
+                if self.storage.exists(path):
+                    self.storage.delete(path)
+            log.info("rolled back the metadata table's %s %s, whose data instant never completed", inst.action, inst.time)
+        return self.timeline()
+
+
+def kept(props: dict[str, str]) -> bool:
+    """Whether the data table with these properties has a metadata table whose files partition
+    pipe keeps in step (Java's isMetadataTableAvailable: `files` is listed)."""
+    return FILES in [p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",")]
+
+
+def before_complete(storage, instant: str, written: list[tuple[str, str, int]] = ()) -> None:
+    """What every change of the data table's files does right before completing its instant:
+    the metadata deltacommit of the same time, when the table keeps a metadata table. The
+    timeline is listed anew: a stale one would take a later commit's files for uncommitted."""
+    props = read_properties(storage)
+    if kept(props):
+        from runtime.table.config import TableConfig
+
+        version = TableConfig.from_properties_map(props).table_version
+        MetadataTable(storage, version).sync(Timeline.load(storage, 2 if version >= 8 else 1), instant, written)
+
+
+def _bloom(keys: list[str]):
+    import pyarrow as pa
+
+    from runtime.table import bloom
+
+    bf = bloom.BloomFilter.create(num_entries=10000, fpp=0.000000001)  # hoodie.metadata's bloom filter settings
+    bf.add(pa.array(keys, pa.string()))
+    return bf
+
+
+def _committed_files(storage, timeline: Timeline) -> dict[str, dict[str, int]]:
+    """partition -> name -> size of the data table's committed base and log files (those of
+    replaced file groups too, until cleaned), as the metadata table lists them."""
+    view = FileSystemView.load(storage, timeline)
+    out: dict[str, dict[str, int]] = {}
+    for bf in view.files:
+        out.setdefault(bf.partition, {})[bf.name] = bf.size
+    for lf in view.logs:
+        out.setdefault(lf.partition, {})[lf.name] = lf.size
+    return out
+
+
+def unkept_partitions(props: dict[str, str]) -> list[str]:
+    """The metadata table's partitions (built or being built) other than `files`."""
+    listed = [p.strip() for key in (PARTITIONS_KEY, INFLIGHT_KEY) for p in (props.get(key) or "").split(",") if p.strip()]
+    return sorted({p for p in listed if p != FILES})
+
+
+def drop_unkept_partitions(storage, props: dict[str, str]) -> list[str]:
+    """Drops the partitions pipe does not keep in step, as Java's writer drops a disabled index:
+    hoodie.properties first (crash-safely), then their folders. Returns them."""
+    drop = unkept_partitions(props)
+    if not drop:
+        return []
+    keep = [p for p in (props.get(PARTITIONS_KEY) or "").split(",") if p.strip() == FILES]
+    update_properties(storage, {PARTITIONS_KEY: ",".join(keep), INFLIGHT_KEY: ""})
+    mdt = open_storage(storage.spec.child(METADATA_TABLE))
+    for part in drop:
+        for f in mdt.list_files(part, recursive=True):
+            mdt.delete(f.path)
+    return drop
