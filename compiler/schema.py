@@ -325,6 +325,7 @@ TABLE = Section(
         Key("partition_by", "string_list", "Partition column(s), in path order.", default=[]),
         Key("hive_style_partitioning", "boolean", "Partition folders named `column=value` (else just `value`).", default=True),
         Key("table_version", "integer", "Hudi table version pipe creates the table with: 6 (Hudi 0.14 and later read it), or 8 or 9 (Hudi 1.x's, with completion times). An existing table keeps the version it has.", default=6, choices=(6, 8, 9)),
+        Key("metadata_table", "boolean", "Keep a Hudi metadata table for the table (its `files` partition, in step with every commit), which Java readers and writers and hudi-rs list files from instead of listing storage. A table that has one keeps it in step either way.", default=False),
         Key("index", "string", "`global`: a key is unique across the table and a changed partition value moves the row. `partition`: keys are unique within a partition only (faster; for keys that never change partition).", default="global", choices=("global", "partition")),
         Key("delete_when", "string", "SQL predicate; rows matching it are deleted from the table instead of written (`status = 'cancelled'`).", default=None),
         Key("schema", "columns", "Declared output columns (DDL string or `{column: type}`); checked against key, precombine and partition columns.", default=None),

@@ -209,8 +209,15 @@ def _notes(facts: dict[str, Any], verdict: str) -> list[str]:
     mdt = facts["metadata_table"]
     if mdt and verdict == READY:
         parts = ", ".join(mdt["partitions"] + mdt["being_built"]) or "no partition listed"
-        notes.append(f"it has a metadata table ({parts}): pipe retires it on its first write (readers then list files, and Java "
-                     "writers rebuild it); pipe does not keep a metadata table in step yet")
+        others = [p for p in mdt["partitions"] + mdt["being_built"] if p != "files"]
+        if "files" in mdt["partitions"]:
+            what = "pipe keeps its files partition in step with every commit"
+            if others:
+                what += (f" and drops {', '.join(others)} on its first change, as Hudi drops a disabled index (Java writers with "
+                         "those indexes on build them again)")
+        else:
+            what = "it lists no files partition: pipe retires it on its first change (readers then list files, and Java writers rebuild it)"
+        notes.append(f"it has a metadata table ({parts}): {what}")
     if facts["timeline_timezone"] != "UTC" and verdict == READY:
         notes.append("its instant times are local time (hoodie.table.timeline.timezone is LOCAL or absent): pipe writes its instants "
                      "in the zone of the latest one, as Java's writers of that zone do")

@@ -1,4 +1,5 @@
-"""Tables with a Java writer's metadata table (Hudi's default since 0.11): readers leave it
+"""Tables with a metadata table pipe cannot keep in step (here: a files partition whose base
+file is no HFile; tests/test_metadata_table_kept.py has the ones it keeps): readers leave it
 alone; every change (write or service) first retires it exactly as Hudi's writer does with
 hoodie.metadata.enable=false, crash-safely, and says so."""
 
@@ -40,6 +41,7 @@ def java_table_with_metadata(spark, tmp_path):
     (mdt / "files").mkdir()
     (mdt / "files/.hoodie_partition_metadata").write_text("#partition metadata\ncommitTime=00000000000000010\npartitionDepth=1\n")
     (mdt / "files/.files-0000-0_00000000000000010.log.1_0-0-0").write_bytes(b"#HUDI#")
+    (mdt / "files/files-0000-0_0-0-0_00000000000000010.hfile").write_bytes(b"not an HFile")  # what pipe cannot read
     update_properties(table.storage, {MDT_PROPS[0]: "files", MDT_PROPS[1]: ""})
     return path, [first.instant, second.instant]
 
@@ -147,6 +149,9 @@ def test_pipe_run_and_service_commands_say_they_retired_it(spark, tmp_path, caps
     def java_adds_its_metadata_table():
         (root / "lake/orders/.hoodie/metadata/files").mkdir(parents=True)
         (root / "lake/orders/.hoodie/metadata/files/.files-0000-0_00000000000000010.log.1_0-0-0").write_bytes(b"#HUDI#")
+        (root / "lake/orders/.hoodie/metadata/files/files-0000-0_0-0-0_00000000000000010.hfile").write_bytes(b"not an HFile")
+        (root / "lake/orders/.hoodie/metadata/.hoodie").mkdir(exist_ok=True)
+        (root / "lake/orders/.hoodie/metadata/.hoodie/hoodie.properties").write_text("hoodie.table.version=6\n")
         update_properties(lake.storage, {MDT_PROPS[0]: "files"})
 
     java_adds_its_metadata_table()

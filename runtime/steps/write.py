@@ -289,6 +289,7 @@ def table_config(step: Step, config: Mapping[str, Any]):
         precombine_field=config.get("precombine"),
         hive_style=config["hive_style_partitioning"],
         create_version=config.get("table_version", 6),
+        metadata_table=bool(config.get("metadata_table", False)),
     )
 
 

@@ -196,9 +196,10 @@ class MetadataTable:
         if bases:
             self._apply(hfile.read(self.storage.read_bytes(bases[-1][1])), files, partitions)
         valid = self._valid(mdt, data)
-        if self.version >= 8:
+        if self.version >= 8:  # a log is in the slice of the latest base instant before its deltacommit completed
+            completion = {i.time: i.completed_at for i in mdt.instants if i.is_completed}
             chosen = sorted(((n.base_instant, n.version), p) for n, p, _ in logs
-                            if valid(n.base_instant) and (base_instant is None or n.base_instant > base_instant))
+                            if valid(n.base_instant) and (base_instant is None or completion.get(n.base_instant, "") > base_instant))
         else:
             chosen = sorted(((n.base_instant, n.version), p) for n, p, _ in logs if n.base_instant == base_instant)
         rolled_back: set[str] = set()
@@ -286,6 +287,12 @@ class MetadataTable:
         the metadata deltacommit `instant`; call before completing `instant` itself, under the
         writer lock. Returns whether anything changed."""
         mdt = self.roll_back_orphans(data)
+        # compacted before this deltacommit, of the valid ones only (as Java's metadata writer
+        # runs its table services first): this one goes to a log of the new slice
+        base = self._latest_base()
+        if sum(1 for i in mdt.completed((DELTACOMMIT,)) if i.time > (base or "") and not is_init_instant(i.time)) >= COMPACT_AFTER:
+            self.compact(data)
+            mdt = self.timeline()
         state = self.state(mdt, data)
         target = _committed_files(self.data, data)
         for part, name, size in written:
@@ -302,8 +309,6 @@ class MetadataTable:
         if not changes and not touched:
             return False
         self._deltacommit(mdt, instant, _cells(changes, touched, self.version), sum(len(v) for v in changes.values()))
-        if sum(1 for i in self.timeline().completed((DELTACOMMIT,)) if i.time > (self._latest_base() or "")) >= COMPACT_AFTER:
-            self.compact(data)
         return True
 
     def _latest_base(self) -> str | None:
@@ -384,6 +389,33 @@ class MetadataTable:
             raise TableError(f"the metadata table's compaction {time} was completed by someone else")
         return time
 
+    def _delete_logs_of(self, time: str) -> None:
+        """Deletes the log file a deltacommit `time` wrote: named with it (8, 9), or the log
+        version whose blocks are all its (6)."""
+        for n, path, _ in self._group_files()[1]:
+            if self.version >= 8 and n.base_instant == time:
+                self.storage.delete(path)
+            elif self.version < 8:
+                blocks = logfile.read_blocks(self.storage.read_bytes(path), path)
+                if blocks and all(b.instant == time for b in blocks):
+                    self.storage.delete(path)
+
+    def forget(self, time: str) -> None:
+        """Rolls back the metadata deltacommit `time` (if any) of a data instant being undone,
+        while that instant is still pending on the data timeline (Java 1.1's readers take a
+        metadata deltacommit whose data instant is gone for valid): its log file, then its
+        instant files, the completed one first."""
+        mdt = self.timeline()
+        inst = next((i for i in mdt.instants if i.time == time and i.action == DELTACOMMIT), None)
+        if inst is None:
+            return
+        if inst.is_completed:
+            self.storage.delete(mdt.path(inst))
+        self._delete_logs_of(time)
+        for state in (INFLIGHT, REQUESTED):
+            if self.storage.exists(mdt.path(inst, state)):
+                self.storage.delete(mdt.path(inst, state))
+
     def roll_back_orphans(self, data: Timeline) -> Timeline:
         """Rolls back the metadata deltacommits whose data instant never completed and is no
         longer pending (a crash between the two commits, or a data write rolled back since):
@@ -397,16 +429,8 @@ class MetadataTable:
         orphans += [i for i in mdt.instants if i.action == COMPACTION and not i.is_completed]
         if not orphans:
             return mdt
-        _, logs = self._group_files()
         for inst in orphans:
-            for n, path, _ in logs:
-                if self.version >= 8 and n.base_instant == inst.time:
-                    self.storage.delete(path)
-            if self.version < 8:  # the log version it appended: by its block's instant
-                for n, path, _ in logs:
-                    blocks = logfile.read_blocks(self.storage.read_bytes(path), path)
-                    if blocks and all(b.instant == inst.time for b in blocks):
-                        self.storage.delete(path)
+            self._delete_logs_of(inst.time)
             if inst.action == COMPACTION:
                 for info in self.storage.list_files(FILES, recursive=False):
                     if info.path.endswith(f"_{inst.time}.hfile"):
@@ -435,6 +459,18 @@ def before_complete(storage, instant: str, written: list[tuple[str, str, int]] =
 
         version = TableConfig.from_properties_map(props).table_version
         MetadataTable(storage, version).sync(Timeline.load(storage, 2 if version >= 8 else 1), instant, written)
+        from runtime.table import services
+
+        services.fault("after_metadata_table")  # its deltacommit complete, the data instant not yet
+
+
+def forget(storage, time: str) -> None:
+    """MetadataTable.forget for the data table at `storage`, when it keeps a metadata table."""
+    props = read_properties(storage)
+    if kept(props):
+        from runtime.table.config import TableConfig
+
+        MetadataTable(storage, TableConfig.from_properties_map(props).table_version).forget(time)
 
 
 def _bloom(keys: list[str]):

@@ -180,10 +180,13 @@ def _undo(storage, timeline: Timeline, target: Instant, files: list[str], starte
     in logs it shares with other instants (`shared`) behind rollback command blocks, and
     returns the HoodieRollbackMetadata. The caller removes the instant's requested/inflight
     files after it has recorded the rollback."""
+    from runtime.table import metadata_table
+
     if target.is_completed:
         if not storage.exists(timeline.path(target, INFLIGHT)):
             storage.write_atomic(timeline.path(target, INFLIGHT), b"")  # stays pending if we die now
         storage.delete(timeline.path(target))
+    metadata_table.forget(storage, target.time)  # while it is pending: no reader takes the metadata's for valid
     for path in files:
         storage.delete(path)
     blocks = _write_rollback_blocks(storage, target.time, rollback_time, list(shared)) if shared else {}

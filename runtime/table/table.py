@@ -517,19 +517,21 @@ class Table:
                     self.retired = what
                     self.config = TableConfig.from_properties_map(read_properties(self.storage))
                 return
-            log.warning("the metadata table of %s cannot be kept in step: %s", self.config.name, reason)
-        self.retire_metadata_table()
+        else:
+            reason = "it has no files partition pipe could keep in step (only partitions being built)"
+        self.retire_metadata_table(reason)
         if self.wants_metadata_table:
             mdt.initialize(read_properties(self.storage), timeline)
             self.config = TableConfig.from_properties_map(read_properties(self.storage))
 
-    def retire_metadata_table(self) -> str | None:
+    def retire_metadata_table(self, reason: str = "pipe cannot keep it in step") -> str | None:
         """Retires the metadata table a Java writer keeps (Hudi's default since 0.11) exactly as
         Hudi's writer does when it runs with hoodie.metadata.enable=false
         (HoodieTable.maybeDeleteMetadataTable -> HoodieTableMetadataUtil.deleteMetadataTable):
         first hoodie.table.metadata.partitions(.inflight) are cleared through the crash-safe
         update of hoodie.properties, so no reader trusts it any more, then .hoodie/metadata is
-        deleted. pipe cannot keep it in step (its files are HFiles), and Java's next writer
+        deleted: pipe retires one it cannot keep in step (`reason`: another version than the
+        table's, files it cannot read; metadata_table.py keeps the rest), and Java's next writer
         with the default settings rebuilds it from a listing. A crash between the steps leaves
         an unused folder, deleted by the next change. Call under the lock; returns what was
         done (also in `self.retired` and logged), or None."""
@@ -542,7 +544,7 @@ class Table:
             self.config = self.config.without_metadata_table()
             _services.fault("metadata_table_after_properties")
             what = (f"retired the metadata table of {self.config.name} (partitions: {partitions}) as Hudi does with "
-                    "hoodie.metadata.enable=false: pipe does not maintain it; Java's next writer with default settings rebuilds it")
+                    f"hoodie.metadata.enable=false: {reason}; Java's next writer with default settings rebuilds it")
         else:
             what = f"deleted the unused metadata table folder of {self.config.name} (.hoodie/metadata, left by an interrupted retirement)"
         # its own hoodie.properties first: a partial folder is then no table to anyone
