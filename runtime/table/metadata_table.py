@@ -137,7 +137,7 @@ class MetadataTable:
                  "hoodie.table.recordkey.fields": "key", "hoodie.populate.meta.fields": "false",
                  "hoodie.table.base.file.format": "HFILE", "hoodie.datasource.write.drop.partition.columns": "false",
                  "hoodie.compaction.payload.class": "org.apache.hudi.metadata.HoodieMetadataPayload",
-                 "hoodie.table.checksum": str(zlib.crc32(f"{database}.{name}".encode("utf-8")) if database else zlib.crc32(name.encode("utf-8")))}
+                 "hoodie.table.checksum": str(zlib.crc32(f"{database}.{name}".encode("utf-8")))}  # ".name" without a database, as Java
         if database:
             props["hoodie.database.name"] = database
         if self.version < 8:
@@ -225,6 +225,8 @@ class MetadataTable:
                 return True
             if t not in done:
                 return False
+            if len(t) > 17:  # the metadata table's own (Java 0.x: <T>010 init, <T>003 restore sync)
+                return True
             return t in data_done or t not in data_pending and (first is None or t < first) or t in mdt.compactions
         return valid
 
@@ -263,14 +265,7 @@ class MetadataTable:
         t = init_instant(self.version)
         self.storage.write_atomic(f"{FILES}/{PARTITION_METADATA}", f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode("ascii"))
         listing = _committed_files(self.data, data)
-        changes = {p: {n: (s, False) for n, s in fs.items()} for p, fs in listing.items()}
-        cells = _cells(changes, {p: (0, False) for p in listing}, self.version)
-        text, _ = record_schema(self.version)
-        keys = [c[0].decode("utf-8") for c in cells]
-        bf = _bloom(keys)
-        info = {"schema": text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
-                "minRecordKey": keys[0].encode("utf-8") if keys else b"", "maxRecordKey": keys[-1].encode("utf-8") if keys else b""}
-        data_bytes = hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
+        data_bytes, cells = self._base_file(listing, set(listing))
         name = f"{FILE_ID}_{TOKEN}_{t}.hfile"
         timeline = self.timeline()
         instant = Instant(t, DELTACOMMIT, REQUESTED)
@@ -353,6 +348,19 @@ class MetadataTable:
         if mdt.complete(instant.with_state(COMPLETED), meta.to_bytes(mdt.layout)) is None:
             raise TableError(f"the metadata table's instant {instant.time} was completed by someone else")
 
+    def _base_file(self, files: dict[str, dict[str, int]], partitions: set[str]) -> tuple[bytes, list]:
+        """An HFile base file of the files partition listing `files`, with what Hudi's base files
+        carry besides: the schema, the key range and a bloom filter of the keys (meta block
+        `bloomFilter`). Returns its bytes and cells."""
+        cells = _cells({p: {n: (size, False) for n, size in fs.items()} for p, fs in files.items()},
+                       {p: (0, False) for p in partitions}, self.version)
+        text, _ = record_schema(self.version)
+        keys = [c[0].decode("utf-8") for c in cells]
+        bf = _bloom(keys)
+        info = {"schema": text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
+                "minRecordKey": keys[0].encode("utf-8") if keys else b"", "maxRecordKey": keys[-1].encode("utf-8") if keys else b""}
+        return hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")}), cells
+
     def compact(self, data: Timeline) -> str:
         """Folds the files partition's slice into a new HFile base file at a new instant (a
         compaction completing as a commit), as Java compacts the metadata table."""
@@ -363,14 +371,8 @@ class MetadataTable:
             time = mdt.new_instant_time()
         else:  # 0.x names the metadata table's compaction after its latest deltacommit
             time = (mdt.completed((DELTACOMMIT,))[-1].time + "001") if mdt.completed((DELTACOMMIT,)) else mdt.new_instant_time()
-        changes = {p: {n: (s, False) for n, s in fs.items()} for p, fs in state.files.items() if fs}
-        cells = _cells(changes, {p: (0, False) for p in state.partitions}, self.version)
+        data_bytes, cells = self._base_file({p: fs for p, fs in state.files.items() if fs}, state.partitions)
         text, _ = record_schema(self.version)
-        keys = [c[0].decode("utf-8") for c in cells]
-        bf = _bloom(keys)
-        info = {"schema": text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
-                "minRecordKey": keys[0].encode("utf-8") if keys else b"", "maxRecordKey": keys[-1].encode("utf-8") if keys else b""}
-        data_bytes = hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
         _, logs = self._group_files()
         slice_logs = [p for n, p, _ in logs if (n.base_instant > (base or "") if self.version >= 8 else n.base_instant == base)]
         plan = {"operations": [{"baseInstantTime": base or "", "deltaFilePaths": [p.rsplit("/", 1)[-1] for p in slice_logs],
@@ -424,8 +426,9 @@ class MetadataTable:
         mdt = self.timeline()
         data_done = {i.time for i in data.instants if i.is_completed}
         first = data.instants[0].time if data.instants else None
-        orphans = [i for i in mdt.instants if i.action == DELTACOMMIT and not is_init_instant(i.time) and i.time not in data_done
-                   and (first is None or i.time >= first)]
+        # only instants of data writes (17 digits): Java 0.x's own are suffixed (<T>010 init, <T>003 restore sync)
+        orphans = [i for i in mdt.instants if i.action == DELTACOMMIT and not is_init_instant(i.time) and len(i.time) <= 17
+                   and i.time not in data_done and (first is None or i.time >= first)]
         orphans += [i for i in mdt.instants if i.action == COMPACTION and not i.is_completed]
         if not orphans:
             return mdt
@@ -462,6 +465,19 @@ def before_complete(storage, instant: str, written: list[tuple[str, str, int]] =
         from runtime.table import services
 
         services.fault("after_metadata_table")  # its deltacommit complete, the data instant not yet
+
+
+def archive_stop(storage) -> list[str]:
+    """Where the data table's archiving stops when it keeps a metadata table: at the instant of
+    the files partition's latest base file (a data instant sorts before `<T>001` iff it is at
+    or before T); [] without a metadata table."""
+    props = read_properties(storage)
+    if not kept(props):
+        return []
+    from runtime.table.config import TableConfig
+
+    base = MetadataTable(storage, TableConfig.from_properties_map(props).table_version)._latest_base()
+    return [base or init_instant(8)]
 
 
 def forget(storage, time: str) -> None:

@@ -674,6 +674,10 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
     incremental consumer (which reads the commits after it from the active timeline). Data files of archived commits stay readable:
     a reader takes files older than the whole active timeline as committed (HUDI_FORMAT.md 3).
 
+    With a metadata table, archiving stops at its latest compaction (as Java's archiver does):
+    Java 0.x's readers take the metadata deltacommits of archived data instants for invalid,
+    so their deltas must be folded into its base file first.
+
     Java writes archived instants into Avro log files (.commits_.archive.N); pipe keeps the
     instant files themselves, which Java's archived-timeline reader skips and hudi-rs never reads.
     In timeline layout 2 (table versions 8 and 9) they go into the LSM history, as Java 1.x's
@@ -683,7 +687,9 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
     if len(instants) <= max_instants:
         return []
     latest_write = timeline.latest_completed()
-    stops = savepoint_times(timeline) + ([keep_from] if keep_from else [])
+    from runtime.table import metadata_table
+
+    stops = savepoint_times(timeline) + ([keep_from] if keep_from else []) + metadata_table.archive_stop(storage)
     stop_at = min(stops) if stops else None
     candidates = []
     live: set[tuple[str, str]] | None = None  # (partition, file id) of every file on storage
