@@ -29,7 +29,7 @@ IS_PARTIAL = 7  # table versions 8+: "true" on a block of partial updates (only 
 ROLLBACK = "0"  # COMMAND_BLOCK_TYPE of a rollback block
 
 # .<fileId>_<baseInstant>.log.<version>_<writeToken>
-_LOG_FILE = re.compile(r"^\.(?P<file_id>.+)_(?P<base_instant>\d{14,17}(?:\d{3})*)\.log\.(?P<version>\d+)_(?P<token>\d+-\d+-\d+)$")
+_LOG_FILE = re.compile(r"^\.(?P<file_id>.+)_(?P<base_instant>\d{14,17}(?:00[1-6]|010)*)\.log\.(?P<version>\d+)_(?P<token>\d+-\d+-\d+)$")
 
 # The delete block's record list: Java's wire schema (hudi-common HoodieDeleteRecordList.avsc of
 # Hudi 0.14/0.15/1.0, as the classes of the hudi-spark3.5-bundle 0.15.0 print it; hudi-rs 0.5 uses

@@ -28,7 +28,7 @@ LOGCOMPACTION, INDEXING = "logcompaction", "indexing"
 _ACTIONS = (COMMIT, DELTACOMMIT, REPLACECOMMIT, CLEAN, ROLLBACK, COMPACTION, SAVEPOINT, RESTORE, INDEXING, LOGCOMPACTION)
 TIMEZONE_KEY = "hoodie.table.timeline.timezone"
 # suffixed: a metadata table's own instants on version 6 (Hudi 0.x: <latest deltacommit>001 compactions, <T>010 init)
-_NAME = re.compile(r"^(\d{14,17}(?:\d{3})*)\.([a-z]+)(?:\.(requested|inflight))?$")
+_NAME = re.compile(r"^(\d{14,17}(?:00[1-6]|010)*)\.([a-z]+)(?:\.(requested|inflight))?$")
 
 # Keys of pipe's own in extraMetadata. Checkpoints of sources live under this prefix, one key
 # per source, so several sources can feed one table each with its own checkpoint.
