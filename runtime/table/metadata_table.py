@@ -82,6 +82,12 @@ def record_schema(table_version: int) -> tuple[str, object]:
     return text, fastavro.parse_schema(json.loads(text))
 
 
+@lru_cache(maxsize=8)
+def _parsed(text: bytes):
+    """fastavro's form of a schema an HFile names (the same text in every block of a table)."""
+    return fastavro.parse_schema(json.loads(text))
+
+
 def _record(kind: int, files: dict[str, tuple[int, bool]], table_version: int) -> dict:
     rec = {"key": "", "type": kind, "filesystemMetadata": {n: {"size": s, "isDeleted": d} for n, (s, d) in sorted(files.items())}}
     for name in ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
@@ -232,7 +238,7 @@ class MetadataTable:
 
     def _apply(self, h: hfile.HFile, files: dict[str, dict[str, int]], partitions: set[str]) -> None:
         text = h.file_info.get("schema")
-        parsed = fastavro.parse_schema(json.loads(text)) if text else record_schema(self.version)[1]
+        parsed = _parsed(text) if text else record_schema(self.version)[1]
         for key, value in h.cells:
             if not value:
                 continue
@@ -284,7 +290,7 @@ class MetadataTable:
         mdt = self.roll_back_orphans(data)
         # compacted before this deltacommit, of the valid ones only (as Java's metadata writer
         # runs its table services first): this one goes to a log of the new slice
-        base = self._latest_base()
+        base = self._latest_base(mdt)
         if sum(1 for i in mdt.completed((DELTACOMMIT,)) if i.time > (base or "") and not is_init_instant(i.time)) >= COMPACT_AFTER:
             self.compact(data)
             mdt = self.timeline()
@@ -306,8 +312,9 @@ class MetadataTable:
         self._deltacommit(mdt, instant, _cells(changes, touched, self.version), sum(len(v) for v in changes.values()))
         return True
 
-    def _latest_base(self) -> str | None:
-        committed = {i.time for i in self.timeline().instants if i.is_completed}
+    def _latest_base(self, mdt: Timeline) -> str | None:
+        """The instant of the files partition's latest committed base file (None: none)."""
+        committed = {i.time for i in mdt.instants if i.is_completed}
         bases = [b[0] for b in self._group_files()[0] if b[0] in committed or is_init_instant(b[0])]
         return bases[-1] if bases else None
 
@@ -318,7 +325,7 @@ class MetadataTable:
         instant = Instant(time, DELTACOMMIT, REQUESTED)
         self._begin(mdt, instant)
         _, logs = self._group_files()
-        base = self._latest_base()
+        base = self._latest_base(mdt)
         if self.version >= 8:
             name = logfile.LogFileName(FILE_ID, time, 1, TOKEN)
             log_names = [name.name]
@@ -366,7 +373,7 @@ class MetadataTable:
         compaction completing as a commit), as Java compacts the metadata table."""
         mdt = self.timeline()
         state = self.state(mdt, data)
-        base = self._latest_base()
+        base = self._latest_base(mdt)
         if self.version >= 8:
             time = mdt.new_instant_time()
         else:  # 0.x names the metadata table's compaction after its latest deltacommit
@@ -409,11 +416,19 @@ class MetadataTable:
         instant files, the completed one first."""
         mdt = self.timeline()
         inst = next((i for i in mdt.instants if i.time == time and i.action == DELTACOMMIT), None)
-        if inst is None:
-            return
+        if inst is not None:
+            self._roll_back(mdt, inst)
+
+    def _roll_back(self, mdt: Timeline, inst: Instant) -> None:
+        """Undoes a metadata deltacommit or a pending compaction: its completed file first (no
+        reader takes it any more), then the files it wrote, then its pending instant files."""
         if inst.is_completed:
             self.storage.delete(mdt.path(inst))
-        self._delete_logs_of(time)
+        self._delete_logs_of(inst.time)
+        if inst.action == COMPACTION:
+            for info in self.storage.list_files(FILES, recursive=False):
+                if info.path.endswith(f"_{inst.time}.hfile"):
+                    self.storage.delete(info.path)
         for state in (INFLIGHT, REQUESTED):
             if self.storage.exists(mdt.path(inst, state)):
                 self.storage.delete(mdt.path(inst, state))
@@ -421,8 +436,7 @@ class MetadataTable:
     def roll_back_orphans(self, data: Timeline) -> Timeline:
         """Rolls back the metadata deltacommits whose data instant never completed and is no
         longer pending (a crash between the two commits, or a data write rolled back since):
-        their log files first, then their instant files, the completed one last; the
-        metadata table's compactions and init instants stay. Returns its timeline after."""
+        each as _roll_back undoes it; the metadata table's compactions and init instants stay. Returns its timeline after."""
         mdt = self.timeline()
         data_done = {i.time for i in data.instants if i.is_completed}
         first = data.instants[0].time if data.instants else None
@@ -433,15 +447,7 @@ class MetadataTable:
         if not orphans:
             return mdt
         for inst in orphans:
-            self._delete_logs_of(inst.time)
-            if inst.action == COMPACTION:
-                for info in self.storage.list_files(FILES, recursive=False):
-                    if info.path.endswith(f"_{inst.time}.hfile"):
-                        self.storage.delete(info.path)
-            paths = [mdt.path(inst, s) for s in (REQUESTED, INFLIGHT)] + ([mdt.path(inst)] if inst.is_completed else [])
-            for path in reversed(paths):
-                if self.storage.exists(path):
-                    self.storage.delete(path)
+            self._roll_back(mdt, inst)
             log.info("rolled back the metadata table's %s %s, whose data instant never completed", inst.action, inst.time)
         return self.timeline()
 
@@ -452,16 +458,25 @@ def kept(props: dict[str, str]) -> bool:
     return FILES in [p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",")]
 
 
-def before_complete(storage, instant: str, written: list[tuple[str, str, int]] = ()) -> None:
-    """What every change of the data table's files does right before completing its instant:
-    the metadata deltacommit of the same time, when the table keeps a metadata table. The
-    timeline is listed anew: a stale one would take a later commit's files for uncommitted."""
+def _kept_by(storage) -> MetadataTable | None:
+    """The metadata table the data table at `storage` keeps in step (kept), or None."""
     props = read_properties(storage)
-    if kept(props):
-        from runtime.table.config import TableConfig
+    if not kept(props):
+        return None
+    from runtime.table.config import TableConfig
 
-        version = TableConfig.from_properties_map(props).table_version
-        MetadataTable(storage, version).sync(Timeline.load(storage, 2 if version >= 8 else 1), instant, written)
+    return MetadataTable(storage, TableConfig.from_properties_map(props).table_version)
+
+
+def before_complete(storage, instant: str, stats: list[WriteStat] = ()) -> None:
+    """What every change of the data table's files does right before completing its instant:
+    the metadata deltacommit of the same time, when the table keeps a metadata table (`stats`:
+    the files the instant wrote). The timeline is listed anew: a stale one would take a later
+    commit's files for uncommitted."""
+    mdt = _kept_by(storage)
+    if mdt is not None:
+        written = [(s.partition_path, s.path.rsplit("/", 1)[-1], s.file_size) for s in stats]
+        mdt.sync(Timeline.load(storage, 2 if mdt.version >= 8 else 1), instant, written)
         from runtime.table import services
 
         services.fault("after_metadata_table")  # its deltacommit complete, the data instant not yet
@@ -471,22 +486,17 @@ def archive_stop(storage) -> list[str]:
     """Where the data table's archiving stops when it keeps a metadata table: at the instant of
     the files partition's latest base file (a data instant sorts before `<T>001` iff it is at
     or before T); [] without a metadata table."""
-    props = read_properties(storage)
-    if not kept(props):
+    mdt = _kept_by(storage)
+    if mdt is None:
         return []
-    from runtime.table.config import TableConfig
-
-    base = MetadataTable(storage, TableConfig.from_properties_map(props).table_version)._latest_base()
-    return [base or init_instant(8)]
+    return [mdt._latest_base(mdt.timeline()) or init_instant(8)]
 
 
 def forget(storage, time: str) -> None:
     """MetadataTable.forget for the data table at `storage`, when it keeps a metadata table."""
-    props = read_properties(storage)
-    if kept(props):
-        from runtime.table.config import TableConfig
-
-        MetadataTable(storage, TableConfig.from_properties_map(props).table_version).forget(time)
+    mdt = _kept_by(storage)
+    if mdt is not None:
+        mdt.forget(time)
 
 
 def _bloom(keys: list[str]):

@@ -378,8 +378,7 @@ class Table:
             extra = {"schema": staged.schema_json, **opts.extra_metadata}
             meta = CommitMetadata(op_type, staged.stats, extra, staged.replaced if replacing else None)
             self._check_lock()
-            _metadata_table.before_complete(self.storage, instant.time,
-                                            [(s.partition_path, s.path.rsplit("/", 1)[-1], s.file_size) for s in staged.stats])
+            _metadata_table.before_complete(self.storage, instant.time, staged.stats)
             if timeline.complete(instant, meta.to_bytes(timeline.layout)) is None:
                 raise TableError(f"instant {instant.time} was completed by someone else")
             # as Java's post-commit: the markers and the heartbeat of a completed instant go
@@ -794,7 +793,7 @@ class Table:
             raise
         meta = CommitMetadata("COMPACT", stats, {"schema": avro_schema_json(struct, self.config.name)}, compacted=True)
         self._check_lock()
-        _metadata_table.before_complete(self.storage, instant.time, [(s.partition_path, s.path.rsplit("/", 1)[-1], s.file_size) for s in stats])
+        _metadata_table.before_complete(self.storage, instant.time, stats)
         if timeline.complete(Instant(instant.time, COMMIT, REQUESTED), meta.to_bytes(timeline.layout)) is None:
             raise TableError(f"compaction {instant.time} was completed by someone else")
         _markers.delete_dir(self.storage, instant.time)
