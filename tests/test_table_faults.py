@@ -41,7 +41,8 @@ def crash_writer(warm_python, path, point):
                            task_env=point.startswith("task_"))
 
 
-@pytest.mark.parametrize("point,version", [("after_inflight", 6), ("after_files", 6), ("after_files", 9)])
+# each kill point once, and each timeline layout (versions 6 and 9) once
+@pytest.mark.parametrize("point,version", [("after_inflight", 6), ("after_files", 9)])
 def test_a_writer_killed_before_completion_changes_nothing_readers_see(spark, warm_python, tmp_path, point, version):
     """Also at version 9 (Hudi 1.x's timeline layout 2): its dead instant stays requested and
     inflight in .hoodie/timeline/, with no completed `T_C` file, until the next writer rolls
