@@ -38,17 +38,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 sys.path.insert(0, str(BENCH_DIR))
 
-from java_bench import (  # noqa: E402
-    KEY,
-    MEMORY,
-    PARTITION,
-    PIPE_CONF,
-    PRECOMBINE,
-    JavaSide,
-    PipeSide,
-    Runs,
-    generate,
-)
+from java_bench import KEY, MEMORY, PARTITION, PIPE_CONF, PRECOMBINE, JavaSide, PipeSide, Runs, generate, java_options  # noqa: E402
 from report import Measure, write_section  # noqa: E402
 
 COW, MOR = "COPY_ON_WRITE", "MERGE_ON_READ"
@@ -73,9 +63,7 @@ class Java11Side(JavaSide):
     metadata table on (its default), SIMPLE index (its default)."""
 
     def write(self, table: str, table_type: str, operation: str, source: Path) -> None:
-        from java_bench import java_options
-
-        opts = java_options(table, table_type, operation, "SIMPLE", True)
+        opts = java_options(table, table_type, operation, self.index, self.mdt)
         opts["hoodie.write.table.version"] = "9"
         self.java.call({"op": "write", "path": str(self.work / table), "input": str(source), "options": opts, "mode": "append"})
 
@@ -143,7 +131,7 @@ def main() -> None:
 def report(args, results, counts, whos, whole, load_before, load_after, done: int, final: bool = False) -> None:
     busy = max(load_before[0], load_after[0]) > 1.5 * (os.cpu_count() or 1)
     cases = list(dict.fromkeys(case for case, _ in results))
-    agree = all(len({c[k] for c in (counts[w][k2] for w in whos)}) == 1 for k2 in range(done) for k in (0, 1)) if done else False
+    agree = done > 0 and all(len({counts[w][r] for w in whos}) == 1 for r in range(done))  # (copy-on-write, merge-on-read) counts
     lines = [
         "## The metadata table's cost: a 1% upsert at version 9 with and without it, against version 6 and Java 1.1"
         + ("" if args.rows == 1_000_000 else f" ({args.rows:,} rows)"),

@@ -981,7 +981,7 @@ def test_doctor_reports_what_java_1_1_made_of_its_own_tables(spark, tmp_path, ja
 @pytest.mark.parametrize("version", ["9"])  # version 8: the merge-on-read test below
 def test_pipe_reads_a_copy_on_write_table_java_1_1_wrote_at_its_own_version(spark, tmp_path, java_hudi_11, version):
     """A copy-on-write table Java 1.1 creates and writes with its defaults (metadata table on) at
-    version 9 and at version 8 (timeline layout 2, Avro commit metadata, completion times): upserts,
+    version 9 (version 8: the merge-on-read test below; timeline layout 2, Avro commit metadata, completion times): upserts,
     a delete and an insert_overwrite of one partition (a replacecommit). pipe reads its latest
     snapshot as hudi-rs and Java do, in Spark and in-process; its incremental reads follow
     completion times, as Java's; then pipe writes on at the table's version, and Java reads
