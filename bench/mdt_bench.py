@@ -118,6 +118,10 @@ def main() -> None:
                     measure(case, who, side, lambda: side.write(table, table_type, op, data[source]))
             for who, side in sides:
                 counts[who].append((side.scan(t)[0], side.scan(m)[0]))
+                for name in (t, m):  # the sides wrote what they say: a files partition only where the metadata table is on
+                    files = side.work / name / ".hoodie" / "metadata" / "files"
+                    if files.is_dir() != (who in (PIPE_V9_MDT, JAVA)):
+                        raise SystemExit(f"{who}: {name} {'has' if files.is_dir() else 'lacks'} a metadata table's files partition")
             done = r + 1
             report(args, results, counts, [w for w, _ in sides], time.perf_counter() - started, load_before, os.getloadavg(), done)
     finally:
