@@ -17,7 +17,11 @@ need not list storage. pipe keeps its `files` partition in step as Hudi's writer
   added (a log file with its new size), those a clean, a rollback or a restore deleted;
 - a metadata deltacommit left by a data instant that never completed is rolled back first
   (its log file deleted, then its instant files), as Java rolls it back with the data instant;
-- every `COMPACT_AFTER` deltacommits the file group is compacted into a new HFile base file.
+- every `COMPACT_AFTER` deltacommits the file group is compacted into a new HFile base file;
+- after the data table's archiving, its own clean (the file slices none of its last
+  `CLEAN_RETAIN` commits reads) and archiving (the data table's bounds plus one, never past its
+  latest compaction or the data table's first active instant), as Java's metadata writer runs
+  them (HoodieMetadataWriteUtils.createMetadataWriteConfig).
 
 Log files are named as the table version has it: in version 6 a new version of the slice's
 log (`.files-0000-0_<base instant>.log.<N>_<token>`), in 8 and 9 one file per deltacommit
@@ -46,7 +50,7 @@ from runtime.table.config import PROPERTIES, read_properties, store_properties, 
 from runtime.table.errors import TableError
 from runtime.table.layout import PARTITION_METADATA, FileSystemView
 from runtime.table.timeline import (
-    COMMIT, COMPACTION, COMPLETED, DELTACOMMIT, HOODIE, INFLIGHT, REQUESTED, CommitMetadata, Instant, Timeline, WriteStat,
+    CLEAN, COMMIT, COMPACTION, COMPLETED, DELTACOMMIT, HOODIE, INFLIGHT, REQUESTED, CommitMetadata, Instant, Timeline, WriteStat,
 )
 
 log = logging.getLogger("pipe.table")
@@ -58,6 +62,7 @@ ALL_PARTITIONS = "__all_partitions__"
 NON_PARTITIONED = "."
 PARTITIONS_KEY, INFLIGHT_KEY = "hoodie.table.metadata.partitions", "hoodie.table.metadata.partitions.inflight"
 COMPACT_AFTER = 10  # hoodie.metadata.compact.max.delta.commits
+CLEAN_RETAIN = 20  # Java's metadata writer: KEEP_LATEST_COMMITS, DEFAULT_METADATA_CLEANER_COMMITS_RETAINED
 TOKEN = "0-0-0"
 _PARTITION_LIST, _FILE_LIST = 1, 2
 
@@ -190,12 +195,23 @@ class MetadataTable:
                     logs.append((parsed, info.path, info.size))
         return sorted(bases), logs
 
+    @staticmethod
+    def _committed(mdt: Timeline):
+        """Whether an instant of the metadata table completed: on its active timeline, or
+        before that timeline starts (archived; Java's containsOrBeforeTimelineStarts)."""
+        done = {i.time for i in mdt.instants if i.is_completed}
+        first = mdt.instants[0].time if mdt.instants else None
+
+        def committed(t: str) -> bool:
+            return t in done or is_init_instant(t) or (first is not None and t < first)
+        return committed
+
     def state(self, mdt: Timeline, data: Timeline) -> State:
         """The files partition as a reader that trusts it sees it: the latest committed base
         file, then the blocks of valid instants of its slice's logs, in order."""
-        committed = {i.time for i in mdt.instants if i.is_completed}
+        committed = self._committed(mdt)
         bases, logs = self._group_files()
-        bases = [b for b in bases if b[0] in committed or is_init_instant(b[0])]
+        bases = [b for b in bases if committed(b[0])]
         files: dict[str, dict[str, int]] = {}
         partitions: set[str] = set()
         base_instant = bases[-1][0] if bases else None
@@ -221,7 +237,7 @@ class MetadataTable:
         return State(files, partitions)
 
     def _valid(self, mdt: Timeline, data: Timeline):
-        done = {i.time for i in mdt.instants if i.is_completed}
+        done = self._committed(mdt)
         data_done = {i.time for i in data.instants if i.is_completed}
         first = data.instants[0].time if data.instants else None
         data_pending = {i.time for i in data.pending()}
@@ -229,7 +245,7 @@ class MetadataTable:
         def valid(t: str) -> bool:
             if is_init_instant(t):
                 return True
-            if t not in done:
+            if not done(t):
                 return False
             if len(t) > 17:  # the metadata table's own (Java 0.x: <T>010 init, <T>003 restore sync)
                 return True
@@ -312,10 +328,18 @@ class MetadataTable:
         self._deltacommit(mdt, instant, _cells(changes, touched, self.version), sum(len(v) for v in changes.values()))
         return True
 
+    def slice_start(self, mdt: Timeline) -> str:
+        """The earliest instant of the files partition's latest slice: its base file's (the
+        latest compaction), or on 8 and 9 that of a deltacommit that started before the
+        compaction and completed after it (it is in the slice: a reader needs its completion
+        time). Archiving stops there."""
+        base = self._latest_base(mdt) or init_instant(self.version)
+        return min([base] + [i.time for i in mdt.instants if i.is_completed and i.completed_at > base])
+
     def _latest_base(self, mdt: Timeline) -> str | None:
         """The instant of the files partition's latest committed base file (None: none)."""
-        committed = {i.time for i in mdt.instants if i.is_completed}
-        bases = [b[0] for b in self._group_files()[0] if b[0] in committed or is_init_instant(b[0])]
+        committed = self._committed(mdt)
+        bases = [b[0] for b in self._group_files()[0] if committed(b[0])]
         return bases[-1] if bases else None
 
     def _deltacommit(self, mdt: Timeline, time: str, cells, writes: int) -> None:
@@ -323,9 +347,12 @@ class MetadataTable:
         block = logfile.Block(logfile.HFILE, {logfile.INSTANT_TIME: time, logfile.SCHEMA: text},
                               hfile.write(cells, {"schema": text.encode("utf-8")}))
         instant = Instant(time, DELTACOMMIT, REQUESTED)
-        self._begin(mdt, instant)
-        _, logs = self._group_files()
         base = self._latest_base(mdt)
+        # the inflight file has the workload, as Java's writer saves it (the file group and its
+        # slice's base instant): Java 0.x rolls a failed deltacommit back by it, with a rollback
+        # block in that slice's log (its metadata writer does not use markers)
+        self._begin(mdt, instant, [WriteStat(FILE_ID, "", FILES, base or init_instant(self.version), 0, 0, 0, 0, 0)])
+        _, logs = self._group_files()
         if self.version >= 8:
             name = logfile.LogFileName(FILE_ID, time, 1, TOKEN)
             log_names = [name.name]
@@ -343,8 +370,8 @@ class MetadataTable:
         services.fault("metadata_table_before_commit")
         self._complete(mdt, instant, [stat], "UPSERT_PREPPED")
 
-    def _begin(self, mdt: Timeline, instant: Instant) -> None:
-        for state, data in ((REQUESTED, b""), (INFLIGHT, CommitMetadata("UPSERT_PREPPED", [], {}).to_bytes(mdt.layout))):
+    def _begin(self, mdt: Timeline, instant: Instant, workload: list[WriteStat] = ()) -> None:
+        for state, data in ((REQUESTED, b""), (INFLIGHT, CommitMetadata("UPSERT_PREPPED", list(workload), {}).to_bytes(mdt.layout))):
             path = mdt.path(instant, state)
             if not self.storage.create_exclusive(path, data):
                 raise TableError(f"the metadata table's instant file {path} exists already; another writer is active")
@@ -397,6 +424,70 @@ class MetadataTable:
         if mdt.complete(Instant(time, COMMIT, COMPLETED), meta.to_bytes(mdt.layout)) is None:
             raise TableError(f"the metadata table's compaction {time} was completed by someone else")
         return time
+
+    # --- its own table services ---------------------------------------------------------------
+
+    def _plan_clean(self, mdt: Timeline) -> tuple[list[str], str | None]:
+        """The files of the slices none of the last CLEAN_RETAIN commits reads (Java's
+        KEEP_LATEST_COMMITS on the metadata table): the slices older than the newest one
+        before the earliest retained commit, base file and logs; and that commit."""
+        commits = mdt.completed((COMMIT, DELTACOMMIT))
+        if len(commits) <= CLEAN_RETAIN:
+            return [], None
+        earliest = commits[-CLEAN_RETAIN].time
+        committed = self._committed(mdt)
+        bases, logs = self._group_files()
+        older = [b for b in bases if committed(b[0]) and b[0] < earliest]
+        if len(older) < 2:
+            return [], earliest
+        keep_from = older[-1][0]  # the newest slice before the earliest retained commit stays
+        doomed = [path for t, path, _ in older if t < keep_from]
+        completion = {i.time: i.completed_at for i in mdt.instants if i.is_completed}
+        if self.version >= 8:  # and of the archived ones, from the LSM history
+            from runtime.table.timeline import archived_instants
+
+            completion.update({i.time: i.completed_at for i in archived_instants(self.storage, 2)})
+        for n, path, _ in logs:
+            if self.version >= 8:  # a log is in the slice of the latest base before its completion
+                done = completion.get(n.base_instant)
+                old = done <= keep_from if done else n.base_instant < keep_from
+            else:
+                old = n.base_instant < keep_from
+            if old:
+                doomed.append(path)
+        return sorted(doomed), earliest
+
+    def clean(self) -> str | None:
+        """Cleans the files partition's old slices (_plan_clean) as a clean instant on the
+        metadata table's timeline: on 8 and 9 at a new instant time, on 6 at its latest
+        deltacommit's time + `002` (as Java 0.x names it). Returns the instant, or None."""
+        from runtime.table import services
+
+        mdt = self.timeline()
+        doomed, earliest = self._plan_clean(mdt)
+        if not doomed:
+            return None
+        if self.version >= 8:
+            time = mdt.new_instant_time()
+        else:
+            deltas = mdt.completed((DELTACOMMIT,))
+            time = (deltas[-1].time if deltas else mdt.new_instant_time()) + "002"
+            if any(i.time == time for i in mdt.instants):
+                return None
+        return services.record_clean(self.storage, mdt, Instant(time, CLEAN, REQUESTED), {FILES: doomed}, earliest,
+                                     services.KEEP_LATEST_COMMITS).instant
+
+    def archive(self, data: Timeline, min_instants: int, max_instants: int) -> list[str]:
+        """Archives the metadata table's timeline between `min_instants` and `max_instants`
+        (services.archive_timeline), never its latest compaction or anything after it (its
+        slice's deltacommits must stay valid) nor an instant at or after the data table's first
+        active one (the deltacommit of an active data instant is judged by it)."""
+        from runtime.table import services
+
+        stops = [self.slice_start(self.timeline())]
+        if data.instants:
+            stops.append(data.instants[0].time)
+        return services.archive_timeline(self.storage, min_instants, max_instants, keep_from=min(stops))
 
     def _delete_logs_of(self, time: str) -> None:
         """Deletes the log file a deltacommit `time` wrote: named with it (8, 9), or the log
@@ -483,13 +574,25 @@ def before_complete(storage, instant: str, stats: list[WriteStat] = ()) -> None:
 
 
 def archive_stop(storage) -> list[str]:
-    """Where the data table's archiving stops when it keeps a metadata table: at the instant of
-    the files partition's latest base file (a data instant sorts before `<T>001` iff it is at
-    or before T); [] without a metadata table."""
+    """Where the data table's archiving stops when it keeps a metadata table: at the start of
+    the files partition's latest slice (MetadataTable.slice_start; a data instant sorts before
+    `<T>001` iff it is at or before T); [] without a metadata table."""
     mdt = _kept_by(storage)
     if mdt is None:
         return []
-    return [mdt._latest_base(mdt.timeline()) or init_instant(8)]
+    return [mdt.slice_start(mdt.timeline())]
+
+
+def table_services(storage, min_instants: int, max_instants: int) -> None:
+    """The metadata table's own clean and archiving, after the data table's archiving (bounds
+    `min_instants`/`max_instants`; the metadata table's are one more each, as Java sets them),
+    when the data table keeps one."""
+    mdt = _kept_by(storage)
+    if mdt is None or not mdt.exists():
+        return
+    if mdt.clean():
+        log.info("cleaned the metadata table's old file slices of %s", storage.spec)
+    mdt.archive(Timeline.load(storage, 2 if mdt.version >= 8 else 1), min_instants + 1, max_instants + 1)
 
 
 def forget(storage, time: str) -> None:

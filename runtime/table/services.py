@@ -617,9 +617,14 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_f
     doomed, earliest = plan_clean(view, timeline, policy, retain, savepointed_files(storage, timeline), retain_from)
     if not doomed:
         return CleanResult(None, 0, earliest)
+    return record_clean(storage, timeline, Instant(timeline.new_instant_time(), CLEAN, REQUESTED), doomed, earliest, policy)
+
+
+def record_clean(storage, timeline: Timeline, inst: Instant, doomed: dict[str, list[str]], earliest: str | None, policy: str) -> CleanResult:
+    """Deletes `doomed` (paths by partition) as the clean instant `inst`: Hudi's Avro plan
+    (requested, inflight), the deletes, then the clean metadata completing it."""
     started = time.time()
     java_policy = policy.upper()
-    inst = Instant(timeline.new_instant_time(), CLEAN, REQUESTED)
     earliest_inst = timeline.find(earliest) if earliest else None
     plan = {
         "earliestInstantToRetain": {"timestamp": earliest_inst.time, "action": earliest_inst.action, "state": "COMPLETED"} if earliest_inst else None,
@@ -660,9 +665,6 @@ def clean(storage, policy: str = KEEP_LATEST_COMMITS, retain: int = 10, retain_f
     return CleanResult(inst.time, deleted, earliest)
 
 
-
-
-
 def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: str | None = None) -> list[str]:
     """Keeps the active timeline between min and max instants: once it holds more than
     `max_instants`, the oldest completed instants move to .hoodie/archived/ (their files, under
@@ -681,7 +683,19 @@ def archive(storage, min_instants: int = 20, max_instants: int = 30, keep_from: 
     Java writes archived instants into Avro log files (.commits_.archive.N); pipe keeps the
     instant files themselves, which Java's archived-timeline reader skips and hudi-rs never reads.
     In timeline layout 2 (table versions 8 and 9) they go into the LSM history, as Java 1.x's
-    archiver writes it (_archive_into_history)."""
+    archiver writes it (_archive_into_history).
+
+    Then the metadata table's own clean and archiving (metadata_table.table_services), as
+    Java's metadata writer runs them after each commit."""
+    moved = archive_timeline(storage, min_instants, max_instants, keep_from)
+    from runtime.table import metadata_table
+
+    metadata_table.table_services(storage, min_instants, max_instants)
+    return moved
+
+
+def archive_timeline(storage, min_instants: int, max_instants: int, keep_from: str | None = None) -> list[str]:
+    """The archiving of `archive`, of the table at `storage` alone."""
     timeline = Timeline.load(storage)
     instants = timeline.instants
     if len(instants) <= max_instants:

@@ -362,7 +362,7 @@ class WriteStat:
     def to_json(self) -> dict[str, Any]:
         out = {
             "fileId": self.file_id,
-            "path": self.path,
+            "path": self.path or None,  # (none in an inflight file's workload)
             "cdcStats": None,
             "prevCommit": self.prev_commit,
             "numWrites": self.num_writes,
