@@ -51,6 +51,7 @@ from runtime.table.errors import TableError
 from runtime.table.layout import PARTITION_METADATA, FileSystemView
 from runtime.table.timeline import (
     CLEAN, COMMIT, COMPACTION, COMPLETED, DELTACOMMIT, HOODIE, INFLIGHT, REQUESTED, CommitMetadata, Instant, Timeline, WriteStat,
+    archived_instants,
 )
 
 log = logging.getLogger("pipe.table")
@@ -444,8 +445,6 @@ class MetadataTable:
         doomed = [path for t, path, _ in older if t < keep_from]
         completion = {i.time: i.completed_at for i in mdt.instants if i.is_completed}
         if self.version >= 8:  # and of the archived ones, from the LSM history
-            from runtime.table.timeline import archived_instants
-
             completion.update({i.time: i.completed_at for i in archived_instants(self.storage, 2)})
         for n, path, _ in logs:
             if self.version >= 8:  # a log is in the slice of the latest base before its completion
@@ -477,14 +476,18 @@ class MetadataTable:
         return services.record_clean(self.storage, mdt, Instant(time, CLEAN, REQUESTED), {FILES: doomed}, earliest,
                                      services.KEEP_LATEST_COMMITS).instant
 
-    def archive(self, data: Timeline, min_instants: int, max_instants: int) -> list[str]:
+    def archive(self, min_instants: int, max_instants: int) -> list[str]:
         """Archives the metadata table's timeline between `min_instants` and `max_instants`
         (services.archive_timeline), never its latest compaction or anything after it (its
         slice's deltacommits must stay valid) nor an instant at or after the data table's first
         active one (the deltacommit of an active data instant is judged by it)."""
         from runtime.table import services
 
-        stops = [self.slice_start(self.timeline())]
+        mdt = self.timeline()
+        if len(mdt.instants) <= max_instants:  # nothing to archive: no listing, no data timeline
+            return []
+        stops = [self.slice_start(mdt)]
+        data = Timeline.load(self.data, 2 if self.version >= 8 else 1)
         if data.instants:
             stops.append(data.instants[0].time)
         return services.archive_timeline(self.storage, min_instants, max_instants, keep_from=min(stops))
@@ -592,7 +595,7 @@ def table_services(storage, min_instants: int, max_instants: int) -> None:
         return
     if mdt.clean():
         log.info("cleaned the metadata table's old file slices of %s", storage.spec)
-    mdt.archive(Timeline.load(storage, 2 if mdt.version >= 8 else 1), min_instants + 1, max_instants + 1)
+    mdt.archive(min_instants + 1, max_instants + 1)
 
 
 def forget(storage, time: str) -> None:
