@@ -26,6 +26,7 @@ from tests.java_hudi.client import hudi_rs
 
 SCHEMA = "id long, region string, ts long, amount decimal(12,2), v string"
 REGIONS = ("eu", "us", "apac", "latam")
+JAVA_META = {"hoodie.metadata.enable": "true", "hoodie.enable.data.skipping": "true"}
 
 
 @pytest.fixture(autouse=True)
@@ -177,6 +178,17 @@ CHILD = textwrap.dedent("""
 """)
 
 
+def crashed_write(warm_python, table: Table, path, point: str) -> str:
+    """An upsert (a key updated, a key added) in a process that dies hard at fault `point`;
+    returns its instant, left in flight on the data table."""
+    env = {**os.environ, "PIPE_FAULT": point}
+    proc = warm_python.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 77 and "WROTE" not in proc.stdout, proc.stderr[-2000:]
+    pending = table.timeline().pending()
+    assert len(pending) == 1, pending
+    return pending[0].time
+
+
 @pytest.mark.parametrize("version", [6, 9])
 def test_a_crash_after_the_metadata_deltacommit_shows_the_table_as_before_and_the_next_write_rolls_it_back(spark, warm_python, tmp_path, version):
     path = tmp_path / "ledger"
@@ -186,10 +198,7 @@ def test_a_crash_after_the_metadata_deltacommit_shows_the_table_as_before_and_th
     table.write(spark.createDataFrame(rows, SCHEMA), "upsert")
     model.upsert(rows)
     before = in_step(table).timeline().instants
-    env = {**os.environ, "PIPE_FAULT": "after_metadata_table"}
-    proc = warm_python.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 77 and "WROTE" not in proc.stdout, proc.stderr[-2000:]
-    dead = table.timeline().pending()[0].time
+    dead = crashed_write(warm_python, table, path, "after_metadata_table")
     mdt = MetadataTable(table.storage, version)
     assert [i.time for i in mdt.timeline().completed(("deltacommit",))][-1] == dead  # the metadata table has its deltacommit
     state = mdt.state(mdt.timeline(), table.timeline())  # and a reader that trusts it takes it for in flight
@@ -214,40 +223,48 @@ def plant_a_file_only_a_listing_sees(path, table) -> str:
     return str(planted)
 
 
+def java_upsert(version: int, table_type: str) -> dict:
+    """Java's DataFrame writer options for an upsert into the ledger (its defaults otherwise:
+    the metadata table on; 1.1 adds its column and partition stats)."""
+    return {"hoodie.table.name": "ledger", "hoodie.datasource.write.operation": "upsert",
+            "hoodie.datasource.write.table.type": table_type, "hoodie.datasource.write.recordkey.field": "id",
+            "hoodie.datasource.write.partitionpath.field": "region", "hoodie.datasource.write.precombine.field": "ts",
+            "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator",
+            "hoodie.datasource.write.hive_style_partitioning": "true", "hoodie.datasource.write.partitionpath.urlencode": "true",
+            "hoodie.write.table.version": str(version)}
+
+
+def arrow(rows) -> pa.Table:
+    return pa.table({"id": [r[0] for r in rows], "region": [r[1] for r in rows], "ts": [r[2] for r in rows],
+                     "amount": pa.array([r[3] for r in rows], pa.decimal128(12, 2)), "v": [r[4] for r in rows]})
+
+
+def java_rows(java, path, **opts):
+    """Java's snapshot read with the metadata table on and data skipping (`opts` on top)."""
+    got = java.read(path, **{**JAVA_META, **opts})
+    return sorted(zip(got.column("id").to_pylist(), got.column("region").to_pylist(), got.column("v").to_pylist()))
+
+
 @pytest.mark.java_hudi
 @pytest.mark.parametrize("version,table_type", [(6, MERGE_ON_READ), (9, COPY_ON_WRITE)])
 def test_java_lists_pipes_tables_from_the_metadata_table_writes_on_and_pipe_keeps_it_in_step_after_java(
         spark, tmp_path, request, version, table_type):
     java = request.getfixturevalue("java_hudi_015" if version == 6 else "java_hudi_11")
     path = tmp_path / "ledger"
-    java_meta = {"hoodie.metadata.enable": "true", "hoodie.enable.data.skipping": "true"}
-
-    def java_rows(**opts):
-        got = java.read(path, **{**java_meta, **opts})
-        return sorted(zip(got.column("id").to_pylist(), got.column("region").to_pylist(), got.column("v").to_pylist()))
-
     table, model = lifecycle(spark, path, version, table_type, lambda t, m: in_step(t))
     cleaned_and_archived(table, path)  # Java reads a metadata table pipe cleaned and archived, and writes on it
-    assert java_rows() == model.sorted()
+    assert java_rows(java, path) == model.sorted()
     planted = plant_a_file_only_a_listing_sees(path, table)
-    listing = java_rows(**{"hoodie.metadata.enable": "false"})
+    listing = java_rows(java, path, **{"hoodie.metadata.enable": "false"})
     assert len(listing) > len(model.rows), "the planted file is not seen by a listing: the probe proves nothing"
-    assert java_rows() == model.sorted(), "Java did not list the files from pipe's metadata table"
+    assert java_rows(java, path) == model.sorted(), "Java did not list the files from pipe's metadata table"
     os.remove(planted)
     # Java writes on with its defaults (metadata table on; 1.1 adds its column and partition stats)
-    opts = {"hoodie.table.name": "ledger", "hoodie.datasource.write.operation": "upsert",
-            "hoodie.datasource.write.table.type": table_type, "hoodie.datasource.write.recordkey.field": "id",
-            "hoodie.datasource.write.partitionpath.field": "region", "hoodie.datasource.write.precombine.field": "ts",
-            "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator",
-            "hoodie.datasource.write.hive_style_partitioning": "true", "hoodie.datasource.write.partitionpath.urlencode": "true",
-            "hoodie.write.table.version": str(version)}
     rows = batch(range(0, 700, 5), 20)
-    arrow = pa.table({"id": [r[0] for r in rows], "region": [r[1] for r in rows], "ts": [r[2] for r in rows],
-                      "amount": pa.array([r[3] for r in rows], pa.decimal128(12, 2)), "v": [r[4] for r in rows]})
-    java.write(path, arrow, opts)
+    java.write(path, arrow(rows), java_upsert(version, table_type))
     model.upsert(rows)
     table = Table.open(spark, str(path))
-    assert pipe_rows(table) == model.sorted() == java_rows()
+    assert pipe_rows(table) == model.sorted() == java_rows(java, path)
     # pipe writes on after Java: the files partition stays, in step; what pipe does not keep is dropped
     rows = batch(range(3, 800, 4), 21)
     result = table.write(spark.createDataFrame(rows, SCHEMA), "upsert", compact_after=1 if table_type == MERGE_ON_READ else None)
@@ -257,6 +274,43 @@ def test_java_lists_pipes_tables_from_the_metadata_table_writes_on_and_pipe_keep
     if version == 9:
         assert result.retired and "column_stats" in result.retired
     in_step(table)
-    assert java_rows() == rs_rows(path) == model.sorted()
+    assert java_rows(java, path) == rs_rows(path) == model.sorted()
     plant_a_file_only_a_listing_sees(path, table)
-    assert java_rows() == model.sorted()
+    assert java_rows(java, path) == model.sorted()
+
+
+@pytest.mark.java_hudi
+@pytest.mark.parametrize("version,table_type,point", [(6, MERGE_ON_READ, "metadata_table_before_commit"),
+                                                      (9, COPY_ON_WRITE, "after_metadata_table")])
+def test_after_a_kill_9_java_reads_the_table_as_before_through_the_metadata_table_and_takes_over(
+        spark, warm_python, tmp_path, request, version, table_type, point):
+    """pipe killed with its metadata deltacommit in flight (its log block written; v6) or
+    complete (v9) and the data instant in flight: Java, trusting the metadata table, reads the
+    table as before; its next write rolls the dead instant back on both tables; Java, pipe and
+    hudi-rs then agree, and pipe writes on with the files partition in step."""
+    java = request.getfixturevalue("java_hudi_015" if version == 6 else "java_hudi_11")
+    path = tmp_path / "ledger"
+    table = Table.create(spark, str(path), config(version, table_type))
+    model = Model()
+    for r, (op, rows) in enumerate((("bulk_insert", batch(range(400), 0)), ("upsert", batch(range(0, 500, 3), 1)))):
+        table.write(spark.createDataFrame(rows, SCHEMA), op)
+        model.upsert(rows)
+    in_step(table)
+    dead = crashed_write(warm_python, table, path, point)
+    mdt = MetadataTable(table.storage, version)
+    written = {p.name for p in path.rglob(f"*{dead}*") if ".hoodie" not in p.parts}
+    assert written, "the dead write left no data file: the crash proves nothing"
+    assert java_rows(java, path) == model.sorted()
+    rows = batch(range(1, 650, 4), 30)
+    java.write(path, arrow(rows), java_upsert(version, table_type))  # rolls the dead instant back first
+    model.upsert(rows)
+    table = Table.open(spark, str(path))
+    assert dead not in {i.time for i in table.timeline().instants if i.action != "rollback"}
+    assert dead not in {i.time for i in mdt.timeline().instants}
+    assert not {p.name for p in path.rglob(f"*{dead}*") if ".hoodie" not in p.parts}, "Java left the dead write's files"
+    assert java_rows(java, path) == pipe_rows(table) == rs_rows(path) == model.sorted()
+    rows = batch(range(2, 700, 6), 31)
+    table.write(spark.createDataFrame(rows, SCHEMA), "upsert")
+    model.upsert(rows)
+    in_step(table)
+    assert java_rows(java, path) == pipe_rows(table) == rs_rows(path) == model.sorted()
