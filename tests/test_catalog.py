@@ -422,3 +422,50 @@ def test_two_tables_registered_under_one_name_are_refused(tmp_path):
     assert [(str(d.location), d.message) for d in errs] == [
         ("tables/t.yml:5:3", "table events_rt would be registered as shop.events_rt, which table events is registered as too")]
     assert "table_prefix" in errs[0].hint
+
+
+def test_a_version_9_table_is_synced_by_completion_time_so_a_commit_that_completes_late_is_not_missed(spark, moto_server, tmp_path):
+    """Hudi 1.x's tables sync as Hudi 1.x's sync tools do: write A (new partition APAC) starts
+    before write B (new partition LATAM) and completes after it, as an overlapping writer's
+    does. The sync after B (A still in flight) registers LATAM and marks B's completion time;
+    the next sync looks at what completed after that, A, and registers APAC without listing
+    the table. last_commit_time_sync and last_commit_completion_time_sync are Java 1.x's."""
+    from runtime.sync import definitions, sync_table
+    from runtime.sync.glue import GlueCatalog
+    from runtime.table import Table, TableConfig
+
+    schema = "id long, region string, ts long, v string"
+    path = tmp_path / "orders"
+    table = Table.create(spark, str(path), TableConfig(name="orders", record_key_fields=("id",), partition_fields=("region",),
+                                                       precombine_field="ts", create_version=9))
+    rows = [(i, ("EU", "US")[i % 2], 1_700_000_000_000 + i, f"Zoë {i}") for i in range(400)]
+    table.write(spark.createDataFrame(rows, schema), "bulk_insert")
+    catalog = GlueCatalog("us-east-1", moto_server)
+    glue = boto3.client("glue", endpoint_url=moto_server, region_name="us-east-1")
+
+    def sync():
+        table_now = Table.open(spark, str(path))
+        timeline = table_now.timeline()
+        specs = definitions({"kind": "glue"}, ["late.orders"], table_now, table_now.writer_schema(timeline), path.as_uri())
+        return sync_table(catalog, specs, table_now, timeline), timeline
+
+    first, _ = sync()
+    assert first.created == ["late.orders"] and first.full and first.added == 2
+    a = table.write(spark.createDataFrame([(i, "APAC", 1_700_000_100_000, "a") for i in range(1000, 1050)], schema), "upsert")
+    b = table.write(spark.createDataFrame([(i, "LATAM", 1_700_000_200_000, "b") for i in range(2000, 2030)], schema), "upsert")
+    folder = path / ".hoodie" / "timeline"
+    done_a = next(folder.glob(f"{a.instant}_*.commit"))
+    hidden = done_a.rename(tmp_path / done_a.name)  # A in flight
+    after_b, timeline = sync()
+    done_b = timeline.find(b.instant).completion
+    assert not after_b.full and after_b.added == 1 and after_b.completion == done_b
+    params = glue.get_table(DatabaseName="late", Name="orders")["Table"]["Parameters"]
+    assert (params["last_commit_time_sync"], params["last_commit_completion_time_sync"]) == (b.instant, done_b)
+    assert sorted(p["Values"][0] for p in glue.get_partitions(DatabaseName="late", TableName="orders")["Partitions"]) == ["EU", "LATAM", "US"]
+    late = str(int(done_b) + 1)
+    hidden.rename(folder / f"{a.instant}_{late}.commit")  # A completes after B
+    after_a, _ = sync()
+    assert not after_a.full and after_a.added == 1 and (after_a.instant, after_a.completion) == (b.instant, late)
+    assert sorted(p["Values"][0] for p in glue.get_partitions(DatabaseName="late", TableName="orders")["Partitions"]) == ["APAC", "EU", "LATAM", "US"]
+    again, _ = sync()
+    assert again.up_to_date

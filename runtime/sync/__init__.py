@@ -20,6 +20,12 @@ How a sync proceeds (`sync_table`), after each commit or by `pipe sync`:
 - `last_commit_time_sync` is set to the latest completed write instant, last: a sync that
   failed half-way is redone from the same instant by the next one.
 
+Hudi 1.x's tables (timeline layout 2), where a commit that started earlier may complete later,
+are synced as Hudi 1.x's sync tools do: `last_commit_completion_time_sync` holds the latest
+completion time synced, and the writes that completed after it are the ones looked at (every
+partition is listed when the catalog lacks it, or its `last_commit_time_sync` has left the
+active timeline).
+
 The catalogs themselves (runtime/sync/hive.py, runtime/sync/glue.py) only store and fetch
 what this module decides."""
 
@@ -32,6 +38,7 @@ from runtime.steps.errors import RunError
 from runtime.table.schema import META_COLUMNS
 
 LAST_SYNC = "last_commit_time_sync"
+LAST_COMPLETION_SYNC = "last_commit_completion_time_sync"  # Hudi 1.x, timeline layout 2
 PARQUET_INPUT = "org.apache.hudi.hadoop.HoodieParquetInputFormat"
 REALTIME_INPUT = "org.apache.hudi.hadoop.realtime.HoodieParquetRealtimeInputFormat"
 PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
@@ -102,6 +109,7 @@ class Catalog(Protocol):
 class SyncOutcome:
     names: list[str]
     instant: str | None = None  # the latest completed write instant, now the catalog's last_commit_time_sync
+    completion: str | None = None  # timeline layout 2: the latest completion time, its last_commit_completion_time_sync
     created: list[str] = field(default_factory=list)
     columns_changed: list[str] = field(default_factory=list)  # the tables whose columns were updated
     added: int = 0  # partitions of the Hudi table (a merge-on-read table's _ro and _rt count once)
@@ -110,7 +118,7 @@ class SyncOutcome:
     up_to_date: bool = False  # nothing to do: the catalog had synced this instant
 
     def to_dict(self) -> dict[str, Any]:
-        return {"names": self.names, "instant": self.instant, "created": self.created, "columns_changed": self.columns_changed,
+        return {"names": self.names, "instant": self.instant, "completion": self.completion, "created": self.created, "columns_changed": self.columns_changed,
                 "partitions_added": self.added, "partitions_dropped": self.dropped, "full": self.full, "up_to_date": self.up_to_date}
 
     def summary(self) -> str:
@@ -224,7 +232,11 @@ def sync_table(catalog: Catalog, specs: list[Definition], table, timeline, force
 
     writes = timeline.completed(WRITE_ACTIONS)
     latest = writes[-1].time if writes else None
-    outcome = SyncOutcome(names=[d.full_name for d in specs], instant=latest)
+    by_completion = table.config.timeline_layout >= 2
+    # Hudi 1.x's tables: a commit that started earlier may complete later, so what was synced
+    # is told by completion time (a later completion with an earlier instant time is new)
+    completion = max((w.completed_at for w in writes), default=None) if by_completion else None
+    outcome = SyncOutcome(names=[d.full_name for d in specs], instant=latest, completion=completion)
     for database in sorted({d.database for d in specs}):
         catalog.ensure_database(database)
     stored = {d.name: catalog.get_table(d.database, d.name) for d in specs}
@@ -234,21 +246,24 @@ def sync_table(catalog: Catalog, specs: list[Definition], table, timeline, force
             catalog.drop_table(d.database, d.name)
             stored[d.name] = None
     synced = [None if s is None else s.params.get(LAST_SYNC) for s in stored.values()]
-    # Hudi 1.x's tables (timeline layout 2): a commit that started earlier may complete later,
-    # so "the writes since the last synced instant" by instant time could miss one: synced whole
-    force_full = force_full or table.config.timeline_layout >= 2
-    if not force_full and None not in synced and all(t == latest for t in synced) \
+    synced_completion = [None if s is None else s.params.get(LAST_COMPLETION_SYNC) for s in stored.values()]
+    marks, current = (synced_completion, completion) if by_completion else (synced, latest)
+    if not force_full and None not in marks and all(t == current for t in marks) \
             and all(_same_columns(stored[d.name].columns, d.columns) for d in specs):
         outcome.up_to_date = True
         return outcome
 
-    # which partitions to look at: those the writes since the oldest synced instant wrote or
-    # replaced, or all of them when that instant is unknown (a table new to the catalog, a sync
-    # that stopped before its markers), archived, or rolled back or restored away
-    since = None if None in synced else min(synced)
+    # which partitions to look at: those the writes since the oldest synced instant (completion
+    # time on layout 2) wrote or replaced, or all of them when that instant is unknown (a table
+    # new to the catalog, a sync that stopped before its markers), archived, or rolled back or
+    # restored away
     groups = None
-    if not force_full and since is not None and since in {w.time for w in writes}:
-        groups = touched_file_groups(timeline, since, None)  # None: some of those writes were archived
+    active = {w.time for w in writes}
+    if not force_full and None not in synced and all(t in active for t in synced):
+        if not by_completion:
+            groups = touched_file_groups(timeline, min(synced), None)  # None: some of those writes were archived
+        elif None not in synced_completion:
+            groups = touched_file_groups(timeline, None, None, timeline.completed_after(min(synced_completion)))
     full = groups is None
     fields = list(table.config.partition_fields)
     if full:
@@ -288,7 +303,7 @@ def sync_table(catalog: Catalog, specs: list[Definition], table, timeline, force
         dropped |= set(to_drop)
     outcome.added, outcome.dropped = len(added), len(dropped)  # per Hudi table, not per catalog table
     for d in specs:  # the markers last: a sync that stopped before them is redone from the same instant
-        catalog.update_table(_with_sync(d, latest))
+        catalog.update_table(_with_sync(d, latest, completion))
     return outcome
 
 
@@ -303,10 +318,12 @@ def _other_place(stored: str | None, wanted: str) -> bool:
     return stored is not None and norm(stored) != norm(wanted)
 
 
-def _with_sync(d: Definition, instant: str | None) -> Definition:
+def _with_sync(d: Definition, instant: str | None, completion: str | None = None) -> Definition:
     params = dict(d.params)
     if instant is not None:
         params[LAST_SYNC] = instant
+    if completion is not None:
+        params[LAST_COMPLETION_SYNC] = completion
     return Definition(**{**d.__dict__, "params": params})
 
 
