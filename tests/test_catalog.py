@@ -5,6 +5,7 @@ name by another Spark: Spark 3.5 with Hudi 0.15.0's bundle, in its own process."
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import boto3
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -469,3 +471,80 @@ def test_a_version_9_table_is_synced_by_completion_time_so_a_commit_that_complet
     assert sorted(p["Values"][0] for p in glue.get_partitions(DatabaseName="late", TableName="orders")["Partitions"]) == ["APAC", "EU", "LATAM", "US"]
     again, _ = sync()
     assert again.up_to_date
+
+
+@pytest.fixture(scope="module")
+def hudi_11_sql(hive_metastore, tmp_path_factory):
+    """Spark 3.5 with Hudi 1.1's bundle and Hive support, on the tests' metastore service."""
+    from tests.java_hudi.client import JavaHudi
+    from tests.java_hudi.env import HUDI_11, ensure
+
+    ensure()
+    java = JavaHudi(HUDI_11, tmp_path_factory.mktemp("hudi-11-sql"), conf={
+        "spark.sql.catalogImplementation": "hive", "spark.hadoop.hive.metastore.uris": hive_metastore.uri})
+    yield java
+    java.close()
+
+
+def _tblproperties(java, table: str) -> dict[str, str]:
+    return {k: v for k, v in java.sql(f"show tblproperties {table}")}
+
+
+def test_version_9_tables_are_registered_java_11_reads_them_by_name_and_its_hive_sync_and_pipes_take_turns(
+        spark, hive_metastore, moto_server, tmp_path, hudi_11_sql):
+    """The example with its orders (copy-on-write) and order_events (merge-on-read) at table
+    version 9 on the Hive metastore: Spark with Hudi 1.1 reads pipe's tables by name; a Java
+    1.1 write with its Hive sync (HMS mode) adds a region and moves the markers; pipe's next run
+    syncs what completed after Java's marker, without a listing; Java reads all by name."""
+    java = hudi_11_sql
+    root = _example(tmp_path / "shop9", _targets(hive_metastore.uri, moto_server))
+    project = (root / "pipe_project.yml").read_text()
+    (root / "pipe_project.yml").write_text(project.replace("name: shop\n", "name: shop9\n", 1).replace('"shop_"', '"shop9_"'))
+    for rel in ("tables/orders.yml", "tables/order_events.yml"):
+        text = (root / rel).read_text()
+        (root / rel).write_text(text.replace("    key: [order_id]\n", "    key: [order_id]\n    table_version: 9\n", 1))
+    code, o, e = _pipe_in_process(root, "run")
+    assert code == 0, o + e
+    assert_clean(o, e)
+    st = steps(root)
+    orders = st["table.orders"]["catalog"]
+    assert orders["created"] == ["shop9.orders"] and orders["completion"] > orders["instant"], orders
+    assert "hoodie.table.version=9" in (root / "lake/orders/.hoodie/hoodie.properties").read_text()
+    props = _tblproperties(java, "shop9.orders")
+    assert (props["last_commit_time_sync"], props["last_commit_completion_time_sync"]) == (orders["instant"], orders["completion"])
+    cols = ["order_id", "status", "region"]
+    assert _java_rows(java, "shop9.orders", cols) == _lake_rows(root, "orders", cols) and len(_lake_rows(root, "orders", cols)) == 6
+    assert _java_rows(java, "shop9.order_events_rt", cols) == _lake_rows(root, "order_events", cols)
+
+    # Java 1.1 writes a region with its defaults and its Hive sync, on the table pipe registered
+    lake = (root / "lake/orders").resolve()
+    asia = pa.table({"order_id": pa.array([7001, 7002], pa.int64()), "customer_id": pa.array([201, None], pa.int64()),
+                     "amount": [19.99, 0.5], "status": ["placed", "packed"], "region": ["ASIA", "ASIA"],
+                     "updated_at": pa.array([dt.datetime(2024, 3, 5, 8, 0, tzinfo=dt.timezone.utc)] * 2, pa.timestamp("us", tz="UTC"))})
+    java.write(lake, asia, {
+        "hoodie.table.name": "orders", "hoodie.datasource.write.operation": "upsert", "hoodie.datasource.write.recordkey.field": "order_id",
+        "hoodie.datasource.write.partitionpath.field": "region", "hoodie.datasource.write.precombine.field": "updated_at",
+        "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator",
+        "hoodie.datasource.write.hive_style_partitioning": "true", "hoodie.datasource.write.partitionpath.urlencode": "true",
+        "hoodie.datasource.hive_sync.enable": "true", "hoodie.datasource.hive_sync.mode": "hms",
+        "hoodie.datasource.hive_sync.metastore.uris": hive_metastore.uri, "hoodie.datasource.hive_sync.database": "shop9",
+        "hoodie.datasource.hive_sync.table": "orders", "hoodie.datasource.hive_sync.partition_fields": "region",
+        "hoodie.datasource.hive_sync.support_timestamp": "true"})
+    regions = lambda: [v for (v,), _ in java.catalog_partitions("shop9", "orders", ["region"])]  # noqa: E731
+    assert regions() == ["APAC", "ASIA", "EU", "US"]
+    by_java = _tblproperties(java, "shop9.orders")
+    assert by_java["last_commit_completion_time_sync"] > orders["completion"], by_java
+
+    # pipe's next run: a new region (LATAM) and updates; its sync starts from Java's marker
+    (root / "data/orders/orders-0003.json").write_text("".join(json.dumps(o) + "\n" for o in NEW_ORDERS))
+    code, o, e = _pipe_in_process(root, "run")
+    assert code == 0, o + e
+    synced = steps(root)["table.orders"]["catalog"]
+    assert not synced["full"] and synced["partitions_added"] == 1 and not synced["created"], synced
+    assert regions() == ["APAC", "ASIA", "EU", "LATAM", "US"]
+    props = _tblproperties(java, "shop9.orders")
+    assert (props["last_commit_time_sync"], props["last_commit_completion_time_sync"]) == (synced["instant"], synced["completion"])
+    lake_rows = _lake_rows(root, "orders", cols)
+    assert (7001, "placed", "ASIA") in lake_rows and (9001, "placed", "LATAM") in lake_rows and (1, "delivered", "EU") in lake_rows
+    assert _java_rows(java, "shop9.orders", cols) == lake_rows
+    assert _java_rows(java, "shop9.order_events_rt", cols) == _lake_rows(root, "order_events", cols)
