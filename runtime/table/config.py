@@ -65,6 +65,8 @@ class TableConfig:
     create_version: int = field(default=TABLE_VERSION, compare=False)
     # pipe keeps a metadata table (its files partition) for this table, and builds one if it has none
     metadata_table: bool = field(default=False, compare=False)
+    # Hudi's simple bucket index: the number of buckets per partition (bucket_index.py); None: none
+    buckets: int | None = field(default=None, compare=False)
     # every property as read (None: a config pipe is about to create)
     properties: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
@@ -153,6 +155,11 @@ class TableConfig:
             props["hoodie.table.complex.keygen.encoding"] = self.complex_key_encoding or "FIELD_PREFIXED"
         if self.create_schema:
             props["hoodie.table.create.schema"] = self.create_schema
+        if self.buckets:  # Java keeps these as write settings only: declared here for pipe's next write and for people
+            from runtime.table import bucket_index
+
+            props.update({bucket_index.INDEX_TYPE: "BUCKET", bucket_index.ENGINE: "SIMPLE", bucket_index.NUM_BUCKETS: str(self.buckets),
+                          bucket_index.HASH_FIELD: ",".join(self.record_key_fields)})
         return store_properties(props, "Properties saved on " + now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z")
 
     def _properties_1x(self) -> dict[str, str]:
@@ -200,6 +207,7 @@ class TableConfig:
             record_merge_mode=props.get("hoodie.record.merge.mode") or None,
             complex_key_encoding=(props.get("hoodie.table.complex.keygen.encoding") or "").strip().upper() or None,
             create_schema=props.get("hoodie.table.create.schema") or None,
+            buckets=_simple_buckets(props),
             properties=props,
         )
 
@@ -281,10 +289,16 @@ class TableConfig:
             return ("it keeps a change data capture log (hoodie.table.cdc.enabled=true), which pipe does not write, "
                     "so Java's CDC queries would fail on pipe's commits")
         index = (props.get("hoodie.index.type") or "").upper()
-        if index == "BUCKET" or (storage is not None and storage.list_files(".hoodie/.bucket_index", recursive=True)):
-            engine = (props.get("hoodie.index.bucket.engine") or ("CONSISTENT_HASHING" if index != "BUCKET" else "SIMPLE")).upper()
+        engine = (props.get("hoodie.index.bucket.engine") or ("CONSISTENT_HASHING" if index != "BUCKET" else "SIMPLE")).upper()
+        consistent = storage is not None and storage.list_files(".hoodie/.bucket_index", recursive=True)
+        if (index == "BUCKET" and self.buckets is None) or consistent:
             return (f"it uses a bucket index (hoodie.index.type=BUCKET, hoodie.index.bucket.engine={engine}), whose file groups "
-                    "are numbered buckets that pipe's writer does not assign")
+                    "are buckets pipe assigns only with the SIMPLE engine and a known number of buckets"
+                    + ("" if consistent or engine != "SIMPLE" else " (hoodie.bucket.index.num.buckets)"))
+        hashed = [f for f in (props.get("hoodie.bucket.index.hash.field") or "").split(",") if f.strip()]
+        if self.buckets is not None and hashed and hashed != list(self.record_key_fields):
+            return (f"its bucket index hashes field(s) {','.join(hashed)} (hoodie.bucket.index.hash.field), not its record key "
+                    f"{','.join(self.record_key_fields)}, which pipe's bucket index does not do")
         return None
 
     def unwritable_reason(self, storage=None) -> str | None:
@@ -427,6 +441,14 @@ def decode_properties(data: bytes) -> str:
 _KEYGEN_TYPES = {t: _KEYGEN + c for t, c in (
     ("SIMPLE", "SimpleKeyGenerator"), ("COMPLEX", "ComplexKeyGenerator"), ("NON_PARTITION", "NonpartitionedKeyGenerator"),
     ("TIMESTAMP", "TimestampBasedKeyGenerator"), ("CUSTOM", "CustomKeyGenerator"))}
+
+
+def _simple_buckets(props: Mapping[str, str]) -> int | None:
+    """The number of buckets a table declares for Hudi's simple bucket index, or None."""
+    if (props.get("hoodie.index.type") or "").upper() != "BUCKET" or (props.get("hoodie.index.bucket.engine") or "SIMPLE").upper() != "SIMPLE":
+        return None
+    n = _int(props.get("hoodie.bucket.index.num.buckets"), 0)
+    return n if n > 0 else None
 
 
 def _one_field(text: str | None) -> str | None:

@@ -57,6 +57,10 @@ class FileWriteSpec:
     # bulk mode: the record key and partition path computed in the task (Derived), when the
     # rows come without them
     derived: "Derived | None" = None
+    # merge-on-read, bucket index: a stored group's inserts go to its log file too, as Java's
+    # bucket index appends them (it can index log files); otherwise a group taking inserts is
+    # rewritten whole
+    log_inserts: bool = False
 
 
 _LAST_4_DIGIT_DAY = 2932896  # 9999-12-31, in days since 1970-01-01
@@ -532,7 +536,7 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
         counts = (rows.num_rows, 0, 0)
     # merge-on-read: a group taking inserts (a small file) is rewritten whole, as Hudi does;
     # otherwise its updates and deletes go to a new log file
-    log = spec.log_groups.get(f"{partition}/{file_id}") if not counts[0] else None
+    log = spec.log_groups.get(f"{partition}/{file_id}") if not counts[0] or spec.log_inserts else None
     if log is not None:
         try:
             return _write_log(spec, partition, file_id, rows, log, task)
@@ -599,7 +603,8 @@ def _write_log(spec: FileWriteSpec, partition: str, file_id: str, rows, log: Log
     data = b"".join(logfile.encode_block(b) for b in blocks)
     markers.create(storage, spec.instant, rel, markers.APPEND)  # Java's log writers mark APPEND
     _put_once(storage, rel, data, spec.instant)
-    return (file_id, partition, rel, updates.num_rows, len(data), 0, updates.num_rows, deletes.num_rows)
+    inserts = pc.sum(pc.equal(updates.column(KIND), "I")).as_py() or 0 if updates.num_rows else 0
+    return (file_id, partition, rel, updates.num_rows, len(data), inserts, updates.num_rows - inserts, deletes.num_rows)
 
 
 def _delete_records(deletes, partition: str, ordering_field: str | None) -> list[tuple]:

@@ -12,6 +12,7 @@ until cleaned)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -27,6 +28,7 @@ from typing import Any, Iterator
 from runtime import spark_api
 from runtime.storage import Storage, StorageSpec, open_storage
 from runtime.table import avro as _avro
+from runtime.table import bucket_index as _bucket_index
 from runtime.table import cdc as _cdc
 from runtime.table import keygen as _keygen
 from runtime.table import heartbeat as _heartbeat
@@ -323,6 +325,8 @@ class Table:
         if opts.partitions_to_delete and operation != "delete_partition":
             raise TableError(f"partitions_to_delete applies to operation delete_partition, not to {operation}")
         self._check_writable()
+        opts = self._with_buckets(opts, bootstrap)
+        operation = opts.operation
         bad = invalid_avro_names(df.schema) if df is not None else []
         if bad:
             raise TableError(f"pipe cannot write into table {self.config.name}: column(s) {', '.join(repr(b) for b in bad)} "
@@ -333,7 +337,7 @@ class Table:
             raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
         replacing = operation in _writer.REPLACE_OPERATIONS
         action = REPLACECOMMIT if replacing else DELTACOMMIT if self.config.table_type == MERGE_ON_READ else COMMIT
-        with self._changing(refuse=self._refuse_layout) as (checked, slices):
+        with self._changing(refuse=lambda t: self._refuse_layout(t, opts.buckets)) as (checked, slices):
             rolled_back = self.rollback_pending()
             timeline = self.timeline()
             if timeline.instants != checked.instants:  # a failed write rolled back, a service finished
@@ -587,7 +591,24 @@ class Table:
             listed = ", ".join(repr(p) for p in existing) if existing else "none (the table has no live file groups)"
             raise TableError(f"delete_partition on table {self.config.name}: {what}; its partitions are: {listed}")
 
-    def _refuse_layout(self, timeline: Timeline) -> tuple[Timeline, list]:
+    def _with_buckets(self, opts, bootstrap: bool):
+        """The write options with the table's simple bucket index: the number of buckets its
+        properties declare or, for a table Java made (Java keeps the index as a write setting
+        only), the one the write names; a bulk insert is an insert into the buckets."""
+        declared, named = self.config.buckets, opts.buckets
+        if declared is not None and named is not None and declared != named:
+            raise TableError(f"table {self.config.name} has {declared} buckets per partition (hoodie.bucket.index.num.buckets), "
+                             f"not {named}: a key's bucket depends on the number, so it cannot change",
+                             f"declare `buckets: {declared}`, or rebuild the table (pipe run --full-refresh)")
+        buckets = declared if declared is not None else named
+        if buckets is None:
+            return opts
+        if bootstrap:
+            raise TableError(f"table {self.config.name} has Hudi's bucket index, whose file groups a bootstrap does not make",
+                             "load it with operation: insert instead")
+        return dataclasses.replace(opts, buckets=buckets, operation="insert" if opts.operation == "bulk_insert" else opts.operation)
+
+    def _refuse_layout(self, timeline: Timeline, buckets: int | None = None) -> tuple[Timeline, list]:
         """What only the timeline and the files show pipe cannot write into, checked under the
         lock before anything changes (a metadata table retired, a failed write rolled back):
         a refused write leaves every file as it was. Returns the timeline and latest slices.
@@ -603,13 +624,21 @@ class Table:
                              "complete it with Hudi (HoodieClusteringJob, Spark SQL `CALL run_clustering(op => 'execute', ...)`, "
                              "or a Java writer with clustering enabled), or roll it back with Hudi's CLI, then run again")
         slices = FileSystemView.load(self.storage, timeline).latest_slices()
+        if buckets is not None:
+            stray = next((s for s in slices if _bucket_index.bucket_of(s.file_id) is None or _bucket_index.bucket_of(s.file_id) >= buckets), None)
+            if stray is not None:
+                raise TableError(f"table {self.config.name} has file group {stray.file_id} in {stray.partition or 'the table'}, which is "
+                                 f"not one of its {buckets} buckets: the table was not written with this bucket index",
+                                 f"check `buckets:` against the writer that made it, or rebuild the table (pipe run --full-refresh)")
+            return timeline, slices
         bucketed = bucket_index_file_ids(s.file_id for s in slices)
         if bucketed:
             raise TableError(f"pipe cannot write into table {self.config.name}: its file groups are those of Hudi's bucket index "
                              f"(hoodie.index.type=BUCKET; file ids start with an 8-digit bucket number, e.g. {bucketed[0]}), which "
                              "routes every key to the file group of its bucket; pipe's index does not, and its new file groups would "
                              "break Java's",
-                             "keep writing this table with Java Hudi (hoodie.index.type=BUCKET), or copy it into a new pipe table")
+                             "declare the table's bucket index in its YAML (`index: bucket` and `buckets:`, its "
+                             "hoodie.bucket.index.num.buckets), or keep writing it with Java Hudi")
         return timeline, slices
 
     def _start_heartbeat(self, instant: str) -> None:

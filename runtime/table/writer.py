@@ -11,11 +11,12 @@ table completes as a replacecommit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
 from runtime import spark_api
+from runtime.table import bucket_index as _bucket_index
 from runtime.table import keygen as _keygen
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
@@ -28,6 +29,7 @@ from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, ar
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
 _DELETE = "_pipe_delete"  # the row deletes its key
+_BUCKET = "_pipe_bucket"  # bucket index: an insert's bucket
 _SEQ = "_pipe_seq"  # arrival order: the tie-breaker among equal precombine values
 _OLD_PART, _OLD_FILE, _OLD_ORDER = "_pipe_old_partition", "_pipe_old_file", "_pipe_old_order"
 _KIND = KIND
@@ -61,6 +63,7 @@ class WriteOptions:
     extra_metadata: dict[str, str] = field(default_factory=dict)
     partitions_to_delete: tuple[str, ...] = ()  # delete_partition: partition paths, fnmatch patterns
     tombstone_days: int | None = None  # deleted keys keep their precombine value this long (tombstones.py)
+    buckets: int | None = None  # Hudi's simple bucket index: buckets per partition (bucket_index.py)
 
 
 @dataclass
@@ -311,6 +314,16 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 # --- 4. write_file_groups ----------------------------------------------------------------------
 
 
+def route_to_buckets(spark, inserts, to_buckets: dict[tuple[str, int], str]):
+    """Routes each insert to the file group of its bucket (`to_buckets`: (partition, bucket)
+    -> file id, a stored group's or a new one's)."""
+    from pyspark.sql import functions as F
+
+    table = spark.createDataFrame([(p, b, fid) for (p, b), fid in sorted(to_buckets.items())], "bp string, bb int, bf string")
+    routed = inserts.join(F.broadcast(table), (F.col(PART) == F.col("bp")) & (F.col(_BUCKET) == F.col("bb")), "inner")
+    return routed.withColumn(FILE_ID, F.col("bf")).drop("bp", "bb", "bf", _BUCKET)
+
+
 def write_file_groups(rows, spec: FileWriteSpec):
     """Executors write every file group's new base file (or, for the spec's `log_groups`, a new
     log file of its slice); returns the stats rows."""
@@ -339,6 +352,7 @@ def file_write_spec(storage, instant: str, data_columns: list[str], opts: WriteO
         ordering_field=ordering_field,
         merge_spec=merge_spec,
         derived=derived,
+        log_inserts=opts.buckets is not None,
     )
 
 
@@ -412,6 +426,13 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     # the server (a round trip, and an analysis of its whole plan, each time)
     present = frozenset(f.name for f in incoming_struct.fields)
 
+    bucketed = opts.buckets is not None
+    if bucketed:
+        refused = _bucket_index.bucket_reason(config) or (
+            f"{opts.operation} writes new file groups of its own" if opts.operation in REPLACE_OPERATIONS and opts.operation != "delete_partition" else None)
+        if refused:
+            raise WriteError(f"table {config.name} has Hudi's bucket index, and pipe does not write into it this way: {refused}")
+        opts = replace(opts, index="partition")  # a key is unique within its partition, where its bucket is
     rows = prepare(df, config, opts)
     if opts.operation == "bulk_insert":
         return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns, present)
@@ -432,7 +453,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         _refuse_nulls(config, rows, ordering, null_keys, null_orders)
 
     keyed = bool(config.record_key_fields)
-    if keyed and opts.operation in ("upsert", "delete") and partitions is not None and _partition_upsert.fits(partitions, slices):
+    if keyed and not bucketed and opts.operation in ("upsert", "delete") and partitions is not None and _partition_upsert.fits(partitions, slices):
         return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, partitions,
                                     present)
     if keyed and (opts.operation in ("upsert", "delete") or opts.combine_before_insert):
@@ -461,6 +482,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     scattered = lookup and opts.index != "partition"  # a key may be stored in several partitions
     if scattered:
         rows = one_insert_per_key(rows)
+    if bucketed:  # an insert goes to its bucket's file group (Java's BucketIdentifier)
+        rows = rows.withColumn(_BUCKET, _bucket_index.bucket_expr(F, config, opts.buckets, F.col(KEY)))
     # one materialised batch, computed by the summary below: later steps must see the same rows
     rows = spark_api.local_checkpoint(rows, eager=False)
 
@@ -470,9 +493,22 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     # metadata only: inserts per partition, and the stored file groups the batch touches
     insert_counts: dict[str, int] = {}
     touched: set[tuple[str, str]] = set()
-    for ip, op, of, i in rows.groupBy(F.when(is_insert, F.col(PART)).alias("ip"), F.col(_OLD_PART), F.col(_OLD_FILE)).agg(F.count_if(is_insert)).collect():
+    to_buckets: dict[tuple[str, int], str] = {}  # bucket index: (partition, bucket) -> file id of the inserts
+    bucket = F.when(is_insert, F.col(_BUCKET)) if bucketed else F.lit(None).cast("int")
+    unsure = F.count_if(is_insert & _bucket_index.value_reason_expr(F, config, F.col(KEY))) if bucketed else F.lit(0)
+    summary = rows.groupBy(F.when(is_insert, F.col(PART)).alias("ip"), bucket.alias("ib"), F.col(_OLD_PART), F.col(_OLD_FILE)).agg(
+        F.count_if(is_insert), unsure).collect()
+    stored_buckets = {(s.partition, _bucket_index.bucket_of(s.file_id)): s.file_id for s in slices} if bucketed else {}
+    for ip, ib, op, of, i, bad in summary:
+        if bad:
+            example = rows.where(is_insert & _bucket_index.value_reason_expr(F, config, F.col(KEY))).select(KEY).first()[0]
+            raise WriteError(f"table {config.name} has Hudi's bucket index, and {bad} new key(s) hold a ',' in a key value "
+                             f"(e.g. {example!r}), which Hudi's versions split differently, so their bucket is not certain: "
+                             "leave ',' out of key values in the table's SQL")
         if ip is not None:
             insert_counts[ip] = insert_counts.get(ip, 0) + i
+            if bucketed:
+                to_buckets[(ip, ib)] = stored_buckets.get((ip, ib)) or to_buckets.get((ip, ib)) or _bucket_index.new_file_id(ib)
         if of is not None:
             touched.add((op, of))
 
@@ -483,22 +519,30 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     # a key whose partition changed leaves its old file group and is inserted in the new one
     moved_out = rows.where(moved).select(KEY, F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID), F.lit("D").alias(_KIND))
     changes = in_place.unionByName(moved_out, allowMissingColumns=True)
-    buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline))
-    if buckets:
-        routed = assign_file_groups(spark, rows.where(is_insert), buckets)
+    if bucketed:
+        buckets = []
+        receiving = set(to_buckets.items())
+        routed = route_to_buckets(spark, rows.where(is_insert), to_buckets)
+    else:
+        buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline))
+        receiving = {(b.partition, b.file_id) for b in buckets}
+        routed = assign_file_groups(spark, rows.where(is_insert), buckets) if buckets else None
+    if routed is not None:
         changes = changes.unionByName(routed.select(*[F.col(f"`{c}`") for c in data_columns if c in present], KEY, PART, FILE_ID, F.lit("I").alias(_KIND)),
                                       allowMissingColumns=True)
 
-    # file groups to rewrite: those with updates or deletes, and small files taking inserts
-    groups = touched | {(b.partition, b.file_id) for b in buckets}
+    # file groups to rewrite: those with updates or deletes, and small files (or buckets) taking inserts
+    groups = touched | {(p, fid) for (p, _), fid in receiving} if bucketed else touched | receiving
     if not groups:
         return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
     existing = {(s.partition, s.file_id): s for s in slices}
     merge = keyed and opts.operation != "insert"
     # merge-on-read: updates and deletes of a group go to a new log file of its slice, except
     # in small files taking inserts, which are rewritten like copy-on-write (as Hudi does)
-    log_groups = (_log_targets(touched - {(b.partition, b.file_id) for b in buckets}, existing, _log_named_by(timeline, instant))
-                  if config.table_type == MERGE_ON_READ and merge else {})
+    # (a bucket's stored group takes its inserts in the log too, as Java's bucket index does)
+    logged = groups if bucketed else touched - receiving
+    log_groups = (_log_targets(logged, existing, _log_named_by(timeline, instant))
+                  if config.table_type == MERGE_ON_READ and (merge or bucketed) else {})
     n = max(1, min(len(groups), spark_api.default_parallelism(spark) * 4))
     return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n, present)
 
