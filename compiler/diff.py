@@ -33,7 +33,7 @@ REWRITE_KEYS = {
 # operations that remove or replace stored data
 DESTRUCTIVE_OPERATIONS = ("insert_overwrite", "insert_overwrite_table", "delete_partition", "delete")
 # settings that change what a write does to stored rows
-BREAKING_KEYS = ("operation", "index", "insert_duplicates", "combine_before_insert", "precombine_nulls", "bootstrap", "tombstone_days")
+BREAKING_KEYS = ("operation", "index", "buckets", "insert_duplicates", "combine_before_insert", "precombine_nulls", "bootstrap", "tombstone_days")
 # settings of the table services and file layout: the data stays the same
 NON_BREAKING_KEYS = ("max_file_size", "small_file_limit", "bulk_insert_sort_mode", "clean", "archive", "compaction")
 # source settings whose change makes a source read other input, or read it differently

@@ -104,6 +104,16 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
         errors.error(table.at("partitions_to_delete"), f"partitions_to_delete applies to delete_partition, not to {op} ({what})", "set operation: delete_partition, or remove partitions_to_delete")
     if c["delete_when"] is not None and op != "upsert":
         errors.error(table.at("delete_when"), f"delete_when needs operation upsert, but {what} uses {op}", "deletes are routed to the stored rows by key: use operation: upsert with a key")
+    if c["index"] == "bucket" and not c["key"]:
+        errors.error(table.at("index"), f"index: bucket needs a key to hash into buckets ({what})", "add `key:`")
+    if c["index"] == "bucket" and c.get("buckets") is None:
+        errors.error(table.at("index"), f"index: bucket needs buckets: the number of buckets per partition ({what})",
+                     "add e.g. `buckets: 16` (Hudi's hoodie.bucket.index.num.buckets; it cannot change later)")
+    if c.get("buckets") is not None and c["index"] != "bucket":
+        errors.error(table.at("buckets"), f"buckets applies to index: bucket ({what})", "set `index: bucket`, or remove `buckets:`")
+    if c["index"] == "bucket" and op in ("insert_overwrite", "insert_overwrite_table", "bootstrap"):
+        errors.error(table.at("index"), f"index: bucket cannot go with operation {op} ({what}): pipe writes a bucket's file group in place",
+                     "use upsert, insert, bulk_insert, delete or delete_partition")
     if c["index"] == "partition" and not c["partition_by"]:
         errors.error(table.at("index"), f"index: partition needs partition_by ({what})", "remove `index: partition` or add `partition_by:`")
     if c["type"] == "copy_on_write" and _written(table, "compaction"):

@@ -290,13 +290,15 @@ def table_config(step: Step, config: Mapping[str, Any]):
         hive_style=config["hive_style_partitioning"],
         create_version=config.get("table_version", 6),
         metadata_table=bool(config.get("metadata_table", False)),
+        buckets=config.get("buckets") if config.get("index") == "bucket" else None,
     )
 
 
 def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, dict[str, Any]]:
     operation = config["operation"]
     options: dict[str, Any] = {
-        "index": config["index"],
+        "index": "partition" if config["index"] == "bucket" else config["index"],
+        "buckets": config.get("buckets") if config["index"] == "bucket" else None,
         "delete_when": config.get("delete_when"),
         "tombstone_days": config.get("tombstone_days"),
         "insert_duplicates": config["insert_duplicates"],

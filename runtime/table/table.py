@@ -635,8 +635,8 @@ class Table:
         if bucketed:
             raise TableError(f"pipe cannot write into table {self.config.name}: its file groups are those of Hudi's bucket index "
                              f"(hoodie.index.type=BUCKET; file ids start with an 8-digit bucket number, e.g. {bucketed[0]}), which "
-                             "routes every key to the file group of its bucket; pipe's index does not, and its new file groups would "
-                             "break Java's",
+                             "routes every key to the file group of its bucket: pipe writes it only knowing its number of buckets, which "
+                             "Java keeps as a write setting (hoodie.bucket.index.num.buckets), not in the table",
                              "declare the table's bucket index in its YAML (`index: bucket` and `buckets:`, its "
                              "hoodie.bucket.index.num.buckets), or keep writing it with Java Hudi")
         return timeline, slices
