@@ -116,10 +116,11 @@ def audit_table(uri: str, options: tuple = (), now_ms: int | None = None) -> Fin
         found.verdict, found.reason = UNREADABLE, unreadable
     elif unwritable:
         found.verdict, found.reason = READ_ONLY, unwritable
-    elif facts["index"] == "BUCKET":  # what the writer finds from the file ids (Table._prepare_write)
+    elif facts["index"] == "BUCKET" and config.buckets is None:  # what the writer finds from the file ids (Table._refuse_layout)
         found.verdict, found.reason = READ_ONLY, ("its file groups are those of Hudi's bucket index (file ids start with an 8-digit "
-                                                  "bucket number), which routes every key to its bucket's file group; pipe's writer "
-                                                  "does not: keep writing it with Java Hudi, or copy it into a new pipe table")
+                                                  "bucket number), which routes every key to its bucket's file group, and its number "
+                                                  "of buckets is a Java write setting, not in the table: pipe writes it once the "
+                                                  "table's YAML says `index: bucket` and `buckets:` (hoodie.bucket.index.num.buckets)")
     found.notes = _notes(facts, found.verdict)
     return found
 

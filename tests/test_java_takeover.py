@@ -292,7 +292,8 @@ REFUSED = {
 
 @pytest.mark.parametrize("feature", list(REFUSED))
 def test_pipe_refuses_to_write_java_tables_with_features_it_does_not_keep(spark, tmp_path, java_hudi_015, feature):
-    """Java 0.15 writes a table with change data capture, a SIMPLE bucket index, or a
+    """Java 0.15 writes a table with change data capture, a SIMPLE bucket index (its number of
+    buckets not declared: tests/test_bucket_index.py writes it once it is), or a
     consistent-hashing bucket index (merge-on-read); pipe reads it as Java and hudi-rs do, and
     refuses to write with a message naming the property, leaving every file as it was."""
     table_type, extra, prop = REFUSED[feature]
