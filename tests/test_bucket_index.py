@@ -139,3 +139,65 @@ def test_pipe_writes_on_javas_bucket_table_into_javas_file_groups(spark, tmp_pat
     java.write(path, arrow(batch), java_options(version, table_type))
     ledger.apply(batch)
     assert ledger.check(java) >= groups
+
+
+ACCOUNTS_YML = """
+    tables:
+      accounts:
+        type: merge_on_read
+        key: [account_id, branch]
+        precombine: updated_ms
+        partition_by: [region]
+        index: bucket
+        buckets: 4
+    """
+
+
+def test_a_project_with_a_bucket_index_runs_round_after_round_into_its_buckets(spark, tmp_path, capsys):
+    """`index: bucket` in a table's YAML: each run (new keys, updates, a multi-field key with
+    accents and quotes) writes into the file group of each key's bucket, four per partition."""
+    from tests.test_run import project, run_ok, write_jsonl
+
+    root = project(tmp_path, {
+        "sources/s.yml": """
+            sources:
+              raw: {kind: files, path: data, format: json, schema: "account_id BIGINT, branch STRING, region STRING, updated_ms BIGINT, balance DECIMAL(12,2)"}
+            """,
+        "tables/accounts.yml": ACCOUNTS_YML,
+        "tables/accounts.sql": "select * from {{ source('raw') }}\n",
+    })
+    model = {}
+    for r in range(3):
+        batch = [{"account_id": i, "branch": ("Zoë's", 'Nord "N"', "São")[i % 3], "region": ("EU", "US")[i % 2],
+                  "updated_ms": 1_700_000_000_000 + r * 1000 + i, "balance": f"{i}.{r:02d}"} for i in range(r * 150, r * 150 + 400)]
+        write_jsonl(root / f"data/accounts-{r}.json", batch)
+        run_ok(capsys, root)
+        for b in batch:
+            model[(b["account_id"], b["branch"])] = b["balance"]
+    got = Table.open(spark, str(root / "lake/accounts")).read().collect()
+    assert sorted((r["account_id"], r["branch"], str(r["balance"])) for r in got) == sorted((k[0], k[1], v) for k, v in model.items())
+    for r in got:
+        assert bucket_of(r["_hoodie_file_name"].split("_")[0]) == java_list_hash_bucket([str(r["account_id"]), r["branch"]], 4), r
+    groups = {(r["_hoodie_partition_path"], r["_hoodie_file_name"].split("_")[0]) for r in got}
+    assert len(groups) == 2 * 4
+    props = (root / "lake/accounts/.hoodie/hoodie.properties").read_text()
+    assert "hoodie.index.type=BUCKET" in props and "hoodie.bucket.index.num.buckets=4" in props
+
+
+def test_bucket_index_settings_are_checked_with_their_line(tmp_path):
+    from tests.conftest import compile_errors, write_project
+
+    def errors(yml: str) -> list[str]:
+        root = write_project(tmp_path / str(len(list(tmp_path.iterdir()))), {
+            "sources/s.yml": "sources:\n  raw: {kind: files, path: data, format: json, schema: \"id BIGINT, v STRING\"}\n",
+            "tables/t.yml": yml, "tables/t.sql": "select * from {{ source('raw') }}\n"})
+        return [str(d) for d in compile_errors(root)]
+
+    got = errors("tables:\n  t:\n    key: [id]\n    index: bucket\n")
+    assert any("t.yml:4" in e and "index: bucket needs buckets" in e for e in got), got
+    got = errors("tables:\n  t:\n    key: [id]\n    buckets: 4\n")
+    assert any("t.yml:4" in e and "buckets applies to index: bucket" in e for e in got), got
+    got = errors("tables:\n  t:\n    key: [id]\n    index: bucket\n    buckets: 4\n    operation: insert_overwrite\n")
+    assert any("index: bucket cannot go with operation insert_overwrite" in e for e in got), got
+    got = errors("tables:\n  t:\n    index: bucket\n    buckets: 0\n")
+    assert any("needs a key" in e for e in got) and any("buckets" in e and "t.yml:4" in e for e in got), got
