@@ -201,3 +201,19 @@ def test_bucket_index_settings_are_checked_with_their_line(tmp_path):
     assert any("index: bucket cannot go with operation insert_overwrite" in e for e in got), got
     got = errors("tables:\n  t:\n    index: bucket\n    buckets: 0\n")
     assert any("needs a key" in e for e in got) and any("buckets" in e and "t.yml:4" in e for e in got), got
+
+
+@pytest.mark.parametrize("fields,key,sign", [(("code",), "A:1", "':'"), (("code", "branch"), "A,1", "','")])
+def test_a_key_whose_bucket_hudis_versions_disagree_on_is_refused_naming_it_and_nothing_is_committed(spark, tmp_path, fields, key, sign):
+    path = tmp_path / "codes"
+    table = Table.create(spark, str(path), TableConfig(name="codes", record_key_fields=fields, partition_fields=("region",),
+                                                       buckets=4))
+    good = [("B2", "n", "eu", "fine"), ("Zoë 7", "s", "us", "fine")]
+    table.write(spark.createDataFrame(good, "code string, branch string, region string, v string"), "upsert")
+    done = [i.time for i in Table.open(spark, str(path)).timeline().completed()]
+    with pytest.raises(Exception, match=f"2 new key\\(s\\) hold a {sign} in a key value \\(e.g. '"):
+        table.write(spark.createDataFrame([(key, "n", "eu", "bad"), (key + "x", "n", "us", "bad"), ("C3", "n", "eu", "ok")],
+                                          "code string, branch string, region string, v string"), "upsert")
+    reopened = Table.open(spark, str(path))
+    assert sorted(r["v"] for r in reopened.read().collect()) == ["fine", "fine"]
+    assert [i.time for i in reopened.timeline().completed() if i.action != "rollback"] == done

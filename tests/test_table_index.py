@@ -44,7 +44,7 @@ def test_a_key_stored_in_two_partitions_ends_up_once(spark, tmp_path, table_type
         assert hudi_rows(path) == rows(table)
 
 
-def test_a_bucket_index_table_is_refused(spark, tmp_path):
+def test_a_bucket_index_table_is_refused_without_its_number_of_buckets(spark, tmp_path):
     path = str(tmp_path / "t")
     table = Table.create(spark, path, TableConfig(name="t", record_key_fields=("id",), partition_fields=("p",), precombine_field="ts"))
     table.write(spark.createDataFrame([(1, "a", 1, "v1")], SCHEMA), "upsert")
@@ -60,6 +60,6 @@ def test_a_bucket_index_table_is_refused(spark, tmp_path):
     with pytest.raises(TableError) as info:
         table.write(spark.createDataFrame([(2, "a", 2, "v2")], SCHEMA), "upsert")
     assert "bucket index" in str(info.value) and "table t" in str(info.value) and bucket.split("_")[0] in str(info.value)
-    assert "hoodie.index.type=BUCKET" in info.value.hint
+    assert "hoodie.index.type=BUCKET" in str(info.value) and "`index: bucket` and `buckets:`" in info.value.hint
     assert sorted(os.listdir(f"{path}/.hoodie")) == instants
     assert rows(table) == [(1, "a", 1, "v1")]  # still read

@@ -13,10 +13,11 @@ As Java computes it (BucketIdentifier, KeyGenUtils.extractRecordKeysByFields):
   zero-padded (`00000003-<rest of a UUID>-0`), which is how Java maps a stored file group back
   to its bucket (bucketIdFromFileId).
 
-What pipe refuses on such a table, with the reason (bucket_reason, value_reason): a one-field
-key written as `field:value` (Hudi 0.x hashes the value, 1.x the whole text) and key values
-holding a ',' (Hudi versions split them differently), so that every Hudi writer agrees with
-pipe on every record's bucket."""
+What pipe refuses on such a table, with the reason (bucket_reason, value_reason_expr): a
+one-field key written as `field:value` (Hudi 0.15 hashes the value, 1.1 the whole text), a
+one-field key value holding a ':', and with several fields a key value holding a ',' (Hudi's
+versions take those apart differently), so that every Hudi writer agrees with pipe on every new
+record's bucket."""
 
 from __future__ import annotations
 
@@ -70,10 +71,11 @@ def hash_keys(F, config, key):
 
 
 def value_reason_expr(F, config, key):
-    """True on a row whose key values hold a ',' (several key fields): Hudi's versions read
-    such a key's values differently, so its bucket would be a guess."""
+    """True on a row whose key Hudi's versions take apart differently, so that its bucket
+    would be a guess: a one-field key holding a ':' (0.15 splits it, 1.1 hashes it whole), or
+    with several fields a value holding a ','."""
     if len(config.record_key_fields) == 1:
-        return F.lit(False)
+        return F.instr(key, ":") > 0
     return F.size(F.split(key, ",")) != len(config.record_key_fields)
 
 

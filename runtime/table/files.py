@@ -58,7 +58,7 @@ class FileWriteSpec:
     # rows come without them
     derived: "Derived | None" = None
     # merge-on-read, bucket index: a stored group's inserts go to its log file too, as Java's
-    # bucket index appends them (it can index log files); otherwise a group taking inserts is
+    # bucket index appends them (a stored bucket takes new keys as updates); otherwise a group taking inserts is
     # rewritten whole
     log_inserts: bool = False
 

@@ -499,12 +499,14 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     summary = rows.groupBy(F.when(is_insert, F.col(PART)).alias("ip"), bucket.alias("ib"), F.col(_OLD_PART), F.col(_OLD_FILE)).agg(
         F.count_if(is_insert), unsure).collect()
     stored_buckets = {(s.partition, _bucket_index.bucket_of(s.file_id)): s.file_id for s in slices} if bucketed else {}
-    for ip, ib, op, of, i, bad in summary:
-        if bad:
-            example = rows.where(is_insert & _bucket_index.value_reason_expr(F, config, F.col(KEY))).select(KEY).first()[0]
-            raise WriteError(f"table {config.name} has Hudi's bucket index, and {bad} new key(s) hold a ',' in a key value "
-                             f"(e.g. {example!r}), which Hudi's versions split differently, so their bucket is not certain: "
-                             "leave ',' out of key values in the table's SQL")
+    bad = sum(row[5] for row in summary)
+    if bad:
+        example = rows.where(is_insert & _bucket_index.value_reason_expr(F, config, F.col(KEY))).select(KEY).first()[0]
+        sign = "':'" if len(config.record_key_fields) == 1 else "','"
+        raise WriteError(f"table {config.name} has Hudi's bucket index, and {bad} new key(s) hold a {sign} in a key value "
+                         f"(e.g. {example!r}), which Hudi 0.15 and 1.1 take apart differently, so their bucket is not certain: "
+                         f"leave {sign} out of key values in the table's SQL (e.g. replace(...))")
+    for ip, ib, op, of, i, _ in summary:
         if ip is not None:
             insert_counts[ip] = insert_counts.get(ip, 0) + i
             if bucketed:
