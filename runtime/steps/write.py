@@ -290,7 +290,7 @@ def table_config(step: Step, config: Mapping[str, Any]):
         hive_style=config["hive_style_partitioning"],
         create_version=config.get("table_version", 6),
         metadata_table=bool(config.get("metadata_table", False)),
-        buckets=config.get("buckets") if config.get("index") == "bucket" else None,
+        buckets=config.get("buckets"),  # set only with index: bucket (compiler/validate.py)
     )
 
 
@@ -298,7 +298,7 @@ def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, 
     operation = config["operation"]
     options: dict[str, Any] = {
         "index": "partition" if config["index"] == "bucket" else config["index"],
-        "buckets": config.get("buckets") if config["index"] == "bucket" else None,
+        "buckets": config.get("buckets"),
         "delete_when": config.get("delete_when"),
         "tombstone_days": config.get("tombstone_days"),
         "insert_duplicates": config["insert_duplicates"],

@@ -625,7 +625,7 @@ class Table:
                              "or a Java writer with clustering enabled), or roll it back with Hudi's CLI, then run again")
         slices = FileSystemView.load(self.storage, timeline).latest_slices()
         if buckets is not None:
-            stray = next((s for s in slices if _bucket_index.bucket_of(s.file_id) is None or _bucket_index.bucket_of(s.file_id) >= buckets), None)
+            stray = next((s for s in slices if _bucket_index.bucket_of(s.file_id) not in range(buckets)), None)
             if stray is not None:
                 raise TableError(f"table {self.config.name} has file group {stray.file_id} in {stray.partition or 'the table'}, which is "
                                  f"not one of its {buckets} buckets: the table was not written with this bucket index",

@@ -522,8 +522,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     moved_out = rows.where(moved).select(KEY, F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID), F.lit("D").alias(_KIND))
     changes = in_place.unionByName(moved_out, allowMissingColumns=True)
     if bucketed:
-        buckets = []
-        receiving = set(to_buckets.items())
+        receiving = {(p, fid) for (p, _), fid in to_buckets.items()}
         routed = route_to_buckets(spark, rows.where(is_insert), to_buckets)
     else:
         buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline))
@@ -534,7 +533,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                                       allowMissingColumns=True)
 
     # file groups to rewrite: those with updates or deletes, and small files (or buckets) taking inserts
-    groups = touched | {(p, fid) for (p, _), fid in receiving} if bucketed else touched | receiving
+    groups = touched | receiving
     if not groups:
         return StagedWrite([], WriteCounts(), avro_schema_json(struct, config.name), struct)
     existing = {(s.partition, s.file_id): s for s in slices}
