@@ -1373,6 +1373,50 @@ def rollback_cmd(ctx: _Context, table_name, instant, target) -> None:
     _downstream_warning(table_name, consumers, latest.time if latest else "")
 
 
+@cli.command(name="migrate")
+@click.argument("table_name", metavar="TABLE")
+@click.option("--to", "to_version", type=click.Choice(["6", "8", "9"]), required=True,
+              help="The Hudi table version: 6 (Hudi 0.14/0.15), 8 (Hudi 1.0) or 9 (Hudi 1.1).")
+@click.option("--dry-run", is_flag=True, help="Say what would change, and change nothing.")
+@_target_option
+@_common
+@click.pass_obj
+def migrate_cmd(ctx: _Context, table_name, to_version, dry_run, target) -> None:
+    """Upgrade or downgrade a table's Hudi version in place, as Hudi's own writer does: failed
+    writes rolled back, a merge-on-read table compacted, the timeline rewritten in the new
+    version's layout, hoodie.properties changed in one crash-safe step, an empty commit on the
+    timeline. Running it again finishes an interrupted migration."""
+    from runtime.table.config import MERGE_ON_READ
+
+    to = int(to_version)
+    table, plan = _table_for(ctx, table_name, target)
+    with _naming(table_name):
+        if dry_run:
+            m = table.migrate(to, dry_run=True)
+        else:
+            if table.config.table_type == MERGE_ON_READ and table.config.table_version != to:
+                table.spark = _spark_for(table, plan, ctx.root(), ctx.debug)  # the compaction before it
+            m = table.migrate(to)
+    _report_retired(table)
+    if m.from_version == to:
+        if m.finished:
+            verb = "would delete" if dry_run else "deleted"
+            output.line(f"[green]✓[/] {table_name} is at version {to}; {verb} {len(m.finished)} file(s) an interrupted migration left "
+                        f"of the old layout (e.g. {m.finished[0]})")
+        else:
+            output.line(f"[green]✓[/] {table_name} is at version {to} already: nothing to do")
+        return
+    if dry_run:
+        output.line(f"{table_name}: version {m.from_version} -> {to} would")
+        for line in m.lines():
+            output.line(f"  {line}")
+        output.line("  write an empty commit recording the migration (nothing was changed: --dry-run)")
+        return
+    output.line(f"[green]✓[/] migrated {table_name} from version {m.from_version} to {to} (commit {m.instant})")
+    for line in m.lines():
+        output.line(f"  {line}")
+
+
 def _print_traceback() -> None:
     """With --debug: the traceback of the exception being handled (traceback is imported only then)."""
     import traceback

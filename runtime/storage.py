@@ -91,6 +91,7 @@ class Storage(Protocol):
     def delete(self, path: str) -> None: ...
     def list_files(self, prefix: str = "", recursive: bool = True) -> list[FileInfo]: ...
     def full_path(self, path: str) -> str: ...
+    def set_mtime(self, path: str, mtime_ms: int) -> bool: ...
 
 
 # A file being written sits under a hidden temporary name beside its final place, renamed when
@@ -207,6 +208,11 @@ class LocalStorage:
                 break
         return out
 
+    def set_mtime(self, path: str, mtime_ms: int) -> bool:
+        """Sets a file's modification time (as Hadoop's setTimes); True when done."""
+        os.utime(self.full_path(path), ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
+        return True
+
     def list_dirs(self, prefix: str = "") -> list[str]:
         base = self.full_path(prefix)
         try:
@@ -274,6 +280,9 @@ class S3Storage:
 
     def delete(self, path: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(path))
+
+    def set_mtime(self, path: str, mtime_ms: int) -> bool:
+        return False  # an object's LastModified is the store's to set
 
     def _pages(self, prefix: str, delimiter: str | None) -> Iterator[dict]:
         kwargs = {"Bucket": self.bucket, "Prefix": self._key(prefix).rstrip("/") + "/" if prefix or self.prefix else ""}

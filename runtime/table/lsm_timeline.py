@@ -101,24 +101,30 @@ def _read(storage, n: int) -> list[Instant]:
     return sorted(out)
 
 
+def archived_rows(storage) -> list[dict]:
+    """Every archived instant's row (instantTime, completionTime, action, metadata, plan: the
+    last two bytes or None), oldest first. Read anew each call."""
+    import pyarrow.parquet as pq
+
+    known = {(i.time, i.action) for i in archived_instants(storage)}  # validated rows
+    out: list[dict] = []
+    for path in data_files(storage):
+        try:
+            rows = pq.read_table(io.BytesIO(storage.read_bytes(path)), columns=["instantTime", "completionTime", "action", "metadata", "plan"]).to_pylist()
+        except Exception as exc:  # noqa: BLE001 - another writer's file: say which, not a traceback
+            raise HistoryError(f"{path} is not a Parquet file of Hudi 1.x's archived timeline ({type(exc).__name__}: {exc})") from None
+        out += [r for r in rows if (r["instantTime"], r["action"]) in known]
+    return sorted(out, key=lambda r: (r["instantTime"], r["action"]))
+
+
 def archived_metadata(storage, actions) -> list[tuple[Instant, bytes]]:
     """The archived instants of `actions`, oldest first, with their completed files' bytes (the
     `metadata` column; rows without it are left out). Read anew each call: only time travel
     that must prove its files are still there asks for it."""
-    import pyarrow.parquet as pq
-
     wanted = {i.time: i for i in archived_instants(storage) if i.action in actions}
-    out: list[tuple[Instant, bytes]] = []
-    for path in data_files(storage):
-        try:
-            rows = pq.read_table(io.BytesIO(storage.read_bytes(path)), columns=["instantTime", "action", "metadata"]).to_pylist()
-        except Exception as exc:  # noqa: BLE001 - another writer's file: say which, not a traceback
-            raise HistoryError(f"{path} is not a Parquet file of Hudi 1.x's archived timeline ({type(exc).__name__}: {exc})") from None
-        for r in rows:
-            inst = wanted.get(r["instantTime"])
-            if inst is not None and r["action"] == inst.action and isinstance(r["metadata"], bytes):
-                out.append((inst, r["metadata"]))
-    return sorted(out, key=lambda x: x[0])
+    return sorted(((wanted[r["instantTime"]], r["metadata"]) for r in archived_rows(storage)
+                   if r["instantTime"] in wanted and r["action"] == wanted[r["instantTime"]].action and isinstance(r["metadata"], bytes)),
+                  key=lambda x: x[0])
 
 
 # Hudi 1.x's org.apache.hudi.avro.model.HoodieLSMTimelineInstant: the row of an archived instant
@@ -160,5 +166,6 @@ def append(storage, rows: list[dict]) -> str:
     files = [f for f in files if f["fileName"] != name] + [{"fileName": name, "fileLen": len(data)}]
     new = (n or 0) + 1
     storage.write_atomic(f"{HISTORY}/manifest_{new}", json.dumps({"files": files}, indent=2).encode("utf-8"))
+    _READ.pop((storage.full_path(""), new), None)  # a history deleted and written anew (a migration) numbers from 1 again
     storage.write_atomic(VERSION_FILE, str(new).encode("ascii"))
     return f"{HISTORY}/{name}"

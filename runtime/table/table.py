@@ -36,6 +36,7 @@ from runtime.table import markers as _markers
 from runtime.table import metadata_table as _metadata_table
 from runtime.table import reader as _reader
 from runtime.table import services as _services
+from runtime.table import upgrade_downgrade as _upgrade
 from runtime.table import writer as _writer
 from runtime.table.errors import LockTimeout, TableError
 from runtime.table.files import parquet_footer
@@ -826,6 +827,118 @@ class Table:
         if timeline.complete(Instant(instant.time, COMMIT, REQUESTED), meta.to_bytes(timeline.layout)) is None:
             raise TableError(f"compaction {instant.time} was completed by someone else")
         _markers.delete_dir(self.storage, instant.time)
+        return instant.time
+
+    # --- changing the table version ----------------------------------------------------------
+
+    def migrate(self, to: int, dry_run: bool = False) -> "_upgrade.Migration":
+        """Changes the table's Hudi version to `to` (6, 8 or 9) in place, as Java's
+        UpgradeDowngrade does (upgrade_downgrade.py says what changes and why a crash leaves
+        the old or the new version); with `dry_run`, only says what it would do. On a table of
+        version `to` it deletes what an interrupted migration left of the old layout."""
+        if to not in _upgrade.VERSIONS:
+            raise TableError(f"pipe migrates tables to version 6, 8 or 9, not {to}")
+        if dry_run:
+            return self._migration(to, self.timeline())
+        with self._changing():
+            frm = self.config.table_version
+            frm_layout, to_layout = self.config.timeline_layout, 2 if to >= 8 else 1
+            if frm == to:
+                m = _upgrade.Migration(self.config.name, frm, to)
+                for path in _upgrade.old_layout_files(self.storage, 1 if to_layout == 2 else 2):
+                    self.storage.delete(path)
+                    m.finished.append(path)
+                return m
+            m = _upgrade.Migration(self.config.name, frm, to)
+            m.rollbacks = self.rollback_pending()
+            if self.config.table_type == MERGE_ON_READ:
+                m.compact_groups = sum(1 for sl in self.view().latest_slices() if sl.has_logs)
+                self._compact()
+            timeline = self.timeline()
+            if timeline.pending():
+                left = ", ".join(f"{i.time}.{i.action}.{i.state}" for i in timeline.pending())
+                raise TableError(f"table {self.config.name} has pending instants pipe does not finish ({left}); its version is unchanged",
+                                 "finish or roll them back with the writer that made them, then run pipe migrate again")
+            m.metadata_table = self.config.has_metadata_table or self.wants_metadata_table
+            if self.config.has_metadata_table:
+                self.retire_metadata_table(f"its table version changes to {to}, and pipe builds it again at that version")
+            props = read_properties(self.storage)
+            m.set_props, m.removed_props = _upgrade.property_changes(props, frm, to)
+            if frm_layout != to_layout:
+                for path in _upgrade.old_layout_files(self.storage, to_layout):  # an interrupted try's
+                    self.storage.delete(path)
+                if to_layout == 2:
+                    from runtime.table import lsm_timeline
+
+                    files, m.reserialized = _upgrade.active_files_up(self.storage)
+                    rows, m.kept = _upgrade.archived_up(self.storage)
+                    m.kept = [f".hoodie/archived/{k} (Java's archive log; Hudi 1.x readers of the table do not read it)" for k in m.kept]
+                    _upgrade.write_files(self.storage, files)
+                    if rows:
+                        lsm_timeline.append(self.storage, rows)
+                    m.instants, m.archived = len(files), len(rows)
+                else:
+                    files, m.reserialized = _upgrade.active_files_down(self.storage)
+                    archived = _upgrade.archived_down(self.storage)
+                    m.mtimes_kept = _upgrade.write_files(self.storage, files + archived)
+                    m.instants, m.archived = len(files), sum(1 for f in archived if not f.path.endswith(REQUESTED))
+                _services.fault("migrate_after_timeline")
+            update_properties(self.storage, m.set_props, tuple(m.removed_props))
+            _services.fault("migrate_after_properties")
+            self.config = TableConfig.from_properties_map(read_properties(self.storage))
+            if frm_layout != to_layout:
+                for path in _upgrade.old_layout_files(self.storage, frm_layout):
+                    self.storage.delete(path)
+            m.instant = self._record_migration(frm, to)
+            if m.metadata_table:
+                _metadata_table.MetadataTable(self.storage, to).initialize(read_properties(self.storage), self.timeline())
+                self.config = TableConfig.from_properties_map(read_properties(self.storage))
+            return m
+
+    def _migration(self, to: int, timeline: Timeline) -> "_upgrade.Migration":
+        """What migrate(to) would do, found without changing a file."""
+        frm = self.config.table_version
+        m = _upgrade.Migration(self.config.name, frm, to)
+        frm_layout, to_layout = self.config.timeline_layout, 2 if to >= 8 else 1
+        if frm == to:
+            m.finished = _upgrade.old_layout_files(self.storage, 1 if to_layout == 2 else 2)
+            return m
+        reason = self.config.unchangeable_reason(self.storage)
+        if reason:
+            raise TableError(f"pipe cannot change table {self.config.name}: {reason}")
+        m.rollbacks = [i.time for i in timeline.pending() if i.action in WRITE_ACTIONS]
+        if self.config.table_type == MERGE_ON_READ:
+            m.compact_groups = sum(1 for sl in self.view(timeline).latest_slices() if sl.has_logs)
+        m.metadata_table = self.config.has_metadata_table or self.wants_metadata_table
+        m.set_props, m.removed_props = _upgrade.property_changes(read_properties(self.storage), frm, to)
+        if frm_layout != to_layout:
+            if to_layout == 2:
+                files, m.reserialized = _upgrade.active_files_up(self.storage)
+                rows, kept = _upgrade.archived_up(self.storage)
+                m.instants, m.archived, m.kept = len(files), len(rows), [f".hoodie/archived/{k} (Java's archive log)" for k in kept]
+            else:
+                files, m.reserialized = _upgrade.active_files_down(self.storage)
+                m.instants = len(files)
+                m.archived = sum(1 for f in _upgrade.archived_down(self.storage) if not f.path.endswith(REQUESTED))
+                m.mtimes_kept = hasattr(self.storage, "root")
+        return m
+
+    def _record_migration(self, frm: int, to: int) -> str:
+        """The empty commit (deltacommit on merge-on-read) that puts a migration on the
+        timeline, in the new version's format, with the table's schema; returns its instant."""
+        timeline = self.timeline()
+        schema = next((timeline.commit_metadata(i).schema for i in reversed(timeline.completed()) if timeline.commit_metadata(i).schema), None)
+        action, meta = _upgrade.empty_commit_metadata(self.config.table_type, schema, frm, to)
+        instant = Instant(timeline.new_instant_time(), action, REQUESTED)
+        self._start_heartbeat(instant.time)
+        try:
+            self._transition(instant, REQUESTED, b"")
+            self._transition(instant, INFLIGHT, CommitMetadata(meta.operation_type, [], {}).to_bytes(timeline.layout))
+            self._check_lock()
+            if timeline.complete(instant, meta.to_bytes(timeline.layout)) is None:
+                raise TableError(f"instant {instant.time} was completed by someone else")
+        finally:
+            self._stop_heartbeat(instant.time)
         return instant.time
 
     def rollback_pending(self) -> list[str]:

@@ -150,8 +150,7 @@ class Timeline:
                     # Java's "legacy" completed name (no _C, as its 7->8 upgrade of an old table
                     # leaves): completed when the file was written, in the timeline's time zone
                     local = timeline_is_local(storage) if local is None else local
-                    at = dt.datetime.fromtimestamp(f.mtime_ms / 1000, None if local else dt.timezone.utc)
-                    inst = Instant(inst.time, inst.action, inst.state, max(_format(at), inst.time), legacy=True)
+                    inst = Instant(inst.time, inst.action, inst.state, completion_of_mtime(f.mtime_ms, inst.time, local), legacy=True)
                 found.append(inst)
                 made[inst.time] = min(made.get(inst.time, f.mtime_ms), f.mtime_ms)
         return cls(storage, found, made, layout=2 if layout >= 2 else 1)
@@ -293,6 +292,22 @@ _last_issued: dict[object, str] = {}
 
 def _format(t: dt.datetime) -> str:
     return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
+
+
+def completion_of_mtime(mtime_ms: int, time: str, local: bool) -> str:
+    """The completion time Java 1.x gives a completed instant file of timeline layout 1 (or a
+    "legacy" one of layout 2): the file's modification time, in the timeline's time zone (the
+    process's for LOCAL), never before the instant itself."""
+    at = dt.datetime.fromtimestamp(mtime_ms / 1000, None if local else dt.timezone.utc)
+    return max(_format(at), time)
+
+
+def epoch_ms_of(time: str, local: bool) -> int:
+    """The epoch milliseconds of an instant or completion time of the timeline's time zone."""
+    at = dt.datetime.strptime(time[:14], "%Y%m%d%H%M%S").replace(microsecond=int(time[14:17] or 0) * 1000)
+    if not local:
+        at = at.replace(tzinfo=dt.timezone.utc)
+    return int(at.timestamp() * 1000)
 
 
 def timeline_is_local(storage) -> bool:
