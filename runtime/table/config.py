@@ -235,8 +235,9 @@ class TableConfig:
         # Hudi 1.x keeps the timeline of version 8+ tables in .hoodie/<hoodie.timeline.path>; for a
         # version 6 table it reads .hoodie/ whatever that property says, and its downgrade to
         # version 6 leaves the property and an empty .hoodie/timeline/history/ behind. Only
-        # instant files there mean the timeline moved.
-        moved = storage.list_files(".hoodie/timeline", recursive=False) and "timeline"
+        # instant files there mean the timeline moved, unless each is a copy of an instant still
+        # in .hoodie/ (what `pipe migrate` writes before its commit point: upgrade_downgrade.py).
+        moved = _timeline_moved(storage) and "timeline"
         if version in READABLE_1X and layout == 2:  # Hudi 1.x: its tables' snapshots are read
             folder = (props.get("hoodie.timeline.path") or "timeline").strip()
             if folder != "timeline":
@@ -324,6 +325,18 @@ class TableConfig:
     def without_metadata_table(self) -> "TableConfig":
         props = {k: v for k, v in (self.properties or {}).items() if k not in _METADATA_PARTITIONS}
         return replace(self, metadata_partitions="", properties=props)
+
+
+def _timeline_moved(storage) -> bool:
+    """Instants completed in .hoodie/timeline/ that .hoodie/ does not hold completed too."""
+    from runtime.table.timeline import HOODIE, TIMELINE_V2, parse_instant_file, parse_instant_file_v2
+
+    def completed(folder, parse) -> set[tuple[str, str]]:
+        found = (parse(f.path.rsplit("/", 1)[-1]) for f in storage.list_files(folder, recursive=False))
+        return {(i.time, i.action) for i in found if i is not None and i.is_completed}
+
+    copies = completed(TIMELINE_V2, parse_instant_file_v2)
+    return bool(copies - completed(HOODIE, parse_instant_file)) if copies else False
 
 
 def _int(value: str | None, default: int) -> int:

@@ -850,15 +850,12 @@ class Table:
                     m.finished.append(path)
                 return m
             m = _upgrade.Migration(self.config.name, frm, to)
+            self._refuse_unfinished(self.timeline())
             m.rollbacks = self.rollback_pending()
             if self.config.table_type == MERGE_ON_READ:
                 m.compact_groups = sum(1 for sl in self.view().latest_slices() if sl.has_logs)
                 self._compact()
-            timeline = self.timeline()
-            if timeline.pending():
-                left = ", ".join(f"{i.time}.{i.action}.{i.state}" for i in timeline.pending())
-                raise TableError(f"table {self.config.name} has pending instants pipe does not finish ({left}); its version is unchanged",
-                                 "finish or roll them back with the writer that made them, then run pipe migrate again")
+            self._refuse_unfinished(self.timeline(), every=True)
             m.metadata_table = self.config.has_metadata_table or self.wants_metadata_table
             if self.config.has_metadata_table:
                 self.retire_metadata_table(f"its table version changes to {to}, and pipe builds it again at that version")
@@ -895,6 +892,17 @@ class Table:
                 self.config = TableConfig.from_properties_map(read_properties(self.storage))
             return m
 
+    def _refuse_unfinished(self, timeline: Timeline, every: bool = False) -> None:
+        """A migration is refused, the table unchanged, while an instant is pending that pipe
+        neither rolls back nor finishes (a clustering, an indexing or a log compaction Java
+        planned); with `every`, while any instant is pending."""
+        finished = (*WRITE_ACTIONS, COMPACTION, CLEAN, "rollback", "savepoint", "restore")
+        left = [i for i in timeline.pending() if every or i.action not in finished or _services.is_clustering(timeline, i)]
+        if left:
+            names = ", ".join(f"{i.time}.{i.action}.{i.state}" for i in left)
+            raise TableError(f"table {self.config.name} has pending instants pipe does not finish ({names}); its version is unchanged",
+                             "finish or roll them back with the writer that made them, then run pipe migrate again")
+
     def _migration(self, to: int, timeline: Timeline) -> "_upgrade.Migration":
         """What migrate(to) would do, found without changing a file."""
         frm = self.config.table_version
@@ -906,7 +914,8 @@ class Table:
         reason = self.config.unchangeable_reason(self.storage)
         if reason:
             raise TableError(f"pipe cannot change table {self.config.name}: {reason}")
-        m.rollbacks = [i.time for i in timeline.pending() if i.action in WRITE_ACTIONS]
+        self._refuse_unfinished(timeline)
+        m.rollbacks = [i.time for i in _services.failed_writes(self.storage, timeline)]
         if self.config.table_type == MERGE_ON_READ:
             m.compact_groups = sum(1 for sl in self.view(timeline).latest_slices() if sl.has_logs)
         m.metadata_table = self.config.has_metadata_table or self.wants_metadata_table
