@@ -4,7 +4,9 @@ recomputation through upserts, deletes, moves and late updates."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import io
 from decimal import Decimal
 
 import pytest
@@ -86,20 +88,43 @@ def _recomputed(spark, root) -> list[tuple]:
     return sorted((day, n, total) for day, (n, total) in days.items())
 
 
-@pytest.fixture(scope="module", params=[6, 9], ids=["version6", "version9"])
+# `pipe migrate orders` between rounds (after the round of that index): the consumers' checkpoints
+# change form (an instant time on version 6, `<instant>_<completion>` on 8 and 9) and hold
+MIGRATIONS = {1: 9, 2: 6, 3: 8}
+
+
+def _migrate(root, to: int) -> str:
+    """`pipe migrate orders --to N`, first with --dry-run (which changes nothing); the output."""
+    props = root / "lake/orders/.hoodie/hoodie.properties"
+    before = props.read_bytes()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["migrate", "orders", "--to", str(to), "--dry-run", "--project-dir", str(root)]) == 0
+        assert props.read_bytes() == before, "--dry-run changed hoodie.properties"
+        assert main(["migrate", "orders", "--to", str(to), "--project-dir", str(root)]) == 0
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module", params=[6, 9, "migrated"], ids=["version6", "version9", "migrated"])
 def rounds(request, spark, tmp_path_factory):
     """The project after each of the five rounds: (daily rows, recomputed daily rows, log rows);
-    the orders table at version 6, and at version 9 (Hudi 1.x: the feed's window and
-    checkpoints are completion times)."""
+    the orders table at version 6, at version 9 (Hudi 1.x: the feed's window and checkpoints
+    are completion times), and migrated between them after rounds 2, 3 and 4 (MIGRATIONS)."""
     files = dict(FILES)
-    if request.param != 6:
+    if request.param == 9:
         files["tables/orders.yml"] = FILES["tables/orders.yml"].replace("key: [order_id]", f"key: [order_id]\n            table_version: {request.param}")
     root = project(tmp_path_factory.mktemp("cdc"), files)
     out = []
+    version = 6 if request.param == "migrated" else request.param
     for i, rows in enumerate(ROUNDS):
         write_jsonl(root / f"data/orders/round-{i}.json", rows, mtime=1_700_000_000 + 60 * i)
         assert main(["run", "--project-dir", str(root)]) == 0, steps(root)
-        assert f"hoodie.table.version={request.param}" in (root / "lake/orders/.hoodie/hoodie.properties").read_text()
+        assert f"hoodie.table.version={version}" in (root / "lake/orders/.hoodie/hoodie.properties").read_text()
+        if request.param == "migrated" and i in MIGRATIONS:
+            said = _migrate(root, MIGRATIONS[i])
+            assert f"orders: version {version} -> {MIGRATIONS[i]} would" in said, said
+            assert f"migrated orders from version {version} to {MIGRATIONS[i]} (commit " in said, said
+            version = MIGRATIONS[i]
         out.append((pipe_rows(spark, root, "daily", ["order_date", "orders", "revenue"]), _recomputed(spark, root),
                     pipe_rows(spark, root, "order_log", ["order_id", "order_date", "amount", "_change_type"]), steps(root)))
     return root, out
