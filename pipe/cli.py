@@ -1125,7 +1125,7 @@ def timeline_cmd(ctx: _Context, table_name, show_all, fmt, target) -> None:
         iud = f"{row['inserts']}/{row['updates']}/{row['deletes']}" if "inserts" in row else ""
         state = row["state"] + (" (archived)" if row["timeline"] == "archived" else "")
         cells = ([row["instant"], row["action"], state] + ([row.get("completed", "")] if completed else [])
-                 + [row.get("operation", row.get("detail", "")), iud, str(row.get("files", "")), cp_text])
+                 + [row.get("detail") or row.get("operation", ""), iud, str(row.get("files", "")), cp_text])
         if checks:
             e = row.get("expectations") or {}
             cells.append(", ".join(f"{n}: {v['failed']} {v['action']}" for n, v in sorted(e.items()) if n != "rows"))

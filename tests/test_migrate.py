@@ -16,6 +16,7 @@ import pytest
 
 from runtime.table import Table, TableConfig, TableError
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, read_properties
+from runtime.table.history import instant_rows
 from runtime.table.timeline import ARCHIVED, HOODIE, TIMELINE_V2, parse_instant_file
 from tests.java_hudi.client import hudi_rs
 
@@ -132,6 +133,7 @@ def test_a_merge_on_read_table_migrated_from_6_to_9_and_back_is_read_and_written
     timeline = Table.open(spark, str(path)).timeline()
     assert timeline.layout == 2 and all(i.completion for i in timeline.completed())
     assert timeline.commit_metadata(timeline.latest_completed()).extra["pipe.migrated"] == "6 -> 9"
+    assert instant_rows(Table.open(spark, str(path)))[-1]["detail"] == "migrated from version 6 to 9"  # as `pipe timeline` shows it
     readers_agree(spark, java_hudi_11, path, model, pinned, then)
 
     rows = batch(range(0, 4000, 9), 20)  # Java 1.1 writes on (its defaults: the metadata table kept)

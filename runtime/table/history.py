@@ -32,6 +32,8 @@ def instant_rows(table, archived: bool = False, last: int | None = None, timelin
                        files=len(meta.write_stats), checkpoints=meta.checkpoints())
             if "pipe.expectations" in meta.extra:  # runtime/steps/expect.py
                 row["expectations"] = json.loads(meta.extra["pipe.expectations"])
+            if "pipe.migrated" in meta.extra:  # upgrade_downgrade.py: the empty commit of `pipe migrate`
+                row["detail"] = f"migrated from version {meta.extra['pipe.migrated'].replace(' -> ', ' to ')}"
         elif inst.is_completed and where == "active":
             detail = service_detail(table.storage, inst, table.config.timeline_layout)
             if detail:
