@@ -286,9 +286,16 @@ class TableConfig:
         if self.table_version != TABLE_VERSION and self.table_version not in READABLE_1X:
             return (f"it is Hudi table version {self.table_version}, which pipe reads but does not write (it writes version 6): "
                     "upgrade it by writing to it once with Hudi 0.14 or 0.15")
-        if props.get("hoodie.table.cdc.enabled", "false").lower() == "true":
-            return ("it keeps a change data capture log (hoodie.table.cdc.enabled=true), which pipe does not write, "
-                    "so Java's CDC queries would fail on pipe's commits")
+        if props.get("hoodie.table.cdc.enabled", "false").lower() == "true":  # pipe writes its .cdc files (cdc_log.py)
+            from runtime.table import cdc_log
+
+            try:
+                cdc_log.mode_of(props)
+            except ValueError as exc:
+                return f"it keeps a change data capture log in a mode pipe does not know: {exc}"
+            if (props.get("hoodie.index.type") or "").upper() == "BUCKET":
+                return ("it keeps a change data capture log (hoodie.table.cdc.enabled=true) and has a bucket index, whose "
+                        "log-only file groups Java's CDC reader of version 6 cannot follow; pipe writes one or the other")
         index = (props.get("hoodie.index.type") or "").upper()
         engine = (props.get("hoodie.index.bucket.engine") or ("CONSISTENT_HASHING" if index != "BUCKET" else "SIMPLE")).upper()
         consistent = storage is not None and storage.list_files(".hoodie/.bucket_index", recursive=True)

@@ -25,8 +25,10 @@ from runtime.table import markers
 FILE_ID = "_pipe_file_id"
 KIND = "_pipe_kind"  # I insert, U update, D delete
 # one row per file written; a group left with no row has path "" (the driver writes it empty)
-STATS_SCHEMA = "file_id string, partition_path string, path string, rows long, size long, inserts long, updates long, deletes long"
-_STATS_FIELDS = ("file_id", "partition_path", "path", "rows", "size", "inserts", "updates", "deletes")
+# `cdc`: the `.cdc` file written beside a rewritten base file of a CDC-enabled table, as
+# "<path>\t<size>" ("" for none)
+STATS_SCHEMA = "file_id string, partition_path string, path string, rows long, size long, inserts long, updates long, deletes long, cdc string"
+_STATS_FIELDS = ("file_id", "partition_path", "path", "rows", "size", "inserts", "updates", "deletes", "cdc")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class FileWriteSpec:
     # bucket index appends them (a stored bucket takes new keys as updates); otherwise a group taking inserts is
     # rewritten whole
     log_inserts: bool = False
+    # a CDC-enabled table (cdc_log.py): its supplemental-logging mode and the CDC records' Avro
+    # schema (JSON); a rewritten base file gets a `.cdc` file of the changes to its rows
+    cdc_mode: str | None = None
+    cdc_schema: str = ""
 
 
 _LAST_4_DIGIT_DAY = 2932896  # 9999-12-31, in days since 1970-01-01
@@ -421,8 +427,9 @@ def stats_batch(stats: list[tuple]):
     """The stats rows of a task (STATS_SCHEMA) as one Arrow batch."""
     import pyarrow as pa
 
-    types = [pa.string()] * 3 + [pa.int64()] * 5
-    return pa.RecordBatch.from_pylist([dict(zip(_STATS_FIELDS, r)) for r in stats], schema=pa.schema(list(zip(_STATS_FIELDS, types))))
+    types = [pa.string()] * 3 + [pa.int64()] * 5 + [pa.string()]
+    rows = [dict(zip(_STATS_FIELDS, (*r, *("",) * (len(_STATS_FIELDS) - len(r))))) for r in stats]
+    return pa.RecordBatch.from_pylist(rows, schema=pa.schema(list(zip(_STATS_FIELDS, types))))
 
 
 def _write_bulk(spec: FileWriteSpec, batches: Iterator, task: _Task) -> None:
@@ -544,6 +551,8 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
             pass  # the base file's columns no longer fit the table's: the group is rewritten whole below
     if spec.merge:
         replaced = pc.unique(rows.column("_hoodie_record_key"))
+    changes = rows if spec.cdc_mode and base is not None else None  # an existing base file rewritten: its .cdc
+    before: list = []
     if KIND in rows.column_names:
         rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
     _refuse_unsafe_partition(spec, partition, rows)
@@ -558,17 +567,65 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
         stored_rows = _stored_batches(out.storage, base, schema) if base is not None else ()
     for stored in stored_rows:
         if spec.merge:
-            stored = stored.filter(pc.invert(pc.is_in(stored.column("_hoodie_record_key"), value_set=replaced)))
+            hit = pc.is_in(stored.column("_hoodie_record_key"), value_set=replaced)
+            if changes is not None:
+                before.append(stored.filter(hit))
+            stored = stored.filter(pc.invert(hit))
         if stored.num_rows:
             out.write(_with_meta(stored, out, spec, task, carried=True))
     for batch in rows.to_batches(max_chunksize=1 << 16):
         if batch.num_rows:
             out.write(_with_meta(batch, out, spec, task))
     del task.open_files[file_id]
+    cdc = _write_cdc(spec, partition, file_id, changes, before, task) if changes is not None else ""
     if not out.rows:
         out.discard()
-        return (file_id, partition, "", 0, 0, *counts)
-    return (*out.close(), *counts)
+        return (file_id, partition, "", 0, 0, *counts, cdc)
+    return (*out.close(), *counts, cdc)
+
+
+def _write_cdc(spec: FileWriteSpec, partition: str, file_id: str, changes, before: list, task: _Task) -> str:
+    """The `.cdc` file of a rewritten base file (cdc_log.py), as Hudi's merge handle with change
+    log writes it: one record per key the write inserted (`i`), updated (`u`) or deleted (`d`),
+    with the images the table's mode keeps (rows without the meta fields); a stale update was
+    dropped before, so it changes nothing. Written even when nothing changed (an empty block,
+    as Hudi 1.1 does): Java's CDC reader fails on a rewritten base file without one. Returns
+    the stats row's `cdc` value."""
+    import json
+
+    from runtime.table import cdc_log
+
+    data = list(spec.data_columns)
+    stored: dict[str, dict] = {}
+    for t in before:
+        for r in t.select([c for c in data if c in t.column_names] + ["_hoodie_record_key"]).to_pylist():
+            key = r.pop("_hoodie_record_key")
+            stored[key] = {c: r.get(c) for c in data}
+    kinds = changes.column(KIND).to_pylist() if KIND in changes.column_names else ["I"] * changes.num_rows
+    keys = changes.column("_hoodie_record_key").to_pylist()
+    present = [c for c in data if c in changes.column_names]
+    after_rows = changes.select(present).to_pylist() if present else [{}] * changes.num_rows
+    records = []
+    for kind, key, after in zip(kinds, keys, after_rows):
+        old = stored.get(key)
+        if kind == "D":
+            if old is None:
+                continue  # nothing stored here under that key: no change
+            op, image_before, image_after = cdc_log.DELETE, old, None
+        else:
+            op = cdc_log.UPDATE if old is not None else cdc_log.INSERT
+            image_before, image_after = old, {c: after.get(c) for c in data}
+        if spec.cdc_mode == cdc_log.OP_KEY_ONLY:
+            records.append({"op": op, "record_key": key})
+        elif spec.cdc_mode == cdc_log.DATA_BEFORE:
+            records.append({"op": op, "record_key": key, "before": image_before})
+        else:
+            records.append({"op": op, "ts_ms": spec.instant, "before": image_before, "after": image_after})
+    body = cdc_log.encode(spec.instant, json.loads(spec.cdc_schema), records)
+    rel = f"{partition}/{cdc_log.file_name(file_id, spec.instant, task.token)}" if partition else cdc_log.file_name(file_id, spec.instant, task.token)
+    markers.create(task.storage, spec.instant, rel, markers.CREATE)  # a rollback deletes it
+    _put_once(task.storage, rel, body, spec.instant)
+    return f"{rel}\t{len(body)}"
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,30 @@ def parse_log_file(partition: str, name: str, size: int) -> LogFile | None:
 
 
 @dataclass(frozen=True)
+class CdcFile:
+    """A `.cdc` log file of a CDC-enabled table (cdc_log.py): the changes its instant made to
+    the base file of the same file id and instant, beside which it was written. Readers of the
+    table's rows skip it; the cleaner deletes it with that base file."""
+
+    partition: str
+    name: str
+    size: int
+    file_id: str
+    instant: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.partition}/{self.name}" if self.partition else self.name
+
+
+def parse_cdc_file(partition: str, name: str, size: int) -> CdcFile | None:
+    from runtime.table.cdc_log import parse_name
+
+    parsed = parse_name(name)
+    return CdcFile(partition, name, size, *parsed) if parsed else None
+
+
+@dataclass(frozen=True)
 class FileSlice:
     """A base file (None in a log-only group, which Java writers can make) and the log files
     named with its instant, in (version, token) order."""
@@ -251,6 +275,7 @@ class FileSystemView:
     # timeline layout 2: the base instant of the slice each log file belongs to (its name
     # carries the deltacommit that wrote it, not its slice's base instant: _slices_of_logs)
     log_slices: dict[LogFile, str] = field(default_factory=dict)
+    cdc: list[CdcFile] = field(default_factory=list)  # committed `.cdc` files (CDC-enabled tables)
 
     @classmethod
     def load(cls, storage: Storage, timeline: Timeline, partitions: Iterable[str] | None = None) -> "FileSystemView":
@@ -264,6 +289,7 @@ class FileSystemView:
         valid = InstantValidity.of(timeline)
         files: list[BaseFile] = []
         logs: list[LogFile] = []
+        cdc: list[CdcFile] = []
         prefixes = [""] if partitions is None else sorted(set(partitions))
         for prefix in prefixes:
             for info in storage.list_files(prefix, recursive=partitions is None or prefix != ""):
@@ -274,6 +300,10 @@ class FileSystemView:
                     log = parse_log_file(folder, name, info.size)
                     if log is not None and (valid(log.base_instant) or log.base_instant in valid.compacting):
                         logs.append(log)
+                    elif log is None and name.endswith(".cdc"):
+                        c = parse_cdc_file(folder, name, info.size)
+                        if c is not None and valid(c.instant):
+                            cdc.append(c)
                     continue
                 bf = parse_base_file(folder, name, info.size)
                 if bf is not None and valid(bf.instant):
@@ -289,7 +319,7 @@ class FileSystemView:
         if timeline.layout >= 2:
             logs = [lf for lf in logs if valid(lf.base_instant)]  # a pending deltacommit's log holds nothing to read
             log_slices = _slices_of_logs(storage, timeline, files, logs, compacted_groups)
-        return cls(timeline, files, replaced, logs, frozenset(valid.compacting), compacted_groups, log_slices)
+        return cls(timeline, files, replaced, logs, frozenset(valid.compacting), compacted_groups, log_slices, cdc)
 
     def latest_slices(self, as_of: str | None = None) -> list[FileSlice]:
         """The latest slice of every file group as of `as_of` (inclusive), minus replaced

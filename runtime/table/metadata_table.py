@@ -570,6 +570,7 @@ def before_complete(storage, instant: str, stats: list[WriteStat] = ()) -> None:
     mdt = _kept_by(storage)
     if mdt is not None:
         written = [(s.partition_path, s.path.rsplit("/", 1)[-1], s.file_size) for s in stats]
+        written += [(s.partition_path, p.rsplit("/", 1)[-1], n) for s in stats for p, n in (s.cdc_stats or {}).items()]
         mdt.sync(Timeline.load(storage, 2 if mdt.version >= 8 else 1), instant, written)
         from runtime.table import services
 
@@ -624,6 +625,8 @@ def _committed_files(storage, timeline: Timeline) -> dict[str, dict[str, int]]:
         out.setdefault(bf.partition, {})[bf.name] = bf.size
     for lf in view.logs:
         out.setdefault(lf.partition, {})[lf.name] = lf.size
+    for c in view.cdc:  # Java's metadata writer lists a CDC-enabled table's .cdc files too
+        out.setdefault(c.partition, {})[c.name] = c.size
     return out
 
 

@@ -33,6 +33,7 @@ from runtime.table.layout import FileSlice
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
 DELETE, SEQ = "_pipe_delete", "_pipe_seq"  # writer.prepare's delete flag and arrival order
+GONE = "_pipe_gone"  # a stored key its slice's logs deleted (merge-on-read)
 
 # A partition larger than this (incoming rows, or stored bytes) goes the general way: one task
 # would hold too many rows, or read too many stored keys alone.
@@ -124,22 +125,38 @@ def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
     keys = rows.column(KEY)
     found = np.zeros(rows.num_rows, dtype=bool)
     slices = spec.slices.get(partition, ())
+    hits = []
     for s in slices:
         stored = _stored_keys(spec, storage, s)
         hit = stored.filter(pc.fill_null(pc.is_in(stored.column(KEY), value_set=keys), False))
+        if hit.num_rows:
+            hits.append((s, hit))
+    # keys live in a slice first; a key its logs deleted goes back to that slice only when it
+    # is live in none (_stored_keys)
+    hits = [(s, h.filter(pc.invert(h.column(GONE)))) for s, h in hits] + [(s, h.filter(h.column(GONE))) for s, h in hits]
+    written: dict[str, list] = {}
+    for s, hit in hits:
+        if hit.num_rows and found.any():
+            hit = hit.filter(pc.invert(pc.is_in(hit.column(KEY), value_set=keys.filter(pa.array(found)))))
         if not hit.num_rows:
             continue
         where = pc.index_in(keys, value_set=hit.column(KEY))  # each incoming key's stored row, or null
         mine = pc.is_valid(where)
         found |= mine.to_numpy(zero_copy_only=False)
         updates = rows.filter(mine)
+        was_gone = hit.column(GONE).take(pc.drop_null(where))
         if spec.ordering_field:  # an incoming row older than the stored one is ignored
             new = updates.column(spec.ordering_field)
             old = hit.column(spec.ordering_field).take(pc.drop_null(where)).cast(new.type)
-            updates = updates.filter(pc.fill_null(pc.or_kleene(pc.is_null(old), newer_or_equal(new, old)), False))
+            keep = pc.fill_null(pc.or_kleene(pc.is_null(old), newer_or_equal(new, old)), False)
+            updates, was_gone = updates.filter(keep), was_gone.filter(keep)
+        if pc.any(was_gone).as_py():  # a delete of a key deleted already changes nothing
+            updates = updates.filter(pc.invert(pc.and_(updates.column(DELETE), was_gone)))
         if updates.num_rows:
             kinds = pc.if_else(updates.column(DELETE), pa.scalar("D"), pa.scalar("U"))
-            yield s.file_id, _to_write(updates, kinds)
+            written.setdefault(s.file_id, []).append(_to_write(updates, kinds))
+    for file_id, parts in written.items():  # one write per group (its live keys' rows and its deleted keys')
+        yield file_id, pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     inserts = rows.filter(pa.array(~found))
     inserts = inserts.filter(pc.invert(inserts.column(DELETE)))  # a delete of an unknown key does nothing
     if inserts.num_rows:
@@ -167,15 +184,33 @@ def _stored_keys(spec: TagSpec, storage, s: FileSlice):
 
     from runtime.table.merge import base_batches, merge_slice
 
+    import pyarrow.compute as pc
+
     columns = [KEY] + ([spec.ordering_field] if spec.ordering_field else [])
     schema = pa.schema([spec.stored.schema.field(c) for c in columns])
+    narrow = dataclasses.replace(spec.stored, schema=schema)
+    gone = None
     if s.log_files:
         batches = merge_slice(spec.stored, storage, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files])
+        if s.base_file is not None:
+            gone = pa.Table.from_batches([b.select([KEY]) for b in base_batches(storage, s.base_file.path, narrow)],
+                                         schema=pa.schema([schema.field(KEY)]))
     elif s.base_file is not None:  # only the key and precombine columns are read
-        batches = base_batches(storage, s.base_file.path, dataclasses.replace(spec.stored, schema=schema))
+        batches = base_batches(storage, s.base_file.path, narrow)
     else:
         batches = ()
-    return pa.Table.from_batches([b.select(columns) for b in batches], schema=schema).combine_chunks()
+    live = pa.Table.from_batches([b.select(columns) for b in batches], schema=schema).combine_chunks()
+    live = live.append_column(GONE, pa.array([False] * live.num_rows))
+    if gone is None or not gone.num_rows:
+        return live
+    # keys of the base file its logs deleted stay in this group, as Java's index finds them there
+    # (it reads base files' keys): a key written again goes back to it, never to a second group
+    gone = gone.filter(pc.invert(pc.is_in(gone.column(KEY), value_set=live.column(KEY))))
+    extra = {KEY: gone.column(KEY)}
+    if spec.ordering_field:
+        extra[spec.ordering_field] = pa.nulls(gone.num_rows, schema.field(spec.ordering_field).type)
+    extra[GONE] = pa.array([True] * gone.num_rows)
+    return pa.concat_tables([live, pa.table(extra, schema=live.schema)]).combine_chunks()
 
 
 def _to_write(rows, kinds):

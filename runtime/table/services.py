@@ -69,6 +69,7 @@ def _data_files_by_instant(storage, known_logs: set[str] = frozenset(), appended
     their headers need not be read. `appended`, if given, receives the logs shared by several
     instants (Java appends blocks to a log on file systems that can append), by each instant
     with data or delete blocks in them: those are undone with a rollback command block."""
+    from runtime.table.cdc_log import parse_name as cdc_name
     from runtime.table.logfile import COMMAND, INSTANT_TIME, LogFormatError, block_headers, parse_name
 
     out: dict[str, list[str]] = {}
@@ -81,6 +82,8 @@ def _data_files_by_instant(storage, known_logs: set[str] = frozenset(), appended
             out.setdefault(partial, []).append(f.path)
         elif not name.startswith(".") and name.endswith(".parquet"):
             out.setdefault(name[-len("20240101000000000.parquet"):-len(".parquet")], []).append(f.path)
+        elif name.endswith(".cdc") and cdc_name(name) is not None:  # a CDC-enabled table's: named by its instant
+            out.setdefault(cdc_name(name)[1], []).append(f.path)
         elif parse_name(name) is not None and f.size > 0 and f.path not in known_logs:
             try:
                 headers = block_headers(storage, f.path, f.size)
@@ -590,6 +593,8 @@ def plan_clean(view: FileSystemView, timeline: Timeline, policy: str, retain: in
     logs_of: dict[tuple[str, str, str], list[str]] = {}
     for lf in view.logs:  # in timeline layout 2 a log's name has its deltacommit: log_slices says its slice
         logs_of.setdefault((lf.partition, lf.file_id, view.log_slices.get(lf, lf.base_instant)), []).append(lf.path)
+    for c in view.cdc:  # a .cdc file goes with the base file its instant wrote beside it
+        logs_of.setdefault((c.partition, c.file_id, c.instant), []).append(c.path)
     doomed: dict[str, list[str]] = {}
     for key, versions in groups.items():
         versions.sort(key=lambda b: b.instant, reverse=True)

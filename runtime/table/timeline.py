@@ -369,6 +369,8 @@ class WriteStat:
     base_file: str | None = None
     log_files: tuple[str, ...] = ()
     log_version: int = 0
+    # a CDC-enabled table's rewritten base file: its `.cdc` file (path under the table) -> size
+    cdc_stats: dict[str, int] | None = None
 
     @property
     def is_log(self) -> bool:
@@ -378,7 +380,7 @@ class WriteStat:
         out = {
             "fileId": self.file_id,
             "path": self.path or None,  # (none in an inflight file's workload)
-            "cdcStats": None,
+            "cdcStats": dict(self.cdc_stats) if self.cdc_stats else None,
             "prevCommit": self.prev_commit,
             "numWrites": self.num_writes,
             "numDeletes": self.num_deletes,
@@ -420,6 +422,7 @@ class WriteStat:
             base_file=d.get("baseFile") or None,
             log_files=tuple(d.get("logFiles") or ()),
             log_version=int(d.get("logVersion") or 0),
+            cdc_stats={str(k): int(v) for k, v in (d.get("cdcStats") or {}).items()} or None,
         )
 
 

@@ -32,6 +32,7 @@ _DELETE = "_pipe_delete"  # the row deletes its key
 _BUCKET = "_pipe_bucket"  # bucket index: an insert's bucket
 _SEQ = "_pipe_seq"  # arrival order: the tie-breaker among equal precombine values
 _OLD_PART, _OLD_FILE, _OLD_ORDER = "_pipe_old_partition", "_pipe_old_file", "_pipe_old_order"
+_GONE = "_pipe_gone"  # merge-on-read: the stored key was deleted by its slice's logs (tag_locations)
 _KIND = KIND
 # up to this many known file groups (or partitions) get a task each in turn; beyond, Spark's hash spreads them
 _SPREAD_GROUPS = 512
@@ -191,7 +192,8 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     from pyspark.sql import functions as F
 
     if not slices:
-        return df.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
+        return df.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER),
+                         F.lit(False).alias(_GONE))
     if opts.index == "partition":
         wanted = partitions if partitions is not None else {r[0] for r in df.select(PART).distinct().collect()}  # metadata
         slices = [s for s in slices if s.partition in wanted]
@@ -211,7 +213,20 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
         # a base row names its file, a log row its file id: the file id is the name's first part
         cols = [F.col(KEY).alias("_k"), F.col(PART).alias(_OLD_PART), F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE)]
         cols.append(F.col(f"`{config.precombine_field}`").alias(_OLD_ORDER) if config.precombine_field and config.precombine_field in stored.columns else F.lit(None).alias(_OLD_ORDER))
+        cols.append(F.lit(False).alias(_GONE))
         index = stored.select(*cols) if index is None else index.unionByName(stored.select(*cols))
+    based = [s for s in with_logs if s.base_file is not None]
+    if based:
+        # keys of base files their logs deleted stay in their group, as Java's index finds them
+        # there (it reads base files' keys): a key written again goes back to it (its log), never
+        # to a second group of the partition
+        keys = spark.read.schema("_hoodie_record_key string, _hoodie_partition_path string, _hoodie_file_name string").parquet(
+            *[storage.full_path(s.base_file.path) for s in based])
+        gone = keys.select(F.col(KEY).alias("_k"), F.col(PART).alias(_OLD_PART),
+                           F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE))
+        live = ["_k", _OLD_PART] if opts.index == "partition" else ["_k"]  # a key live elsewhere is not tagged twice
+        gone = gone.join(index.select(*live), on=live, how="left_anti")
+        index = index.unionByName(gone.select("*", F.lit(None).alias(_OLD_ORDER), F.lit(True).alias(_GONE)), allowMissingColumns=True)
     if batch_rows is not None and batch_rows <= BROADCAST_KEYS:
         # keep only the stored keys the batch has: a broadcast semi-join at the scan
         probe = df.select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
@@ -336,7 +351,8 @@ def write_file_groups(rows, spec: FileWriteSpec):
 
 def file_write_spec(storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
                     base_files: dict[str, str] | None = None, log_groups: dict[str, LogTarget] | None = None, log_schema: str = "",
-                    ordering_field: str | None = None, merge_spec=None, derived: Derived | None = None) -> FileWriteSpec:
+                    ordering_field: str | None = None, merge_spec=None, derived: Derived | None = None,
+                    cdc: tuple[str | None, str] = (None, "")) -> FileWriteSpec:
     """What the write tasks need (files.FileWriteSpec) for a write of `opts` to `storage`."""
     return FileWriteSpec(
         storage_uri=storage.spec.uri,
@@ -353,6 +369,8 @@ def file_write_spec(storage, instant: str, data_columns: list[str], opts: WriteO
         merge_spec=merge_spec,
         derived=derived,
         log_inserts=opts.buckets is not None,
+        cdc_mode=cdc[0],
+        cdc_schema=cdc[1],
     )
 
 
@@ -469,6 +487,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                 return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
                              stored_struct)
+        rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
     if opts.operation == "insert" and opts.insert_duplicates == "fail":
@@ -574,24 +593,43 @@ def _groups_spec(table, timeline, instant: str, struct, data_columns: list[str],
     return file_write_spec(storage, instant, data_columns, opts, "groups", merge=merge, base_files=base_files,
                            log_groups=log_groups, log_schema=avro_schema_json(struct, config.name, meta=True),
                            ordering_field=config.precombine_field if log_groups and config.read_merge_mode() == EVENT_TIME else None,
-                           merge_spec=_reader.merge_spec(storage, with_meta_struct(struct), timeline, config) if log_groups else None)
+                           merge_spec=_reader.merge_spec(storage, with_meta_struct(struct), timeline, config) if log_groups else None,
+                           cdc=cdc_spec(config, struct))
+
+
+def cdc_spec(config, struct) -> tuple[str | None, str]:
+    """A CDC-enabled table's supplemental-logging mode and its CDC records' schema (cdc_log.py),
+    or (None, "")."""
+    import json
+
+    from runtime.table import cdc_log
+
+    mode = cdc_log.mode_of(config.properties or {})
+    if mode is None:
+        return None, ""
+    return mode, json.dumps(cdc_log.schema(mode, json.loads(avro_schema_json(struct, config.name))), separators=(",", ":"))
 
 
 def _staged(table, written, instant: str, struct, existing: dict[tuple[str, str], FileSlice], log_groups: dict[str, LogTarget]) -> StagedWrite:
     """The write stats and counts of the files groups-mode tasks wrote (their stats rows)."""
     from runtime.table.timeline import WriteStat
 
+    from runtime.table import cdc_log
+
     config, storage = table.config, table.storage
     stats, counts = [], WriteCounts()
-    for fid, part, path, nrows, size, i, u, d in written:
+    cdc_on = cdc_log.mode_of(config.properties or {}) is not None
+    for fid, part, path, nrows, size, i, u, d, *rest in written:
         if not path:  # every row of the group was deleted: an empty base file hides its old rows
             path, size = write_empty_base_file(storage, part, fid, instant, struct)
         prev = existing[(part, fid)].base_instant if (part, fid) in existing else "null"
         target = log_groups.get(f"{part}/{fid}")
         if target is not None and not path.endswith(".parquet"):
-            stats.append(_log_stat(existing[(part, fid)], target, path, i, u, d, size))
+            stats.append(_log_stat(existing[(part, fid)], target, path, i, u, d, size, cdc=cdc_on))
         else:
-            stats.append(WriteStat(fid, path, part, prev, nrows, i, u, d, size))
+            cdc = rest[0] if rest and rest[0] else None  # "<path>\t<size>" of its .cdc file
+            cdc_stats = {cdc.split("\t")[0]: int(cdc.split("\t")[1])} if cdc else None
+            stats.append(WriteStat(fid, path, part, prev, nrows, i, u, d, size, cdc_stats=cdc_stats))
         counts.inserts += i
         counts.updates += u
         counts.deletes += d
@@ -748,13 +786,18 @@ def _log_prefix(file_id: str, target: LogTarget) -> str:
     return f".{file_id}_{target.base_instant}.log.{target.version}_"
 
 
-def _log_stat(slice_: FileSlice, target: LogTarget, path: str, inserts: int, updates: int, deletes: int, size: int):
+def _log_stat(slice_: FileSlice, target: LogTarget, path: str, inserts: int, updates: int, deletes: int, size: int, cdc: bool = False):
     """The write stat of a new log file (Hudi's delta write stat: base file and every log file
-    of the slice, this one last)."""
+    of the slice, this one last). On a CDC-enabled table of version 8 or 9 too, as Java 1.1
+    writes it there: its CDC reader rebuilds the slice before the commit from that list."""
     from runtime.table.timeline import WriteStat
 
     name = path.rsplit("/", 1)[-1]
     named = _log_base_instant(slice_)
+    if target.base_instant != named and cdc:
+        base = slice_.base_file.name if slice_.base_file and slice_.pending_compaction is None else ""
+        return WriteStat(slice_.file_id, path, slice_.partition, slice_.base_instant, updates, inserts, updates, deletes, size,
+                         base_file=base, log_files=tuple(lf.name for lf in slice_.log_files) + (name,), log_version=target.version)
     if target.base_instant != named:  # table versions 8 and 9: as Hudi 1.x's append handle has it
         return WriteStat(slice_.file_id, path, slice_.partition, target.base_instant, updates, inserts, updates, deletes, size,
                          base_file="", log_files=(name,), log_version=target.version)
