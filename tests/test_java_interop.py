@@ -972,10 +972,11 @@ def test_doctor_reports_what_java_1_1_made_of_its_own_tables(spark, tmp_path, ja
     assert buckets["verdict"] == "read_only"  # Hudi 1.x merge-on-read tables are read
     changes = found["v9_changes"]
     assert changes["cdc"] is True and changes["cdc_logging"] == "DATA_BEFORE_AFTER"
+    assert changes["verdict"] == "ready", changes  # pipe writes its .cdc files (tests/test_cdc_tables.py)
     text = subprocess.run([sys.executable, "-m", "pipe", "doctor", str(lake)], capture_output=True, text=True, cwd=tmp_path,
                           timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert text.returncode == 1 and "Traceback" not in text.stdout + text.stderr
-    assert "version 9, copy_on_write" in text.stdout and "3 tables: 1 ready, 2 read only, 0 not readable by pipe" in text.stdout
+    assert "version 9, copy_on_write" in text.stdout and "3 tables: 2 ready, 1 read only, 0 not readable by pipe" in text.stdout
 
 
 @pytest.mark.parametrize("version", ["9"])  # version 8: the merge-on-read test below

@@ -36,6 +36,9 @@ def test_a_late_update_older_than_the_delete_does_not_resurrect_the_key(spark, t
         write(table, [(3, "b", 1_700_000_015_000, "older insert", False)], tombstone_days=days)
         if days is None:  # Hudi's own behaviour: the delete is forgotten
             expected = expected + [(3, "older insert")]
+            if table_type == MERGE_ON_READ:  # until a compaction folds it, the delete block's ordering value beats the
+                # older update, which goes to the key's own group (where Java's index finds it), as in Java's tables
+                expected = [e for e in expected if e != (1, "late")]
         assert _ids(table) == expected, f"tombstone_days={days}"
     # a newer event than the delete brings the key back
     write(table, [(1, "a", 1_700_000_030_000, "newer", False)], tombstone_days=30)
