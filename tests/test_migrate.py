@@ -234,3 +234,35 @@ def test_a_migration_pipe_cannot_do_is_refused_and_changes_nothing(spark, tmp_pa
         Table.open(spark, str(path)).migrate(9)
     assert (path / ".hoodie/hoodie.properties").read_bytes() == before and old_layout_left(path, 2) == []
     assert (path / ".hoodie/20300101000000000.replacecommit.requested").exists()
+
+
+@pytest.mark.java_hudi
+def test_the_instants_java_archived_are_in_the_history_after_an_upgrade(spark, tmp_path, java_hudi_015, java_hudi_11):
+    """Java 0.15's archive logs (.hoodie/archived/.commits_.archive.N) become rows of the LSM
+    history, as Java's 7 -> 8 upgrade converts them: every commit Java made is on the upgraded
+    table's timeline, active or archived, and Java 1.1 reads and writes on."""
+    from runtime.table import lsm_timeline
+
+    path = tmp_path / "ledger"
+    model = Model()
+    archiving = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3", "hoodie.cleaner.commits.retained": "1",
+                 "hoodie.metadata.enable": "false"}
+    for r in range(6):
+        rows = batch(range(r * 50, r * 50 + 200), r)
+        java_hudi_015.write(path, arrow(rows), {**java_upsert(6, COPY_ON_WRITE), **archiving})
+        model.upsert(rows)
+    logs = [n for n in os.listdir(path / ARCHIVED) if n.startswith(".commits_.archive.")]
+    assert logs, "Java archived nothing: the conversion goes untested"
+    commits = {n.split(".")[0] for n in os.listdir(path / ".hoodie") if n.endswith(".commit")}
+    m = Table.open(spark, str(path)).migrate(9)
+    assert m.archived > 0 and not m.kept, m.lines()
+    table = Table.open(spark, str(path))
+    history = {i.time: i for i in lsm_timeline.archived_instants(table.storage)}
+    written = {i.time for i in table.timeline().completed(("commit",))} | {t for t, i in history.items() if i.action == "commit"}
+    assert commits <= written and len(written) >= 7, (sorted(commits), sorted(written))  # 6 of Java's, and the migration's
+    assert all(i.completion and i.completion >= i.time for i in history.values())
+    assert rows_of(java_hudi_11.read(path)) == model.sorted() == rows_of(hudi_rs(path))
+    rows = batch(range(7, 400, 3), 10)
+    java_hudi_11.write(path, arrow(rows), {**java_upsert(9, COPY_ON_WRITE), "hoodie.metadata.enable": "false"})
+    model.upsert(rows)
+    assert rows_of(Table.open(spark, str(path)).read()) == model.sorted()

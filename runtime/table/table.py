@@ -869,7 +869,7 @@ class Table:
 
                     files, m.reserialized = _upgrade.active_files_up(self.storage)
                     rows, m.kept = _upgrade.archived_up(self.storage)
-                    m.kept = [f".hoodie/archived/{k} (Java's archive log; Hudi 1.x readers of the table do not read it)" for k in m.kept]
+                    m.kept = [f".hoodie/archived/{k} (an archive log pipe could not read; Hudi 1.x readers of the table do not read it)" for k in m.kept]
                     _upgrade.write_files(self.storage, files)
                     if rows:
                         lsm_timeline.append(self.storage, rows)
@@ -924,7 +924,7 @@ class Table:
             if to_layout == 2:
                 files, m.reserialized = _upgrade.active_files_up(self.storage)
                 rows, kept = _upgrade.archived_up(self.storage)
-                m.instants, m.archived, m.kept = len(files), len(rows), [f".hoodie/archived/{k} (Java's archive log)" for k in kept]
+                m.instants, m.archived, m.kept = len(files), len(rows), [f".hoodie/archived/{k} (an archive log pipe cannot read)" for k in kept]
             else:
                 files, m.reserialized = _upgrade.active_files_down(self.storage)
                 m.instants = len(files)

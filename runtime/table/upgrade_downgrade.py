@@ -268,14 +268,15 @@ def active_files_down(storage) -> tuple[list[_File], int]:
 def archived_up(storage) -> tuple[list[dict], list[str]]:
     """Layout 1 -> 2: rows of the LSM history (lsm_timeline.append) for the instants pipe's
     archiving kept in `.hoodie/archived/` (their files, under their names), completed at their
-    own time (the archive kept no completion time); and the files left there: Java's archive
-    logs (`.commits_.archive.N`), which Java 1.x's readers of the upgraded table do not read."""
+    own time (the archive kept no completion time), and for those of Java's archive logs
+    (java_archive_rows); and the logs pipe could not read, left there."""
     files = {f.path.rsplit("/", 1)[-1]: f for f in storage.list_files(ARCHIVED, recursive=False)}
-    rows, kept = [], []
+    rows, java_logs = [], []
     for name in sorted(files):
         inst = parse_instant_file(name)
         if inst is None:
-            kept.append(name)
+            if name.startswith(".commits_.archive."):
+                java_logs.append(name)
             continue
         if not inst.is_completed:
             continue
@@ -286,7 +287,55 @@ def archived_up(storage) -> tuple[list[dict], list[str]]:
         plan = storage.read_bytes(f"{ARCHIVED}/{plan_name}") if plan_name in files else None
         rows.append({"instantTime": inst.time, "completionTime": inst.time, "action": inst.action,
                      "metadata": data if new is None else new, "plan": plan or None})
-    return rows, kept
+    converted, kept = java_archive_rows(storage, java_logs)
+    ours = {(r["instantTime"], r["action"]) for r in rows}
+    rows += [r for r in converted if (r["instantTime"], r["action"]) not in ours]
+    return sorted(rows, key=lambda r: (r["instantTime"], r["action"])), kept
+
+
+# HoodieArchivedMetaEntry's field holding each action's completed metadata, and its plan's
+_ARCHIVED_FIELDS = {COMMIT: ("hoodieCommitMetadata", avro.COMMIT_METADATA), DELTACOMMIT: ("hoodieCommitMetadata", avro.COMMIT_METADATA),
+                    REPLACECOMMIT: ("hoodieReplaceCommitMetadata", avro.REPLACE_COMMIT_METADATA),
+                    CLEAN: ("hoodieCleanMetadata", avro.CLEAN_METADATA), "rollback": ("hoodieRollbackMetadata", avro.ROLLBACK_METADATA),
+                    "savepoint": ("hoodieSavePointMetadata", avro.SAVEPOINT_METADATA)}
+
+
+def java_archive_rows(storage, names: list[str]) -> tuple[list[dict], list[str]]:
+    """LSM rows of the completed instants in Java's archive logs of layout 1
+    (`.hoodie/archived/.commits_.archive.N_<token>`: Avro data blocks of HoodieArchivedMetaEntry
+    records), as Java's 7 -> 8 upgrade converts them (LegacyArchivedMetaEntryReader): the
+    instant's metadata as its layout-2 Avro file, its completion time the entry's
+    stateTransitionTime where it has one, a clean's or compaction's plan. Returns the rows and
+    the logs it could not read (kept where they are)."""
+    from runtime.table import logfile
+
+    rows: dict[tuple[str, str], dict] = {}
+    unread = []
+    for name in names:
+        try:
+            blocks = logfile.read_blocks(storage.read_bytes(f"{ARCHIVED}/{name}"), f"{ARCHIVED}/{name}")
+            entries = [r for b in blocks if b.type == logfile.AVRO_DATA for r in logfile.data_rows(b)]
+        except Exception:  # noqa: BLE001 - another writer's file pipe cannot read: left where it is, reported
+            unread.append(name)
+            continue
+        for e in entries:
+            action, t = e.get("actionType"), e.get("commitTime")
+            state = (e.get("actionState") or "COMPLETED").upper()
+            if state != "COMPLETED" or action not in _ARCHIVED_FIELDS or not isinstance(t, str):
+                continue
+            field_name, schema = _ARCHIVED_FIELDS[action]
+            meta = e.get(field_name)
+            if meta is None:
+                continue
+            plan = None
+            if e.get("hoodieCompactionPlan"):
+                plan = avro.to_bytes(avro.COMPACTION_PLAN, e["hoodieCompactionPlan"])
+            elif action == CLEAN and e.get("hoodieCleanerPlan"):
+                plan = avro.to_bytes(avro.CLEANER_PLAN, e["hoodieCleanerPlan"])
+            done = e.get("stateTransitionTime") or t
+            rows[(t, action)] = {"instantTime": t, "completionTime": done if isinstance(done, str) and done >= t else t,
+                                 "action": action, "metadata": avro.to_bytes(schema, meta), "plan": plan}
+    return [rows[k] for k in sorted(rows)], unread
 
 
 def archived_down(storage) -> list[_File]:
