@@ -223,17 +223,21 @@ def _reserialize(data: bytes, action: str, to_layout: int) -> bytes | None:
     return _commit_avro(meta, action) if to_layout >= 2 else _commit_json(meta)
 
 
+def _instant_files(storage, folder: str, parse):
+    """(file info, instant, bytes) of every instant file directly in `folder`, by name."""
+    for f in sorted(storage.list_files(folder, recursive=False), key=lambda f: f.path):
+        inst = parse(f.path.rsplit("/", 1)[-1])
+        if inst is not None:
+            yield f, inst, storage.read_bytes(f.path)
+
+
 def active_files_up(storage) -> tuple[list[_File], int]:
     """Layout 1 -> 2: every instant file of `.hoodie/` under its layout-2 name in
     `.hoodie/timeline/`, a completed one as `T_C.action` (C its file's modification time),
     commit metadata in Avro. Returns the files and how many were re-serialized."""
     local = timeline_is_local(storage)
     out, reserialized = [], 0
-    for f in sorted(storage.list_files(HOODIE, recursive=False), key=lambda f: f.path):
-        inst = parse_instant_file(f.path.rsplit("/", 1)[-1])
-        if inst is None:
-            continue
-        data = storage.read_bytes(f.path)
+    for f, inst, data in _instant_files(storage, HOODIE, parse_instant_file):
         if inst.is_completed:
             name = f"{inst.time}_{completion_of_mtime(f.mtime_ms, inst.time, local)}.{inst.action}"
         else:
@@ -250,13 +254,9 @@ def active_files_down(storage) -> tuple[list[_File], int]:
     each completed file to get its completion time as modification time."""
     local = timeline_is_local(storage)
     out, reserialized = [], 0
-    for f in sorted(storage.list_files(TIMELINE_V2, recursive=False), key=lambda f: f.path):
-        inst = parse_instant_file_v2(f.path.rsplit("/", 1)[-1])
-        if inst is None:
-            continue
+    for f, inst, data in _instant_files(storage, TIMELINE_V2, parse_instant_file_v2):
         if inst.action == CLUSTERING:
             inst = Instant(inst.time, REPLACECOMMIT, inst.state)
-        data = storage.read_bytes(f.path)
         new = _reserialize(data, inst.action, 1)
         reserialized += new is not None and inst.is_completed
         done = inst.completion or (completion_of_mtime(f.mtime_ms, inst.time, local) if inst.is_completed else None)
