@@ -106,7 +106,7 @@ def test_a_merge_on_read_table_migrated_from_6_to_9_and_back_is_read_and_written
     first = batch(range(3000), 0)
     table.write(df(first), "bulk_insert")
     model.upsert(first)
-    for r in range(1, 7):
+    for r in range(1, 9):
         rows = batch(range(r * 300, r * 300 + 900, 2), r)
         table.write(df(rows), "upsert", compact_after=4)
         model.upsert(rows)
