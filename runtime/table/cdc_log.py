@@ -76,10 +76,7 @@ def schema(mode: str, table_schema: dict) -> dict:
         fields = [field("op", "string"), field("record_key", "string"), field("before", image)]
     else:
         fields = [field("op", "string"), field("ts_ms", "string"), field("before", image), field("after", ref)]
-    out = {"type": "record", "name": "CDC", "fields": fields}
-    if namespace:
-        out = {"type": "record", "name": "CDC", "namespace": namespace, "fields": fields}
-    return out
+    return {"type": "record", "name": "CDC", **({"namespace": namespace} if namespace else {}), "fields": fields}
 
 
 def block(instant: str, record_schema: dict, records: Iterable[dict[str, Any]]) -> Block:

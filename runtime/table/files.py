@@ -622,7 +622,8 @@ def _write_cdc(spec: FileWriteSpec, partition: str, file_id: str, changes, befor
         else:
             records.append({"op": op, "ts_ms": spec.instant, "before": image_before, "after": image_after})
     body = cdc_log.encode(spec.instant, json.loads(spec.cdc_schema), records)
-    rel = f"{partition}/{cdc_log.file_name(file_id, spec.instant, task.token)}" if partition else cdc_log.file_name(file_id, spec.instant, task.token)
+    name = cdc_log.file_name(file_id, spec.instant, task.token)
+    rel = f"{partition}/{name}" if partition else name
     markers.create(task.storage, spec.instant, rel, markers.CREATE)  # a rollback deletes it
     _put_once(task.storage, rel, body, spec.instant)
     return f"{rel}\t{len(body)}"

@@ -181,10 +181,9 @@ def _stored_keys(spec: TagSpec, storage, s: FileSlice):
     import dataclasses
 
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from runtime.table.merge import base_batches, merge_slice
-
-    import pyarrow.compute as pc
 
     columns = [KEY] + ([spec.ordering_field] if spec.ordering_field else [])
     schema = pa.schema([spec.stored.schema.field(c) for c in columns])

@@ -936,7 +936,7 @@ class Table:
         """The empty commit (deltacommit on merge-on-read) that puts a migration on the
         timeline, in the new version's format, with the table's schema; returns its instant."""
         timeline = self.timeline()
-        schema = next((timeline.commit_metadata(i).schema for i in reversed(timeline.completed()) if timeline.commit_metadata(i).schema), None)
+        schema = next((m.schema for i in reversed(timeline.completed()) if (m := timeline.commit_metadata(i)).schema), None)
         action, meta = _upgrade.empty_commit_metadata(self.config.table_type, schema, frm, to)
         instant = Instant(timeline.new_instant_time(), action, REQUESTED)
         self._start_heartbeat(instant.time)

@@ -223,15 +223,20 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
         keys = spark.read.schema("_hoodie_record_key string, _hoodie_partition_path string, _hoodie_file_name string").parquet(
             *[storage.full_path(s.base_file.path) for s in based])
         gone = keys.select(F.col(KEY).alias("_k"), F.col(PART).alias(_OLD_PART),
-                           F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE))
-        live = ["_k", _OLD_PART] if opts.index == "partition" else ["_k"]  # a key live elsewhere is not tagged twice
-        gone = gone.join(index.select(*live), on=live, how="left_anti")
-        index = index.unionByName(gone.select("*", F.lit(None).alias(_OLD_ORDER), F.lit(True).alias(_GONE)), allowMissingColumns=True)
+                           F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER),
+                           F.lit(True).alias(_GONE))
+        index = index.unionByName(gone, allowMissingColumns=True)
     if batch_rows is not None and batch_rows <= BROADCAST_KEYS:
         # keep only the stored keys the batch has: a broadcast semi-join at the scan
         probe = df.select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
         on = [index["_k"] == probe["_k"]] + ([index[_OLD_PART] == probe["_p"]] if opts.index == "partition" else [])
         index = index.join(F.broadcast(probe), on=on, how="left_semi")
+    if based:  # a key live anywhere (its slice's merged rows included) is not tagged to where it was deleted too
+        from pyspark.sql import Window
+
+        live = Window.partitionBy("_k", _OLD_PART) if opts.index == "partition" else Window.partitionBy("_k")
+        index = index.withColumn("_live", F.max((~F.col(_GONE)).cast("int")).over(live))
+        index = index.where(~F.col(_GONE) | (F.col("_live") == 0)).drop("_live")
     cond = [df[KEY] == index["_k"]]
     if opts.index == "partition":
         cond.append(df[PART] == index[_OLD_PART])
@@ -627,8 +632,8 @@ def _staged(table, written, instant: str, struct, existing: dict[tuple[str, str]
         if target is not None and not path.endswith(".parquet"):
             stats.append(_log_stat(existing[(part, fid)], target, path, i, u, d, size, cdc=cdc_on))
         else:
-            cdc = rest[0] if rest and rest[0] else None  # "<path>\t<size>" of its .cdc file
-            cdc_stats = {cdc.split("\t")[0]: int(cdc.split("\t")[1])} if cdc else None
+            cdc_path, _, cdc_size = (rest[0] if rest else "").partition("\t")  # "<path>\t<size>" of its .cdc file
+            cdc_stats = {cdc_path: int(cdc_size)} if cdc_path else None
             stats.append(WriteStat(fid, path, part, prev, nrows, i, u, d, size, cdc_stats=cdc_stats))
         counts.inserts += i
         counts.updates += u
