@@ -231,8 +231,16 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
         out.append(Change("table_version", bc.get("table_version", 6), hc.get("table_version", 6), "non-breaking",
                           "the Hudi table version a new table is created with; the stored table keeps its own until it is "
                           "rebuilt (`--full-refresh`)"))
+    if bc.get("cdc_logging") != hc.get("cdc_logging"):
+        if hc.get("cdc_logging"):
+            out.append(Change("cdc_logging", bc.get("cdc_logging"), hc.get("cdc_logging"), "rewrite",
+                              "a table keeps the change data capture log it was created with: the next write is refused until the "
+                              "table is rebuilt (`--full-refresh`), unless it already keeps this one"))
+        else:
+            out.append(Change("cdc_logging", bc.get("cdc_logging"), None, "non-breaking",
+                              "undeclared, the stored table keeps the change data capture log it has"))
     known = set(REWRITE_KEYS) | set(BREAKING_KEYS) | set(NON_BREAKING_KEYS) | {"operation", "delete_when", "partitions_to_delete", "schema",
-                                                                                  "expect", "table_version"}
+                                                                                  "expect", "table_version", "cdc_logging"}
     for key in sorted(set(bc) | set(hc)):
         if key not in known and bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "a table setting"))

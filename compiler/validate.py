@@ -111,6 +111,10 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
                      "add e.g. `buckets: 16` (Hudi's hoodie.bucket.index.num.buckets; it cannot change later)")
     if c.get("buckets") is not None and c["index"] != "bucket":
         errors.error(table.at("buckets"), f"buckets applies to index: bucket ({what})", "set `index: bucket`, or remove `buckets:`")
+    if c.get("cdc_logging") and c["index"] == "bucket":
+        errors.error(table.at("cdc_logging"), f"cdc_logging cannot go with index: bucket ({what}): Java's CDC reader of table version 6 "
+                     "cannot follow a bucket table's log-only file groups, and pipe keeps one or the other",
+                     "remove `cdc_logging:` or use another index")
     if c["index"] == "bucket" and op in ("insert_overwrite", "insert_overwrite_table", "bootstrap"):
         errors.error(table.at("index"), f"index: bucket cannot go with operation {op} ({what}): pipe writes a bucket's file group in place",
                      "use upsert, insert, bulk_insert, delete or delete_partition")

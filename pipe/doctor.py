@@ -82,6 +82,8 @@ def audit_table(uri: str, options: tuple = (), now_ms: int | None = None) -> Fin
     bucket_engine = (props.get("hoodie.index.bucket.engine") or "SIMPLE").upper() if index == "BUCKET" else None
     if index is None and _bucket_file_ids(storage, config):  # Java keeps its index settings out of hoodie.properties
         index, bucket_engine = "BUCKET", "SIMPLE"
+    if storage.list_files(f"{HOODIE}/.hashing_meta", recursive=True):  # Hudi 1.1's bucket numbers per partition
+        index, bucket_engine = "BUCKET", "SIMPLE, partition-level"
     facts: dict[str, Any] = {
         "name": config.name,
         "version": version,

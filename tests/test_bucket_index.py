@@ -217,3 +217,42 @@ def test_a_key_whose_bucket_hudis_versions_disagree_on_is_refused_naming_it_and_
     reopened = Table.open(spark, str(path))
     assert sorted(r["v"] for r in reopened.read().collect()) == ["fine", "fine"]
     assert [i.time for i in reopened.timeline().completed() if i.action != "rollback"] == done
+
+
+def _files(path) -> list[tuple]:
+    return sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*") if p.is_file())
+
+
+def test_a_bucket_with_two_file_groups_or_a_partition_level_bucket_index_is_refused_before_anything_is_written(spark, tmp_path):
+    """Two stored file groups of one bucket (another writer wrote without the bucket index, or
+    with another number of buckets) and Hudi 1.1's partition-level bucket index
+    (.hoodie/.hashing_meta/, per-partition bucket numbers from Java regular expressions) are
+    refused with the reason: no file changes, no instant is added."""
+    import shutil
+
+    from pipe.doctor import READ_ONLY, audit_table
+
+    path = tmp_path / "ledger"
+    table = Table.create(spark, str(path), TableConfig(name="ledger", record_key_fields=("id",), partition_fields=("region",),
+                                                       precombine_field="ts", buckets=4))
+    table.write(spark.createDataFrame(rows(range(300), 1), SCHEMA), "upsert", buckets=4)
+    base = sorted((path / "region=eu").glob("00000002-*.parquet"))[0]
+    file_id, rest = base.name.split("_", 1)
+    twin = base.with_name(f"00000002-{'7' * 8}-{'7' * 4}-{'7' * 4}-{'7' * 4}-{'7' * 12}-0_{rest}")
+    shutil.copy(base, twin)  # a second file group of bucket 2, as a writer without the bucket index would add one
+    before = _files(path)
+    with pytest.raises(TableError, match=r"two file groups for bucket 2 in region=eu \(00000002-.*another writer wrote this table without it"):
+        Table.open(spark, str(path)).write(spark.createDataFrame(rows(range(0, 300, 7), 2), SCHEMA), "upsert", buckets=4)
+    assert _files(path) == before
+    twin.unlink()
+
+    hashing = path / ".hoodie/.hashing_meta"
+    hashing.mkdir()
+    (hashing / "00000000000000000.hashing_config").write_text(  # what Hudi 1.1's DDL writes (PartitionBucketIndexHashingConfig)
+        '{\n  "expressions" : "eu,8",\n  "defaultBucketNumber" : 4,\n  "rule" : "regex",\n  "version" : 1,\n  "instant" : "00000000000000000"\n}')
+    before = _files(path)
+    with pytest.raises(TableError, match=r"partition-level bucket index \(.hoodie/.hashing_meta/\)"):
+        Table.open(spark, str(path)).write(spark.createDataFrame(rows(range(0, 300, 7), 2), SCHEMA), "upsert", buckets=4)
+    assert _files(path) == before
+    found = audit_table(str(path))
+    assert found.verdict == READ_ONLY and "hashing_meta" in found.reason, (found.verdict, found.reason)

@@ -69,20 +69,30 @@ def expected(model: dict, batch, delete: bool = False) -> list[tuple]:
     return sorted(out, key=lambda c: (c[0], c[1] or (), c[2] or ()))
 
 
-CASES = [(6, COPY_ON_WRITE, "DATA_BEFORE_AFTER"), (9, COPY_ON_WRITE, "OP_KEY_ONLY"), (6, MERGE_ON_READ, "DATA_BEFORE"),
-         (9, MERGE_ON_READ, "DATA_BEFORE_AFTER")]
+# (table version, type, supplemental-logging mode, who creates the table: Java, or pipe from a
+# TableConfig with the mode, as a project's `cdc_logging:` asks)
+CASES = [(6, COPY_ON_WRITE, "DATA_BEFORE_AFTER", "java"), (9, COPY_ON_WRITE, "OP_KEY_ONLY", "java"), (6, MERGE_ON_READ, "DATA_BEFORE", "java"),
+         (9, MERGE_ON_READ, "DATA_BEFORE_AFTER", "java"), (6, COPY_ON_WRITE, "DATA_BEFORE", "pipe")]
 
 
 @pytest.mark.java_hudi
-@pytest.mark.parametrize("version,table_type,mode", CASES, ids=[f"v{v}-{t.lower()}-{m.lower()}" for v, t, m in CASES])
-def test_javas_cdc_query_reads_the_changes_of_pipes_commits_on_its_cdc_table(spark, tmp_path, request, version, table_type, mode):
+@pytest.mark.parametrize("version,table_type,mode,creator", CASES, ids=[f"v{v}-{t.lower()}-{m.lower()}-{c}" for v, t, m, c in CASES])
+def test_javas_cdc_query_reads_the_changes_of_pipes_commits_on_its_cdc_table(spark, tmp_path, request, version, table_type, mode, creator):
     java = request.getfixturevalue("java_hudi_015" if version == 6 else "java_hudi_11")
     path = tmp_path / "ledger"
     model: dict = {}
     first = [row(i, 0) for i in range(600)]
-    java.write(path, arrow(first), java_options(version, table_type, mode, "insert"), mode="overwrite")
-    expected(model, first)
     df = lambda rows: spark.createDataFrame(rows, SCHEMA)  # noqa: E731
+    if creator == "java":
+        java.write(path, arrow(first), java_options(version, table_type, mode, "insert"), mode="overwrite")
+    else:
+        from runtime.table import TableConfig
+
+        Table.create(spark, str(path), TableConfig(name="ledger", table_type=table_type, record_key_fields=("id",), partition_fields=("region",),
+                                                   precombine_field="ts", create_version=version, cdc_mode=mode)).write(df(first), "insert")
+        props = (path / ".hoodie/hoodie.properties").read_text()
+        assert "hoodie.table.cdc.enabled=true" in props and f"hoodie.table.cdc.supplemental.logging.mode={mode}" in props
+    expected(model, first)
     rounds = [
         ("upsert", [row(i, 1) for i in range(0, 900, 3)]),  # updates of every file group, and new keys
         ("delete", [row(i, 2) for i in range(1, 900, 7)]),  # deletes (a few keys that are not stored)
@@ -121,3 +131,36 @@ def test_javas_cdc_query_reads_the_changes_of_pipes_commits_on_its_cdc_table(spa
     # (each key once: a key pipe deleted in a log and wrote again went back to its group, where Java's
     # index finds it, so Java's upsert did not write it into two groups)
     assert got == want_rows, (sorted(set(got) - set(want_rows))[:10], sorted(set(want_rows) - set(got))[:10], len(got), len(want_rows))
+
+
+def test_a_projects_cdc_logging_creates_the_table_with_its_log_and_is_checked_at_compile_time(spark, tmp_path, capsys):
+    """`cdc_logging:` in a table's YAML: the table is created with Hudi's CDC log in that mode, and
+    every later run's rewritten base files get their `.cdc` files (named in cdcStats); another
+    mode for the existing table is refused, naming both; a bucket index with it is a compile
+    error at its line."""
+    from tests.conftest import compile_errors
+    from tests.test_run import pipe, project, run_ok, write_jsonl
+
+    table_yml = "tables:\n  ledger:\n    key: [id]\n    precombine: ts\n    partition_by: [region]\n    cdc_logging: {mode}\n"
+    root = project(tmp_path, {
+        "sources/s.yml": "sources:\n  raw: {kind: files, path: data, format: json, schema: \"id BIGINT, name STRING, price DOUBLE, ts BIGINT, region STRING\"}\n",
+        "tables/ledger.yml": table_yml.format(mode="data_before_after"),
+        "tables/ledger.sql": "select * from {{ source('raw') }}\n",
+    })
+    for r, ids in enumerate((range(400), range(0, 600, 4), range(1, 700, 9))):
+        write_jsonl(root / f"data/ledger-{r}.json", [dict(zip(("id", "name", "price", "ts", "region"), row(i, r))) for i in ids])
+        run_ok(capsys, root)
+    path = root / "lake/ledger"
+    props = (path / ".hoodie/hoodie.properties").read_text()
+    assert "hoodie.table.cdc.enabled=true" in props and "hoodie.table.cdc.supplemental.logging.mode=DATA_BEFORE_AFTER" in props
+    timeline = Table.open(spark, str(path)).timeline()
+    for instant in [i for i in timeline.completed() if i.action == "commit"][1:]:
+        rewritten = [s for s in timeline.commit_metadata(instant).write_stats if s.prev_commit != "null"]
+        assert rewritten and all(s.cdc_stats and (path / next(iter(s.cdc_stats))).is_file() for s in rewritten), instant.time
+    (root / "tables/ledger.yml").write_text(table_yml.format(mode="op_key_only"))
+    write_jsonl(root / "data/ledger-9.json", [dict(zip(("id", "name", "price", "ts", "region"), row(5, 9)))])
+    code, out, err = pipe(capsys, root, "run")
+    assert code != 0 and "change data capture log (cdc_logging) is data_before_after in the table but op_key_only now" in out + err, out + err
+    (root / "tables/ledger.yml").write_text(table_yml.format(mode="data_before") + "    index: bucket\n    buckets: 4\n")
+    errors = [str(e) for e in compile_errors(root)]
+    assert any("ledger.yml:6" in e and "cdc_logging cannot go with index: bucket" in e for e in errors), errors

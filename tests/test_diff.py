@@ -77,6 +77,7 @@ def test_no_change_is_no_change(tmp_path):
     ({"precombine": "id"}, "precombine", "rewrite"),
     ({"type": "merge_on_read"}, "type", "rewrite"),
     ({"hive_style_partitioning": "false"}, "hive_style_partitioning", "rewrite"),
+    ({"cdc_logging": "data_before_after"}, "cdc_logging", "rewrite"),
     ({"operation": "insert_overwrite_table"}, "operation", "destructive"),
     ({"delete_when": "\"v = 'gone'\""}, "delete_when", "destructive"),
     ({"operation": "insert"}, "operation", "breaking"),

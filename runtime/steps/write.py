@@ -291,6 +291,7 @@ def table_config(step: Step, config: Mapping[str, Any]):
         create_version=config.get("table_version", 6),
         metadata_table=bool(config.get("metadata_table", False)),
         buckets=config.get("buckets"),  # set only with index: bucket (compiler/validate.py)
+        cdc_mode=(config.get("cdc_logging") or "").upper() or None,
     )
 
 

@@ -67,6 +67,9 @@ class TableConfig:
     metadata_table: bool = field(default=False, compare=False)
     # Hudi's simple bucket index: the number of buckets per partition (bucket_index.py); None: none
     buckets: int | None = field(default=None, compare=False)
+    # not a property: the change data capture log a new table keeps (cdc_log's OP_KEY_ONLY,
+    # DATA_BEFORE or DATA_BEFORE_AFTER); None: none (an existing table's is cdc_log.mode_of)
+    cdc_mode: str | None = field(default=None, compare=False)
     # every property as read (None: a config pipe is about to create)
     properties: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
@@ -155,6 +158,10 @@ class TableConfig:
             props["hoodie.table.complex.keygen.encoding"] = self.complex_key_encoding or "FIELD_PREFIXED"
         if self.create_schema:
             props["hoodie.table.create.schema"] = self.create_schema
+        if self.cdc_mode:
+            from runtime.table import cdc_log
+
+            props.update({cdc_log.ENABLED: "true", cdc_log.MODE: self.cdc_mode})
         if self.buckets:  # Java keeps these as write settings only: declared here for pipe's next write and for people
             from runtime.table import bucket_index
 
@@ -299,6 +306,11 @@ class TableConfig:
         index = (props.get("hoodie.index.type") or "").upper()
         engine = (props.get("hoodie.index.bucket.engine") or ("CONSISTENT_HASHING" if index != "BUCKET" else "SIMPLE")).upper()
         consistent = storage is not None and storage.list_files(".hoodie/.bucket_index", recursive=True)
+        if storage is not None and storage.list_files(".hoodie/.hashing_meta", recursive=True):
+            return ("it has Hudi 1.1's partition-level bucket index (.hoodie/.hashing_meta/): each partition's number of buckets "
+                    "comes from Java regular expressions over its path (hoodie.bucket.index.partition.expressions), changed by "
+                    "bucket-rescale replace commits, which pipe does not evaluate or keep; write it with Java Hudi, or rebuild it "
+                    "with pipe with a fixed number of buckets (`index: bucket`, `buckets:`)")
         if (index == "BUCKET" and self.buckets is None) or consistent:
             return (f"it uses a bucket index (hoodie.index.type=BUCKET, hoodie.index.bucket.engine={engine}), whose file groups "
                     "are buckets pipe assigns only with the SIMPLE engine and a known number of buckets"

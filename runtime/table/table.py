@@ -160,6 +160,12 @@ class Table:
                 ("precombine field", have.precombine_field, wanted.precombine_field),
             ) if a != b
         ]
+        if wanted.cdc_mode is not None:  # declared: the table must keep that log (undeclared: it keeps what it has)
+            from runtime.table import cdc_log
+
+            have_mode = cdc_log.mode_of(have.properties or {})
+            if have_mode != wanted.cdc_mode:
+                diffs.append(("change data capture log (cdc_logging)", (have_mode or "none").lower(), wanted.cdc_mode.lower()))
         if not diffs:
             return None
         return "; ".join(f"{w} is {list(a) if isinstance(a, tuple) else a} in the table but {list(b) if isinstance(b, tuple) else b} now"
@@ -631,6 +637,15 @@ class Table:
                 raise TableError(f"table {self.config.name} has file group {stray.file_id} in {stray.partition or 'the table'}, which is "
                                  f"not one of its {buckets} buckets: the table was not written with this bucket index",
                                  f"check `buckets:` against the writer that made it, or rebuild the table (pipe run --full-refresh)")
+            owners: dict[tuple[str, int], str] = {}
+            for s in slices:  # a bucket is one file group: a second one would hold a key twice, and Java's next write fails on it
+                first = owners.setdefault((s.partition, _bucket_index.bucket_of(s.file_id)), s.file_id)
+                if first != s.file_id:
+                    raise TableError(f"table {self.config.name} has two file groups for bucket {_bucket_index.bucket_of(s.file_id)} in "
+                                     f"{s.partition or 'the table'} ({first} and {s.file_id}): a bucket index keeps one file group per "
+                                     "bucket, so another writer wrote this table without it (or with another number of buckets)",
+                                     "find the writer that made the second group (`pipe timeline`, the commit that added it) and roll "
+                                     "its commit back with `pipe rollback`, or rebuild the table (pipe run --full-refresh); nothing was written")
             return timeline, slices
         bucketed = bucket_index_file_ids(s.file_id for s in slices)
         if bucketed:
