@@ -29,6 +29,10 @@ The two sides, each a fresh process per run, reading the same topic from offset 
              Hudi's default (on), once with it off. Hudi Streamer would be the obvious baseline,
              but hudi-utilities(-slim)-bundle is not served by this machine's Maven mirror.
 
+And the floor of any reader: the same range read and counted with nothing decoded or written,
+by Kafka's C client in 2 processes (`read-c`, pipe's client) and by Spark 3.5's Kafka source in
+local[2] (`read-spark`, the Hudi job's), each a fresh process.
+
 After every run both tables are read back with hudi-rs (the `hudi` package) and compared with
 the database: row count, sum of ids, sum of amounts, a checksum of (id, amount) pairs, the
 characters of the names and the non-null notes. Each repeat makes fresh tables; the sides take
@@ -135,6 +139,15 @@ if job.get("check"):  # count and checksums of a Hudi table (when hudi-rs cannot
     spark.stop()
     sys.exit(0)
 
+if job.get("read_only"):  # the topic's range read by Spark's Kafka source and nothing else: its floor
+    raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", job["bootstrap"]).option("subscribe", job["topic"])
+           .option("startingOffsets", json.dumps(job["starting"])).option("endingOffsets", json.dumps(job["ending"])).load())
+    t0 = time.time()
+    print("READ " + json.dumps(raw.agg(F.count(F.lit(1)), F.sum(F.length("value"))).first()[0]))
+    print("WRITE_S %.3f" % (time.time() - t0))
+    spark.stop()
+    sys.exit(0)
+
 row = T.StructType([T.StructField("id", T.LongType()), T.StructField("name", T.StringType()),
                     T.StructField("amount", T.StringType()),  # Connect Decimal: base64 of the unscaled two's complement
                     T.StructField("updated_at", T.StringType()),  # io.debezium.time.ZonedTimestamp, ISO 8601 UTC
@@ -178,6 +191,46 @@ t0 = time.time()
 rows.write.format("hudi").options(**job["hudi"]).mode("append").save(job["path"])
 print("WRITE_S %.3f" % (time.time() - t0))
 spark.stop()
+'''
+
+
+# The topic's range read with Kafka's C client (confluent-kafka, pipe's reader) and nothing else, by
+# as many processes as cores, each a share of the partitions: the floor of any reader here.
+C_READ = r'''
+import json, sys
+from multiprocessing import Pool
+
+from confluent_kafka import Consumer, TopicPartition
+
+job = json.load(open(sys.argv[1]))
+
+
+def read(parts):
+    c = Consumer({"bootstrap.servers": job["bootstrap"], "group.id": "cdc-bench-read", "enable.auto.commit": "false",
+                  "enable.partition.eof": "true", "isolation.level": "read_committed"})
+    n = 0
+    for p in parts:
+        lo, hi = job["starting"][job["topic"]][p], job["ending"][job["topic"]][p]
+        if hi <= lo:
+            continue
+        c.assign([TopicPartition(job["topic"], int(p), lo)])
+        done = False
+        while not done:
+            for m in c.consume(min(10000, hi - lo), 1.0):
+                if m.error() is not None:
+                    continue
+                n += 1
+                m.value()
+                done = m.offset() >= hi - 1
+                if done:
+                    break
+    c.close()
+    return n
+
+
+parts = sorted(job["ending"][job["topic"]], key=int)
+with Pool(job["cores"]) as pool:
+    print("READ " + json.dumps(sum(pool.map(read, [parts[i::job["cores"]] for i in range(job["cores"])]))))
 '''
 
 
@@ -317,6 +370,18 @@ class Bench:
         spec.write_text(json.dumps(job))
         return [str(self.hudi_python), str(self.work / "hudi_cdc_job.py"), str(spec)]
 
+    def read_job(self, side: str) -> list[str]:
+        """The command of a read-only side: the topic's range read and counted, nothing else."""
+        job = {"master": MASTER, "bootstrap": self.broker.bootstrap, "topic": self.topic, "starting": self.starting,
+               "ending": self.ending, "cores": CORES, "read_only": True,
+               "spark": {**SPARK_COMMON, "spark.jars": ",".join(self.kafka_jars)}}
+        spec = self.work / f"job-{secrets.token_hex(4)}.json"
+        spec.write_text(json.dumps(job))
+        if side == "read-c":
+            (self.work / "c_read.py").write_text(C_READ)
+            return [sys.executable, str(self.work / "c_read.py"), str(spec)]
+        return [str(self.hudi_python), str(self.work / "hudi_cdc_job.py"), str(spec)]
+
     def setup_hudi(self) -> None:
         """The Spark 3.5 venv and bundle (tests/java_hudi/env.py), and Spark's Kafka source resolved
         once through spark.jars.packages (Ivy, ~/.ivy2): the measured runs get its jars in
@@ -391,6 +456,16 @@ class Bench:
         base = self.work / f"r{r}"
         base.mkdir(exist_ok=True)
         log = base / f"{side}.log"
+        if side in READS:
+            cmd = self.read_job(side)
+            out = self.measure(side, cmd, base, log)
+            text = log.read_text(errors="replace")
+            count = next((int(line.split()[1]) for line in text.splitlines() if line.startswith("READ ")), None)
+            out["write_s"] = next((float(line.split()[1]) for line in text.splitlines() if line.startswith("WRITE_S ")), None)
+            out.update(repeat=r, check=count, reader="a count of the messages", ok=count == self.events)
+            print(f"  repeat {r + 1} {side:<10} {out['seconds']:7.1f} s  cpu {out['cpu']:6.1f} s  {count} of {self.events} messages", flush=True)
+            self.runs.append(out)
+            return out
         if side == "pipe":
             root = self.pipe_project(base / "pipe")
             cmd = [sys.executable, "-m", "pipe", "--project-dir", str(root), "run"]
@@ -438,7 +513,10 @@ LABELS = {
     "hudi": "Hudi job, metadata table on (Hudi's default)",
     "hudi-nomdt": "Hudi job, metadata table off",
     "pipe-noop": "pipe run, nothing new",
+    "read-c": "the topic read alone, Kafka's C client (pipe's), 2 processes",
+    "read-spark": "the topic read alone, Spark 3.5's Kafka source (the Hudi job's), local[2]",
 }
+READS = ("read-c", "read-spark")  # sides that read the topic and nothing else: the floor of any reader
 
 
 def versions(bench: Bench) -> dict[str, str]:
@@ -470,7 +548,7 @@ def report(bench: Bench, vers: dict, started: str, load_before, whole: float, do
     by = {}
     for run in runs:
         by.setdefault(run["side"], []).append(run)
-    sides = [s for s in ("pipe", "hudi", "hudi-nomdt", "pipe-noop") if s in by]
+    sides = [s for s in ("pipe", "hudi", "hudi-nomdt", "pipe-noop", *READS) if s in by]
     med = {s: median([r["seconds"] for r in by[s]]) for s in sides}
     opts = hudi_options(True)
     lines = [
@@ -499,7 +577,7 @@ def report(bench: Bench, vers: dict, started: str, load_before, whole: float, do
         "AQE, UTC). pipe reads each partition's range with Kafka's C client in its Python workers (12 tasks), decodes the events "
         "and upserts. `pipe run, nothing new`: the same command again right after, no new message.",
         f"- **Hudi job** (the baseline: what a Hudi user writes when Hudi Streamer is not at hand — hudi-utilities-bundle and "
-        "hudi-utilities-slim-bundle are not served by this machine's Maven Central mirror: 404 for 0.14.1, 0.15.0 and 1.1.1): a "
+        "hudi-utilities-slim-bundle are not served by this machine's Maven Central mirror: 404 for 0.14.1, 0.15.0, 1.1.1 and, tried on 2026-12-03, 1.2.0): a "
         f"PySpark {vers['pyspark3']} batch job (its code: `HUDI_JOB` in bench/cdc_bench.py), a fresh `python` per run, with "
         f"hudi-spark3.5-bundle_2.12 **1.1.1** and Spark's Kafka source `{KAFKA_PACKAGE}` (resolved once through "
         "`spark.jars.packages` before the measurements; the runs get the resolved jars in `spark.jars`). It reads the topic's offset "
@@ -550,6 +628,14 @@ def report(bench: Bench, vers: dict, started: str, load_before, whole: float, do
             lines.append(f"- pipe / {LABELS[base]}: **{ratio:.2f}x — {'met' if ratio <= 0.5 else 'missed'}** "
                          f"({med['pipe']:.1f} s against {med[base]:.1f} s; CPU {median([r['cpu'] for r in by['pipe']]):.0f} s against "
                          f"{median([r['cpu'] for r in by[base]]):.0f} s)")
+    floors = [f"{med[side]:.1f} s with {LABELS[side].split(', ', 1)[1]}" for side in READS if side in med]
+    if floors:
+        spark_read = [r.get("write_s") for r in by.get("read-spark", [])]
+        inner = (f" (Spark's read itself, without its start, {median(spark_read):.1f} s)"
+                 if spark_read and all(x is not None for x in spark_read) else "")
+        half = f"; 0.5x of the Hudi job with its metadata table would be {0.5 * med['hudi']:.1f} s" if "hudi" in med else ""
+        lines.append(f"- The floor: the topic's range read and counted, nothing decoded or written, from a fresh process: "
+                     + "; ".join(floors) + inner + half + ".")
     # the work itself, without the process's and Spark's start: pipe's table step, the Hudi job's save()
     work = []
     if "pipe" in by:
@@ -583,8 +669,8 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print the section, do not write bench/RESULTS.md")
     ap.add_argument("--event-log", action="store_true", help="pipe's runs write Spark's event log into the work folder's events/")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (tables, logs)")
-    ap.add_argument("--sides", default="pipe,hudi,hudi-nomdt",
-                    help="which sides run, of pipe, hudi, hudi-nomdt (comma-separated; to profile one)")
+    ap.add_argument("--sides", default="pipe,hudi,hudi-nomdt,read-c,read-spark",
+                    help="which sides run, of pipe, hudi, hudi-nomdt, read-c, read-spark (comma-separated; to profile one)")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
 
@@ -595,8 +681,8 @@ def main() -> int:
     os.chmod(work, 0o755)
     bench = Bench(args, work)
     sides = [s for s in args.sides.split(",") if s and not (args.no_mdt_off and s == "hudi-nomdt")]
-    if not sides or set(sides) - {"pipe", "hudi", "hudi-nomdt"}:
-        ap.error("--sides takes pipe, hudi and hudi-nomdt")
+    if not sides or set(sides) - {"pipe", "hudi", "hudi-nomdt", *READS}:
+        ap.error("--sides takes pipe, hudi, hudi-nomdt, read-c and read-spark")
     done, body = 0, ""
     try:
         bench.setup_hudi()
