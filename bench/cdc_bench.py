@@ -200,7 +200,7 @@ C_READ = r'''
 import json, sys
 from multiprocessing import Pool
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 job = json.load(open(sys.argv[1]))
 
@@ -217,7 +217,10 @@ def read(parts):
         done = False
         while not done:
             for m in c.consume(min(10000, hi - lo), 1.0):
-                if m.error() is not None:
+                if m.error() is not None:  # the end of what is readable (the last offsets may be transaction markers)
+                    done = m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= hi
+                    if done:
+                        break
                     continue
                 n += 1
                 m.value()
@@ -228,9 +231,10 @@ def read(parts):
     return n
 
 
-parts = sorted(job["ending"][job["topic"]], key=int)
-with Pool(job["cores"]) as pool:
-    print("READ " + json.dumps(sum(pool.map(read, [parts[i::job["cores"]] for i in range(job["cores"])]))))
+if __name__ == "__main__":
+    parts = sorted(job["ending"][job["topic"]], key=int)
+    with Pool(job["cores"]) as pool:
+        print("READ " + json.dumps(sum(pool.map(read, [parts[i::job["cores"]] for i in range(job["cores"])]))))
 '''
 
 

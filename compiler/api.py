@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # imported when a graph is built: a compile without a cycle n
 # Settings that describe a step for people and selection but do not change what it does; a
 # table's tests become test steps of their own.
 _DESCRIPTIVE = ("description", "tags", "columns", "tests", "data_tests")
+# table keys in a step's config only when set, so that a plan made before the key existed keeps
+# every fingerprint (keys from before that rule stay in with their defaults)
+_ONLY_WHEN_SET = ("cdc_logging",)
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,9 @@ def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mappi
         r = tables[name]
         loc = table.location
         config = {k: v for k, v in r.config.items() if k not in _DESCRIPTIVE and k != "expect"}
+        for key in _ONLY_WHEN_SET:  # keys added later: the fingerprints of tables without them stay as they were
+            if config.get(key) is None:
+                config.pop(key, None)
         if expectations.get(name):  # only when set: the fingerprints of tables without them stay as they were
             config["expect"] = expectations[name]
         steps[tid] = Step(

@@ -112,8 +112,8 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
     if c.get("buckets") is not None and c["index"] != "bucket":
         errors.error(table.at("buckets"), f"buckets applies to index: bucket ({what})", "set `index: bucket`, or remove `buckets:`")
     if c.get("cdc_logging") and c["index"] == "bucket":
-        errors.error(table.at("cdc_logging"), f"cdc_logging cannot go with index: bucket ({what}): Java's CDC reader of table version 6 "
-                     "cannot follow a bucket table's log-only file groups, and pipe keeps one or the other",
+        errors.error(table.at("cdc_logging"), f"cdc_logging cannot go with index: bucket ({what}): Java's CDC reader cannot follow a "
+                     "bucket table's log-only file groups, so pipe writes a table with one or the other",
                      "remove `cdc_logging:` or use another index")
     if c["index"] == "bucket" and op in ("insert_overwrite", "insert_overwrite_table", "bootstrap"):
         errors.error(table.at("index"), f"index: bucket cannot go with operation {op} ({what}): pipe writes a bucket's file group in place",

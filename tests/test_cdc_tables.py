@@ -72,7 +72,7 @@ def expected(model: dict, batch, delete: bool = False) -> list[tuple]:
 # (table version, type, supplemental-logging mode, who creates the table: Java, or pipe from a
 # TableConfig with the mode, as a project's `cdc_logging:` asks)
 CASES = [(6, COPY_ON_WRITE, "DATA_BEFORE_AFTER", "java"), (9, COPY_ON_WRITE, "OP_KEY_ONLY", "java"), (6, MERGE_ON_READ, "DATA_BEFORE", "java"),
-         (9, MERGE_ON_READ, "DATA_BEFORE_AFTER", "java"), (6, COPY_ON_WRITE, "DATA_BEFORE", "pipe")]
+         (9, MERGE_ON_READ, "DATA_BEFORE_AFTER", "java"), (6, COPY_ON_WRITE, "DATA_BEFORE", "pipe"), (9, MERGE_ON_READ, "OP_KEY_ONLY", "pipe")]
 
 
 @pytest.mark.java_hudi

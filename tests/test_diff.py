@@ -78,6 +78,7 @@ def test_no_change_is_no_change(tmp_path):
     ({"type": "merge_on_read"}, "type", "rewrite"),
     ({"hive_style_partitioning": "false"}, "hive_style_partitioning", "rewrite"),
     ({"cdc_logging": "data_before_after"}, "cdc_logging", "rewrite"),
+    ({"cdc_logging": "DATA_BEFORE"}, "cdc_logging", "rewrite"),  # Hudi's spelling: the same mode
     ({"operation": "insert_overwrite_table"}, "operation", "destructive"),
     ({"delete_when": "\"v = 'gone'\""}, "delete_when", "destructive"),
     ({"operation": "insert"}, "operation", "breaking"),
@@ -96,6 +97,16 @@ def test_each_table_setting_gets_its_class(tmp_path, edit, field, cls):
     assert t.status == "modified" and t.cls == cls, [c.to_dict() for c in t.changes]
     assert field in [c.field for c in t.changes]
     assert (t.command == "pipe run --select t --full-refresh") == (cls == "rewrite")
+
+
+def test_cdc_logging_removed_is_non_breaking_changed_is_a_rewrite_and_unset_it_is_not_in_the_plan(tmp_path):
+    base = compile_project(write_project(tmp_path / "base", {**BASE, "tables/t.yml": with_table_yml(cdc_logging="data_before")})).plan
+    for mode, cls in ((None, "non-breaking"), ("op_key_only", "rewrite")):
+        head = compile_project(write_project(tmp_path / f"head-{mode}", {**BASE, "tables/t.yml": with_table_yml(cdc_logging=mode)})).plan
+        t = step(diff_plans(base, head), "table.t")
+        assert t.cls == cls and [c.field for c in t.changes] == ["cdc_logging"], [c.to_dict() for c in t.changes]
+    # unset, the key is not in the step's config: plans made before it existed keep their fingerprints
+    assert "cdc_logging" not in compile_project(write_project(tmp_path / "plain", BASE)).plan.step("table.t").config
 
 
 def test_sql_change_is_non_breaking_with_a_unified_diff_and_marks_downstream(tmp_path):

@@ -235,7 +235,17 @@ def _create_table(ctx: RunContext, spark, step: Step, config: Mapping[str, Any],
             raise
     # --full-refresh of a table whose key, partitioning or type changed: start it anew. On a
     # local lake the new table is built beside the old one and swapped in once committed, so
-    # a failed rebuild leaves the old table as it was.
+    # a failed rebuild leaves the old table as it was. An undeclared CDC log is kept as it was.
+    if wanted.cdc_mode is None:
+        from dataclasses import replace
+
+        from runtime.table import cdc_log
+
+        try:
+            kept = cdc_log.mode_of(Table.open(spark, uri, ctx.storage_options).config.properties or {})
+        except (TableError, ValueError):
+            kept = None
+        wanted = replace(wanted, cdc_mode=kept)
     if _is_local(uri):
         staging = _staging_uri(uri)
         _delete_table(staging, ctx.storage_options)

@@ -163,9 +163,12 @@ class Table:
         if wanted.cdc_mode is not None:  # declared: the table must keep that log (undeclared: it keeps what it has)
             from runtime.table import cdc_log
 
-            have_mode = cdc_log.mode_of(have.properties or {})
-            if have_mode != wanted.cdc_mode:
-                diffs.append(("change data capture log (cdc_logging)", (have_mode or "none").lower(), wanted.cdc_mode.lower()))
+            try:
+                have_mode = (cdc_log.mode_of(have.properties or {}) or "none").lower()
+            except ValueError:  # a mode Hudi does not know: never the one declared
+                have_mode = f"unknown ({(have.properties or {}).get(cdc_log.MODE)})"
+            if have_mode != wanted.cdc_mode.lower():
+                diffs.append(("change data capture log (cdc_logging)", have_mode, wanted.cdc_mode.lower()))
         if not diffs:
             return None
         return "; ".join(f"{w} is {list(a) if isinstance(a, tuple) else a} in the table but {list(b) if isinstance(b, tuple) else b} now"
@@ -644,8 +647,9 @@ class Table:
                     raise TableError(f"table {self.config.name} has two file groups for bucket {_bucket_index.bucket_of(s.file_id)} in "
                                      f"{s.partition or 'the table'} ({first} and {s.file_id}): a bucket index keeps one file group per "
                                      "bucket, so another writer wrote this table without it (or with another number of buckets)",
-                                     "find the writer that made the second group (`pipe timeline`, the commit that added it) and roll "
-                                     "its commit back with `pipe rollback`, or rebuild the table (pipe run --full-refresh); nothing was written")
+                                     "find the commit that added the second group (`pipe timeline`) and undo it (`pipe rollback` when it "
+                                     "is the latest, else `pipe restore` to the instant before it), or rebuild the table (pipe run "
+                                     "--full-refresh); nothing was written")
             return timeline, slices
         bucketed = bucket_index_file_ids(s.file_id for s in slices)
         if bucketed:
