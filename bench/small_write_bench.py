@@ -46,7 +46,7 @@ from runtime.session import get_spark
 from runtime.table import Table, TableConfig
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ
 
-conf, writes = json.loads(sys.argv[2]), int(sys.argv[3])
+conf, writes, table_rows = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 spark = get_spark("local[2]", {"spark.sql.shuffle.partitions": "4", **conf}, app_name="small-write-bench")
 tracker = spark.sparkContext.statusTracker()
 calls = [0]
@@ -65,26 +65,35 @@ for kind in (COPY_ON_WRITE, MERGE_ON_READ):
     config = TableConfig(name="orders", table_type=kind, record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
     table = Table.create(spark, f"{root}/{kind}", config)
     base = 1_732_000_000_000
-    table.write(spark.createDataFrame([(i, REGIONS[i % 3], base, Decimal(i) / 100, f"n{i}") for i in range(10_000)], SCHEMA), "bulk_insert")
-    walls, per_write, jobs = [], [], []
+    from pyspark.sql import functions as F
+    seed = (spark.range(table_rows).select(F.col("id"), F.element_at(F.array(*[F.lit(r) for r in REGIONS]), (F.col("id") % 3 + 1).cast("int")).alias("region"),
+            F.lit(base).alias("ts"), (F.col("id") / 100).cast("decimal(12,2)").alias("amount"), F.concat(F.lit("n"), F.col("id").cast("string")).alias("note")))
+    table.write(seed, "bulk_insert")
+    walls, per_write, jobs, names = [], [], [], []
     for n in range(3 + writes):
         rows = [(i, REGIONS[i % 3], base + n + 1, Decimal(i) / 50, f"u{n}") for i in range(n * 50, n * 50 + 50)]
-        rows += [(20_000 + n * 50 + i, REGIONS[i % 3], base + n + 1, Decimal(i) / 10, f"new{n}") for i in range(50)]
+        rows += [(table_rows * 2 + n * 50 + i, REGIONS[i % 3], base + n + 1, Decimal(i) / 10, f"new{n}") for i in range(50)]
         df = spark.createDataFrame(rows, SCHEMA)
         c0, j0, t0 = calls[0], len(tracker.getJobIdsForGroup(None)), time.perf_counter()
         table.write(df, "upsert")
         if n >= 3:
             walls.append(time.perf_counter() - t0)
             per_write.append(calls[0] - c0)
-            jobs.append(len(tracker.getJobIdsForGroup(None)) - j0)
-    out[kind] = {"walls": walls, "calls": per_write, "jobs": jobs, "rows": table.read().count()}
+            ids = sorted(tracker.getJobIdsForGroup(None))[j0:]
+            jobs.append(len(ids))
+            if n == 3:  # what the jobs of one write are: the call site of each job's last stage
+                for j in ids:
+                    info = tracker.getJobInfo(j)
+                    stage = tracker.getStageInfo(max(info.stageIds)) if info and info.stageIds else None
+                    names.append(stage.name.split(" at ")[0] + " at " + stage.name.rsplit("/", 1)[-1] if stage else "?")
+    out[kind] = {"walls": walls, "calls": per_write, "jobs": jobs, "names": names, "rows": table.read().count()}
 print(json.dumps(out))
 """
 
 
-def run_session(name: str, writes: int) -> dict:
+def run_session(name: str, writes: int, table_rows: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(REPO), json.dumps(SESSIONS[name]), str(writes)],
+    done = subprocess.run([sys.executable, "-c", CHILD, str(REPO), json.dumps(SESSIONS[name]), str(writes), str(table_rows)],
                           capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"session {name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -95,13 +104,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writes", type=int, default=15, help="measured upserts per table and session (default 15)")
     parser.add_argument("--rounds", type=int, default=2, help="fresh processes per session, in turns (default 2)")
+    parser.add_argument("--table-rows", type=int, default=10_000, help="rows of each table before the upserts (default 10,000; issue 42's goal is for 1,000,000)")
+    parser.add_argument("--section", default="small-write", help="the section of bench/RESULTS.md to write")
     args = parser.parse_args()
 
     results: dict[str, dict[str, dict[str, list]]] = {name: {} for name in SESSIONS}
     for _ in range(args.rounds):
         for name in SESSIONS:
-            for kind, got in run_session(name, args.writes).items():
-                slot = results[name].setdefault(kind, {"walls": [], "calls": [], "jobs": [], "rows": []})
+            for kind, got in run_session(name, args.writes, args.table_rows).items():
+                slot = results[name].setdefault(kind, {"walls": [], "calls": [], "jobs": [], "rows": [], "names": got["names"]})
                 for k in ("walls", "calls", "jobs"):
                     slot[k] += got[k]
                 slot["rows"].append(got["rows"])
@@ -110,11 +121,14 @@ def main() -> None:
         if len(rows) != 1:
             raise SystemExit(f"{kind}: the sessions' tables differ in rows: {rows}")
 
-    lines = ["## Small writes: 100-row upserts in a warm session, pipe's settings against Spark's default", "",
-             f"Generated by `python bench/small_write_bench.py` on {dt.date.today()} — do not edit by hand; run the script again.", "",
+    command = "python bench/small_write_bench.py" + "".join(
+        f" --{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v != parser.get_default(k))
+    lines = [f"## Small writes: 100-row upserts into {args.table_rows:,} rows in a warm session, pipe's settings against Spark's default", "",
+             f"Generated by `{command}` on {dt.date.today()} — do not edit by hand; run the script again.", "",
              f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; local[2]",
              f"- {args.rounds} fresh processes per session, in turns; in each, per table type, 3 warm-up upserts then "
-             f"{args.writes} measured ones: 50 updates and 50 new keys into a table of 10,000 rows in 3 partitions",
+             f"{args.writes} measured ones: 50 updates and 50 new keys into a table of {args.table_rows:,} rows in 3 partitions "
+             f"(bulk-inserted; the global index, pipe's default)",
              "- *pipe's session*: the settings pipe starts every session with; *Spark's default*: the same with "
              "`spark.python.sql.dataFrameDebugging.enabled: true` (PySpark's default), which records the Python call site "
              "of every DataFrame and Column function",
@@ -126,9 +140,13 @@ def main() -> None:
             r = results[name][kind]
             lines.append(f"| {kind} | {label} | {statistics.median(r['walls']):.3f} | {min(r['walls']):.3f} | "
                          f"{statistics.median(r['calls']):.0f} | {statistics.median(r['jobs']):.0f} |")
+    for kind in results["pipe"]:
+        names = results["pipe"][kind]["names"]
+        lines += ["", f"The Spark jobs of one {kind} write in pipe's session, in order (the call site of each job's last stage): "
+                  + "; ".join(f"{i + 1}. {n}" for i, n in enumerate(names)) + "."]
     body = "\n".join(lines)
     print(body)
-    write_section("small-write", body)
+    write_section(args.section, body)
 
 
 if __name__ == "__main__":

@@ -195,9 +195,10 @@ class Timeline:
         timeline time zone (hoodie.table.timeline.timezone). In a LOCAL table that is the
         wall clock of the zone its latest instant was made in (writers_utc_offset), else the
         process's own."""
+        table = getattr(getattr(self.storage, "spec", None), "uri", None)
         if not timeline_is_local(self.storage):
-            return new_instant_time(self.last_time())
-        return new_instant_time(self.last_time(), local=True, utc_offset=self.writers_utc_offset())
+            return new_instant_time(self.last_time(), table=table)
+        return new_instant_time(self.last_time(), local=True, utc_offset=self.writers_utc_offset(), table=table)
 
     def writers_utc_offset(self) -> dt.timedelta | None:
         """The UTC offset of the clock that made the latest instant, for LOCAL tables: its time
@@ -285,8 +286,11 @@ def layout_of(storage) -> int:
 # --- instant times ----------------------------------------------------------------------------
 
 _clock_lock = threading.Lock()
-# the last time issued, by zone (UTC, or the local zone's UTC offset): a UTC table's times must
-# not push a LOCAL one's ahead, nor times issued before the process's zone changed
+# the last time issued, by table and zone (UTC, or the local zone's UTC offset): a UTC table's
+# times must not push a LOCAL one's ahead, nor times issued before the process's zone changed, nor
+# one table's another's (a table whose latest instant is ahead of the clock, a foreign writer's,
+# would put every later table of the process ahead of the clock: a Java commit made after
+# pipe's would sort before it)
 _last_issued: dict[object, str] = {}
 
 
@@ -323,11 +327,12 @@ def timeline_is_local(storage) -> bool:
     return parse_properties(text).get(TIMEZONE_KEY, "LOCAL").strip().upper() != "UTC"
 
 
-def new_instant_time(after: str | None = None, local: bool = False, utc_offset: dt.timedelta | None = None) -> str:
+def new_instant_time(after: str | None = None, local: bool = False, utc_offset: dt.timedelta | None = None,
+                     table: str | None = None) -> str:
     """Now (UTC, or the local time when `local`, as Hudi's LOCAL timeline time zone has it: of
     the zone `utc_offset` when given, else the process's) with ms precision, strictly greater
-    than `after` and than any time issued by this process in that zone, even for back-to-back
-    calls (the clock is nudged forward by 1 ms)."""
+    than `after` and than any time issued by this process in that zone for `table` (its URI),
+    even for back-to-back calls (the clock is nudged forward by 1 ms)."""
     with _clock_lock:
         if local and utc_offset is not None:
             now = dt.datetime.now(dt.timezone.utc) + utc_offset
@@ -338,13 +343,14 @@ def new_instant_time(after: str | None = None, local: bool = False, utc_offset: 
         else:
             now = dt.datetime.now(dt.timezone.utc)
             zone = "UTC"
-        floor = max(after or "", _last_issued.get(zone, ""))
+        slot = (table, zone)
+        floor = max(after or "", _last_issued.get(slot, ""))
         candidate = _format(now)
         if floor and candidate <= floor:
             base = dt.datetime.strptime(floor[:14], "%Y%m%d%H%M%S")
             base += dt.timedelta(milliseconds=int(floor[14:17] or 0) + 1)
             candidate = _format(base)
-        _last_issued[zone] = candidate
+        _last_issued[slot] = candidate
         return candidate
 
 
