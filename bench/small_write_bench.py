@@ -85,7 +85,13 @@ for kind in (COPY_ON_WRITE, MERGE_ON_READ):
                 for j in ids:
                     info = tracker.getJobInfo(j)
                     stage = tracker.getStageInfo(max(info.stageIds)) if info and info.stageIds else None
-                    names.append(stage.name.split(" at ")[0] + " at " + stage.name.rsplit("/", 1)[-1] if stage else "?")
+                    name = stage.name if stage else "?"
+                    if "withThreadLocalCaptured" in name:
+                        name = "a broadcast's build (CompletableFuture)"
+                    elif " at " in name:
+                        what, where = name.split(" at ", 1)
+                        name = f"{what} at {where.rsplit('/', 1)[-1]}"
+                    names.append(name)
     out[kind] = {"walls": walls, "calls": per_write, "jobs": jobs, "names": names, "rows": table.read().count()}
 print(json.dumps(out))
 """
@@ -142,8 +148,14 @@ def main() -> None:
                          f"{statistics.median(r['calls']):.0f} | {statistics.median(r['jobs']):.0f} |")
     for kind in results["pipe"]:
         names = results["pipe"][kind]["names"]
+        runs = []  # consecutive jobs of one call site, counted
+        for n in names:
+            if runs and runs[-1][0] == n:
+                runs[-1][1] += 1
+            else:
+                runs.append([n, 1])
         lines += ["", f"The Spark jobs of one {kind} write in pipe's session, in order (the call site of each job's last stage): "
-                  + "; ".join(f"{i + 1}. {n}" for i, n in enumerate(names)) + "."]
+                  + "; ".join(n + (f" ×{k}" if k > 1 else "") for n, k in runs) + "."]
     body = "\n".join(lines)
     print(body)
     write_section(args.section, body)
