@@ -638,7 +638,7 @@ def report(bench: Bench, vers: dict, started: str, load_before, whole: float, do
         inner = (f" (Spark's read itself, without its start, {median(spark_read):.1f} s)"
                  if spark_read and all(x is not None for x in spark_read) else "")
         half = f"; 0.5x of the Hudi job with its metadata table would be {0.5 * med['hudi']:.1f} s" if "hudi" in med else ""
-        lines.append(f"- The floor: the topic's range read and counted, nothing decoded or written, from a fresh process: "
+        lines.append("- The floor: the topic's range read and counted, nothing decoded or written, from a fresh process: "
                      + "; ".join(floors) + inner + half + ".")
     # the work itself, without the process's and Spark's start: pipe's table step, the Hudi job's save()
     work = []
