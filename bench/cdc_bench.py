@@ -255,6 +255,11 @@ def measure_child(spec_file: str) -> None:
     print(json.dumps({"rc": ran.rc, "seconds": ran.seconds, "cpu": ran.cpu, "peak_mb": meter.peak, "jvm": ran.jvm}))
 
 
+def logged(log: Path, tag: str, cast):
+    """The value a job printed as `TAG value` in its log, or None."""
+    return next((cast(line.split()[1]) for line in log.read_text(errors="replace").splitlines() if line.startswith(tag + " ")), None)
+
+
 class Bench:
     def __init__(self, args, work: Path):
         self.args, self.work = args, work
@@ -463,9 +468,7 @@ class Bench:
         if side in READS:
             cmd = self.read_job(side)
             out = self.measure(side, cmd, base, log)
-            text = log.read_text(errors="replace")
-            count = next((int(line.split()[1]) for line in text.splitlines() if line.startswith("READ ")), None)
-            out["write_s"] = next((float(line.split()[1]) for line in text.splitlines() if line.startswith("WRITE_S ")), None)
+            count, out["write_s"] = logged(log, "READ", int), logged(log, "WRITE_S", float)
             out.update(repeat=r, check=count, reader="a count of the messages", ok=count == self.events)
             print(f"  repeat {r + 1} {side:<10} {out['seconds']:7.1f} s  cpu {out['cpu']:6.1f} s  {count} of {self.events} messages", flush=True)
             self.runs.append(out)
@@ -480,8 +483,7 @@ class Bench:
             table = base / side / "accounts"
             cmd = self.hudi_job(table, side == "hudi")
             out = self.measure(side, cmd, base, log)
-            text = log.read_text(errors="replace")
-            out["write_s"] = next((float(line.split()[1]) for line in text.splitlines() if line.startswith("WRITE_S ")), None)
+            out["write_s"] = logged(log, "WRITE_S", float)
         got, reader = self.check(table)
         out.update(repeat=r, check=got, reader=reader, ok=got == self.expected)
         status = "equal to the database" if out["ok"] else f"DIFFERS from the database: {got} against {self.expected}"

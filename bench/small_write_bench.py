@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import platform
@@ -148,12 +149,7 @@ def main() -> None:
                          f"{statistics.median(r['calls']):.0f} | {statistics.median(r['jobs']):.0f} |")
     for kind in results["pipe"]:
         names = results["pipe"][kind]["names"]
-        runs = []  # consecutive jobs of one call site, counted
-        for n in names:
-            if runs and runs[-1][0] == n:
-                runs[-1][1] += 1
-            else:
-                runs.append([n, 1])
+        runs = [(n, len(list(same))) for n, same in itertools.groupby(names)]  # consecutive jobs of one call site, counted
         lines += ["", f"The Spark jobs of one {kind} write in pipe's session, in order (the call site of each job's last stage): "
                   + "; ".join(n + (f" ×{k}" if k > 1 else "") for n, k in runs) + "."]
     body = "\n".join(lines)

@@ -635,16 +635,17 @@ class Table:
                              "or a Java writer with clustering enabled), or roll it back with Hudi's CLI, then run again")
         slices = FileSystemView.load(self.storage, timeline).latest_slices()
         if buckets is not None:
-            stray = next((s for s in slices if _bucket_index.bucket_of(s.file_id) not in range(buckets)), None)
+            of = [(s, _bucket_index.bucket_of(s.file_id)) for s in slices]
+            stray = next((s for s, bucket in of if bucket not in range(buckets)), None)
             if stray is not None:
                 raise TableError(f"table {self.config.name} has file group {stray.file_id} in {stray.partition or 'the table'}, which is "
                                  f"not one of its {buckets} buckets: the table was not written with this bucket index",
                                  f"check `buckets:` against the writer that made it, or rebuild the table (pipe run --full-refresh)")
             owners: dict[tuple[str, int], str] = {}
-            for s in slices:  # a bucket is one file group: a second one would hold a key twice, and Java's next write fails on it
-                first = owners.setdefault((s.partition, _bucket_index.bucket_of(s.file_id)), s.file_id)
+            for s, bucket in of:  # a bucket is one file group: a second one would hold a key twice, and Java's next write fails on it
+                first = owners.setdefault((s.partition, bucket), s.file_id)
                 if first != s.file_id:
-                    raise TableError(f"table {self.config.name} has two file groups for bucket {_bucket_index.bucket_of(s.file_id)} in "
+                    raise TableError(f"table {self.config.name} has two file groups for bucket {bucket} in "
                                      f"{s.partition or 'the table'} ({first} and {s.file_id}): a bucket index keeps one file group per "
                                      "bucket, so another writer wrote this table without it (or with another number of buckets)",
                                      "find the commit that added the second group (`pipe timeline`) and undo it (`pipe rollback` when it "
