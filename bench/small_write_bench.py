@@ -13,6 +13,8 @@ section of bench/RESULTS.md and to stdout.
 
     python bench/small_write_bench.py              # about 3 minutes on 2 cores
     python bench/small_write_bench.py --writes 20
+    python bench/small_write_bench.py --table-rows 1000000 --timeline   # a profile of one warm write:
+        # each Spark job's start, length and task seconds, and the driver's time outside any job
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -47,7 +48,9 @@ from runtime.session import get_spark
 from runtime.table import Table, TableConfig
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ
 
-conf, writes, table_rows = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+conf, writes, table_rows, timeline = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+if timeline:  # the UI's REST API gives each job's times
+    conf = {**conf, "spark.ui.enabled": "true"}
 spark = get_spark("local[2]", {"spark.sql.shuffle.partitions": "4", **conf}, app_name="small-write-bench")
 tracker = spark.sparkContext.statusTracker()
 calls = [0]
@@ -58,6 +61,25 @@ def counted(self, command):
     return send(self, command)
 
 cs.ClientServerConnection.send_command = counted
+def job_times(ids, start):
+    # each job's start (seconds after the write's) and duration, and its stages' task seconds
+    import urllib.request
+    from datetime import datetime, timezone
+
+    def get(path):
+        url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}/{path}"
+        return json.loads(urllib.request.urlopen(url).read())
+
+    def at(text):
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fGMT").replace(tzinfo=timezone.utc).timestamp()
+
+    jobs = {j["jobId"]: j for j in get("jobs")}
+    got = []
+    for j in ids:
+        job = jobs[j]
+        tasks = sum(st["executorRunTime"] for sid in job["stageIds"] for st in get(f"stages/{sid}") if st["status"] == "COMPLETE")
+        got.append((job["name"].rsplit("/", 1)[-1], at(job["submissionTime"]) - start, at(job["completionTime"]) - at(job["submissionTime"]), tasks / 1000))
+    return got
 SCHEMA = "id long, region string, ts long, amount decimal(12,2), note string"
 REGIONS = ("EU", "US/West", "APAC")
 out = {}
@@ -75,8 +97,10 @@ for kind in (COPY_ON_WRITE, MERGE_ON_READ):
         rows = [(i, REGIONS[i % 3], base + n + 1, Decimal(i) / 50, f"u{n}") for i in range(n * 50, n * 50 + 50)]
         rows += [(table_rows * 2 + n * 50 + i, REGIONS[i % 3], base + n + 1, Decimal(i) / 10, f"new{n}") for i in range(50)]
         df = spark.createDataFrame(rows, SCHEMA)
-        c0, j0, t0 = calls[0], len(tracker.getJobIdsForGroup(None)), time.perf_counter()
+        c0, j0, t0, start = calls[0], len(tracker.getJobIdsForGroup(None)), time.perf_counter(), time.time()
         table.write(df, "upsert")
+        if n == 3 and timeline:
+            spent = {"write": time.perf_counter() - t0, "jobs": job_times(sorted(tracker.getJobIdsForGroup(None))[j0:], start)}
         if n >= 3:
             walls.append(time.perf_counter() - t0)
             per_write.append(calls[0] - c0)
@@ -93,14 +117,17 @@ for kind in (COPY_ON_WRITE, MERGE_ON_READ):
                         what, where = name.split(" at ", 1)
                         name = f"{what} at {where.rsplit('/', 1)[-1]}"
                     names.append(name)
+    if timeline:
+        out[kind] = spent
+        continue
     out[kind] = {"walls": walls, "calls": per_write, "jobs": jobs, "names": names, "rows": table.read().count()}
 print(json.dumps(out))
 """
 
 
-def run_session(name: str, writes: int, table_rows: int) -> dict:
+def run_session(name: str, writes: int, table_rows: int, timeline: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(REPO), json.dumps(SESSIONS[name]), str(writes), str(table_rows)],
+    done = subprocess.run([sys.executable, "-c", CHILD, str(REPO), json.dumps(SESSIONS[name]), str(writes), str(table_rows), "1" if timeline else "0"],
                           capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"session {name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -113,7 +140,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="fresh processes per session, in turns (default 2)")
     parser.add_argument("--table-rows", type=int, default=10_000, help="rows of each table before the upserts (default 10,000; issue 42's goal is for 1,000,000)")
     parser.add_argument("--section", default="small-write", help="the section of bench/RESULTS.md to write")
+    parser.add_argument("--timeline", action="store_true",
+                        help="a profile instead: when each Spark job of one warm write (pipe's session) starts and ends, and the "
+                             "driver's time between them; needs Spark's UI, so nothing goes to RESULTS.md")
     args = parser.parse_args()
+    if args.timeline:
+        print_timeline(run_session("pipe", 1, args.table_rows, timeline=True))
+        return
 
     results: dict[str, dict[str, dict[str, list]]] = {name: {} for name in SESSIONS}
     for _ in range(args.rounds):
@@ -155,6 +188,18 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     write_section(args.section, body)
+
+
+def print_timeline(got: dict) -> None:
+    for kind, spent in got.items():
+        jobs, busy, covered_to = spent["jobs"], 0.0, 0.0
+        print(f"{kind}: one write {spent['write']:.3f} s, {len(jobs)} Spark jobs")
+        print(f"  {'job (call site)':<58} {'starts':>7} {'lasts':>7} {'task s':>7}")
+        for name, at, lasts, tasks in jobs:
+            busy += max(0.0, at + lasts - max(at, covered_to))  # jobs may overlap (broadcasts): time under any job
+            covered_to = max(covered_to, at + lasts)
+            print(f"  {name[:58]:<58} {at:7.3f} {lasts:7.3f} {tasks:7.3f}")
+        print(f"  under a job {busy:.3f} s; the driver alone (planning, py4j, between jobs) {spent['write'] - busy:.3f} s")
 
 
 if __name__ == "__main__":
