@@ -61,8 +61,17 @@ def counted(self, command):
     return send(self, command)
 
 cs.ClientServerConnection.send_command = counted
+def call_site(name):
+    # a stage's name, shortened to its call site's file and line
+    if "withThreadLocalCaptured" in name:
+        return "a broadcast's build (CompletableFuture)"
+    if " at " in name:
+        what, where = name.split(" at ", 1)
+        return f"{what} at {where.rsplit('/', 1)[-1]}"
+    return name
+
 def job_times(ids, start):
-    # each job's start (seconds after the write's) and duration, and its stages' task seconds
+    # each job's start (seconds after the write's), its duration and its stages' task seconds
     import urllib.request
     from datetime import datetime, timezone
 
@@ -78,7 +87,7 @@ def job_times(ids, start):
     for j in ids:
         job = jobs[j]
         tasks = sum(st["executorRunTime"] for sid in job["stageIds"] for st in get(f"stages/{sid}") if st["status"] == "COMPLETE")
-        got.append((job["name"].rsplit("/", 1)[-1], at(job["submissionTime"]) - start, at(job["completionTime"]) - at(job["submissionTime"]), tasks / 1000))
+        got.append((at(job["submissionTime"]) - start, at(job["completionTime"]) - at(job["submissionTime"]), tasks / 1000))
     return got
 SCHEMA = "id long, region string, ts long, amount decimal(12,2), note string"
 REGIONS = ("EU", "US/West", "APAC")
@@ -99,8 +108,6 @@ for kind in (COPY_ON_WRITE, MERGE_ON_READ):
         df = spark.createDataFrame(rows, SCHEMA)
         c0, j0, t0, start = calls[0], len(tracker.getJobIdsForGroup(None)), time.perf_counter(), time.time()
         table.write(df, "upsert")
-        if n == 3 and timeline:
-            spent = {"write": time.perf_counter() - t0, "jobs": job_times(sorted(tracker.getJobIdsForGroup(None))[j0:], start)}
         if n >= 3:
             walls.append(time.perf_counter() - t0)
             per_write.append(calls[0] - c0)
@@ -110,13 +117,9 @@ for kind in (COPY_ON_WRITE, MERGE_ON_READ):
                 for j in ids:
                     info = tracker.getJobInfo(j)
                     stage = tracker.getStageInfo(max(info.stageIds)) if info and info.stageIds else None
-                    name = stage.name if stage else "?"
-                    if "withThreadLocalCaptured" in name:
-                        name = "a broadcast's build (CompletableFuture)"
-                    elif " at " in name:
-                        what, where = name.split(" at ", 1)
-                        name = f"{what} at {where.rsplit('/', 1)[-1]}"
-                    names.append(name)
+                    names.append(call_site(stage.name if stage else "?"))
+                if timeline:
+                    spent = {"write": walls[-1], "jobs": [(name, *times) for name, times in zip(names, job_times(ids, start))]}
     if timeline:
         out[kind] = spent
         continue
