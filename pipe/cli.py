@@ -364,6 +364,10 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
         try:
             conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
             master = resolve_env_placeholders(plan.target.spark_master, os.environ)
+        except KeyError as exc:
+            raise RunError(f"environment variable {exc.args[0]} is not set; the Spark settings of target {plan.target.name} need it",
+                           f"export {exc.args[0]}=... before `pipe run`") from exc
+        try:
             remote = connect.remote_of(conf, os.environ)
             own = None if remote else _own_server(plan, root, master, conf)
             if not debug:
@@ -390,9 +394,6 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
                 if cluster.shipment is not None:  # a cluster: say which Python runs the tasks
                     output.err.print(f"[dim]{escape(cluster.shipment.describe())}[/]")
             return spark
-        except KeyError as exc:
-            raise RunError(f"environment variable {exc.args[0]} is not set; the Spark settings of target {plan.target.name} need it",
-                           f"export {exc.args[0]}=... before `pipe run`") from exc
         except Exception as exc:  # noqa: BLE001 - Spark could not start: say why, once
             from runtime.cluster import ExecutorPythonError
 

@@ -73,6 +73,19 @@ def _now() -> str:
 _WAKE_S = 0.5  # how often the waiting main thread runs Python, and so its signal handlers
 
 
+def _import_pyspark() -> None:
+    """Imports PySpark's SQL package before the steps' threads start. Its modules import each other,
+    and two steps importing them at once (one starting Spark Connect, one reading a catalog's types)
+    can meet Python's import-deadlock detection, which fails one import and leaves the other a
+    half-made package."""
+    try:
+        import pyspark.sql  # noqa: F401
+        import pyspark.sql.functions  # noqa: F401
+        import pyspark.sql.pandas.utils  # noqa: F401
+    except ImportError:  # the step that needs Spark says so itself
+        pass
+
+
 class Executor:
     def __init__(self, plan: Plan, project_root: Path, selected: Iterable[str], options: RunOptions,
                  spark_factory: Callable[[], Any] | None = None, listener: Listener | None = None,
@@ -99,6 +112,8 @@ class Executor:
         threads = max(1, self.ctx.options.threads)
         interrupted = twice = False
         self._stopped_by = "Ctrl-C"
+        if threads > 1 and len(waiting) > 1:
+            _import_pyspark()
         pool = cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pipe-step")
         try:
             while waiting or running:

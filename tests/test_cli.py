@@ -256,3 +256,24 @@ def test_every_command_that_compiles_leaves_the_plan_it_used_in_target(spark, tm
     assert code == 0, err
     assert (root / "target/plan.json").read_text() == compile_project(root).plan.to_json()
     assert not [p.name for p in (root / "target").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_spark_setting_whose_variable_is_unset_at_run_names_it_and_starts_no_spark(tmp_path, capsys, monkeypatch):
+    """The plan keeps `env_var()` of a Spark setting as a placeholder; a run without the variable
+    says which one, for every step that needs Spark, and no other KeyError reads as a variable."""
+    shutil.copytree(TEMPLATE, tmp_path / "shop")
+    project = tmp_path / "shop/pipe_project.yml"
+    project.write_text(project.read_text().replace(
+        '      master: "local[*]"\n', '      master: "local[*]"\n      conf:\n        spark.pipe.note: "{{ env_var(\'PIPE_T_NOTE\') }}"\n', 1))
+    monkeypatch.setenv("PIPE_T_NOTE", "x")
+    code, _, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile")
+    assert code == 0, err
+    assert '"spark.pipe.note": "${env:PIPE_T_NOTE}"' in (tmp_path / "shop/target/plan.json").read_text()
+    monkeypatch.delenv("PIPE_T_NOTE")
+    code, out, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "run", "--plan", str(tmp_path / "shop/target/plan.json"))
+    assert code == 1
+    assert "✗ table.orders  error" in out
+    assert "environment variable PIPE_T_NOTE is not set; the Spark settings of target dev need it" in out + err
+    assert "export PIPE_T_NOTE=... before `pipe run`" in out + err
+    assert "Traceback" not in out + err
+    assert not (tmp_path / "shop/lake/orders").exists()
