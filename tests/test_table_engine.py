@@ -95,7 +95,8 @@ def hudi_completed(path: Path) -> list[str]:
 
 
 def commit_json(path: Path, instant: str) -> dict:
-    return json.loads((path / ".hoodie" / f"{instant}.commit").read_text())
+    commit = path / ".hoodie" / f"{instant}.commit"
+    return json.loads((commit if commit.exists() else commit.with_suffix(".deltacommit")).read_text())
 
 
 def write_stats(path: Path, instant: str) -> list[dict]:
@@ -419,6 +420,36 @@ def test_inserts_fill_small_files_unless_small_file_limit_is_zero(spark, tmp_pat
     (stat,) = write_stats(path, r3.instant)
     assert (stat["fileId"], stat["prevCommit"], stat["numInserts"]) == (new_id, "null", 1)
     assert_rows(table, path, rows_of(IDX, [(1, "EU", "a"), (2, "EU", "b"), (3, "EU", "c"), (4, "EU", "d")]))
+
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_inserts_go_to_the_small_file_the_batch_rewrites_anyway(spark, tmp_path, table_type):
+    """Of two small files, the one the batch's updates touch takes its inserts, though the other
+    is smaller: one group rewritten per round, not two (Hudi's sizing picks the smallest)."""
+    table, path = make_table(spark, tmp_path, f"pref_{table_type.lower()}", record_key_fields=("id",), partition_fields=("region",),
+                             table_type=table_type)
+    big = [(i, "EU", f"big {i}") for i in range(1, 201)]
+    table.write(spark.createDataFrame(big, IDX), "insert", small_file_limit=0)
+    table.write(spark.createDataFrame([(1001, "EU", "small")], IDX), "insert", small_file_limit=0)
+    groups = {fid: s for (_, fid), s in slices(path).items()}
+    assert len(groups) == 2
+    size = {fid: (path / s.base_file_relative_path()).stat().st_size for fid, s in groups.items()}
+    with_big = next(fid for fid, s in groups.items() if any(r["id"] == 1 for r in pq.read_table(path / s.base_file_relative_path()).to_pylist()))
+    other = (set(groups) - {with_big}).pop()
+    assert size[with_big] > size[other]  # Hudi's order would fill the other one first
+    expected = {**{i: f"big {i}" for i in range(1, 201)}, 1001: "small"}
+    for n in range(1, 11):  # the tenth round as the first
+        batch = [(n, "EU", f"round {n} update"), (5000 + n, "EU", f"round {n} insert")]
+        result = table.write(spark.createDataFrame(batch, IDX), "upsert", max_file_size=64 * 1024 * 1024, small_file_limit=32 * 1024 * 1024)
+        expected.update({i: v for i, _, v in batch})
+        (stat,) = write_stats(path, result.instant)
+        assert (stat["fileId"], stat["numInserts"], stat["numUpdateWrites"]) == (with_big, 1, 1), stat
+        assert stat["path"].endswith(".parquet")  # rewritten with its inserts, not a log file
+        now = slices(path)
+        assert {fid for _, fid in now} == {with_big, other}
+        assert now[("region=EU", other)].base_file_name == groups[other].base_file_name
+    assert_rows(table, path, rows_of(IDX, [(i, "EU", v) for i, v in expected.items()]))
 
 
 # --- 9. hoodie.properties and partition metadata ----------------------------------------------------

@@ -181,14 +181,16 @@ BROADCAST_KEYS = 200_000
 
 
 def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None,
-                  partitions: set[str] | None = None, merged=None, stored_struct=None):
+                  partitions: set[str] | None = None, merged=None, stored_struct=None, probe=None):
     """Joins incoming keys to the keys stored in the latest file slices; adds the stored
     partition, file id and precombine value (null for new keys). With `index: partition`,
     only the slices of `partitions` (the batch's, found when not given) are read.
     `merged` (merge-on-read): slices -> their merged rows; a slice with log files is indexed
     as readers see it (a key its logs deleted is gone, an update's precombine value counts).
     `stored_struct` (the table's data columns), when known, saves Spark reading a footer for
-    the base files' schema: only the columns of the index are read."""
+    the base files' schema: only the columns of the index are read. `probe`: rows with the
+    same keys as `df` that are cheaper to compute (the batch before its deduplication), whose
+    keys filter the stored ones."""
     from pyspark.sql import functions as F
 
     if not slices:
@@ -228,7 +230,7 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
         index = index.unionByName(gone, allowMissingColumns=True)
     if batch_rows is not None and batch_rows <= BROADCAST_KEYS:
         # keep only the stored keys the batch has: a broadcast semi-join at the scan
-        probe = df.select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
+        probe = (df if probe is None else probe).select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
         on = [index["_k"] == probe["_k"]] + ([index[_OLD_PART] == probe["_p"]] if opts.index == "partition" else [])
         index = index.join(F.broadcast(probe), on=on, how="left_semi")
     if based:  # a key live anywhere (its slice's merged rows included) is not tagged to where it was deleted too
@@ -286,10 +288,14 @@ class Bucket:
     existing: FileSlice | None
 
 
-def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: WriteOptions, record_size: int, new_id=new_file_id) -> list[Bucket]:
+def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: WriteOptions, record_size: int, new_id=new_file_id,
+                 rewritten: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset()) -> list[Bucket]:
     """Inserts of each partition fill its small files (under small_file_limit) up to
     max_file_size first, then go to new file groups of max_file_size each (ids from
-    `new_id`). `opts`: anything with max_file_size and small_file_limit."""
+    `new_id`). `opts`: anything with max_file_size and small_file_limit. Small files among
+    `rewritten` (partition, file id: the groups the batch's updates and deletes touch anyway)
+    take inserts before the others, smallest first within each kind, so a batch of updates and
+    inserts rewrites one group where Hudi's sizing (smallest first) would rewrite two."""
     record_size = max(1, record_size)
     per_file = max(1, opts.max_file_size // record_size)
     buckets: list[Bucket] = []
@@ -299,7 +305,8 @@ def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: W
         # a merge-on-read slice with log files is not a small file: its base alone is stale
         # nor is a group under a pending compaction (a new base version would race its plan)
         small = sorted((s for s in slices if s.partition == partition and s.base_file is not None and not s.log_files
-                        and s.pending_compaction is None and s.base_file.size < opts.small_file_limit), key=lambda s: s.base_file.size)
+                        and s.pending_compaction is None and s.base_file.size < opts.small_file_limit),
+                       key=lambda s: ((s.partition, s.file_id) not in rewritten, s.base_file.size))
         for s in small:
             if left <= 0:
                 break
@@ -479,6 +486,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     if keyed and not bucketed and opts.operation in ("upsert", "delete") and partitions is not None and _partition_upsert.fits(partitions, slices):
         return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, partitions,
                                     present)
+    batch = rows  # the batch's keys, before the window that deduplicates them
     if keyed and (opts.operation in ("upsert", "delete") or opts.combine_before_insert):
         rows = dedupe(rows, config, opts, present)
     lookup = keyed and (opts.operation in ("upsert", "delete") or opts.insert_duplicates != "none")
@@ -491,7 +499,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             def merged(with_logs):
                 return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
-                             stored_struct)
+                             stored_struct, probe=batch)
         rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
@@ -549,7 +557,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         receiving = {(p, fid) for (p, _), fid in to_buckets.items()}
         routed = route_to_buckets(spark, rows.where(is_insert), to_buckets)
     else:
-        buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline))
+        buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline), rewritten=touched)
         receiving = {(b.partition, b.file_id) for b in buckets}
         routed = assign_file_groups(spark, rows.where(is_insert), buckets) if buckets else None
     if routed is not None:
