@@ -114,6 +114,34 @@ def default_parallelism(spark) -> int:
     return _parallelism[key]
 
 
+_LOCAL_ROWS = 2_000
+
+
+def local_rows(spark, rows, columns: str):
+    """A small DataFrame of `rows` (tuples of str, int, float or None) with `columns` ("name type,
+    ..."), held in the query plan itself (an inline table: Spark's LocalRelation): unlike
+    createDataFrame of a list, which becomes an RDD, a broadcast of it runs no Spark job, and it
+    is one round trip to the driver's JVM. Text goes into the statement as hex of its UTF-8
+    bytes, so no value is ever read as SQL. Beyond a few thousand rows, where parsing the
+    statement would cost more than the job, createDataFrame's RDD it is."""
+    if not rows or len(rows) > _LOCAL_ROWS:
+        return spark.createDataFrame(rows, columns)
+    names = [c.split()[0] for c in columns.split(",")]
+    types = [c.split()[1] for c in columns.split(",")]
+
+    def literal(value, dtype: str) -> str:
+        if value is None:
+            return f"CAST(NULL AS {dtype})"
+        if isinstance(value, str):
+            return f"CAST(X'{value.encode('utf-8').hex()}' AS STRING)"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"local_rows takes text and numbers, not {type(value).__name__}")
+        return f"CAST('{value!r}' AS {dtype})"  # the repr of a number: digits, '.', 'e', '-', inf, nan
+
+    tuples = ", ".join(f"({', '.join(literal(v, types[j]) for j, v in enumerate(row))})" for row in rows)
+    return spark.sql(f"SELECT * FROM VALUES {tuples} AS t({', '.join(names)})")
+
+
 def local_checkpoint(df, eager: bool = True):
     """`df.localCheckpoint(eager)`, in the session of `df` on Connect too. PySpark's Connect
     client binds the checkpointed DataFrame to the calling thread's active session (else the

@@ -22,6 +22,7 @@ row (`settle`), and its text is kept: a table never holds two texts of one key."
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 from runtime.table.errors import TableError
 
@@ -76,7 +77,47 @@ def _java_decimal(F, col, scale: int):
     return F.when(n < scale - 5, scientific).otherwise(plain)
 
 
+# Column expressions already built, by what they depend on: building one is a few hundred
+# round trips to the driver's JVM (each function and literal of the URL encoding is one), and a
+# Column is an unresolved expression, valid for any DataFrame of the JVM that made it.
+_BUILT: dict = {}
+_BUILT_MAX = 256
+_BUILT_LOCK = threading.Lock()
+
+
+def _memo(kind: str, config, fields, types: dict[str, str], build):
+    from pyspark import SparkContext
+    from pyspark.sql.utils import is_remote
+
+    remote = is_remote()
+    try:
+        key = (kind, remote, None if remote else SparkContext._gateway, config, tuple(types.get(f, "string") for f in fields))
+        hash(key)
+    except TypeError:  # a config holding something unhashable: built each time
+        return build()
+    with _BUILT_LOCK:
+        built = _BUILT.get(key)
+    if built is None:
+        built = build()
+        with _BUILT_LOCK:
+            if len(_BUILT) >= _BUILT_MAX:
+                _BUILT.pop(next(iter(_BUILT)))
+            _BUILT[key] = built
+    return built
+
+
 def key_expr(F, config, types: dict[str, str]):
+    """_hoodie_record_key (see _key_expr), built once per table's settings and key types."""
+    return _memo("key", config, config.record_key_fields, types, lambda: _key_expr(F, config, types))
+
+
+def partition_expr(F, config, types: dict[str, str]):
+    """_hoodie_partition_path (see _partition_expr), built once per table's settings and
+    partition field types."""
+    return _memo("partition", config, config.partition_fields, types, lambda: _partition_expr(F, config, types))
+
+
+def _key_expr(F, config, types: dict[str, str]):
     """_hoodie_record_key: one field's value text (`field:value` under a FIELD_PREFIXED
     ComplexKeyGenerator); several fields as `f1:v1,f2:v2` with __null__ for a null part and
     __empty__ for an empty one (KeyGenerator.constructRecordKey). Null for a row that has no
@@ -93,7 +134,7 @@ def key_expr(F, config, types: dict[str, str]):
     return F.when(some, F.concat_ws(",", *parts))
 
 
-def partition_expr(F, config, types: dict[str, str]):
+def _partition_expr(F, config, types: dict[str, str]):
     """_hoodie_partition_path: the partition fields' value texts, URL-encoded when the table
     says so, `field=` before each with hive-style partitioning, joined with '/'; a null or
     empty value is __HIVE_DEFAULT_PARTITION__."""

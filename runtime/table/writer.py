@@ -228,7 +228,8 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
                            F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER),
                            F.lit(True).alias(_GONE))
         index = index.unionByName(gone, allowMissingColumns=True)
-    if batch_rows is not None and batch_rows <= BROADCAST_KEYS:
+    small = batch_rows is not None and batch_rows <= BROADCAST_KEYS
+    if small:
         # keep only the stored keys the batch has: a broadcast semi-join at the scan
         probe = (df if probe is None else probe).select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
         on = [index["_k"] == probe["_k"]] + ([index[_OLD_PART] == probe["_p"]] if opts.index == "partition" else [])
@@ -242,7 +243,9 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     cond = [df[KEY] == index["_k"]]
     if opts.index == "partition":
         cond.append(df[PART] == index[_OLD_PART])
-    return df.join(index, on=cond, how="left").drop("_k")
+    # a small batch's stored keys (about as many as the batch's) are broadcast to the batch's
+    # tasks too: the join waits for no shuffle of theirs, and the batch keeps its partitioning
+    return df.join(F.broadcast(index) if small else index, on=cond, how="left").drop("_k")
 
 
 def drop_stale(df, config, present):
@@ -331,7 +334,7 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
     """Routes each insert to a bucket by a hash of its key (stable, and spread by weight)."""
     from pyspark.sql import functions as F
 
-    table = spark.createDataFrame([(b.partition, b.file_id, b.lo, b.hi) for b in buckets], "bp string, bf string, lo double, hi double")
+    table = spark_api.local_rows(spark, [(b.partition, b.file_id, b.lo, b.hi) for b in buckets], "bp string, bf string, lo double, hi double")
     h = (F.pmod(F.xxhash64(F.col(KEY), F.col(_SEQ)), F.lit(1 << 30)) / float(1 << 30)).alias("_pipe_h")
     cond = (F.col(PART) == F.col("bp")) & (F.col("_pipe_h") >= F.col("lo")) & (F.col("_pipe_h") < F.col("hi"))
     routed = inserts.select("*", h).join(F.broadcast(table), cond, "inner")
@@ -346,7 +349,7 @@ def route_to_buckets(spark, inserts, to_buckets: dict[tuple[str, int], str]):
     -> file id, a stored group's or a new one's)."""
     from pyspark.sql import functions as F
 
-    table = spark.createDataFrame([(p, b, fid) for (p, b), fid in sorted(to_buckets.items())], "bp string, bb int, bf string")
+    table = spark_api.local_rows(spark, [(p, b, fid) for (p, b), fid in sorted(to_buckets.items())], "bp string, bb int, bf string")
     routed = inserts.join(F.broadcast(table), (F.col(PART) == F.col("bp")) & (F.col(_BUCKET) == F.col("bb")), "inner")
     return routed.withColumn(FILE_ID, F.col("bf")).drop("bp", "bb", "bf", _BUCKET)
 
