@@ -1,6 +1,16 @@
 #!/usr/bin/env python
 """pipe's table engine against Java Hudi 0.15.0's Spark writer, side by side in one run, on the
-same data, the same machine and the same core count (both Spark local[2]):
+same data, the same machine and the same core count (both Spark local[2], the same driver
+memory, both JVMs with the G1 collector, Java 17's default), each side with each of its indexes:
+
+  pipe                 pipe's default, the global index (a key unique across the table)
+  pipe partition       `index: partition` (a key unique within its partition)
+  Java                 Java's defaults: the SIMPLE index, the metadata table on
+  Java BLOOM           the BLOOM index (footers' bloom filters and key ranges), metadata table on
+  Java RECORD_INDEX    the record-level index of the metadata table (global)
+  Java GLOBAL_SIMPLE   the global join of every stored key (`--sides` adds it: pipe's old rival)
+
+The cases:
 
   bulk_insert        N rows into a new copy-on-write table
   upsert 1%          into that table: N/100 changed rows in one of the 10 partitions, then
@@ -11,19 +21,25 @@ same data, the same machine and the same core count (both Spark local[2]):
                      first, timed too) and its snapshot read (count + sum of a column, so
                      every row is merged and produced)
   first write        of a small batch (upsert into a new table) in a fresh process: a new
-                     `python` for pipe, a new Java Hudi driver (JVM + SparkSession) for Java;
-                     process start-up included
+                     `python` for pipe, a new Java Hudi driver (JVM + SparkSession) for Java
+                     with its defaults; process start-up included
 
-The data is generated once, as Parquet files both sides read (`spark.read.parquet` in pipe's
+The targets compare the pairs a user chooses between: pipe's default against Java's defaults,
+pipe's partition index against Java's faster partition-scoped index (SIMPLE or BLOOM), and
+pipe's global index against Java's faster global one (RECORD_INDEX, or GLOBAL_SIMPLE when run).
+
+The data is generated once, as Parquet files all sides read (`spark.read.parquet` in pipe's
 session; the driver's own `spark.read.parquet` on the Java side). pipe runs in this process
 (runtime.table.Table on PySpark 4); Java Hudi runs in the long-lived driver of
 tests/java_hudi (pyspark 3.5.9 + hudi-spark3.5-bundle_2.12 0.15.0), started once before the
-measurements. Each repeat builds its own pair of tables; in each case the two sides take turns
-going first. Results go to the `java` section of bench/RESULTS.md.
+measurements. Each repeat builds its own tables; in each case the sides take turns going first.
+The machine's load is recorded through the run, and a run during which other processes took
+more than a tenth of the machine is marked as no result. Results go to the `java` section of
+bench/RESULTS.md.
 
-    python bench/java_bench.py                    # 5,000,000 rows
-    python bench/java_bench.py --rows 100000      # quick
-    python bench/java_bench.py --mdt              # also Java with its metadata table (its default)
+    python bench/java_bench.py                      # 5,000,000 rows, 3 repeats
+    python bench/java_bench.py --rows 1000000 --section java-1m
+    python bench/java_bench.py --rows 100000 --repeats 1 --fresh-repeats 1 --section scratch   # quick
 """
 
 from __future__ import annotations
@@ -46,7 +62,7 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH_DIR))
 
-from report import Measure, median as _median, tree, write_section  # noqa: E402
+from report import Load, Measure, median as _median, tree, write_section  # noqa: E402
 
 MEMORY = "3g"  # both drivers (local mode: the driver's JVM also runs the executors)
 BASE_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch millis
@@ -55,7 +71,25 @@ KEY, PARTITION, PRECOMBINE = "id", "part", "ts"
 
 # pipe's engine: its defaults for local[2] (spark.sql.shuffle.partitions 4, default.parallelism 2),
 # the drivers' memory, and timestamps written as Parquet's TIMESTAMP_MICROS (as the Java driver does)
-PIPE_CONF = {"spark.driver.memory": MEMORY, "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+G1 = "-XX:+UseG1GC"  # Java 17's default collector, on every JVM of the race (the tests' JVMs use the serial one)
+PIPE_CONF = {"spark.driver.memory": MEMORY, "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS", "spark.driver.extraJavaOptions": G1}
+
+# the sides: (pipe or Java, the index, extra Java options); --sides picks among them
+SIDES = {
+    "pipe": ("pipe", "global", {}),
+    "pipe partition": ("pipe", "partition", {}),
+    "Java": ("Java", "SIMPLE", {}),
+    "Java BLOOM": ("Java", "BLOOM", {}),
+    "Java RECORD_INDEX": ("Java", "RECORD_INDEX", {"hoodie.metadata.record.index.enable": "true"}),
+    "Java GLOBAL_SIMPLE": ("Java", "GLOBAL_SIMPLE", {}),
+}
+DEFAULT_SIDES = ("pipe", "pipe partition", "Java", "Java BLOOM", "Java RECORD_INDEX")
+# (label, pipe's side, Java's sides of which the faster one counts)
+PAIRS = (
+    ("pipe's default / Java's defaults", "pipe", ("Java",)),
+    ("pipe partition / Java's faster partition index", "pipe partition", ("Java", "Java BLOOM")),
+    ("pipe's global index / Java's faster global index", "pipe", ("Java RECORD_INDEX", "Java GLOBAL_SIMPLE")),
+)
 
 
 class Runs:
@@ -201,15 +235,16 @@ def write_commits(table: Path) -> list[str]:
 class JavaSide:
     """Java Hudi 0.15.0 through the long-lived driver of tests/java_hudi."""
 
-    def __init__(self, java, work: Path, index: str, mdt: bool, label: str):
+    def __init__(self, java, work: Path, index: str, mdt: bool, label: str, extra: dict[str, str] | None = None):
         self.java, self.work, self.index, self.mdt, self.label = java, work, index, mdt, label
+        self.extra = dict(extra or {})  # more options (the record index's)
         self.views = 0
 
     def pids(self) -> list[int]:
         return tree([self.java.proc.pid])
 
     def write(self, table: str, table_type: str, operation: str, source: Path) -> None:
-        opts = java_options(table, table_type, operation, self.index, self.mdt)
+        opts = {**java_options(table, table_type, operation, self.index, self.mdt), **self.extra}
         self.java.call({"op": "write", "path": str(self.work / table), "input": str(source), "options": opts, "mode": "append"})
 
     def scan(self, table: str, **read) -> tuple[int, float]:
@@ -305,12 +340,14 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=1000, help="rows of the first write in a fresh process")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--fresh-repeats", type=int, default=3)
-    ap.add_argument("--index", default="global", choices=("global", "partition"),
-                    help="pipe's index; Java's is GLOBAL_SIMPLE for global, SIMPLE for partition")
-    ap.add_argument("--mdt", action="store_true", help="also run Java with its metadata table on (Java's default)")
+    ap.add_argument("--sides", default=",".join(DEFAULT_SIDES), help=f"the sides, of: {', '.join(SIDES)}")
     ap.add_argument("--section", default="java")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     args = ap.parse_args()
+    chosen = [w.strip() for w in args.sides.split(",") if w.strip()]
+    unknown = [w for w in chosen if w not in SIDES]
+    if unknown or "pipe" not in chosen or "Java" not in chosen:
+        ap.error(f"--sides: {', '.join(unknown) or 'pipe and Java are needed'}; the sides are: {', '.join(SIDES)}")
 
     os.environ.setdefault("JAVA_HUDI_MEMORY", MEMORY)
     from tests.java_hudi.client import JavaHudi
@@ -319,7 +356,8 @@ def main() -> None:
     from runtime.session import get_spark
 
     ensure((HUDI_015,))
-    load_before = os.getloadavg()
+    load = Load(every=5.0)
+    load.start()
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="pipe-java-bench-"))
     spark = get_spark("local[2]", PIPE_CONF, app_name="pipe-bench")
@@ -333,12 +371,12 @@ def main() -> None:
         t0 = time.perf_counter()
         data = generate(spark, work / "data", args.rows, args.small)
         gen_seconds = time.perf_counter() - t0
-        java = JavaHudi(HUDI_015, work / "java-driver")
-        java_index = "GLOBAL_SIMPLE" if args.index == "global" else "SIMPLE"
-        pipe = PipeSide(spark, work / "pipe", args.index)
-        sides = [("pipe", pipe), ("Java", JavaSide(java, work / "java", java_index, False, "Java"))]
-        if args.mdt:
-            sides.append(("Java + MDT", JavaSide(java, work / "java-mdt", java_index, True, "Java + MDT")))
+        java = JavaHudi(HUDI_015, work / "java-driver", jvm_options=G1)
+        sides = []
+        for who in chosen:
+            kind, index, extra = SIDES[who]
+            folder = work / who.lower().replace(" ", "-")
+            sides.append((who, PipeSide(spark, folder, index) if kind == "pipe" else JavaSide(java, folder, index, True, who, extra)))
 
         def measure(case: str, who: str, side, fn):
             last_job = spark_jobs(spark)[-1][0] if who == "pipe" and spark_jobs(spark) else -1
@@ -347,7 +385,7 @@ def main() -> None:
             results.setdefault((case, who), Runs()).add(m)
             if who == "pipe":
                 profiles[case] = job_profile(spark_jobs(spark, last_job), m.seconds)
-            print(f"  {case:<40} {who:<12} {m.seconds:7.2f} s  cpu {m.cpu:6.1f} s  peak {m.peak:6.0f} MB", flush=True)
+            print(f"  {case:<40} {who:<20} {m.seconds:7.2f} s  cpu {m.cpu:6.1f} s  peak {m.peak:6.0f} MB", flush=True)
             return out
 
         # warm-up, not reported: each side's first write and read pays JIT and class loading
@@ -359,10 +397,11 @@ def main() -> None:
                 side.scan(f"warm-{table_type}")
 
         cow, mor = "COPY_ON_WRITE", "MERGE_ON_READ"
-        # the first write of a small batch in a fresh process, process start-up included
+        fresh_case = "first write of a small batch, fresh process"
+        # the first write of a small batch in a fresh process, process start-up included: each side's defaults
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         for r in range(args.fresh_repeats):
-            for who, _ in (sides[:2] if r % 2 == 0 else sides[:2][::-1]):
+            for who in (("pipe", "Java") if r % 2 == 0 else ("Java", "pipe")):
                 if who == "pipe":
                     target = work / "pipe" / f"fresh{r}"
                     proc: list = []
@@ -379,23 +418,20 @@ def main() -> None:
                         marks, jobs = json.loads(out.strip().splitlines()[-1])
                         marks = [t0, *marks, t1]
                         phases["pipe"].append([b - a for a, b in zip(marks, marks[1:])])
-                        profiles["first write of a small batch, fresh process"] = job_profile(jobs, marks[4] - marks[3])
+                        profiles[fresh_case] = job_profile(jobs, marks[4] - marks[3])
 
                     with Measure(lambda: tree([p.pid for p in proc if p.poll() is None])) as meas:
                         run_pipe()
-                    results.setdefault(("first write of a small batch, fresh process", who), Runs()).add(meas)
-                    print(f"  fresh process                            pipe         {meas.seconds:7.2f} s  peak {meas.peak:6.0f} MB", flush=True)
                 else:
-                    target = work / "java" / f"fresh{r}"
                     holder: list = []
 
                     def run_java():
                         marks = [time.time()]
                         j = JavaHudi.__new__(JavaHudi)
                         holder.append(j)
-                        JavaHudi.__init__(j, HUDI_015, work / f"java-fresh-{r}")
+                        JavaHudi.__init__(j, HUDI_015, work / f"java-fresh-{r}", jvm_options=G1)
                         marks.append(time.time())
-                        JavaSide(j, work / "java", java_index, False, "Java").write(f"fresh{r}", cow, "upsert", data["small"])
+                        JavaSide(j, work / "java-fresh", "SIMPLE", True, "Java").write(f"fresh{r}", cow, "upsert", data["small"])
                         marks.append(time.time())
                         j.close()
                         marks.append(time.time())
@@ -403,11 +439,11 @@ def main() -> None:
 
                     with Measure(lambda: tree([j.proc.pid for j in holder if getattr(j, "proc", None) and j.proc.poll() is None])) as meas:
                         run_java()
-                    results.setdefault(("first write of a small batch, fresh process", who), Runs()).add(meas)
-                    print(f"  fresh process                            Java         {meas.seconds:7.2f} s  peak {meas.peak:6.0f} MB", flush=True)
+                results.setdefault((fresh_case, who), Runs()).add(meas)
+                print(f"  fresh process                            {who:<20} {meas.seconds:7.2f} s  peak {meas.peak:6.0f} MB", flush=True)
         for r in range(args.repeats):
             print(f"repeat {r + 1}/{args.repeats}", flush=True)
-            order = sides if r % 2 == 0 else sides[::-1]  # who goes first alternates
+            order = sides[r % len(sides):] + sides[:r % len(sides)]  # who goes first turns
             t, m = f"cow{r}", f"mor{r}"
             steps = [
                 ("bulk_insert", lambda s: s.write(t, cow, "bulk_insert", data["base"])),
@@ -432,8 +468,7 @@ def main() -> None:
                 checks[("merge-on-read snapshot read", who)].append(measure("merge-on-read snapshot read", who, side, lambda: side.scan(m)))
             done = r + 1
             # the section after every repeat: a run cut short still leaves what it measured
-            report(args, results, checks, phases, profiles, [w for w, _ in sides], gen_seconds, time.perf_counter() - started, load_before,
-                   os.getloadavg(), done)
+            report(args, results, checks, phases, profiles, chosen, gen_seconds, time.perf_counter() - started, load, done)
 
     finally:
         if java is not None:
@@ -443,8 +478,8 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"kept {work}")
-    whole = time.perf_counter() - started
-    report(args, results, checks, phases, profiles, [w for w, _ in sides], gen_seconds, whole, load_before, os.getloadavg(), done, final=True)
+    load.stop()
+    report(args, results, checks, phases, profiles, chosen, gen_seconds, time.perf_counter() - started, load, done, final=True)
 
 
 # why pipe is slower than Java in a case, as the profiles of the runs show (bench/RESULTS.md)
@@ -469,87 +504,116 @@ WHY = {
 }
 
 TARGETS = {"bulk_insert": 1.0, "upsert 1% in 1 partition": 0.5, "upsert 1% spread": 0.5, "delete 1%": 0.5, "merge-on-read upsert 1%": 0.5}
+READ_TARGET = 1.0  # every read: at most Java's time
 
 
-def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, load_before, load_after, done: int, final: bool = False) -> None:
+def target_of(case: str) -> float | None:
+    return TARGETS.get(case, READ_TARGET if "read" in case else None)
+
+
+def pair_ratio(results, case: str, pipe_side: str, java_sides) -> tuple[float, str] | None:
+    """pipe's median over the faster of `java_sides` (those run) in `case`, and which it was."""
+    if (case, pipe_side) not in results:
+        return None
+    java = [(results[(case, j)].median, j) for j in java_sides if (case, j) in results]
+    if not java:
+        return None
+    best, who = min(java)
+    return results[(case, pipe_side)].median / best, who
+
+
+def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, load, done: int, final: bool = False) -> None:
     cases = sorted(dict.fromkeys(case for case, _ in results), key=lambda c: c.startswith("first write"))  # the fresh process last
-    pipe_index = args.index
-    java_index = "GLOBAL_SIMPLE" if args.index == "global" else "SIMPLE"
+    cores = os.cpu_count() or 1
+    after = getattr(load, "after", None) or os.getloadavg()
+    loads = load.loads or [after[0]]
+    busy = load.others > 0.1 * whole * cores
     lines = [
-        "## pipe against Java Hudi 0.15.0: bulk_insert, upserts, delete, merge-on-read, reads, a fresh process"
+        "## pipe against Java Hudi 0.15.0, each with its indexes: bulk_insert, upserts, delete, merge-on-read, reads, a fresh process"
         + ("" if args.rows == 5_000_000 else f" ({args.rows:,} rows)"),
         "",
-        "Generated by `python bench/java_bench.py` — do not edit by hand; run the script again.",
+        f"Generated by `python bench/java_bench.py --rows {args.rows} --repeats {args.repeats} --section {args.section}` — do not edit by hand; "
+        "run the script again.",
         "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; Python {platform.python_version()}; whole run {whole:.0f} s "
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {cores} cores; Python {platform.python_version()}; whole run {whole:.0f} s "
         f"(data generated in {gen_seconds:.0f} s)",
-        f"- Load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)}, after: {' / '.join(f'{x:.2f}' for x in load_after)}"
-        + (" — **above 3: the machine was shared during the run; read the times with that in mind**" if max(load_before[0], load_after[0]) > 3 else ""),
+        f"- Load: 1-minute load average {min(loads):.1f}–{max(loads):.1f} during the run (before: {' / '.join(f'{x:.2f}' for x in load.before)}); "
+        f"other processes took {load.others:.0f} CPU s, steal {load.steal:.0f} s"
+        + (" — **other processes took more than a tenth of the machine: this run is not a result**" if busy else ""),
         f"- **{args.rows:,} rows** (id bigint key, part int = id % 10: 10 partitions, ts bigint epoch millis as precombine, name string, amount double, "
-        "qty int, price decimal(12,2), updated_at timestamp), generated once as Parquet files that both sides read",
+        "qty int, price decimal(12,2), updated_at timestamp), generated once as Parquet files that every side reads",
         "- pipe: runtime.table.Table on PySpark 4 in the benchmark's process, Spark local[2] with pipe's defaults for it (4 shuffle partitions), "
-        f"driver memory {MEMORY}; index `{pipe_index}`; snappy, 120 MB files",
-        f"- Java: Hudi 0.15.0 (hudi-spark3.5-bundle_2.12) on pyspark 3.5.9, Spark local[2], driver memory {MEMORY}, one long-lived driver "
-        f"(tests/java_hudi/driver.py) started before the measurements; `hoodie.metadata.enable=false`, `hoodie.index.type={java_index}`, "
-        "shuffle and index parallelism 2, snappy, 120 MB files and a 100 MB small-file limit (pipe's too), SimpleKeyGenerator, hive-style partitions, "
-        "Java's defaults otherwise (the row writer for bulk_insert, inline clean and archive, the embedded timeline server)",
-        ("- Index: pipe's default index is global (a key is unique across the table; an update may move a key to another partition), so Java "
-         "runs its global counterpart, GLOBAL_SIMPLE (a join of the incoming keys with every stored key): the same semantics, the same answers. "
-         "Java's default index, SIMPLE, keeps keys unique per partition only; its counterpart is pipe's `index: partition` (`--index partition`)."
-         if args.index == "global" else
-         "- Index: Java's default, SIMPLE (keys unique per partition: incoming keys are joined with the stored keys of the partitions in the batch), "
-         "against its counterpart in pipe, `index: partition`; pipe's default, the global index, is compared with GLOBAL_SIMPLE by `--index global`."),
+        f"driver memory {MEMORY}, G1; snappy, 120 MB files. *pipe*: its default, the global index; *pipe partition*: `index: partition`",
+        f"- Java: Hudi 0.15.0 (hudi-spark3.5-bundle_2.12) on pyspark 3.5.9, Spark local[2], driver memory {MEMORY}, G1, one long-lived driver "
+        "(tests/java_hudi/driver.py) started before the measurements, its tables apart per side; the metadata table on (`hoodie.metadata.enable=true`, "
+        "Java's default) on every side; shuffle and index parallelism 2, snappy, 120 MB files and a 100 MB small-file limit (pipe's too), "
+        "SimpleKeyGenerator, hive-style partitions, Java's defaults otherwise. *Java*: its default index, SIMPLE; *Java BLOOM*: BLOOM; "
+        "*Java RECORD_INDEX*: RECORD_INDEX with `hoodie.metadata.record.index.enable=true`; *Java GLOBAL_SIMPLE*: GLOBAL_SIMPLE",
+        f"- Sides: {', '.join(whos)}",
         *([] if final else [f"- **Partial: written after repeat {done} of {args.repeats}; the run did not finish.**"]),
-        f"- Each repeat ({done}) writes its own pair of tables: bulk_insert, upsert 1% in partition 3 (every file group of it), delete 1%, "
+        f"- Each repeat ({done}) writes its own tables per side: bulk_insert, upsert 1% in partition 3 (every file group of it), delete 1%, "
         "upsert 1% spread (every file group of the table), the incremental read of that last commit; then a merge-on-read table: bulk_insert, upsert "
-        "1% spread, snapshot read. The two sides take turns going first. Reads are count(*) and sum(amount) of the read, so every row is produced "
+        "1% spread, snapshot read. The sides take turns going first. Reads are count(*) and sum(amount) of the read, so every row is produced "
         "(Java: a temporary view `USING hudi`, made inside the timing).",
-        *(["- Java + MDT: the same Java options with `hoodie.metadata.enable=true` (Java's default: the metadata table with its files index), "
-           "on tables of its own, in turn with the other two (not in the fresh-process case)."] if args.mdt else []),
-        f"- First write in a fresh process ({args.fresh_repeats} runs): an upsert of {args.small:,} rows into a new table; pipe: a new `python` "
-        "(imports, Spark start, write, Spark stop); Java: a new driver (python, JVM, SparkSession with the Hudi bundle), the write, quit.",
+        f"- First write in a fresh process ({args.fresh_repeats} runs, pipe and Java with their defaults): an upsert of {args.small:,} rows into a new "
+        "table; pipe: a new `python` (imports, Spark start, write, Spark stop); Java: a new driver (python, JVM, SparkSession with the Hudi bundle), "
+        "the write, quit.",
         "- Peak RSS: the process tree of each side (pipe: this process, its JVM and the JVM's Python workers; Java: the driver and its JVM), sampled "
-        "every 100 ms; a JVM keeps the heap it grew, so later cases carry earlier peaks. CPU: user + system seconds of the same tree.",
+        "every 100 ms; a JVM keeps the heap it grew, so later cases carry earlier peaks. CPU: user + system seconds of the same tree. "
+        "Ratios are of medians; a pair's Java side is the faster of the indexes named.",
         "",
-        "| case | pipe s (median) | Java s (median) | pipe / Java | target | pipe runs s | Java runs s | pipe CPU s | Java CPU s | pipe peak RSS MB | Java peak RSS MB |"
-        + ("" if len(whos) < 3 else " Java + MDT s (median) |"),
-        "|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|" + ("" if len(whos) < 3 else "---:|"),
+        "Wall time, median seconds (and the ratios of the pairs a user chooses between; target: at most 0.5x for upserts and deletes, at most "
+        "1.0x for bulk_insert and reads):",
+        "",
+        "| case | " + " | ".join(whos) + " | " + " | ".join(label for label, _, _ in PAIRS) + " |",
+        "|---|" + "---:|" * len(whos) + "---:|" * len(PAIRS),
     ]
-    verdicts = {}
+    verdicts = []
     for case in cases:
-        p, j = results[(case, "pipe")], results[(case, "Java")]
-        ratio = p.median / j.median
-        target = TARGETS.get(case)
-        if target is not None:
-            verdicts[case] = (ratio, target)
-        tgt = f"≤ {target:.1f}x: **{'met' if ratio <= target else 'missed'}**" if target is not None else ""
-        row = (f"| {case} | {p.median:.2f} | {j.median:.2f} | **{ratio:.2f}** | {tgt} | {', '.join(f'{x:.1f}' for x in p.seconds)} | "
-               f"{', '.join(f'{x:.1f}' for x in j.seconds)} | {p.median_cpu:.1f} | {j.median_cpu:.1f} | {p.peak:.0f} | {j.peak:.0f} |")
-        if len(whos) >= 3:
-            mdt = results.get((case, whos[2]))
-            row += f" {mdt.median:.2f} |" if mdt else " |"
-        lines.append(row)
-    lines += ["", "Against the targets (pipe at most 0.5x Java for upserts and deletes, at most 1.0x for bulk_insert):", ""]
-    for case, (ratio, target) in verdicts.items():
-        lines.append(f"- {case}: **{ratio:.2f}x, {'met' if ratio <= target else 'missed'}**")
-    slower = [case for case in cases if results[(case, "pipe")].median > results[(case, "Java")].median * TARGETS.get(case, 1.0)]
-    lines += ["", "Where pipe misses a target, or is slower than Java where there is none, and why (pipe's Spark jobs in the last run, by the "
-              "line of pipe's code that ran them, from Spark's status store; the rest of the wall time is the driver's own work):", ""]
-    if not slower:
+        cells = [f"{results[(case, w)].median:.2f}" if (case, w) in results else "" for w in whos]
+        target = target_of(case)
+        ratios = []
+        for label, pipe_side, java_sides in PAIRS:
+            got = pair_ratio(results, case, pipe_side, java_sides)
+            if got is None:
+                ratios.append("")
+                continue
+            ratio, against = got
+            mark = "" if target is None else (" ✓" if ratio <= target else " ✗")
+            ratios.append(f"**{ratio:.2f}**{mark} ({against})" if len(java_sides) > 1 else f"**{ratio:.2f}**{mark}")
+            if target is not None:
+                verdicts.append((case, label, ratio, target, against))
+        lines.append(f"| {case} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    lines += ["", "Each run, seconds; CPU seconds (median); peak RSS MB:", "", "| case | side | runs s | CPU s | peak MB |", "|---|---|---|---:|---:|"]
+    for case in cases:
+        for w in whos:
+            r = results.get((case, w))
+            if r:
+                lines.append(f"| {case} | {w} | {', '.join(f'{x:.1f}' for x in r.seconds)} | {r.median_cpu:.1f} | {r.peak:.0f} |")
+    missed = [v for v in verdicts if v[2] > v[3]]
+    lines += ["", f"Against the targets: {len(verdicts) - len(missed)} of {len(verdicts)} pairs met." + (" Missed:" if missed else ""), ""]
+    for case, label, ratio, target, against in missed:
+        lines.append(f"- **{case}**, {label} ({against}): **{ratio:.2f}x** against ≤ {target:.1f}x")
+    slow_cases = sorted({case for case, *_ in missed} | {case for case in cases if (case, "pipe") in results and (case, "Java") in results
+                                                          and results[(case, "pipe")].median > results[(case, "Java")].median})
+    lines += ["", "Where pipe misses a target, or is slower than Java's defaults, and why (pipe's Spark jobs in the last run, by the line of "
+              "pipe's code that ran them, from Spark's status store; the rest of the wall time is the driver's own work):", ""]
+    if not slow_cases:
         lines.append("- nowhere in this run")
-    for case in slower:
-        p, j = results[(case, "pipe")].median, results[(case, "Java")].median
-        lines.append(f"- **{case}** ({p:.2f} s against {j:.2f} s): {WHY.get(case, '')}")
+    for case in slow_cases:
+        lines.append(f"- **{case}**: {WHY.get(case, 'no profile-based explanation recorded yet for this case')}")
         if case.startswith("first write"):
             for who, runs in phases.items():
                 lines.append(f"  - {who}, phases (median s): " + "; ".join(f"{name} {_median([r[k] for r in runs]):.2f}" for k, name in enumerate(PHASES[who])))
             lines.append(f"  - pipe's write in it, by Spark job (last run): {profiles.get(case, '')}")
         elif case in profiles:
             lines.append(f"  - pipe, by Spark job (last run): {profiles[case]}")
-    lines += ["", "Checks (the same answers on both sides, every repeat):"]
-    for (what, who), values in sorted(checks.items()):
-        lines.append(f"- {what}, {who}: " + "; ".join(f"{c:,} rows, sum(amount) {s:,.2f}" for c, s in values[:1]) +
-                     ("" if len({(c, round(s, 2)) for c, s in values}) == 1 else " (differs between repeats!)"))
+    lines += ["", "Checks (the same answers on every side and in every repeat):"]
+    for what in sorted({what for what, _ in checks}):
+        answers = {(c, round(s, 2)) for (w, _), values in checks.items() if w == what for c, s in values}
+        first = next(values for (w, _), values in checks.items() if w == what)
+        c, s = first[0]
+        lines.append(f"- {what}: {c:,} rows, sum(amount) {s:,.2f}" + ("" if len(answers) == 1 else " — **the sides or repeats differ!**"))
     write_section(args.section, "\n".join(lines))
     if final:
         print("\n".join(lines))

@@ -34,10 +34,11 @@ class JavaError(AssertionError):
 class JavaHudi:
     """A Java Hudi Spark session in its own process (driver.py), for a whole pytest session.
     `timezone`: the JVM's time zone (user.timezone, TZ, Spark's session time zone), UTC unless
-    given; `conf`: more Spark settings of its session. The driver and its JVM run in a process group of their own, which kill() ends at
+    given; `conf`: more Spark settings of its session; `jvm_options`: the JVM's (the serial collector unless given). The driver and its JVM run in a process group of their own, which kill() ends at
     once, as a crash would."""
 
-    def __init__(self, bundle: Bundle, workdir: Path, timezone: str = "UTC", conf: dict[str, str] | None = None):
+    def __init__(self, bundle: Bundle, workdir: Path, timezone: str = "UTC", conf: dict[str, str] | None = None,
+                 jvm_options: str = SERIAL_GC):
         self.bundle = bundle
         self.timezone = timezone
         self.workdir = Path(workdir)
@@ -47,8 +48,9 @@ class JavaHudi:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME", "PYTHONPATH"))}
         # (PYSPARK_SUBMIT_ARGS, the tests' options for pipe's drivers, is dropped: Java Hudi does its
         # work in the JVM (Avro, Parquet, merging) and keeps the full JIT; tests/conftest.py)
-        # the serial collector, as every JVM of the tests (tests/conftest.py)
-        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (env.get("SPARK_SUBMIT_OPTS"), SERIAL_GC)))
+        # the serial collector, as every JVM of the tests (tests/conftest.py); a benchmark racing
+        # Java with its defaults gives its own `jvm_options`
+        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (env.get("SPARK_SUBMIT_OPTS"), jvm_options)))
         env["PYSPARK_PYTHON"] = str(bundle.python)
         env["JAVA_HUDI_TZ"] = env["TZ"] = timezone
         env["JAVA_HUDI_CONF"] = json.dumps(conf or {})  # more Spark settings (a Hive metastore: tests/hive_metastore.py)
