@@ -305,6 +305,13 @@ class PipeSide:
         return write_commits(self.work / name)
 
 
+def make_side(who: str, spark, java, work: Path):
+    """The side SIDES names `who`, on tables of its own under `work` (Java's with the metadata table on)."""
+    kind, index, extra = SIDES[who]
+    folder = work / who.lower().replace(" ", "-")
+    return PipeSide(spark, folder, index) if kind == "pipe" else JavaSide(java, folder, index, True, who, extra)
+
+
 FRESH_PIPE = """
 import time
 marks = [time.time()]
@@ -372,11 +379,7 @@ def main() -> None:
         data = generate(spark, work / "data", args.rows, args.small)
         gen_seconds = time.perf_counter() - t0
         java = JavaHudi(HUDI_015, work / "java-driver", jvm_options=G1)
-        sides = []
-        for who in chosen:
-            kind, index, extra = SIDES[who]
-            folder = work / who.lower().replace(" ", "-")
-            sides.append((who, PipeSide(spark, folder, index) if kind == "pipe" else JavaSide(java, folder, index, True, who, extra)))
+        sides = [(who, make_side(who, spark, java, work)) for who in chosen]
 
         def measure(case: str, who: str, side, fn):
             last_job = spark_jobs(spark)[-1][0] if who == "pipe" and spark_jobs(spark) else -1

@@ -26,6 +26,7 @@ meanwhile. Results go to the `small-race` section of bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -41,7 +42,7 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH_DIR))
 
-from java_bench import DAY, G1, MEMORY, PIPE_CONF, SIDES, JavaSide, PipeSide, Runs, _rows  # noqa: E402
+from java_bench import DAY, G1, MEMORY, PIPE_CONF, Runs, _rows, make_side  # noqa: E402
 from report import Load, Measure, median, write_section  # noqa: E402
 
 WARM_UP = 3
@@ -113,8 +114,7 @@ def main() -> None:
         per_condition = WARM_UP + args.writes
         base, batches = generate(spark, work / "data", args.rows, 2 * per_condition)
         java = JavaHudi(HUDI_015, work / "java-driver", jvm_options=G1)
-        sides = [("pipe", PipeSide(spark, work / "pipe", "global"))]
-        sides += [(who, JavaSide(java, work / who.lower().replace(" ", "-"), SIDES[who][1], True, who, SIDES[who][2])) for who in JAVA_SIDES]
+        sides = [(who, make_side(who, spark, java, work)) for who in ("pipe", *JAVA_SIDES)]
         for who, side in sides:
             for table_type in TYPES:
                 t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def main() -> None:
         written = 0
         for condition in ("idle", f"load {args.load}"):
             hogs = Hogs(args.load) if condition != "idle" else None
-            with hogs or _nothing():
+            with hogs or contextlib.nullcontext():
                 if hogs:
                     time.sleep(30)  # the load average climbs towards the load
                 load = Load(every=2.0)
@@ -153,14 +153,6 @@ def main() -> None:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     report(args, results, conditions, checks, [w for w, _ in sides], time.perf_counter() - started)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
 
 def report(args, results, conditions, checks, whos, whole: float) -> None:

@@ -126,8 +126,7 @@ def local_rows(spark, rows, columns: str):
     statement would cost more than the job, createDataFrame's RDD it is."""
     if not rows or len(rows) > _LOCAL_ROWS:
         return spark.createDataFrame(rows, columns)
-    names = [c.split()[0] for c in columns.split(",")]
-    types = [c.split()[1] for c in columns.split(",")]
+    names, types = zip(*(c.split() for c in columns.split(",")))
 
     def literal(value, dtype: str) -> str:
         if value is None:
