@@ -16,16 +16,31 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from runtime import spark_api
+from runtime.table import bloom_index as _bloom_index
 from runtime.table import bucket_index as _bucket_index
 from runtime.table import keygen as _keygen
+from runtime.table import markers
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
-from runtime.table import markers
 from runtime.table import tombstones as _tombstones
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
-from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
+from runtime.table.files import (
+    FILE_ID,
+    KIND,
+    STATS_SCHEMA,
+    Derived,
+    FileWriteSpec,
+    LogTarget,
+    write_task,
+)
 from runtime.table.layout import FileSlice, new_file_id
-from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, arrow_schema, avro_schema_json
+from runtime.table.schema import (
+    IS_DELETED,
+    META_COLUMNS,
+    SchemaChangeError,
+    arrow_schema,
+    avro_schema_json,
+)
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
 _DELETE = "_pipe_delete"  # the row deletes its key
@@ -140,6 +155,10 @@ def _refuse_nulls(config, rows, ordering: str | None, null_keys: int, null_order
                          f"or set `precombine_nulls: lowest` on the table to accept that")
 
 
+def _key_range(lo, hi) -> tuple[bytes, bytes] | None:
+    return None if lo is None else (bytes(lo), bytes(hi))
+
+
 def no_key_message(config, count: int, keyless) -> str:
     """The refusal of `count` rows without a record key (`keyless`, a DataFrame of them): the
     table, its key fields, up to three of the rows and, when Spark still knows it, the file
@@ -181,7 +200,8 @@ BROADCAST_KEYS = 200_000
 
 
 def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None,
-                  partitions: set[str] | None = None, merged=None, stored_struct=None, probe=None):
+                  partitions: set[str] | None = None, merged=None, stored_struct=None, probe=None,
+                  key_range: dict[str | None, tuple[bytes, bytes] | None] | None = None):
     """Joins incoming keys to the keys stored in the latest file slices; adds the stored
     partition, file id and precombine value (null for new keys). With `index: partition`,
     only the slices of `partitions` (the batch's, found when not given) are read.
@@ -190,7 +210,8 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     `stored_struct` (the table's data columns), when known, saves Spark reading a footer for
     the base files' schema: only the columns of the index are read. `probe`: rows with the
     same keys as `df` that are cheaper to compute (the batch before its deduplication), whose
-    keys filter the stored ones."""
+    keys filter the stored ones. `key_range`: the batch's key range (bloom_index.prune), by
+    partition or {None: range}: base files outside it are not read."""
     from pyspark.sql import functions as F
 
     if not slices:
@@ -199,6 +220,10 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     if opts.index == "partition":
         wanted = partitions if partitions is not None else {r[0] for r in df.select(PART).distinct().collect()}  # metadata
         slices = [s for s in slices if s.partition in wanted]
+        if not slices:
+            return tag_locations(spark, df, config, opts, [], storage)
+    if key_range is not None:
+        slices = _bloom_index.prune(storage, slices, key_range)
         if not slices:
             return tag_locations(spark, df, config, opts, [], storage)
     with_logs = [s for s in slices if s.has_logs] if merged is not None else []
@@ -471,18 +496,24 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         return _bulk_insert(spark, table, rows, opts, instant, struct, data_columns, present)
     if opts.operation in REPLACE_OPERATIONS:  # its rows are materialised first, then checked and counted at once
         return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns, present)
-    batch_rows, partitions = None, None
+    batch_rows, partitions, key_range = None, None, None
     if config.record_key_fields:
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         ordering = _null_ordering(config, opts, present)
         null_order = F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)
+        # and the batch's key range (per partition for a partition-scoped lookup), which
+        # prunes the stored files the lookup reads (bloom_index)
+        low, high = _bloom_index.batch_range_columns(F, F.col(KEY))
         if opts.index == "partition":
-            per_partition = {p: (n, nulls, no) for p, n, nulls, no in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).collect()}
-            partitions = {p: n for p, (n, _, _) in per_partition.items()}
-            batch_rows, null_keys = sum(partitions.values()), sum(nulls for _, nulls, _ in per_partition.values())
-            null_orders = sum(no for _, _, no in per_partition.values())
+            per_partition = {p: (n, nulls, no, lo, hi)
+                             for p, n, nulls, no, lo, hi in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).collect()}
+            partitions = {p: n for p, (n, *_) in per_partition.items()}
+            batch_rows, null_keys = sum(partitions.values()), sum(v[1] for v in per_partition.values())
+            null_orders = sum(v[2] for v in per_partition.values())
+            key_range = {p: _key_range(lo, hi) for p, (_, _, _, lo, hi) in per_partition.items()}
         else:
-            batch_rows, null_keys, null_orders = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order).first()
+            batch_rows, null_keys, null_orders, lo, hi = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).first()
+            key_range = {None: _key_range(lo, hi)}
         _refuse_nulls(config, rows, ordering, null_keys, null_orders)
 
     keyed = bool(config.record_key_fields)
@@ -502,7 +533,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             def merged(with_logs):
                 return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
-                             stored_struct, probe=batch)
+                             stored_struct, probe=batch, key_range=key_range)
         rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
@@ -628,9 +659,8 @@ def cdc_spec(config, struct) -> tuple[str | None, str]:
 
 def _staged(table, written, instant: str, struct, existing: dict[tuple[str, str], FileSlice], log_groups: dict[str, LogTarget]) -> StagedWrite:
     """The write stats and counts of the files groups-mode tasks wrote (their stats rows)."""
-    from runtime.table.timeline import WriteStat
-
     from runtime.table import cdc_log
+    from runtime.table.timeline import WriteStat
 
     config, storage = table.config, table.storage
     stats, counts = [], WriteCounts()

@@ -1,0 +1,127 @@
+"""The lookup's range pruning (runtime/table/bloom_index.py): an upsert or delete reads the
+stored keys only of base files whose footer key range meets the batch's, as Hudi's BLOOM index
+prunes by ranges. Checked on real tables: the ranges read back from the footers are the files'
+real least and greatest keys in Java's order, the files kept are those a batch can touch, and
+many rounds of updates, inserts and deletes over many file groups read back (hudi-rs and
+pipe's reader) as a model of the table says, with keys whose UTF-16 and code point orders
+differ."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from runtime.table import bloom_index
+from tests.test_table_engine import assert_rows, hudi_rows, make_table
+
+pytestmark = pytest.mark.spark
+
+SQL = "id string, region string, ts bigint, v string"
+
+
+def _batch_range(keys):
+    encoded = [bloom_index.utf16(k) for k in keys]
+    return min(encoded), max(encoded)
+
+
+def _slices(table):
+    return table.view().latest_slices()
+
+
+def test_footer_ranges_are_the_files_keys_and_prune_keeps_the_files_a_batch_can_touch(spark, tmp_path):
+    table, path = make_table(spark, tmp_path, "ranges", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
+    # four file groups in one partition, keys k000..k399 in four disjoint ranges, then a group
+    # whose keys mix characters whose UTF-16 and code point orders differ
+    for part in range(4):
+        batch = [(f"k{i:03d}", "EU", 1, "a") for i in range(part * 100, part * 100 + 100)]
+        table.write(spark.createDataFrame(batch, SQL), "insert", small_file_limit=0)
+    odd = ["\U0001F600a", "\U0001F600m", "\uFF01z"]  # in Java's order 😀a < 😀m < ！z (U+D83D < U+FF01)
+    table.write(spark.createDataFrame([(k, "EU", 1, "b") for k in odd], SQL), "insert", small_file_limit=0)
+    slices = _slices(table)
+    assert len(slices) == 5
+    for s in slices:
+        keys = pq.read_table(path / s.base_file.path, columns=["_hoodie_record_key"]).column(0).to_pylist()
+        lo, hi = bloom_index.key_ranges(table.storage, [s])[(s.partition, s.file_id)]
+        assert (lo, hi) == _batch_range(keys)  # the footer's range is the file's own, in Java's order
+    odd_file = next(s.file_id for s in slices if s.base_file.path and "\U0001F600a" in
+                    pq.read_table(path / s.base_file.path, columns=["_hoodie_record_key"]).column(0).to_pylist())
+
+    def kept(keys):
+        return {s.file_id for s in bloom_index.prune(table.storage, slices, {None: _batch_range(keys)})}
+
+    by_first_key = {}
+    for s in slices:
+        first = pq.read_table(path / s.base_file.path, columns=["_hoodie_record_key"]).column(0).to_pylist()[0]
+        by_first_key[first[:2]] = s.file_id
+    assert kept(["k150", "k160"]) == {by_first_key["k1"]}
+    assert kept(["k199", "k200"]) == {by_first_key["k1"], by_first_key["k2"]}
+    assert kept(["k9999"]) == set()  # past every range: a new key, no file read
+    # 😀m lies inside the odd file's range only in Java's (UTF-16) order: kept
+    assert kept(["\U0001F600m"]) == {odd_file}
+    # a partition-scoped lookup prunes each partition by that partition's range; a partition
+    # without batch keys reads nothing
+    assert {s.file_id for s in bloom_index.prune(table.storage, slices, {"region=EU": _batch_range(["k050"])})} == {by_first_key["k0"]}
+    assert bloom_index.prune(table.storage, slices, {"region=US": _batch_range(["k050"])}) == []
+
+    # the upserts themselves: the odd key is updated where it is, not inserted a second time
+    table.write(spark.createDataFrame([("\U0001F600m", "EU", 2, "updated"), ("k150", "EU", 2, "updated")], SQL), "upsert")
+    expected = {f"k{i:03d}": "a" for i in range(400)} | {k: "b" for k in odd} | {"\U0001F600m": "updated", "k150": "updated"}
+    assert_rows(table, path, [{"id": k, "v": v} for k, v in expected.items()])
+
+
+@pytest.mark.parametrize("table_type,index,keys", [("COPY_ON_WRITE", "global", ("id",)), ("MERGE_ON_READ", "partition", ("id", "region"))])
+def test_ten_rounds_over_many_file_groups_read_back_as_the_model_says(spark, tmp_path, table_type, index, keys):
+    """Ten rounds of updates across old and new file groups, new keys past every range,
+    deletes, and a key moving partition (global index), with small file groups so that most
+    files fall outside each batch's range."""
+    table, path = make_table(spark, tmp_path, f"rounds_{table_type.lower()}", record_key_fields=keys, partition_fields=("region",),
+                             precombine_field="ts", table_type=table_type)
+    rnd = random.Random(7)
+    model: dict[tuple[str, str], tuple[str, int, str]] = {}  # (id, region) -> (region, ts, v)
+    next_id = 0
+
+    def key(id_, region):
+        return (id_, region) if index == "partition" else (id_, "")
+
+    opts = {"index": index, "small_file_limit": 0}
+    for rnd_no in range(1, 11):
+        batch = []
+        for _ in range(60):  # new keys, time-ordered as ids from a sequence are, with accents and quotes
+            id_ = f"order-{next_id:06d}-é'\""
+            next_id += 1
+            region = rnd.choice(["EU", "US"])
+            batch.append((id_, region, rnd_no * 10, f"new {rnd_no}"))
+        stored = sorted(model)
+        # odd rounds update and delete recent keys only (most files lie outside the batch's
+        # range), even rounds any key (the range spans every file)
+        pool = stored[-120:] if rnd_no % 2 else stored
+        for k in rnd.sample(pool, min(15, len(pool))):
+            region, _, _ = model[k]
+            moved = "US" if region == "EU" else "EU"
+            to = moved if index == "global" and rnd.random() < 0.2 else region
+            batch.append((k[0], to, rnd_no * 10 + 1, f"update {rnd_no}"))
+        deletes = rnd.sample(sorted(set(pool) - {key(b[0], b[1]) for b in batch}), min(5, len(stored)))
+        if rnd_no % 2 and rnd_no > 1:  # the round exercises pruning: some base files cannot hold its keys
+            slices = _slices(table)
+            ranges = {}
+            for id_, region, *_ in batch:
+                ranges.setdefault(f"region={region}" if index == "partition" else None, []).append(
+                    f"id:{id_},region:{region}" if len(keys) == 2 else id_)
+            ranges = {p: _batch_range(ks) for p, ks in ranges.items()}
+            assert len(bloom_index.prune(table.storage, slices, ranges)) < len(slices) / 2
+        table.write(spark.createDataFrame(batch, SQL), "upsert", **opts)
+        for id_, region, ts, v in batch:
+            model[key(id_, region)] = (region, ts, v)
+        if deletes:
+            table.write(spark.createDataFrame([(k[0], model[k][0], rnd_no * 10 + 2, "gone") for k in deletes], SQL), "delete", **opts)
+            for k in deletes:
+                del model[k]
+        expected = [{"id": k[0], "region": r, "ts": ts, "v": v} for k, (r, ts, v) in model.items()]
+        if rnd_no in (1, 5, 10):
+            assert_rows(table, path, expected)
+        else:
+            assert sorted(r["id"] + r["region"] for r in hudi_rows(path, ["id", "region"])) == sorted(e["id"] + e["region"] for e in expected)
+    assert len({s.file_id for s in _slices(table)}) >= 10
+    assert len(model) == 10 * 60 - 9 * 5
