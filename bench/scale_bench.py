@@ -83,7 +83,7 @@ def upsert(spark, table, size: int, round_: int, keys: str):
     updates = rows(spark, last_day, size, keys, round_, where=f"id % 4 = {round_ % 4}").limit(UPDATES)
     new = rows(spark, size + round_ * NEW, size + (round_ + 1) * NEW, keys, round_)
     # the new keys stay in the latest day: a table keeps its size class
-    new = new.selectExpr("order_id", f"date_format(timestamp_millis({BASE_TS} + {last_day // PER_DAY} * {DAY}), 'yyyy-MM-dd') as day",
+    new = new.selectExpr("order_id", f"date_format(timestamp_millis({BASE_TS + last_day // PER_DAY * DAY}), 'yyyy-MM-dd') as day",
                          "ts", "amount", "note")
     return table.write(updates.unionByName(new), "upsert", clean_inline=False)
 

@@ -128,3 +128,62 @@ def test_ten_rounds_over_many_file_groups_read_back_as_the_model_says(spark, tmp
             assert sorted(r["id"] + r["region"] for r in hudi_rows(path, ["id", "region"])) == sorted(e["id"] + e["region"] for e in expected)
     assert len({s.file_id for s in _slices(table)}) >= 10
     assert len(model) == 10 * 60 - 9 * 5
+
+
+def test_bloom_filters_leave_out_the_files_that_hold_none_of_the_batchs_keys(spark, tmp_path, monkeypatch):
+    """Random keys (hashes): every file's range spans the key space, so only the bloom filters
+    tell the files apart. With the check on for files of any size, a batch's keys lead to the
+    files that hold them, new keys to none, and upserts and deletes read back right."""
+    import hashlib
+
+    monkeypatch.setattr(bloom_index, "BLOOM_CHECK_BYTES", 0)
+    table, path = make_table(spark, tmp_path, "blooms", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
+
+    def key(i):
+        return hashlib.sha256(str(i).encode()).hexdigest()[:20] + "-é"
+
+    groups = []
+    for g in range(4):
+        ids = range(g * 200, g * 200 + 200)
+        table.write(spark.createDataFrame([(key(i), "EU" if i % 2 else "US", 1, f"v{i}") for i in ids], SQL), "insert", small_file_limit=0)
+        groups.append(ids)
+    slices = _slices(table)
+    assert len(slices) == 8  # four inserts, two partitions each
+    assert len(bloom_index.prune(table.storage, slices, {None: _batch_range([key(i) for i in groups[2][:50]])})) == 8  # ranges overlap
+
+    def where(ids, scoped=False):
+        rows = [(key(i), f"region={'EU' if i % 2 else 'US'}") for i in ids]
+        probe = spark.createDataFrame(rows, "_k string, _p string")
+        if not scoped:
+            probe = probe.select("_k")
+        kept = bloom_index.bloom_candidates(probe, table.storage, slices, scoped)
+        holders = set()
+        for s in kept:
+            keys = set(pq.read_table(path / s.base_file.path, columns=["_hoodie_record_key"]).column(0).to_pylist())
+            holders.add(tuple(sorted(i for i in range(800) if key(i) in keys))[:1])
+        return {(s.partition, s.file_id) for s in kept}, holders
+
+    files_of = {}
+    for s in slices:
+        keys = set(pq.read_table(path / s.base_file.path, columns=["_hoodie_record_key"]).column(0).to_pylist())
+        files_of[(s.partition, s.file_id)] = {i for i in range(800) if key(i) in keys}
+    kept, _ = where(list(groups[2][:50]))
+    assert kept == {f for f, ids in files_of.items() if ids & set(groups[2][:50])}
+    assert len(kept) == 2  # the third insert's two files (both partitions)
+    kept, _ = where([5000, 5001, 5002])
+    assert kept == set()  # new keys: no file read
+    kept, _ = where([3, 5, 7], scoped=True)  # odd ids: EU only
+    assert kept == {f for f, ids in files_of.items() if ids & {3, 5, 7}} and all(p == "region=EU" for p, _ in kept)
+
+    # upserts and deletes with the check in the lookup
+    expected = {key(i): ("EU" if i % 2 else "US", f"v{i}") for i in range(800)}
+    for round_ in range(1, 4):
+        ids = list(groups[round_][:30]) + list(range(1000 * round_, 1000 * round_ + 20))
+        table.write(spark.createDataFrame([(key(i), "EU" if i % 2 else "US", 1 + round_, f"r{round_}-{i}") for i in ids], SQL), "upsert")
+        expected.update({key(i): ("EU" if i % 2 else "US", f"r{round_}-{i}") for i in ids})
+        gone = list(groups[0][round_ * 10: round_ * 10 + 5])
+        table.write(spark.createDataFrame([(key(i), "EU" if i % 2 else "US", 9, "x") for i in gone], SQL), "delete")
+        for i in gone:
+            expected.pop(key(i))
+    assert_rows(table, path, [{"id": k, "region": r, "v": v} for k, (r, v) in expected.items()])
+    assert len({r["id"] for r in hudi_rows(path, ["id"])}) == len(expected)

@@ -1,7 +1,8 @@
-"""Which stored base files a batch's keys can be in, by the record-key range in each base
-file's footer (hoodie_min_record_key / hoodie_max_record_key, which pipe and Java's writers
-put there): Hudi's BLOOM and GLOBAL_BLOOM indexes' range pruning
-(hoodie.bloom.index.prune.by.ranges), done by pipe's own lookup before it reads stored keys.
+"""Which stored base files a batch's keys can be in, by the record-key range and the bloom
+filter in each base file's footer (hoodie_min_record_key / hoodie_max_record_key and
+org.apache.hudi.bloomfilter, which pipe and Java's writers put there): Hudi's BLOOM and
+GLOBAL_BLOOM indexes' pruning (hoodie.bloom.index.prune.by.ranges, then the filters), done by
+pipe's own lookup before it reads stored keys.
 
 The batch's range comes from the aggregate the writer runs over the batch anyway (its count
 and null checks), so pruning costs no Spark job: the driver compares a few strings per file.
@@ -10,13 +11,20 @@ batch's least and greatest keys are taken over their UTF-16BE bytes.
 
 A footer is read once per process (a base file never changes under its name): locally from
 the file's tail, on object stores by two ranged reads, several files at once. A file whose
-footer has no range (another writer's, or unreadable) is always read."""
+footer has no range (another writer's, or unreadable) is always read.
+
+The bloom filters are asked in Spark tasks, over the batch's keys (bloom_candidates), when the
+files left after range pruning are large enough to pay for the job; the tasks keep the filters
+they read for their next tasks. Only file ids reach the driver."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
 
 from runtime.table.bloom import MAX_RECORD_KEY, MIN_RECORD_KEY
 from runtime.table.layout import FileSlice
@@ -112,3 +120,94 @@ def prune(storage, slices: list[FileSlice], batch_ranges: dict[str | None, tuple
         if stored is None or (batch[0] <= stored[1] and stored[0] <= batch[1]):
             kept.append(s)
     return kept
+
+
+# --- the bloom filters: which candidate files may hold one of the batch's keys ------------------
+
+# A lookup whose candidate base files (after range pruning) hold at least this many bytes asks
+# their bloom filters first, in one Spark job over the batch's keys, which of them may hold a key:
+# below it, reading the files' keys costs less than the job
+BLOOM_CHECK_BYTES = 256 * 1024 * 1024
+_FILTERS_BYTES = 256 * 1024 * 1024  # bloom filters a Python worker keeps between tasks
+_filters: OrderedDict[tuple[str, int], object] = OrderedDict()
+_filters_bytes = [0]
+
+
+@dataclass(frozen=True)
+class BloomCheck:
+    """What the tasks of a bloom check need, picklable: the storage, and the candidate files
+    as (partition, file id, path, size)."""
+
+    storage_uri: str
+    storage_options: tuple
+    files: tuple[tuple[str, str, str, int], ...]
+    partition_scoped: bool  # keys are matched to files of their own partition only
+
+
+def bloom_candidates(probe, storage, slices: list[FileSlice], partition_scoped: bool) -> list[FileSlice]:
+    """The slices a lookup must read: of the base-only slices, those whose footer bloom filter
+    may hold one of the keys of `probe` (a DataFrame of `_k`, the keys, and with
+    `partition_scoped`, `_p`, their partition paths); the others are kept. Runs when the base
+    files hold at least BLOOM_CHECK_BYTES: only file ids come back to the driver."""
+    files = [s for s in slices if s.base_file is not None and not s.has_logs]
+    if len(files) < 2 or sum(s.base_file.size for s in files) < BLOOM_CHECK_BYTES:
+        return slices
+    check = BloomCheck(storage.spec.uri, tuple(storage.spec.options),
+                       tuple((s.partition, s.file_id, s.base_file.path, s.base_file.size) for s in files), partition_scoped)
+    hits = probe.mapInArrow(lambda batches: bloom_task(check, batches), "partition string, file_id string").distinct().collect()
+    maybe = {(p, f) for p, f in hits}
+    return [s for s in slices if s.base_file is None or s.has_logs or (s.partition, s.file_id) in maybe]
+
+
+def bloom_task(check: BloomCheck, batches):
+    """The function given to mapInArrow: batches of keys in; out, each candidate file one of
+    them may be in (a file without a readable filter may hold any)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from runtime.storage import StorageSpec, open_storage
+
+    storage = open_storage(StorageSpec(check.storage_uri, check.storage_options))
+    found: set[tuple[str, str]] = set()
+    for batch in batches:
+        keys = batch.column("_k")
+        for partition, file_id, path, size in check.files:
+            if (partition, file_id) in found:
+                continue
+            mine = keys.filter(pc.equal(batch.column("_p"), partition)) if check.partition_scoped else keys
+            mine = pc.drop_null(mine)
+            if not len(mine):
+                continue
+            bloom = _worker_filter(storage, path, size)
+            if bloom is None or bool(np.any(bloom.might_contain_keys(mine.cast(pa.string())))):
+                found.add((partition, file_id))
+    if found:
+        rows = sorted(found)
+        yield pa.RecordBatch.from_arrays([pa.array([p for p, _ in rows], pa.string()), pa.array([f for _, f in rows], pa.string())],
+                                         names=["partition", "file_id"])
+
+
+def _worker_filter(storage, path: str, size: int):
+    """The bloom filter of a base file's footer (None: none, or unreadable), kept by the worker
+    process for its next tasks (a base file never changes under its name)."""
+    import pyarrow as pa
+
+    from runtime.table.bloom import footer_bloom_filter
+    from runtime.table.files import parquet_footer
+
+    at = (storage.full_path(path), size)
+    with _lock:
+        if at in _filters:
+            _filters.move_to_end(at)
+            return _filters[at]
+    try:
+        bloom = footer_bloom_filter(parquet_footer(storage, path, size).metadata)
+    except (OSError, ValueError, UnicodeError, pa.ArrowException):
+        bloom = None
+    with _lock:
+        _filters[at] = bloom
+        _filters_bytes[0] += bloom.bits.nbytes if bloom is not None else 0
+        while _filters_bytes[0] > _FILTERS_BYTES and len(_filters) > 1:
+            _, old = _filters.popitem(last=False)
+            _filters_bytes[0] -= old.bits.nbytes if old is not None else 0
+    return bloom

@@ -211,7 +211,8 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     the base files' schema: only the columns of the index are read. `probe`: rows with the
     same keys as `df` that are cheaper to compute (the batch before its deduplication), whose
     keys filter the stored ones. `key_range`: the batch's key range (bloom_index.prune), by
-    partition or {None: range}: base files outside it are not read."""
+    partition or {None: range}: base files outside it are not read, nor (a batch of up to
+    BROADCAST_KEYS keys, files large enough) those whose bloom filters hold none of its keys."""
     from pyspark.sql import functions as F
 
     if not slices:
@@ -222,8 +223,13 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
         slices = [s for s in slices if s.partition in wanted]
         if not slices:
             return tag_locations(spark, df, config, opts, [], storage)
+    small = batch_rows is not None and batch_rows <= BROADCAST_KEYS
+    if small:  # the batch's keys, which filter the stored ones
+        probe = (df if probe is None else probe).select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
     if key_range is not None:
         slices = _bloom_index.prune(storage, slices, key_range)
+        if small and slices:
+            slices = _bloom_index.bloom_candidates(probe, storage, slices, opts.index == "partition")
         if not slices:
             return tag_locations(spark, df, config, opts, [], storage)
     with_logs = [s for s in slices if s.has_logs] if merged is not None else []
@@ -253,10 +259,8 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
                            F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER),
                            F.lit(True).alias(_GONE))
         index = index.unionByName(gone, allowMissingColumns=True)
-    small = batch_rows is not None and batch_rows <= BROADCAST_KEYS
     if small:
         # keep only the stored keys the batch has: a broadcast semi-join at the scan
-        probe = (df if probe is None else probe).select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
         on = [index["_k"] == probe["_k"]] + ([index[_OLD_PART] == probe["_p"]] if opts.index == "partition" else [])
         index = index.join(F.broadcast(probe), on=on, how="left_semi")
     if based:  # a key live anywhere (its slice's merged rows included) is not tagged to where it was deleted too
