@@ -112,10 +112,23 @@ class BloomFilter:
     def might_contain_keys(self, keys):
         """mightContain of each key of a pyarrow string array: every bit of the key is set in
         one of the filter's rows."""
-        found = np.ones((len(keys), len(self.bits)), dtype=bool)
-        for which, positions in _bit_positions(keys, self.hash_count, self.vector_size):
-            found[which] &= ((self.bits[:, positions >> 3] >> (positions & 7).astype(np.uint8)) & 1).T.astype(bool)
-        return found.any(axis=1)
+        return self.might_contain_at(key_positions(keys, self.hash_count, self.vector_size))
+
+    def might_contain_at(self, positions):
+        """might_contain_keys of keys given by their bit positions (key_positions, for this
+        filter's hash_count and vector_size): the keys left after each hash are the only ones
+        looked up for the next, so a key not in the filter costs about two lookups per row."""
+        n = positions.shape[1]
+        found = np.zeros(n, dtype=bool)
+        for row in self.bits:
+            alive = np.arange(n)
+            for hashed in positions:
+                at = hashed[alive]
+                alive = alive[((row[at >> 3] >> (at & 7).astype(np.uint8)) & 1).astype(bool)]
+                if not len(alive):
+                    break
+            found[alive] = True
+        return found
 
     def serialize_to_string(self) -> str:
         """SimpleBloomFilter / HoodieDynamicBoundedBloomFilter.serializeToString: the filter
@@ -161,6 +174,19 @@ class BloomFilter:
 
 
 _CHUNK = 1 << 16  # keys hashed together: their arrays stay in the CPU's cache
+
+
+def key_positions(keys, hash_count: int, vector_size: int):
+    """The bit positions of each key of a pyarrow string array: an int64 array (hash_count,
+    keys), the same for every filter of these parameters (Java's defaults for all of a table's)."""
+    out = np.empty((hash_count, len(keys)), dtype=np.int64)
+    group, j = None, 0
+    for which, positions in _bit_positions(keys, hash_count, vector_size):
+        if which is not group:  # the hashes of one group of keys come in order
+            group, j = which, 0
+        out[j, which] = positions
+        j += 1
+    return out
 
 
 def _bit_positions(keys, hash_count: int, vector_size: int) -> Iterator:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.table.bloom import MAX_RECORD_KEY, MIN_RECORD_KEY
+from runtime.table.bloom import MAX_RECORD_KEY, MIN_RECORD_KEY, key_positions
 from runtime.table.layout import FileSlice
 
 _CACHE_SIZE = 200_000  # base files: two short strings each
@@ -171,15 +171,19 @@ def bloom_task(check: BloomCheck, batches):
     found: set[tuple[str, str]] = set()
     for batch in batches:
         keys = batch.column("_k")
+        positions: dict = {}  # (partition, hash count, vector size) -> the keys' bit positions, hashed once for all files
         for partition, file_id, path, size in check.files:
             if (partition, file_id) in found:
                 continue
-            mine = keys.filter(pc.equal(batch.column("_p"), partition)) if check.partition_scoped else keys
-            mine = pc.drop_null(mine)
-            if not len(mine):
-                continue
             bloom = _worker_filter(storage, path, size)
-            if bloom is None or bool(np.any(bloom.might_contain_keys(mine.cast(pa.string())))):
+            if bloom is None:
+                found.add((partition, file_id))
+                continue
+            at = (partition if check.partition_scoped else None, bloom.hash_count, bloom.vector_size)
+            if at not in positions:
+                mine = keys.filter(pc.equal(batch.column("_p"), partition)) if check.partition_scoped else keys
+                positions[at] = key_positions(pc.drop_null(mine).cast(pa.string()), bloom.hash_count, bloom.vector_size)
+            if positions[at].shape[1] and bool(np.any(bloom.might_contain_at(positions[at]))):
                 found.add((partition, file_id))
     if found:
         rows = sorted(found)
