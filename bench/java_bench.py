@@ -498,6 +498,18 @@ WHY = {
         "query's two columns into that merge. Java merges in the JVM, and Spark asks its relation for the query's column only (its "
         "plan: `MergeOnReadSnapshotRelation`, `ReadSchema: struct<amount:double>`): it reads that column with the key and precombine fields it "
         "merges on."),
+    "upsert 1% in 1 partition": (
+        "pipe's default index is global: it looks the batch's keys up among every stored key, in all ten partitions' files (the keys' text "
+        "gives every file a key range that spans the batch's, and the files, about 70 MB in all, are below the size at which pipe asks their "
+        "bloom filters, `bloom_index.BLOOM_CHECK_BYTES`), where Java's default, SIMPLE, is partition-scoped and reads one partition's keys; "
+        "pipe's own partition-scoped index (`pipe partition`) is the counterpart, at about a third of Java's time. Against RECORD_INDEX (a "
+        "point lookup per key in the metadata table) pipe has no record-level index yet. Most of pipe's time is the broadcasts of the lookup "
+        "and the driver's work between its jobs (below)."),
+    "merge-on-read upsert 1%": (
+        "as for the upsert in one partition: the global lookup reads every stored key, and the slices with log files are merged (their keys "
+        "and precombine values, in Python workers) so that keys are looked up as readers see them; half of the time is the driver's work "
+        "between the jobs (planning, py4j calls, the timeline and the commit). `pipe partition` is the counterpart of Java's partition-scoped "
+        "defaults."),
     "snapshot read (copy-on-write)": (
         "a short read's fixed costs: pipe loads the timeline and the file listing in Python, then hands Spark the base files to scan; Java does "
         "the same in the JVM. The scan itself is Spark's Parquet reader on both sides."),
