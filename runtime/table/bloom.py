@@ -280,10 +280,11 @@ def utf16_min_max(keys) -> tuple[str, str] | tuple[None, None]:
         mm = pc.min_max(keys)
         return mm["min"].as_py(), mm["max"].as_py()
     values = keys.to_pylist()
-    return min(values, key=_utf16), max(values, key=_utf16)
+    return min(values, key=utf16), max(values, key=utf16)
 
 
-def _utf16(text: str) -> bytes:
+def utf16(text: str) -> bytes:
+    """A key in Java's String order: its UTF-16BE bytes compare as Java compares strings."""
     return text.encode("utf-16-be", "surrogatepass")
 
 
@@ -301,9 +302,9 @@ class BloomFilterWriteSupport:
             return
         self.filter.add(keys)
         low, high = utf16_min_max(keys)
-        if self.min_key is None or _utf16(low) < _utf16(self.min_key):
+        if self.min_key is None or utf16(low) < utf16(self.min_key):
             self.min_key = low
-        if self.max_key is None or _utf16(high) > _utf16(self.max_key):
+        if self.max_key is None or utf16(high) > utf16(self.max_key):
             self.max_key = high
 
     def finalize_metadata(self) -> dict[str, str]:
@@ -326,10 +327,15 @@ def footer_bytes(num_keys: int) -> int:
     return 4 * -(-raw // 3)
 
 
+def footer_metadata(metadata: dict | None) -> dict[str, str]:
+    """A base file's footer key-value metadata (bytes or str keys and values) as text."""
+    return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v) for k, v in (metadata or {}).items()}
+
+
 def footer_bloom_filter(metadata: dict) -> BloomFilter | None:
     """The bloom filter of a base file's footer key-value metadata (bytes or str keys), as
     ParquetUtils.readBloomFilterFromMetadata finds it; None without one."""
-    meta = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v) for k, v in (metadata or {}).items()}
+    meta = footer_metadata(metadata)
     text = meta.get(BLOOM_FILTER_KEY) or meta.get(OLD_BLOOM_FILTER_KEY)
     if text is None:
         return None

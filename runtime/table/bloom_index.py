@@ -26,18 +26,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.table.bloom import MAX_RECORD_KEY, MIN_RECORD_KEY, key_positions
+from runtime.table.bloom import (
+    MAX_RECORD_KEY,
+    MIN_RECORD_KEY,
+    footer_bloom_filter,
+    footer_metadata,
+    key_positions,
+    utf16,
+)
 from runtime.table.layout import FileSlice
 
 _CACHE_SIZE = 200_000  # base files: two short strings each
 _cache: OrderedDict[tuple[str, int], tuple[bytes, bytes] | None] = OrderedDict()
 _lock = threading.Lock()
-_NO_RANGE = object()
-
-
-def utf16(text: str) -> bytes:
-    """A key in Java's String order: its UTF-16BE bytes compare as Java compares strings."""
-    return text.encode("utf-16-be", "surrogatepass")
 
 
 def batch_range_columns(F, key):
@@ -48,52 +49,46 @@ def batch_range_columns(F, key):
 
 def footer_range(metadata: dict | None) -> tuple[bytes, bytes] | None:
     """The key range of a footer's key-value metadata (bytes or str keys), in Java's order."""
-    meta = {(k.decode() if isinstance(k, bytes) else k): v for k, v in (metadata or {}).items()}
+    meta = footer_metadata(metadata)
     lo, hi = meta.get(MIN_RECORD_KEY), meta.get(MAX_RECORD_KEY)
-    if lo is None or hi is None:
-        return None
-    lo, hi = (v.decode() if isinstance(v, bytes) else v for v in (lo, hi))
-    return utf16(lo), utf16(hi)
+    return None if lo is None or hi is None else (utf16(lo), utf16(hi))
 
 
-def _read_range(storage, s: FileSlice):
+def _footer(storage, path: str, size: int) -> dict | None:
+    """A base file's footer key-value metadata; None when it cannot be read (then it prunes
+    nothing, and the scan says what is wrong)."""
     import pyarrow as pa
 
     from runtime.table.files import parquet_footer
 
     try:
-        return footer_range(parquet_footer(storage, s.base_file.path, s.base_file.size).metadata)
-    except (OSError, ValueError, UnicodeError, pa.ArrowException):  # unreadable: prunes nothing; the scan says what is wrong
+        return parquet_footer(storage, path, size).metadata or {}
+    except (OSError, ValueError, UnicodeError, pa.ArrowException):
         return None
 
 
 def key_ranges(storage, slices: list[FileSlice]) -> dict[tuple[str, str], tuple[bytes, bytes] | None]:
     """(partition, file id) -> the key range of its base file (None: unknown), for slices
     with a base file."""
-    keyed = {(s.partition, s.file_id): (storage.full_path(s.base_file.path), s.base_file.size) for s in slices if s.base_file is not None}
+    based = {(s.partition, s.file_id): s.base_file for s in slices if s.base_file is not None}
+    at = {k: (storage.full_path(f.path), f.size) for k, f in based.items()}
     found: dict[tuple[str, str], tuple[bytes, bytes] | None] = {}
-    missing = []
     with _lock:
-        for s in slices:
-            if s.base_file is None:
-                continue
-            at = keyed[(s.partition, s.file_id)]
-            hit = _cache.get(at, _NO_RANGE)
-            if hit is _NO_RANGE:
-                missing.append(s)
-            else:
-                _cache.move_to_end(at)
-                found[(s.partition, s.file_id)] = hit
+        for k in based:
+            if at[k] in _cache:
+                _cache.move_to_end(at[k])
+                found[k] = _cache[at[k]]
+    missing = [k for k in based if k not in found]
     if missing:
-        if len(missing) == 1:
-            read = [_read_range(storage, missing[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=min(8, len(missing))) as pool:
-                read = list(pool.map(lambda s: _read_range(storage, s), missing))
+        def read(k):
+            meta = _footer(storage, based[k].path, based[k].size)
+            return footer_range(meta) if meta is not None else None
+
+        with ThreadPoolExecutor(max_workers=min(8, len(missing))) as pool:
+            ranges = list(pool.map(read, missing))
         with _lock:
-            for s, r in zip(missing, read):
-                found[(s.partition, s.file_id)] = r
-                _cache[keyed[(s.partition, s.file_id)]] = r
+            for k, r in zip(missing, ranges):
+                found[k] = _cache[at[k]] = r
             while len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
     return found
@@ -194,20 +189,13 @@ def bloom_task(check: BloomCheck, batches):
 def _worker_filter(storage, path: str, size: int):
     """The bloom filter of a base file's footer (None: none, or unreadable), kept by the worker
     process for its next tasks (a base file never changes under its name)."""
-    import pyarrow as pa
-
-    from runtime.table.bloom import footer_bloom_filter
-    from runtime.table.files import parquet_footer
-
     at = (storage.full_path(path), size)
     with _lock:
         if at in _filters:
             _filters.move_to_end(at)
             return _filters[at]
-    try:
-        bloom = footer_bloom_filter(parquet_footer(storage, path, size).metadata)
-    except (OSError, ValueError, UnicodeError, pa.ArrowException):
-        bloom = None
+    meta = _footer(storage, path, size)
+    bloom = footer_bloom_filter(meta) if meta is not None else None
     with _lock:
         _filters[at] = bloom
         _filters_bytes[0] += bloom.bits.nbytes if bloom is not None else 0

@@ -19,28 +19,14 @@ from runtime import spark_api
 from runtime.table import bloom_index as _bloom_index
 from runtime.table import bucket_index as _bucket_index
 from runtime.table import keygen as _keygen
-from runtime.table import markers
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
+from runtime.table import markers
 from runtime.table import tombstones as _tombstones
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
-from runtime.table.files import (
-    FILE_ID,
-    KIND,
-    STATS_SCHEMA,
-    Derived,
-    FileWriteSpec,
-    LogTarget,
-    write_task,
-)
+from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import FileSlice, new_file_id
-from runtime.table.schema import (
-    IS_DELETED,
-    META_COLUMNS,
-    SchemaChangeError,
-    arrow_schema,
-    avro_schema_json,
-)
+from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, arrow_schema, avro_schema_json
 
 KEY, PART = "_hoodie_record_key", "_hoodie_partition_path"
 _DELETE = "_pipe_delete"  # the row deletes its key
