@@ -41,10 +41,18 @@ def test_footer_ranges_are_the_files_keys_and_prune_keeps_the_files_a_batch_can_
     table.write(spark.createDataFrame([(k, "EU", 1, "b") for k in odd], SQL), "insert", small_file_limit=0)
     slices = _slices(table)
     assert len(slices) == 5
+    # the ranges the writes' stats rows gave the driver, then the footers' own: both the files' keys'
+    remembered = bloom_index.key_ranges(table.storage, slices)
+    full_paths = {(table.storage.full_path(s.base_file.path), s.base_file.size) for s in slices}
+    assert full_paths <= set(bloom_index._cache)  # seeded by the writes: no footer read yet
+    for k in full_paths:
+        del bloom_index._cache[k]
+    from_footers = bloom_index.key_ranges(table.storage, slices)
     for s in slices:
         keys = pq.read_table(path / s.base_file.path, columns=["_hoodie_record_key"]).column(0).to_pylist()
-        lo, hi = bloom_index.key_ranges(table.storage, [s])[(s.partition, s.file_id)]
+        lo, hi = from_footers[(s.partition, s.file_id)]
         assert (lo, hi) == _batch_range(keys)  # the footer's range is the file's own, in Java's order
+        assert remembered[(s.partition, s.file_id)] == (lo, hi)
     odd_file = next(s.file_id for s in slices if s.base_file.path and "\U0001F600a" in
                     pq.read_table(path / s.base_file.path, columns=["_hoodie_record_key"]).column(0).to_pylist())
 

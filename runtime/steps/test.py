@@ -20,6 +20,7 @@ from runtime.sources import SourceError
 from runtime.sources import files as files_source
 from runtime.steps.context import RunContext, StepResult
 from runtime.steps.errors import RunError, is_user_error, sample, spark_message
+from runtime.steps.views import names_used
 
 SAMPLE_ROWS = 5
 ROW_TESTS = ("not_null", "accepted_values", "expression", "relationships")
@@ -47,8 +48,15 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     checked_at: dict[str, str] = {}  # table -> the instant the test read it at
     since: dict[str, str] = {}  # table -> the instant before the rows it read, when it read only new rows
     try:
-        scope = _register_views(ctx, session, step, read, checked_at, since)
-        failing = session.sql(step.sql)
+        named = names_used([step.sql])  # a merge-on-read table's view keeps only the columns the test names
+        scope = _register_views(ctx, session, step, read, checked_at, since, named)
+        try:
+            failing = session.sql(step.sql)
+        except Exception:  # noqa: BLE001 - perhaps a column the pruned views lack: again on the full views
+            if named is None:
+                raise
+            scope = _register_views(ctx, session, step, read, checked_at, since, None)
+            failing = session.sql(step.sql)
         failures = failing.count()
         rows = failing.limit(SAMPLE_ROWS).collect() if failures else []
     except (RunError, SourceError):
@@ -146,10 +154,12 @@ def _by_construction(ctx: RunContext, step: Step) -> str | None:
     return None
 
 
-def _register_views(ctx: RunContext, session, step: Step, read: list, checked_at: dict[str, str], since: dict[str, str]) -> str:
+def _register_views(ctx: RunContext, session, step: Step, read: list, checked_at: dict[str, str], since: dict[str, str],
+                    named: frozenset[str] | None = None) -> str:
     """Registers a view per table and source the test reads; returns what it checked. Fills
     `checked_at` with each table's instant read, and `since` with the instant before the rows
-    read of a table read only in part."""
+    read of a table read only in part. `named`: the names the test's SQL uses (a table's view
+    keeps only those columns when merging logs; views.py)."""
     c = step.config
     model = c.get("model")
     scope = {"table": "whole table", "source": "all of the source"}.get(c.get("model_kind"), "whole tables")
@@ -163,11 +173,11 @@ def _register_views(ctx: RunContext, session, step: Step, read: list, checked_at
                                f"build it first: `pipe build --select +{name}`")
             written = _written_incrementally(ctx, name) if name == model and c["test"] in ROW_TESTS else None
             if written is not None:
-                df = table.read(since=written[0], until=written[1], meta=False)
+                df = table.read(since=written[0], until=written[1], meta=False, named=named)
                 scope = f"the rows written by {written[1]}"
                 checked_at[name], since[name] = written[1], written[0]
             else:
-                df = table.read(meta=False)
+                df = table.read(meta=False, named=named)
                 checked_at[name] = latest.time
             spark_api.temp_view(df, name)
         else:

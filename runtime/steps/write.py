@@ -15,6 +15,7 @@ from runtime.sources import NothingToRead, Pending
 from runtime.steps import expect, source, sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, stored_state
 from runtime.steps.errors import Cancelled, RunError, spark_message
+from runtime.steps.views import expression_names, names_used
 from runtime.table.timeline import CHECKPOINT_PREFIX
 
 
@@ -41,6 +42,29 @@ def reads_itself(texts: list[str], name: str) -> bool:
     files, its schema in Spark) is skipped."""
     word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", re.IGNORECASE)
     return any(word.search(_NOT_NAMES.sub(" ", text)) for text in texts)
+
+
+def _names_said(sql: str, expressions: list) -> frozenset[str] | None:
+    """The names the table's SQL and its expressions (delete_when, expectations, which may
+    read a view in a subquery) use; None if any may read columns it does not name."""
+    query, more = names_used([sql]), expression_names([e for e in expressions if e])
+    return None if query is None or more is None else query | more
+
+
+def _table_views(ctx: RunContext, session, views: dict[str, dict], named: frozenset[str] | None) -> dict[str, list[str]]:
+    """Registers a view of each table of `views` (name -> read options), a merge-on-read
+    table's with only the data columns among `named` (None: every column); returns the
+    columns of the views so pruned."""
+    from runtime.table.config import MERGE_ON_READ
+
+    pruned = {}
+    for name, read in views.items():
+        table = ctx.open_table(name, session)
+        df = table.read(meta=False, named=named, **read)
+        if named is not None and table.config.table_type == MERGE_ON_READ:
+            pruned[name] = df.columns
+        spark_api.temp_view(df, name)
+    return pruned
 
 
 def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[str, Pending], outcome: dict[str, bool]) -> tuple[str, str]:
@@ -99,14 +123,16 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             raise
         spark_api.temp_view(df, name)
         rows_read += p.rows or 0
-    for name, instant in refs.items():
-        spark_api.temp_view(ctx.open_table(name, session).read(as_of=instant, meta=False), name)
     sql = step.sql_full_refresh if (full and step.sql_full_refresh) else step.sql
     said = [sql, config.get("delete_when"), *(e.get("expression") for e in config.get("expect") or [])]
+    # the tables' views: a merge-on-read table's only with the columns the SQL names (views.py)
+    views = {name: {"as_of": instant} for name, instant in refs.items()}
     if exists and not full and reads_itself([t for t in said if t], step.name):  # {{ this }}: the table's current snapshot
-        spark_api.temp_view(ctx.open_table(step.name, session).read(meta=False), step.name)
+        views[step.name] = {}
+    named = _names_said(sql, said[1:]) if sql is not None and views else None
+    pruned = _table_views(ctx, session, views, named)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
-    result.read = _what_was_read(sources, refs)
+    result.read = _what_was_read(sources, refs, pruned)
     result.inputs = {name: p.to_dict() for name, p in sources.items()}
     result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
     if dataset is not None:
@@ -115,7 +141,14 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         df = None
     else:
         try:
-            df = session.sql(sql)
+            try:
+                df = session.sql(sql)
+            except Exception:  # noqa: BLE001 - perhaps a column the pruned views lack: again on the full views
+                if named is None:
+                    raise
+                _table_views(ctx, session, views, None)
+                result.read = _what_was_read(sources, refs)
+                df = session.sql(sql)
         except Exception as exc:  # noqa: BLE001 - an analysis error is a mistake in the SQL
             raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {spark_message(exc)}",
                            "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
@@ -174,15 +207,21 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
 
 
-def _what_was_read(sources: Mapping[str, Pending], refs: Mapping[str, str]) -> str | None:
+def _what_was_read(sources: Mapping[str, Pending], refs: Mapping[str, str], pruned: Mapping[str, list[str]] | None = None) -> str | None:
     """What the step line says was read when not every input counted its rows (a Parquet
-    source's files, a table read by ref() at its instant); None when rows_read says it all."""
+    source's files, a table read by ref() at its instant, with the columns its view kept when
+    the SQL names only some of a merge-on-read table's); None when rows_read says it all."""
     read = [p for p in sources.values() if not p.is_empty]
-    if not refs and all(p.rows is not None for p in read):
+    pruned = pruned or {}
+    if not refs and not pruned and all(p.rows is not None for p in read):
         return None
     parts = [f"{p.rows:,} row{'s' if p.rows != 1 else ''}" if p.rows is not None else p.describe() for p in read]
-    parts += [f"{name} at {instant}" for name, instant in refs.items()]
+    parts += [f"{name} at {instant}" + (f" ({_columns_said(pruned[name])})" if name in pruned else "") for name, instant in refs.items()]
     return " + ".join(parts) or None
+
+
+def _columns_said(columns: list[str]) -> str:
+    return f"columns {', '.join(columns)}" if 0 < len(columns) <= 6 else f"{len(columns)} columns"
 
 
 def _named_partitions(step: Step, config: Mapping[str, Any], df, table) -> set[str]:

@@ -94,6 +94,18 @@ def key_ranges(storage, slices: list[FileSlice]) -> dict[tuple[str, str], tuple[
     return found
 
 
+def remember(storage, written) -> None:
+    """Keeps the key ranges of the base files a write just made (its stats rows: path, size,
+    min_key, max_key; files.STATS_SCHEMA), so that the next lookups need not read their footers."""
+    with _lock:
+        for row in written:
+            path, size, lo, hi = row["path"], row["size"], row["min_key"], row["max_key"]
+            if path and path.endswith(".parquet") and lo is not None and hi is not None:
+                _cache[(storage.full_path(path), size)] = (utf16(lo), utf16(hi))
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+
+
 def prune(storage, slices: list[FileSlice], batch_ranges: dict[str | None, tuple[bytes, bytes] | None]) -> list[FileSlice]:
     """The slices whose base file's key range meets the batch's. `batch_ranges`: partition ->
     the batch's (least, greatest) key there, or {None: range} for a global lookup; a range of

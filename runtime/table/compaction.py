@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from runtime.storage import path_problem
+from runtime.table import bloom_index
 from runtime.table.errors import TableError
 from runtime.table.files import STATS_SCHEMA, FileWriteSpec, _OpenFile, _Task, stats_batch
 from runtime.table.layout import BaseFile, FileSlice, LogFile, parse_base_file, parse_log_file
@@ -123,7 +124,9 @@ def run(spark, storage, instant: str, slices: list[FileSlice], merge_spec: Merge
     def task(batches):
         return compact_task(spec, batches)
 
-    return descriptors.mapInArrow(task, STATS_SCHEMA).collect()
+    written = descriptors.mapInArrow(task, STATS_SCHEMA).collect()
+    bloom_index.remember(storage, written)
+    return written
 
 
 def compact_task(spec: CompactSpec, batches: Iterator) -> Iterator:
@@ -148,7 +151,7 @@ def compact_task(spec: CompactSpec, batches: Iterator) -> Iterator:
                 out.discard()
                 stats.append((file_id, partition, "", 0, 0, 0, 0, 0))
     if stats:
-        yield stats_batch(stats)
+        yield stats_batch(stats, task.key_ranges)
 
 
 def _named(table, file_name: str):

@@ -27,8 +27,11 @@ KIND = "_pipe_kind"  # I insert, U update, D delete
 # one row per file written; a group left with no row has path "" (the driver writes it empty)
 # `cdc`: the `.cdc` file written beside a rewritten base file of a CDC-enabled table, as
 # "<path>\t<size>" ("" for none)
-STATS_SCHEMA = "file_id string, partition_path string, path string, rows long, size long, inserts long, updates long, deletes long, cdc string"
-_STATS_FIELDS = ("file_id", "partition_path", "path", "rows", "size", "inserts", "updates", "deletes", "cdc")
+# `min_key`/`max_key`: the new base file's key range as its footer holds it (the driver keeps
+# it for range pruning, bloom_index.remember, so it never reads back a footer pipe wrote).
+STATS_SCHEMA = ("file_id string, partition_path string, path string, rows long, size long, inserts long, updates long, "
+                "deletes long, cdc string, min_key string, max_key string")
+_STATS_FIELDS = ("file_id", "partition_path", "path", "rows", "size", "inserts", "updates", "deletes", "cdc", "min_key", "max_key")
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,7 @@ class _OpenFile:
         self.file_id = file_id
         self.name = f"{file_id}_{task.token}_{spec.instant}.parquet"
         self.rel_path = f"{partition}/{self.name}" if partition else self.name
+        self.task = task
         self.storage = task.storage
         if partition not in task.known:  # checked once per partition by a task
             ensure_partition_metadata(self.storage, partition, spec.instant)
@@ -240,6 +244,8 @@ class _OpenFile:
         self._flush()
         self.writer.add_key_value_metadata(self.keys.finalize_metadata())
         self.writer.close()
+        if self.keys.min_key is not None:
+            self.task.key_ranges[self.rel_path] = (self.keys.min_key, self.keys.max_key)
         size = os.path.getsize(self.local)
         if self.final is not None:  # local: durable before the commit that names it, then renamed
             fd = os.open(self.local, os.O_RDONLY)
@@ -352,7 +358,7 @@ def write_task(spec: FileWriteSpec, batches: Iterator) -> Iterator:
     with task.files_discarded_on_failure():
         _write_bulk(spec, batches, task)
     if task.stats:
-        yield stats_batch(task.stats)
+        yield stats_batch(task.stats, task.key_ranges)
 
 
 def write_groups_task(spec: FileWriteSpec, groups: Iterator, threads: int = 1) -> Iterator:
@@ -369,7 +375,7 @@ def write_groups_task(spec: FileWriteSpec, groups: Iterator, threads: int = 1) -
         else:
             _write_groups_at_once(spec, groups, task, threads)
     if task.stats:
-        yield stats_batch(task.stats)
+        yield stats_batch(task.stats, task.key_ranges)
 
 
 def _write_groups_at_once(spec: FileWriteSpec, groups: Iterator, task: _Task, threads: int) -> None:
@@ -403,6 +409,7 @@ class _Task:
         self.token, self.task_id = _token()
         self.open_files: dict[str, _OpenFile] = {}
         self.stats: list[tuple] = []
+        self.key_ranges: dict[str, tuple[str, str]] = {}  # base file path -> its footer's key range
         self.known: set[str] = set()  # partitions whose metadata file this task has made sure of
         self._next = 0
         self._lock = threading.Lock()
@@ -423,12 +430,18 @@ class _Task:
             raise
 
 
-def stats_batch(stats: list[tuple]):
-    """The stats rows of a task (STATS_SCHEMA) as one Arrow batch."""
+def stats_batch(stats: list[tuple], key_ranges: dict[str, tuple[str, str]] | None = None):
+    """The stats rows of a task (STATS_SCHEMA) as one Arrow batch; `key_ranges` (the task's,
+    by path) fill each base file's min_key and max_key."""
     import pyarrow as pa
 
-    types = [pa.string()] * 3 + [pa.int64()] * 5 + [pa.string()]
-    rows = [dict(zip(_STATS_FIELDS, (*r, *("",) * (len(_STATS_FIELDS) - len(r))))) for r in stats]
+    types = [pa.string()] * 3 + [pa.int64()] * 5 + [pa.string()] * 3
+    ranges = key_ranges or {}
+    rows = []
+    for r in stats:
+        row = dict(zip(_STATS_FIELDS, (*r[:9], *("",) * (9 - len(r[:9])))))
+        row["min_key"], row["max_key"] = ranges.get(row["path"], (None, None))
+        rows.append(row)
     return pa.RecordBatch.from_pylist(rows, schema=pa.schema(list(zip(_STATS_FIELDS, types))))
 
 

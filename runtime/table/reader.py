@@ -85,21 +85,44 @@ def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None,
 
 def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
          until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False,
-         file_groups: set[tuple[str, str]] | None = None, instants: frozenset[str] | None = None):
+         file_groups: set[tuple[str, str]] | None = None, instants: frozenset[str] | None = None,
+         columns: list[str] | None = None):
     """Rows of the table (see Table.read), of the groups in `file_groups` only if given;
-    `instants`: see plan_read."""
+    `instants`: see plan_read. `columns`: only these data columns (after the meta columns if
+    `meta`); the merge of slices with log files then reads and merges only them and the
+    columns it merges by (the record key, the ordering field)."""
     from pyspark.sql import types as T
 
-    full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + (list(struct.fields) if struct else []))
+    data = list(struct.fields) if struct else []
+    full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + data)
     p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, file_groups, instants)
+    wanted = None if columns is None else (list(META_COLUMNS) if meta else []) + list(columns)
     df = read_base_files(spark, storage, full, p.plain)
     if p.incremental:
         df = _written_in(df, p.since, p.until, p.instants)
+    if wanted is not None:
+        df = df.select(*[f"`{c}`" for c in wanted])
     if p.merged:
-        df = df.unionByName(read_merged_slices(spark, storage, full, timeline, config, p.merged, p.since, p.merge_until, p.instants))
-    if not meta:
+        merging = full if wanted is None else _merge_struct(full, wanted, config, p.incremental)
+        merged = read_merged_slices(spark, storage, merging, timeline, config, p.merged, p.since, p.merge_until, p.instants)
+        df = df.unionByName(merged if wanted is None else merged.select(*[f"`{c}`" for c in wanted]))
+    if not meta and wanted is None:
         df = df.drop(*META_COLUMNS)
     return df
+
+
+def _merge_struct(full, wanted: list[str], config: TableConfig, incremental: bool):
+    """The columns a merge of slices reads for a read of `wanted`: those, the record key, the
+    ordering field (event-time merging), and the commit time (an incremental read), in the
+    table's order."""
+    from pyspark.sql import types as T
+
+    needed = set(wanted) | {"_hoodie_record_key"}
+    if config.precombine_field:
+        needed.add(config.precombine_field)
+    if incremental:
+        needed.add("_hoodie_commit_time")
+    return T.StructType([f for f in full.fields if f.name in needed])
 
 
 def slices_to_read(view: FileSystemView, timeline: Timeline, as_of: str | None, since: str | None, until: str | None,

@@ -1014,21 +1014,46 @@ class Table:
     # --- reading -----------------------------------------------------------------------------
 
     def read(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True,
-             read_optimized: bool = False):
+             read_optimized: bool = False, columns: list[str] | None = None, named: frozenset[str] | None = None):
         """Snapshot, time travel or incremental read, with the schema as of the instant read
         (an insert_overwrite_table may have changed it since). A merge-on-read table's log
         files are merged into its base files' rows, unless `read_optimized` (base files only:
-        faster, but without the updates and deletes still in log files)."""
+        faster, but without the updates and deletes still in log files). `columns`: only these
+        data columns (Spark cannot push a query's columns into the merge of log files, so a
+        reader that needs few columns of a merge-on-read table names them). `named`: the
+        lower-case names a query uses (views.names_used): a merge-on-read read takes only the
+        data columns among them."""
         self._check_readable()
         timeline = self.timeline()
         if timeline.layout >= 2 and (since is not None or until is not None):
             timeline, instants = self._completion_window(timeline, since, until, as_of)
-            return _reader.read(self.spark, self.storage, self.schema(timeline), timeline, meta=meta, config=self.config,
-                                read_optimized=read_optimized, instants=instants)
+            struct = self.schema(timeline)
+            return _reader.read(self.spark, self.storage, struct, timeline, meta=meta, config=self.config,
+                                read_optimized=read_optimized, instants=instants, columns=self._columns(struct, columns, named, read_optimized))
         self._check_not_cleaned(timeline, as_of)
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
-                            config=self.config, read_optimized=read_optimized)
+                            config=self.config, read_optimized=read_optimized, columns=self._columns(struct, columns, named, read_optimized))
+
+    def _columns(self, struct, columns: list[str] | None, named: frozenset[str] | None = None,
+                 read_optimized: bool = False) -> list[str] | None:
+        """`columns` as the table names them (Spark's names are case-insensitive), refused
+        when the table lacks one; or, from `named`, the data columns a merge needs to read
+        (None: all of them, as for a copy-on-write table, whose base files Spark prunes itself)."""
+        names = {f.name.lower(): f.name for f in (struct.fields if struct else [])}
+        if columns is None and named is not None and self.config.table_type == MERGE_ON_READ and not read_optimized:
+            kept = [n for low, n in names.items() if low in named]
+            return kept if len(kept) < len(names) else None
+        if columns is None:
+            return None
+        out = []
+        for c in columns:
+            if c.lower() not in names:
+                raise TableError(f"table {self.config.name} has no column {c!r} (its columns: {', '.join(names.values()) or 'none'})",
+                                 "read a column the table has")
+            if names[c.lower()] not in out:
+                out.append(names[c.lower()])
+        return out
 
     def read_changes(self, since: str | None, until: str | None = None):
         """The changes the writes in (since, until] made (cdc.py): the data columns of each

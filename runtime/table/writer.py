@@ -369,14 +369,16 @@ def route_to_buckets(spark, inserts, to_buckets: dict[tuple[str, int], str]):
     return routed.withColumn(FILE_ID, F.col("bf")).drop("bp", "bb", "bf", _BUCKET)
 
 
-def write_file_groups(rows, spec: FileWriteSpec):
+def write_file_groups(storage, rows, spec: FileWriteSpec):
     """Executors write every file group's new base file (or, for the spec's `log_groups`, a new
-    log file of its slice); returns the stats rows."""
+    log file of its slice) on `storage`, the table's; returns the stats rows."""
 
     def run(batches):
         return write_task(spec, batches)
 
-    return rows.mapInArrow(run, STATS_SCHEMA).collect()
+    written = rows.mapInArrow(run, STATS_SCHEMA).collect()
+    _bloom_index.remember(storage, written)
+    return written
 
 
 def file_write_spec(storage, instant: str, data_columns: list[str], opts: WriteOptions, mode: str, merge: bool = False,
@@ -616,7 +618,7 @@ def _write_changes(spark, table, timeline, changes, instant: str, struct, data_c
 
     changes = changes.select(*_data_select(F, present, struct, data_columns), KEY, PART, FILE_ID, _KIND)
     changes = _in_turns(F, changes, FILE_ID, sorted({fid for _, fid in groups}), tasks).sortWithinPartitions(FILE_ID, KEY)
-    written = write_file_groups(changes, _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, groups, log_groups, merge))
+    written = write_file_groups(table.storage, changes, _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, groups, log_groups, merge))
     return _staged(table, written, instant, struct, existing, log_groups)
 
 
@@ -760,6 +762,7 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
                               max(1, min(len(mine) + len(partitions), spark_api.default_parallelism(spark) * 4)), set(data_columns))
     write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
     written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches), STATS_SCHEMA).collect()
+    _bloom_index.remember(table.storage, written)
     return _staged(table, written, instant, struct, existing, log_groups)
 
 
@@ -885,7 +888,7 @@ def _bulk_insert(spark, table, rows, opts: WriteOptions, instant: str, struct, d
     derived = _derived(config, struct) if mode == "NONE" else None
     shipped = [c for c, computed in ((KEY, derived and derived.key_field), (PART, derived and derived.partition_fields is not None)) if not computed]
     out = rows.select(*_data_select(F, present, struct, data_columns), *shipped)
-    stats, counts = _new_file_stats(write_file_groups(out, file_write_spec(table.storage, instant, data_columns, opts, "bulk", derived=derived)))
+    stats, counts = _new_file_stats(write_file_groups(table.storage, out, file_write_spec(table.storage, instant, data_columns, opts, "bulk", derived=derived)))
     return StagedWrite(stats, counts, avro_schema_json(struct, config.name), struct)
 
 
@@ -975,7 +978,7 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
         out = routed.select(*_data_select(F, present, struct, data_columns), KEY, PART, FILE_ID)
         n = max(1, min(len(buckets), spark_api.default_parallelism(spark) * 4))
         out = out.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)  # a group's rows in one run
-        stats, totals = _new_file_stats(write_file_groups(out, file_write_spec(table.storage, instant, data_columns, opts, "groups")))
+        stats, totals = _new_file_stats(write_file_groups(table.storage, out, file_write_spec(table.storage, instant, data_columns, opts, "groups")))
     return StagedWrite(stats, totals, avro_schema_json(struct, config.name), struct, replaced)
 
 
