@@ -18,8 +18,9 @@ The cases:
   delete 1%          N/100 keys spread over all partitions
   incremental read   the changes of the table's last commit (a 1% spread upsert), count + sum
   merge-on-read      a 1% spread upsert into a merge-on-read table of N rows (bulk-inserted
-                     first, timed too) and its snapshot read (count + sum of a column, so
-                     every row is merged and produced)
+                     first, timed too), its snapshot read (count + sum of a column, so
+                     every row is merged and produced) and a full scan (an aggregate of
+                     every column, so every column is merged too)
   first write        of a small batch (upsert into a new table) in a fresh process: a new
                      `python` for pipe, a new Java Hudi driver (JVM + SparkSession) for Java
                      with its defaults; process start-up included
@@ -247,8 +248,9 @@ class JavaSide:
         opts = {**java_options(table, table_type, operation, self.index, self.mdt), **self.extra}
         self.java.call({"op": "write", "path": str(self.work / table), "input": str(source), "options": opts, "mode": "append"})
 
-    def scan(self, table: str, **read) -> tuple[int, float]:
-        """count and sum(amount) of a snapshot (or incremental, `begin`/`end`) read."""
+    def scan(self, table: str, query: str = None, **read) -> tuple[int, float]:
+        """The first two values of `query` (QUERY: count and sum(amount)) over a snapshot (or
+        incremental, `begin`/`end`) read."""
         self.views += 1
         view = f"bench_{self.views}"
         opts = {"path": str(self.work / table)}
@@ -257,7 +259,7 @@ class JavaSide:
                          "hoodie.datasource.read.end.instanttime": read["end"]})
         options = ", ".join(f"`{k}` '{v}'" for k, v in opts.items())
         self.java.sql(f"CREATE OR REPLACE TEMPORARY VIEW {view} USING hudi OPTIONS ({options})")
-        count, total = self.java.sql(f"SELECT count(*), sum(amount) FROM {view}")[0]
+        count, total = self.java.sql((query or QUERY).format(t=view))[0][:2]
         return count, total or 0.0
 
     def commits(self, table: str) -> list[str]:
@@ -289,16 +291,21 @@ class PipeSide:
     def write(self, name: str, table_type: str, operation: str, source: Path) -> None:
         self.table(name, table_type).write(self.spark.read.parquet(str(source)), operation, index=self.index)
 
-    def scan(self, name: str, **read) -> tuple[int, float]:
-        from pyspark.sql import functions as F
+    def scan(self, name: str, query: str = None, **read) -> tuple[int, float]:
+        """As pipe run reads a table for a model's SQL: a view with the columns the SQL names
+        (runtime/steps/views.py: a merge-on-read table's merge reads only those), then the SQL."""
+        from runtime.steps.views import names_used
         from runtime.table import Table
 
+        query = query or QUERY
+        named = names_used([query.format(t="t")])
         table = Table.open(self.spark, str(self.work / name))
         if "begin" in read:
-            df = table.read(since=read["begin"], until=read["end"], meta=False)
+            df = table.read(since=read["begin"], until=read["end"], meta=False, named=named)
         else:
-            df = table.read(meta=False)
-        row = df.agg(F.count(F.lit(1)), F.sum("amount")).first()
+            df = table.read(meta=False, named=named)
+        df.createOrReplaceTempView("bench_scan")
+        row = self.spark.sql(query.format(t="bench_scan")).first()
         return row[0], row[1] or 0.0
 
     def commits(self, name: str) -> list[str]:
@@ -469,6 +476,9 @@ def main() -> None:
                 measure("merge-on-read upsert 1%", who, side, lambda: side.write(m, mor, "upsert", data["mor_upsert"]))
             for who, side in order:
                 checks[("merge-on-read snapshot read", who)].append(measure("merge-on-read snapshot read", who, side, lambda: side.scan(m)))
+            for who, side in order:
+                checks[("merge-on-read full scan", who)].append(measure("merge-on-read full scan (every column)", who, side,
+                                                                        lambda: side.scan(m, FULL_QUERY)))
             done = r + 1
             # the section after every repeat: a run cut short still leaves what it measured
             report(args, results, checks, phases, profiles, chosen, gen_seconds, time.perf_counter() - started, load, done)
@@ -485,6 +495,12 @@ def main() -> None:
     report(args, results, checks, phases, profiles, chosen, gen_seconds, time.perf_counter() - started, load, done, final=True)
 
 
+# The reads' SQL, over a view `{t}` of the table: every side runs the same. QUERY needs two columns
+# (a reader that prunes reads only them and the merge's key and ordering fields); FULL_QUERY needs
+# every column, so each is read and merged.
+QUERY = "SELECT count(*), sum(amount) FROM {t}"
+FULL_QUERY = ("SELECT count(*), sum(amount), sum(id), sum(part), sum(ts), max(name), sum(qty), sum(price), max(updated_at) FROM {t}")
+
 # why pipe is slower than Java in a case, as the profiles of the runs show (bench/RESULTS.md)
 WHY = {
     "first write of a small batch, fresh process": (
@@ -494,10 +510,12 @@ WHY = {
         "with the Hudi bundle and writes inside the JVM, with no Python worker to start."),
     "merge-on-read snapshot read": (
         "the merge of base and log files runs in Python workers (mapInArrow over the file slices: pyarrow reads each base file and its log "
-        "files and merges them by key), and produces every column of every row, which Spark then converts from Arrow; Spark cannot push the "
-        "query's two columns into that merge. Java merges in the JVM, and Spark asks its relation for the query's column only (its "
-        "plan: `MergeOnReadSnapshotRelation`, `ReadSchema: struct<amount:double>`): it reads that column with the key and precombine fields it "
-        "merges on."),
+        "files and merges them by key); pipe's view reads and merges only the columns the SQL names (amount) with the key and precombine "
+        "field, as Java's relation does (`MergeOnReadSnapshotRelation`, `ReadSchema: struct<amount:double>`), but its rows still cross from "
+        "the Python workers to the JVM as Arrow batches, where Java's merge runs inside the JVM on Spark's vectorized Parquet reader."),
+    "merge-on-read full scan (every column)": (
+        "every column of every row is read by pyarrow in the Python workers, merged, and handed to the JVM as Arrow batches, which Spark "
+        "converts to its rows; Java reads the base files with Spark's vectorized Parquet reader and merges the log records in the JVM."),
     "upsert 1% in 1 partition": (
         "pipe's default index is global: it looks the batch's keys up among every stored key, in all ten partitions' files (the keys' text "
         "gives every file a key range that spans the batch's, and the files, about 70 MB in all, are below the size at which pipe asks their "
@@ -568,8 +586,9 @@ def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, lo
         *([] if final else [f"- **Partial: written after repeat {done} of {args.repeats}; the run did not finish.**"]),
         f"- Each repeat ({done}) writes its own tables per side: bulk_insert, upsert 1% in partition 3 (every file group of it), delete 1%, "
         "upsert 1% spread (every file group of the table), the incremental read of that last commit; then a merge-on-read table: bulk_insert, upsert "
-        "1% spread, snapshot read. The sides take turns going first. Reads are count(*) and sum(amount) of the read, so every row is produced "
-        "(Java: a temporary view `USING hudi`, made inside the timing).",
+        "1% spread, snapshot read, full scan. The sides take turns going first. Reads are SQL over a view of the table made inside the timing "
+        "(Java: a temporary view `USING hudi`; pipe: `Table.read` with the names the SQL uses, as `pipe run` reads a model's inputs): "
+        f"`{QUERY.format(t='t')}` (every row produced, two columns needed), and for the full scan `{FULL_QUERY.format(t='t')}` (every column needed).",
         f"- First write in a fresh process ({args.fresh_repeats} runs, pipe and Java with their defaults): an upsert of {args.small:,} rows into a new "
         "table; pipe: a new `python` (imports, Spark start, write, Spark stop); Java: a new driver (python, JVM, SparkSession with the Hudi bundle), "
         "the write, quit.",
