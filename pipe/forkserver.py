@@ -40,7 +40,7 @@ PRELOAD = (
     "pipe.cli", "pipe.output", "pipe.run_display", "compiler.api", "compiler.sqlcheck", "sqlglot", "networkx",
     "runtime.executor", "runtime.connect", "runtime.session", "runtime.server", "runtime.spark_api", "runtime.run_lock",
     "runtime.steps.context", "runtime.steps.source", "runtime.steps.write", "runtime.steps.expect", "runtime.steps.test",
-    "runtime.steps.sync", "runtime.sources.files", "runtime.sources.records", "runtime.sources.table",
+    "runtime.steps.sync", "runtime.steps.views", "runtime.sources.files", "runtime.sources.records", "runtime.sources.table",
     "runtime.sources.s3_events", "runtime.sources.s3_incremental", "runtime.table.table", "runtime.table.writer",
     "runtime.table.reader", "runtime.table.services", "runtime.table.compaction", "runtime.table.merge",
     "pyspark.sql.connect.session", "pyspark.sql.connect.functions", "pyspark.sql.functions", "pyspark.sql.types",
@@ -95,6 +95,12 @@ def serve(folder: Path, name: str) -> int:
             importlib.import_module(module)
         except Exception:  # noqa: BLE001, S110 - best effort: the command's own import says what is wrong
             pass
+    try:  # sqlglot loads its Spark dialect (parser, generator: a few MB of modules) on first use
+        from runtime.steps.views import names_used
+
+        names_used(["select a from t"])
+    except Exception:  # noqa: BLE001, S110 - best effort, as the imports
+        pass
     if launch.socket_name(launch.stamp()) != name:
         _log(f"pipe's code changed while it was imported: not serving {name}")
         return 0
