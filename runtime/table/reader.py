@@ -96,18 +96,17 @@ def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, s
     data = list(struct.fields) if struct else []
     full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + data)
     p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, file_groups, instants)
-    wanted = None if columns is None else (list(META_COLUMNS) if meta else []) + list(columns)
+    # the columns returned; a merge reads them and what it merges by (without the meta columns
+    # a reader does not want: five strings a row)
+    wanted = (list(META_COLUMNS) if meta else []) + (list(columns) if columns is not None else [f.name for f in data])
     df = read_base_files(spark, storage, full, p.plain)
     if p.incremental:
         df = _written_in(df, p.since, p.until, p.instants)
-    if wanted is not None:
-        df = df.select(*[f"`{c}`" for c in wanted])
+    df = df.select(*[f"`{c}`" for c in wanted])
     if p.merged:
-        merging = full if wanted is None else _merge_struct(full, wanted, config, p.incremental)
+        merging = _merge_struct(full, wanted, config, p.incremental)
         merged = read_merged_slices(spark, storage, merging, timeline, config, p.merged, p.since, p.merge_until, p.instants)
-        df = df.unionByName(merged if wanted is None else merged.select(*[f"`{c}`" for c in wanted]))
-    if not meta and wanted is None:
-        df = df.drop(*META_COLUMNS)
+        df = df.unionByName(merged.select(*[f"`{c}`" for c in wanted]))
     return df
 
 
