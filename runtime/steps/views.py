@@ -16,12 +16,10 @@ from __future__ import annotations
 def names_used(texts: list[str]) -> frozenset[str] | None:
     """Every identifier of the SQL `texts` (lower-case), or None when they may read columns
     they do not name."""
-    try:
-        import sqlglot
-        from sqlglot import exp
-        from sqlglot.errors import SqlglotError
-    except ImportError:  # pragma: no cover - sqlglot is a dependency
-        return None
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
     names: set[str] = set()
     for text in texts:
         if not text or not text.strip():

@@ -86,22 +86,23 @@ def key_ranges(storage, slices: list[FileSlice]) -> dict[tuple[str, str], tuple[
 
         with ThreadPoolExecutor(max_workers=min(8, len(missing))) as pool:
             ranges = list(pool.map(read, missing))
-        with _lock:
-            for k, r in zip(missing, ranges):
-                found[k] = _cache[at[k]] = r
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
+        found.update(zip(missing, ranges))
+        _store({at[k]: r for k, r in zip(missing, ranges)})
     return found
 
 
 def remember(storage, written) -> None:
     """Keeps the key ranges of the base files a write just made (its stats rows: path, size,
-    min_key, max_key; files.STATS_SCHEMA), so that the next lookups need not read their footers."""
+    min_key, max_key; files.STATS_SCHEMA; a log file's row has no range), so that the next
+    lookups need not read their footers."""
+    _store({(storage.full_path(r["path"]), r["size"]): (utf16(r["min_key"]), utf16(r["max_key"]))
+            for r in written if r["min_key"] is not None and r["max_key"] is not None})
+
+
+def _store(ranges: dict) -> None:
+    """Puts (full path, size) -> range entries in the bounded cache."""
     with _lock:
-        for row in written:
-            path, size, lo, hi = row["path"], row["size"], row["min_key"], row["max_key"]
-            if path and path.endswith(".parquet") and lo is not None and hi is not None:
-                _cache[(storage.full_path(path), size)] = (utf16(lo), utf16(hi))
+        _cache.update(ranges)
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
 

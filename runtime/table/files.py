@@ -437,9 +437,10 @@ def stats_batch(stats: list[tuple], key_ranges: dict[str, tuple[str, str]] | Non
 
     types = [pa.string()] * 3 + [pa.int64()] * 5 + [pa.string()] * 3
     ranges = key_ranges or {}
+    width = len(_STATS_FIELDS) - 2  # the stats tuples' fields; the key range comes from `key_ranges`
     rows = []
     for r in stats:
-        row = dict(zip(_STATS_FIELDS, (*r[:9], *("",) * (9 - len(r[:9])))))
+        row = dict(zip(_STATS_FIELDS, (*r, *("",) * (width - len(r)))))
         row["min_key"], row["max_key"] = ranges.get(row["path"], (None, None))
         rows.append(row)
     return pa.RecordBatch.from_pylist(rows, schema=pa.schema(list(zip(_STATS_FIELDS, types))))
