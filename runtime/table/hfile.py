@@ -225,8 +225,10 @@ def _read_block(data: bytes, offset: int, codec: int, magic: bytes) -> tuple[byt
     return payload, offset + HEADER + on_disk
 
 
-def read(data: bytes) -> HFile:
-    """Every cell, the file info and the meta blocks of an HFile (HFileError if it is not one)."""
+def read(data: bytes, rows: list[bytes] | None = None) -> HFile:
+    """Every cell, the file info and the meta blocks of an HFile (HFileError if it is not one).
+    `rows` (sorted): only the cells with those rows, from only the data blocks that may hold
+    them (the root index names each block's first row), as a reader looking keys up does."""
     if len(data) < TRAILER_SIZE or data[-TRAILER_SIZE:-TRAILER_SIZE + 8] != TRAILER or data[-3:] != b"\x00\x00\x03":
         raise HFileError("not an HFile of version 3 (no trailer)")
     size, pos = _read_pb_varint(data, len(data) - TRAILER_SIZE + 8)
@@ -257,10 +259,23 @@ def read(data: bytes) -> HFile:
         name, pos = metas[pos:pos + n].decode("utf-8", "replace"), pos + n
         out.meta[name] = _read_block(data, off, codec, META)[0]
     pos = 0
+    blocks = []  # (offset, first row)
     for _ in range(trailer.get(5, 0)):
         off, _size = struct.unpack(">qi", root[pos:pos + 12])
         n, pos = _read_vint(root, pos + 12)
+        entry = root[pos:pos + n]
         pos += n
+        first = entry[2:2 + struct.unpack(">h", entry[:2])[0]] if len(entry) >= 2 else b""
+        blocks.append((off, first))
+    wanted = None
+    if rows is not None:
+        import bisect
+
+        firsts = [f for _, f in blocks]
+        wanted = set(rows)
+        chosen = sorted({i for i in (bisect.bisect_right(firsts, r) - 1 for r in wanted) if i >= 0})
+        blocks = [blocks[i] for i in chosen]
+    for off, _ in blocks:
         block, _ = _read_block(data, off, codec, DATA)
         at = 0
         while at < len(block):
@@ -268,8 +283,10 @@ def read(data: bytes) -> HFile:
             rlen = struct.unpack(">h", block[at + 8:at + 10])[0]
             if klen < rlen + 2 or vlen < 0 or at + 9 + klen + vlen > len(block):
                 raise HFileError(f"a damaged cell in the HFile data block at offset {off}")
-            out.cells.append((block[at + 10:at + 10 + rlen], block[at + 8 + klen:at + 8 + klen + vlen]))
+            row = block[at + 10:at + 10 + rlen]
+            if wanted is None or row in wanted:
+                out.cells.append((row, block[at + 8 + klen:at + 8 + klen + vlen]))
             at += 8 + klen + vlen + 1
-    if len(out.cells) != trailer.get(7, 0):
+    if wanted is None and len(out.cells) != trailer.get(7, 0):
         raise HFileError(f"the HFile holds {len(out.cells)} cells, its trailer says {trailer.get(7, 0)}")
     return out

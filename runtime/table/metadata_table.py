@@ -183,18 +183,23 @@ class MetadataTable:
 
     # --- reading ------------------------------------------------------------------------------
 
-    def _group_files(self) -> tuple[list[tuple[str, str, int]], list[tuple[logfile.LogFileName, str, int]]]:
-        """(base files as (instant, path, size), log files as (name, path, size)) of files-0000-0."""
-        bases, logs = [], []
-        for info in self.storage.list_files(FILES, recursive=False):
+    def partition_files(self, partition: str) -> dict[str, tuple[list[tuple[str, str, int]], list[tuple[logfile.LogFileName, str, int]]]]:
+        """file id -> (base files as (instant, path, size), sorted; log files as (name, path,
+        size)) of every file group of a partition of the metadata table."""
+        groups: dict[str, tuple[list, list]] = {}
+        for info in self.storage.list_files(partition, recursive=False):
             name = info.path.rsplit("/", 1)[-1]
-            if name.startswith(FILE_ID + "_") and name.endswith(".hfile"):
-                bases.append((name[:-len(".hfile")].rsplit("_", 1)[-1], info.path, info.size))
+            if name.endswith(".hfile") and not name.startswith(".") and "_" in name:
+                groups.setdefault(name.split("_", 1)[0], ([], []))[0].append((name[:-len(".hfile")].rsplit("_", 1)[-1], info.path, info.size))
             elif name.startswith("."):
                 parsed = logfile.parse_name(name)
-                if parsed is not None and parsed.file_id == FILE_ID:
-                    logs.append((parsed, info.path, info.size))
-        return sorted(bases), logs
+                if parsed is not None:
+                    groups.setdefault(parsed.file_id, ([], []))[1].append((parsed, info.path, info.size))
+        return {fid: (sorted(bases), logs) for fid, (bases, logs) in groups.items()}
+
+    def _group_files(self) -> tuple[list[tuple[str, str, int]], list[tuple[logfile.LogFileName, str, int]]]:
+        """(base files as (instant, path, size), log files as (name, path, size)) of files-0000-0."""
+        return self.partition_files(FILES).get(FILE_ID, ([], []))
 
     @staticmethod
     def _committed(mdt: Timeline):
@@ -207,27 +212,41 @@ class MetadataTable:
             return t in done or is_init_instant(t) or (first is not None and t < first)
         return committed
 
-    def state(self, mdt: Timeline, data: Timeline) -> State:
-        """The files partition as a reader that trusts it sees it: the latest committed base
-        file, then the blocks of valid instants of its slice's logs, in order."""
+    def slice_of(self, mdt: Timeline, valid, bases, logs) -> tuple[str | None, str | None, list[str], int]:
+        """A file group's latest slice as a reader that trusts the metadata table takes it:
+        (its base instant, its committed base file's path, the paths of its logs in the order
+        they apply, the version its next log file gets on table version 6). On 8 and 9 a log
+        belongs to the slice of the latest base before its deltacommit completed; on 6 to the
+        slice its name gives (a group with no base file yet: the latest base instant its logs name)."""
         committed = self._committed(mdt)
-        bases, logs = self._group_files()
         bases = [b for b in bases if committed(b[0])]
-        files: dict[str, dict[str, int]] = {}
-        partitions: set[str] = set()
         base_instant = bases[-1][0] if bases else None
-        if bases:
-            self._apply(hfile.read(self.storage.read_bytes(bases[-1][1])), files, partitions)
-        valid = self._valid(mdt, data)
-        if self.version >= 8:  # a log is in the slice of the latest base instant before its deltacommit completed
+        if self.version >= 8:
             completion = {i.time: i.completed_at for i in mdt.instants if i.is_completed}
             chosen = sorted(((n.base_instant, n.version), p) for n, p, _ in logs
                             if valid(n.base_instant) and (base_instant is None or completion.get(n.base_instant, "") > base_instant))
+            next_version = 1
         else:
+            if base_instant is None:
+                named = [n.base_instant for n, _, _ in logs if committed(n.base_instant)]
+                base_instant = max(named) if named else None
             chosen = sorted(((n.base_instant, n.version), p) for n, p, _ in logs if n.base_instant == base_instant)
+            next_version = max((n.version for n, _, _ in logs if n.base_instant == base_instant), default=0) + 1
+        return base_instant, (bases[-1][1] if bases else None), [p for _, p in chosen], next_version
+
+    def state(self, mdt: Timeline, data: Timeline) -> State:
+        """The files partition as a reader that trusts it sees it: the latest committed base
+        file, then the blocks of valid instants of its slice's logs, in order."""
+        files: dict[str, dict[str, int]] = {}
+        partitions: set[str] = set()
+        valid = self._valid(mdt, data)
+        bases, logs = self._group_files()
+        _, base, chosen, _ = self.slice_of(mdt, valid, bases, logs)
+        if base is not None:
+            self._apply(hfile.read(self.storage.read_bytes(base)), files, partitions)
         rolled_back: set[str] = set()
         blocks = []
-        for _, path in chosen:
+        for path in chosen:
             for block in logfile.read_blocks(self.storage.read_bytes(path), f"metadata table log {path}"):
                 if block.is_rollback:
                     rolled_back.add(block.header.get(logfile.TARGET_INSTANT_TIME, ""))
@@ -237,21 +256,35 @@ class MetadataTable:
                 self._apply(hfile.read(block.content), files, partitions)
         return State(files, partitions)
 
-    def _valid(self, mdt: Timeline, data: Timeline):
-        done = self._committed(mdt)
-        data_done = {i.time for i in data.instants if i.is_completed}
-        first = data.instants[0].time if data.instants else None
-        data_pending = {i.time for i in data.pending()}
+    def record_index_spec(self, data: Timeline, instant: str = "") -> "record_index.IndexSpec | None":
+        """What tasks need to read the record index as of now, or to add `instant`'s changes
+        to it (record_index.IndexSpec); None when its file groups are not numbered 0..n-1 as
+        Java numbers them (another layout pipe does not know)."""
+        from runtime.table import record_index
+        from runtime.table.timeline import epoch_ms_of, timeline_is_local
 
-        def valid(t: str) -> bool:
-            if is_init_instant(t):
-                return True
-            if not done(t):
-                return False
-            if len(t) > 17:  # the metadata table's own (Java 0.x: <T>010 init, <T>003 restore sync)
-                return True
-            return t in data_done or t not in data_pending and (first is None or t < first) or t in mdt.compactions
-        return valid
+        mdt = self.timeline()
+        valid = self._valid(mdt, data)
+        groups = self.partition_files(record_index.PARTITION)
+        numbers = {record_index.file_group_number(fid): fid for fid in groups}
+        if not numbers or None in numbers or sorted(numbers) != list(range(len(numbers))):
+            return None
+        slices = []
+        for i in range(len(numbers)):
+            bases, logs = groups[numbers[i]]
+            base_instant, base, chosen, next_version = self.slice_of(mdt, valid, bases, logs)
+            slices.append(record_index.Slice(i, base, tuple(chosen), base_instant, next_version))
+        text, _ = record_schema(self.version)
+        return record_index.IndexSpec(self.storage.spec.uri, self.storage.spec.options, self.version, tuple(slices), valid, instant,
+                                      epoch_ms_of(instant, timeline_is_local(self.data)) if instant else 0, text)
+
+    def _valid(self, mdt: Timeline, data: Timeline):
+        """Whether a reader takes the blocks of an instant (record_index.Validity)."""
+        from runtime.table.record_index import Validity
+
+        return Validity(frozenset(i.time for i in mdt.instants if i.is_completed), mdt.instants[0].time if mdt.instants else None,
+                        frozenset(i.time for i in data.instants if i.is_completed), data.instants[0].time if data.instants else None,
+                        frozenset(i.time for i in data.pending()), frozenset(mdt.compactions))
 
     def _apply(self, h: hfile.HFile, files: dict[str, dict[str, int]], partitions: set[str]) -> None:
         text = h.file_info.get("schema")
@@ -298,12 +331,13 @@ class MetadataTable:
         self._complete(timeline, instant, [stat], "BULK_INSERT")
         update_properties(self.data, {PARTITIONS_KEY: FILES, INFLIGHT_KEY: ""})
 
-    def sync(self, data: Timeline, instant: str, written: list[tuple[str, str, int]] = ()) -> bool:
+    def sync(self, data: Timeline, instant: str, written: list[tuple[str, str, int]] = (), index_stats: list[WriteStat] = ()) -> bool:
         """Brings the files partition in step with the data table as it will be once `instant`
         completes: its committed files (on `data`, the timeline before `instant` completes) and
         `written` ((partition, name, size) of the files `instant` wrote). Writes and completes
-        the metadata deltacommit `instant`; call before completing `instant` itself, under the
-        writer lock. Returns whether anything changed."""
+        the metadata deltacommit `instant`, which also lists `index_stats` (the record index's
+        log files `instant` wrote: record_index.write_delta); call before completing `instant`
+        itself, under the writer lock. Returns whether anything changed."""
         mdt = self.roll_back_orphans(data)
         # compacted before this deltacommit, of the valid ones only (as Java's metadata writer
         # runs its table services first): this one goes to a log of the new slice
@@ -324,9 +358,9 @@ class MetadataTable:
                 changes[part] = delta
         # the partitions the deltacommit touches, the new ones among them, as Java lists them
         touched = {p: (0, False) for p in (set(changes) & set(target)) | (set(target) - state.partitions)}
-        if not changes and not touched:
+        if not changes and not touched and not index_stats:
             return False
-        self._deltacommit(mdt, instant, _cells(changes, touched, self.version), sum(len(v) for v in changes.values()))
+        self._deltacommit(mdt, instant, _cells(changes, touched, self.version), sum(len(v) for v in changes.values()), index_stats)
         return True
 
     def slice_start(self, mdt: Timeline) -> str:
@@ -343,7 +377,7 @@ class MetadataTable:
         bases = [b[0] for b in self._group_files()[0] if committed(b[0])]
         return bases[-1] if bases else None
 
-    def _deltacommit(self, mdt: Timeline, time: str, cells, writes: int) -> None:
+    def _deltacommit(self, mdt: Timeline, time: str, cells, writes: int, index_stats: list[WriteStat] = ()) -> None:
         text, _ = record_schema(self.version)
         block = logfile.Block(logfile.HFILE, {logfile.INSTANT_TIME: time, logfile.SCHEMA: text},
                               hfile.write(cells, {"schema": text.encode("utf-8")}))
@@ -369,7 +403,7 @@ class MetadataTable:
         from runtime.table import services
 
         services.fault("metadata_table_before_commit")
-        self._complete(mdt, instant, [stat], "UPSERT_PREPPED")
+        self._complete(mdt, instant, [stat, *index_stats], "UPSERT_PREPPED")
 
     def _begin(self, mdt: Timeline, instant: Instant, workload: list[WriteStat] = ()) -> None:
         for state, data in ((REQUESTED, b""), (INFLIGHT, CommitMetadata("UPSERT_PREPPED", list(workload), {}).to_bytes(mdt.layout))):
@@ -493,9 +527,12 @@ class MetadataTable:
         return services.archive_timeline(self.storage, min_instants, max_instants, keep_from=min(stops))
 
     def _delete_logs_of(self, time: str) -> None:
-        """Deletes the log file a deltacommit `time` wrote: named with it (8, 9), or the log
-        version whose blocks are all its (6)."""
-        for n, path, _ in self._group_files()[1]:
+        """Deletes the log files a deltacommit `time` wrote (the files partition's and the
+        record index's): named with it (8, 9), or the log versions whose blocks are all its (6)."""
+        from runtime.table import record_index
+
+        logs = [log for _, group in self.partition_files(record_index.PARTITION).items() for log in group[1]]
+        for n, path, _ in self._group_files()[1] + logs:
             if self.version >= 8 and n.base_instant == time:
                 self.storage.delete(path)
             elif self.version < 8:
@@ -562,16 +599,30 @@ def _kept_by(storage) -> MetadataTable | None:
     return MetadataTable(storage, TableConfig.from_properties_map(props).table_version)
 
 
-def before_complete(storage, instant: str, stats: list[WriteStat] = ()) -> None:
+def before_complete(storage, instant: str, stats: list[WriteStat] = (), index_changes=None) -> None:
     """What every change of the data table's files does right before completing its instant:
     the metadata deltacommit of the same time, when the table keeps a metadata table (`stats`:
-    the files the instant wrote). The timeline is listed anew: a stale one would take a later
-    commit's files for uncommitted."""
+    the files the instant wrote). `index_changes` ((spark, DataFrame of the keys whose location
+    the instant changed: record_index.write_delta)), when the table keeps a record index: its
+    log files are written first and listed by the same deltacommit. The timeline is listed
+    anew: a stale one would take a later commit's files for uncommitted."""
     mdt = _kept_by(storage)
     if mdt is not None:
         written = [(s.partition_path, s.path.rsplit("/", 1)[-1], s.file_size) for s in stats]
         written += [(s.partition_path, p.rsplit("/", 1)[-1], n) for s in stats for p, n in (s.cdc_stats or {}).items()]
-        mdt.sync(Timeline.load(storage, 2 if mdt.version >= 8 else 1), instant, written)
+        data = Timeline.load(storage, 2 if mdt.version >= 8 else 1)
+        index_stats: list[WriteStat] = []
+        if index_changes is not None and keeps_record_index(read_properties(storage)):
+            from runtime.table import record_index
+
+            spark, changes = index_changes
+            mdt.roll_back_orphans(data)  # first: a failed write's log versions would come before this one's
+            spec = mdt.record_index_spec(data, instant)
+            if spec is None:
+                raise TableError(f"the record index of {storage.spec} changed its layout during the write; nothing was committed",
+                                 "run again")
+            index_stats = record_index.write_delta(spark, spec, changes)
+        mdt.sync(data, instant, written, index_stats)
         from runtime.table import services
 
         services.fault("after_metadata_table")  # its deltacommit complete, the data instant not yet
@@ -630,19 +681,30 @@ def _committed_files(storage, timeline: Timeline) -> dict[str, dict[str, int]]:
     return out
 
 
-def unkept_partitions(props: dict[str, str]) -> list[str]:
-    """The metadata table's partitions (built or being built) other than `files`."""
+RECORD_INDEX = "record_index"
+
+
+def keeps_record_index(props: dict[str, str]) -> bool:
+    """Whether the data table with these properties has a built record index (record_index.py)."""
+    return RECORD_INDEX in [p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",")]
+
+
+def unkept_partitions(props: dict[str, str], keep: frozenset[str] = frozenset()) -> list[str]:
+    """The metadata table's partitions (built or being built) other than `files` and `keep`
+    (built ones only)."""
+    built = {p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",") if p.strip()}
     listed = [p.strip() for key in (PARTITIONS_KEY, INFLIGHT_KEY) for p in (props.get(key) or "").split(",") if p.strip()]
-    return sorted({p for p in listed if p != FILES})
+    return sorted({p for p in listed if p != FILES and not (p in keep and p in built)})
 
 
-def drop_unkept_partitions(storage, props: dict[str, str]) -> list[str]:
-    """Drops the partitions pipe does not keep in step, as Java's writer drops a disabled index:
-    hoodie.properties first (crash-safely), then their folders. Returns them."""
-    drop = unkept_partitions(props)
+def drop_unkept_partitions(storage, props: dict[str, str], keep: frozenset[str] = frozenset()) -> list[str]:
+    """Drops the partitions pipe does not keep in step (all but `files` and those of `keep`
+    this change keeps in step), as Java's writer drops a disabled index: hoodie.properties
+    first (crash-safely), then their folders. Returns them."""
+    drop = unkept_partitions(props, keep)
     if not drop:
         return []
-    keep = [p for p in (props.get(PARTITIONS_KEY) or "").split(",") if p.strip() == FILES]
+    keep = [p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",") if p.strip() and p.strip() not in drop]
     update_properties(storage, {PARTITIONS_KEY: ",".join(keep), INFLIGHT_KEY: ""})
     mdt = open_storage(storage.spec.child(METADATA_TABLE))
     for part in drop:

@@ -347,7 +347,7 @@ class Table:
             raise TableError(f"extra metadata key(s) {', '.join(reserved)} are Hudi's own; choose other names")
         replacing = operation in _writer.REPLACE_OPERATIONS
         action = REPLACECOMMIT if replacing else DELTACOMMIT if self.config.table_type == MERGE_ON_READ else COMMIT
-        with self._changing(refuse=lambda t: self._refuse_layout(t, opts.buckets)) as (checked, slices):
+        with self._changing(refuse=lambda t: self._refuse_layout(t, opts.buckets), keep=_keeps_record_index(opts)) as (checked, slices):
             rolled_back = self.rollback_pending()
             timeline = self.timeline()
             if timeline.instants != checked.instants:  # a failed write rolled back, a service finished
@@ -391,8 +391,13 @@ class Table:
                 raise
             extra = {"schema": staged.schema_json, **opts.extra_metadata}
             meta = CommitMetadata(op_type, staged.stats, extra, staged.replaced if replacing else None)
+            if staged.stats and staged.index_changes is None and _metadata_table.keeps_record_index(read_properties(self.storage)):
+                self._stop_heartbeat(instant.time)
+                self.rollback_pending()
+                raise TableError(f"pipe cannot keep the record index of {self.config.name} in step with this {operation}; nothing was written")
             self._check_lock()
-            _metadata_table.before_complete(self.storage, instant.time, staged.stats)
+            _metadata_table.before_complete(self.storage, instant.time, staged.stats,
+                                            (self.spark, staged.index_changes) if staged.index_changes is not None else None)
             if timeline.complete(instant, meta.to_bytes(timeline.layout)) is None:
                 raise TableError(f"instant {instant.time} was completed by someone else")
             # as Java's post-commit: the markers and the heartbeat of a completed instant go
@@ -491,12 +496,13 @@ class Table:
             raise TableError(f"pipe cannot write into table {self.config.name}: {reason}")
 
     @contextmanager
-    def _changing(self, refuse=None) -> Iterator:
+    def _changing(self, refuse=None, keep: frozenset[str] = frozenset()) -> Iterator:
         """The writer lock, for anything that changes a file of the table (writes and every
         service). Under it: hoodie.properties as it is now (recovered if an update of it
         crashed), refused if pipe cannot write the table, if another writer is live (a fresh
         heartbeat: nothing of its may change, its metadata table included) or by
-        `refuse(timeline)`, whose result is yielded; then a metadata table retired."""
+        `refuse(timeline)`, whose result is yielded; then a metadata table retired, or its
+        partitions other than `files` and `keep` (those this change keeps in step) dropped."""
         self._refuse_other_version()
         with self.lock():
             recover_properties(self.storage)
@@ -507,10 +513,10 @@ class Table:
             timeline = self.timeline()  # listed once for both checks
             _services.refuse_live_writes(self.storage, timeline)
             checked = refuse(timeline) if refuse is not None else None
-            self._metadata_table_in_step(timeline)
+            self._metadata_table_in_step(timeline, keep)
             yield checked
 
-    def _metadata_table_in_step(self, timeline: Timeline) -> None:
+    def _metadata_table_in_step(self, timeline: Timeline, keep: frozenset[str] = frozenset()) -> None:
         """Before a change, under the lock: a metadata table whose files partition pipe can keep
         in step stays (metadata_table.py), less the partitions pipe does not keep, which are
         dropped as Java drops a disabled index; one pipe cannot keep (another version than
@@ -521,11 +527,13 @@ class Table:
         if _metadata_table.kept(props):
             reason = mdt.unkeepable_reason(timeline)
             if reason is None:
-                dropped = _metadata_table.drop_unkept_partitions(self.storage, props)
+                if _metadata_table.RECORD_INDEX in keep and mdt.record_index_spec(timeline) is None:
+                    keep = keep - {_metadata_table.RECORD_INDEX}  # file groups pipe cannot number as Java does
+                dropped = _metadata_table.drop_unkept_partitions(self.storage, props, keep)
                 if dropped:
                     what = (f"dropped the metadata table partition(s) {', '.join(dropped)} of {self.config.name}, which pipe does not "
-                            "keep in step, as Hudi drops a disabled index (its files partition stays, kept in step); Java's next "
-                            "writer with those indexes enabled builds them again")
+                            "keep in step for this change, as Hudi drops a disabled index (its files partition stays, kept in step); "
+                            "Java's next writer with those indexes enabled builds them again")
                     log.warning(what)
                     self.retired = what
                     self.config = TableConfig.from_properties_map(read_properties(self.storage))
@@ -742,7 +750,7 @@ class Table:
         returns the compaction's instant, or None when no slice has logs."""
         if self.config.table_type != MERGE_ON_READ:
             raise TableError(f"table {self.config.name} is copy-on-write; only merge-on-read tables are compacted")
-        with self._changing():
+        with self._changing(keep=_MOVES_NO_KEY):
             self.rollback_pending()
             return self._compact()
 
@@ -977,23 +985,23 @@ class Table:
     def clean(self, policy: str = _services.KEEP_LATEST_COMMITS, retain: int = 10, retain_from: str | None = None) -> _services.CleanResult:
         """Deletes file versions no retained commit, savepoint or consumer (`retain_from`: the
         oldest instant an incremental consumer has read up to) needs; see services.plan_clean."""
-        with self._changing():
+        with self._changing(keep=_MOVES_NO_KEY):
             self.rollback_pending()
             return _services.clean(self.storage, policy, retain, retain_from)
 
     def archive(self, min_instants: int = 20, max_instants: int = 30, keep_from: str | None = None) -> list[str]:
-        with self._changing():
+        with self._changing(keep=_MOVES_NO_KEY):
             self.rollback_pending()
             return _services.archive(self.storage, min_instants, max_instants, keep_from)
 
     def savepoint(self, instant: str | None = None, user: str = "", comment: str = "") -> str:
         """Savepoints a completed write (default: the latest); returns its instant time."""
-        with self._changing():
+        with self._changing(keep=_MOVES_NO_KEY):
             self.rollback_pending()
             return _services.savepoint(self.storage, instant, user or _user(), comment)
 
     def delete_savepoint(self, instant: str) -> None:
-        with self._changing():
+        with self._changing(keep=_MOVES_NO_KEY):
             _services.delete_savepoint(self.storage, instant)
 
     def savepoints(self) -> list[str]:
@@ -1153,6 +1161,20 @@ class Table:
     def _check_lock(self) -> None:
         if getattr(self, "_owner", None) is None or self._lock_owner() != self._owner:
             raise TableError(f"lost the writer lock of table {self.config.name} (another writer took it over); nothing was committed")
+
+
+# the metadata table partitions a service that moves no key keeps in step (its files partition
+# always): the record index of a compaction, a clean, an archiving or a savepoint stays right
+_MOVES_NO_KEY = frozenset({_metadata_table.RECORD_INDEX})
+
+
+def _keeps_record_index(opts) -> frozenset[str]:
+    """The partitions a write keeps in step besides `files`: the record index, for the
+    operations whose moved keys the writer names (record_index.py), with the global index
+    whose uniqueness it records; any other write drops it, as Java drops a disabled index."""
+    if opts.operation in ("upsert", "insert", "delete") and opts.index == "global" and opts.buckets is None:
+        return frozenset({_metadata_table.RECORD_INDEX})
+    return frozenset()
 
 
 def _schema_key(footer) -> str:

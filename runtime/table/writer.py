@@ -187,7 +187,7 @@ BROADCAST_KEYS = 200_000
 
 def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None,
                   partitions: set[str] | None = None, merged=None, stored_struct=None, probe=None,
-                  key_range: dict[str | None, tuple[bytes, bytes] | None] | None = None):
+                  key_range: dict[str | None, tuple[bytes, bytes] | None] | None = None, located=None):
     """Joins incoming keys to the keys stored in the latest file slices; adds the stored
     partition, file id and precombine value (null for new keys). With `index: partition`,
     only the slices of `partitions` (the batch's, found when not given) are read.
@@ -198,7 +198,9 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     same keys as `df` that are cheaper to compute (the batch before its deduplication), whose
     keys filter the stored ones. `key_range`: the batch's key range (bloom_index.prune), by
     partition or {None: range}: base files outside it are not read, nor (a batch of up to
-    BROADCAST_KEYS keys, files large enough) those whose bloom filters hold none of its keys."""
+    BROADCAST_KEYS keys, files large enough) those whose bloom filters hold none of its keys.
+    `located` (a table with a record index, global index): keys (`_k`) -> the set of (partition,
+    file id) holding any of them (record_index.lookup); only those slices are read."""
     from pyspark.sql import functions as F
 
     if not slices:
@@ -212,7 +214,12 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     small = batch_rows is not None and batch_rows <= BROADCAST_KEYS
     if small:  # the batch's keys, which filter the stored ones
         probe = (df if probe is None else probe).select(F.col(KEY).alias("_k"), *([F.col(PART).alias("_p")] if opts.index == "partition" else []))
-    if key_range is not None:
+    if located is not None:  # the record index names the groups the batch's keys are in
+        held = located((df if probe is None else probe).select(F.col(KEY).alias("_k")) if not small else probe.select("_k"))
+        slices = [s for s in slices if (s.partition, s.file_id) in held]
+        if not slices:
+            return tag_locations(spark, df, config, opts, [], storage)
+    elif key_range is not None:
         slices = _bloom_index.prune(storage, slices, key_range)
         if small and slices:
             slices = _bloom_index.bloom_candidates(probe, storage, slices, opts.index == "partition")
@@ -261,6 +268,19 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     # a small batch's stored keys (about as many as the batch's) are broadcast to the batch's
     # tasks too: the join waits for no shuffle of theirs, and the batch keeps its partitioning
     return df.join(F.broadcast(index) if small else index, on=cond, how="left").drop("_k")
+
+
+def _record_index_lookup(spark, table, timeline, opts: WriteOptions):
+    """How a global-index lookup asks the table's record index (metadata_table.py keeps it in
+    step) which file groups hold a batch's keys; None without one."""
+    from runtime.table import metadata_table, record_index
+
+    if opts.index != "global" or opts.buckets is not None or not metadata_table.keeps_record_index(table.config.properties or {}):
+        return None
+    spec = metadata_table.MetadataTable(table.storage, table.config.table_version).record_index_spec(timeline)
+    if spec is None:
+        return None
+    return lambda keys: record_index.lookup(spark, spec, keys)
 
 
 def drop_stale(df, config, present):
@@ -421,6 +441,10 @@ class StagedWrite:
     # merge-on-read: (partition, log file name prefix up to the version) of every log file
     # this write adds; another file with that prefix is a retried task's leftover
     log_prefixes: set[tuple[str, str]] = field(default_factory=set)
+    # upserts, inserts and deletes: the keys whose location this write changes, for a record
+    # index (record_index.write_delta): `_k`, `_pipe_part`, `_pipe_file` (null: the key left
+    # the table). A lazy DataFrame, computed only for a table that keeps one
+    index_changes: Any = None
 
 
 def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
@@ -449,6 +473,7 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
 
 
 _TOMB_KEY, _TOMB_PART, _TOMB_DELETE = "_pipe_tomb_key", "_pipe_tomb_part", "_pipe_tomb_delete"
+_REVIVED = "_pipe_revived"
 
 
 def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
@@ -525,10 +550,13 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             def merged(with_logs):
                 return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
-                             stored_struct, probe=batch, key_range=key_range)
-        rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
+                             stored_struct, probe=batch, key_range=key_range, located=_record_index_lookup(spark, table, timeline, opts))
+        rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False))))  # deleting a deleted key changes nothing
+        # a key written again where its slice's log deleted it is back in that group: the record index has it again
+        rows = rows.withColumn(_REVIVED, F.coalesce(F.col(_GONE), F.lit(False))).drop(_GONE)
     else:
-        rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
+        rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER),
+                           F.lit(False).alias(_REVIVED))
     if opts.operation == "insert" and opts.insert_duplicates == "fail":
         clash = rows.where(F.col(_OLD_FILE).isNotNull()).select(KEY).limit(5).collect()
         if clash:
@@ -579,6 +607,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     # a key whose partition changed leaves its old file group and is inserted in the new one
     moved_out = rows.where(moved).select(KEY, F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID), F.lit("D").alias(_KIND))
     changes = in_place.unionByName(moved_out, allowMissingColumns=True)
+    revived = rows.where(same_place & F.col(_REVIVED) & ~F.col(_DELETE)).select(
+        F.col(KEY).alias("_k"), F.col(_OLD_PART).alias("_pipe_part"), F.col(_OLD_FILE).alias("_pipe_file"))
     if bucketed:
         receiving = {(p, fid) for (p, _), fid in to_buckets.items()}
         routed = route_to_buckets(spark, rows.where(is_insert), to_buckets)
@@ -603,7 +633,13 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     log_groups = (_log_targets(logged, existing, _log_named_by(timeline, instant))
                   if config.table_type == MERGE_ON_READ and (merge or bucketed) else {})
     n = max(1, min(len(groups), spark_api.default_parallelism(spark) * 4))
-    return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n, present)
+    staged = _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n, present)
+    # inserts (moves in) name the key's new place, deletes (moves out) its leaving: an insert wins
+    located = changes.where(F.col(_KIND) != "U").select(
+        F.col(KEY).alias("_k"), F.when(F.col(_KIND) == "I", F.col(PART)).alias("_pipe_part"),
+        F.when(F.col(_KIND) == "I", F.col(FILE_ID)).alias("_pipe_file"))
+    staged.index_changes = located.unionByName(revived)
+    return staged
 
 
 def _write_changes(spark, table, timeline, changes, instant: str, struct, data_columns: list[str], opts: WriteOptions,

@@ -1,0 +1,413 @@
+"""The metadata table's record index (Hudi's `record_index` partition, its RECORD_INDEX index):
+every record key of the data table mapped to the partition and file group that hold it, so
+that a writer finds where a batch's keys are without reading the data table's files.
+
+The format, as Hudi 0.15 (table version 6) and 1.1 (8, 9) write it (docs/hudi-1x-format.md 6):
+
+- a fixed number of file groups `record-index-<NNNN>-0` (Java starts with 10); a key lives in
+  group `abs(abs(h) % n)`, h being Java's String.hashCode of the key (31-polynomial over its
+  UTF-16 code units, 32-bit), with n the number of groups listed;
+- each group is a merge-on-read slice of the metadata table: an HFile base file (after a
+  compaction; none right after the partition is built on an empty table) and log files with,
+  per deltacommit, one HFILE block of upserts (HoodieMetadataRecord type 5, the cell's row the
+  record key, `recordIndexMetadata` = HoodieRecordIndexInfo: the partition path, the file id as
+  a UUID's two longs and the `-N` index, or as text (encoding 1), the instant in epoch
+  milliseconds) and one DELETE block naming the keys that left the table (partition path
+  `record_index`); later blocks win, a delete removes the key;
+- log files are named as the files partition's are (metadata_table.py): one per deltacommit
+  named with it on 8 and 9, the next version of the slice's log on 6.
+
+Everything a record index holds is data (one entry a row), so it is read and written only in
+Spark tasks; the driver sees file names, sizes and counts."""
+
+from __future__ import annotations
+
+import io
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterator
+
+PARTITION = "record_index"
+PREFIX = "record-index-"
+RECORD_INDEX = 5  # HoodieMetadataRecord.type
+_FILE_GROUP = re.compile(r"^record-index-(\d{4})-0$")
+_UUID_FILE_ID = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:-(\d{1,9}))?$")
+_MISSING_INDEX = -1  # Java's RECORD_INDEX_MISSING_FILEINDEX_FALLBACK: a 36-character file id without -N
+
+
+def file_group_id(i: int) -> str:
+    return f"{PREFIX}{i:04d}-0"
+
+
+def file_group_number(file_id: str) -> int | None:
+    m = _FILE_GROUP.match(file_id)
+    return int(m.group(1)) if m else None
+
+
+def java_hashes(keys: list[str]):
+    """Java's String.hashCode of each key (a signed 32-bit int), vectorised by key length over
+    their UTF-16 code units (numpy int64 arrays)."""
+    import numpy as np
+
+    out = np.zeros(len(keys), dtype=np.int64)
+    units = [np.frombuffer(k.encode("utf-16-be"), dtype=">u2") for k in keys]
+    by_length: dict[int, list[int]] = {}
+    for i, u in enumerate(units):
+        by_length.setdefault(len(u), []).append(i)
+    mask = (1 << 32) - 1
+    for length, idx in by_length.items():
+        if length == 0:
+            continue
+        grid = np.stack([units[i] for i in idx]).astype(np.int64)
+        h = np.zeros(len(idx), dtype=np.int64)
+        for j in range(length):
+            h = (h * 31 + grid[:, j]) & mask
+        out[idx] = np.where(h >= 1 << 31, h - (1 << 32), h)
+    return out
+
+
+def file_groups_of(keys: list[str], n: int):
+    """The record-index file group (0..n-1) of each key (Java's mapRecordKeyToFileGroupIndex:
+    abs(abs(h) % n), where abs of Integer.MIN_VALUE stays negative)."""
+    import numpy as np
+
+    h = java_hashes(keys)
+    a = np.where(h == -(1 << 31), h, np.abs(h))
+    return np.abs(np.fmod(a, n)).astype(np.int64)
+
+
+# --- records ---------------------------------------------------------------------------------
+
+def _to_signed(n: int) -> int:
+    return n - (1 << 64) if n >= 1 << 63 else n
+
+
+def location_info(partition: str, file_id: str, instant_ms: int, table_version: int) -> dict:
+    """HoodieRecordIndexInfo of a key stored in `file_id` of `partition` since `instant_ms`, as
+    Java encodes it: a UUID file id (`<uuid>-<N>` or a bare UUID) as two longs and N (0), any
+    other as its text (1)."""
+    m = _UUID_FILE_ID.match(file_id)
+    if m:
+        u = uuid.UUID(m.group(1)).int
+        info = {"partitionName": partition, "fileIdHighBits": _to_signed(u >> 64), "fileIdLowBits": _to_signed(u & ((1 << 64) - 1)),
+                "fileIndex": int(m.group(2)) if m.group(2) is not None else _MISSING_INDEX, "fileId": "",
+                "instantTime": instant_ms, "fileIdEncoding": 0}
+    else:
+        info = {"partitionName": partition, "fileIdHighBits": -1, "fileIdLowBits": -1, "fileIndex": -1, "fileId": file_id,
+                "instantTime": instant_ms, "fileIdEncoding": 1}
+    if table_version >= 8:
+        info["position"] = None
+    return info
+
+
+def location_of(info: dict) -> tuple[str, str]:
+    """(partition path, file id) of a HoodieRecordIndexInfo (Java's getLocationFromRecordIndexInfo)."""
+    if info.get("fileIdEncoding", 0) == 1:
+        return info["partitionName"], info["fileId"]
+    u = uuid.UUID(int=((info["fileIdHighBits"] & ((1 << 64) - 1)) << 64) | (info["fileIdLowBits"] & ((1 << 64) - 1)))
+    index = info.get("fileIndex")
+    return info["partitionName"], str(u) + ("" if index is None or index == _MISSING_INDEX else f"-{index}")
+
+
+def _record(info: dict, table_version: int) -> dict:
+    rec = {"key": "", "type": RECORD_INDEX, "filesystemMetadata": None, "recordIndexMetadata": info}
+    for name in ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
+                 "_hoodie_file_name", "BloomFilterMetadata", "ColumnStatsMetadata", "SecondaryIndexMetadata"):
+        rec[name] = None
+    if table_version < 8:
+        rec.pop("SecondaryIndexMetadata")
+    return rec
+
+
+def upsert_cells(entries: list[tuple[str, str, str]], instant_ms: int, table_version: int) -> list[tuple[bytes, bytes]]:
+    """The HFile cells of (key, partition, file id) entries, sorted by key bytes."""
+    import fastavro
+
+    from runtime.table.metadata_table import record_schema
+
+    _, parsed = record_schema(table_version)
+    cells = []
+    for key, partition, file_id in sorted(entries, key=lambda e: e[0].encode("utf-8")):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, _record(location_info(partition, file_id, instant_ms, table_version), table_version))
+        cells.append((key.encode("utf-8"), buf.getvalue()))
+    return cells
+
+
+# --- a file group's slice, as the driver names it to a task ------------------------------------
+
+@dataclass(frozen=True)
+class Validity:
+    """Which instants' blocks of the metadata table a reader takes (metadata_table._valid, as
+    data a task can be given)."""
+
+    done: frozenset[str]  # completed instants of the metadata table
+    first: str | None  # its first active instant (earlier ones are archived: completed)
+    data_done: frozenset[str]
+    data_first: str | None
+    data_pending: frozenset[str]
+    compactions: frozenset[str]
+    rolled_back: frozenset[str] = frozenset()
+
+    def committed(self, t: str) -> bool:
+        return t in self.done or t.startswith("00000000000000") or (self.first is not None and t < self.first)
+
+    def __call__(self, t: str) -> bool:
+        if t.startswith("00000000000000"):
+            return True
+        if not self.committed(t):
+            return False
+        if len(t) > 17:
+            return True
+        return (t in self.data_done or t not in self.data_pending and (self.data_first is None or t < self.data_first)
+                or t in self.compactions)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One record-index file group's latest slice: its base file and log files (relative to the
+    metadata table), in the order a reader applies them."""
+
+    number: int
+    base: str | None
+    logs: tuple[str, ...]
+    base_instant: str | None  # the slice's base instant (on 6, new log versions are named with it)
+    next_version: int  # on 6: the version of the slice's next log file
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """What a task needs to read or write the record index, picklable."""
+
+    storage_uri: str  # the metadata table's
+    storage_options: tuple
+    table_version: int
+    slices: tuple[Slice, ...]
+    validity: Validity
+    instant: str = ""
+    instant_ms: int = 0
+    schema_text: str = ""
+
+    @property
+    def groups(self) -> int:
+        return len(self.slices)
+
+
+def _storage(spec: IndexSpec):
+    from runtime.storage import StorageSpec, open_storage
+
+    return open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
+
+
+def read_slice(storage, s: Slice, validity: Validity, keys: list[str] | None = None) -> dict[str, tuple[str, str]]:
+    """key -> (partition, file id) of the live keys a slice holds (only `keys`, when given)."""
+    import json
+
+    import fastavro
+
+    from runtime.table import hfile, logfile
+
+    rows = sorted(k.encode("utf-8") for k in keys) if keys is not None else None
+    wanted = set(keys) if keys is not None else None
+    out: dict[str, tuple[str, str]] = {}
+    parsed_cache: dict[bytes, object] = {}
+
+    def apply(h) -> None:
+        text = h.file_info.get("schema")
+        if text not in parsed_cache:
+            parsed_cache[text] = fastavro.parse_schema(json.loads(text))
+        parsed = parsed_cache[text]
+        for row, value in h.cells:
+            if not value:
+                continue
+            rec = fastavro.schemaless_reader(io.BytesIO(value), parsed)
+            info = rec.get("recordIndexMetadata")
+            if rec.get("type") == RECORD_INDEX and info:
+                out[row.decode("utf-8")] = location_of(info)
+
+    if s.base is not None:
+        apply(hfile.read(storage.read_bytes(s.base), rows))
+    blocks = []
+    rolled_back: set[str] = set(validity.rolled_back)
+    for path in s.logs:
+        for block in logfile.read_blocks(storage.read_bytes(path), f"record index log {path}"):
+            if block.is_rollback:
+                rolled_back.add(block.header.get(logfile.TARGET_INSTANT_TIME, ""))
+            blocks.append(block)
+    for block in blocks:
+        if not validity(block.instant) or block.instant in rolled_back:
+            continue
+        if block.type == logfile.HFILE:
+            h = hfile.read(block.content, rows)
+            if not h.file_info.get("schema"):
+                h.file_info["schema"] = block.header.get(logfile.SCHEMA, "").encode("utf-8")
+            apply(h)
+        elif block.type == logfile.DELETE:
+            for d in logfile.delete_records(block):
+                if wanted is None or d.record_key in wanted:
+                    out.pop(d.record_key, None)
+    return out
+
+
+# --- tasks -------------------------------------------------------------------------------------
+
+LOOKUP_SCHEMA = "_pipe_part string, _pipe_file string"
+DELTA_STATS_SCHEMA = "number int, path string, size long, upserts long, deletes long"
+
+
+def _by_group(batches: Iterator, column: str = "_pipe_ri_group") -> Iterator[tuple[int, list[dict]]]:
+    """(group number, rows as dicts) from batches sorted by the group column."""
+    current, rows = None, []
+    for batch in batches:
+        for row in batch.to_pylist():
+            if row[column] != current and rows:
+                yield current, rows
+                rows = []
+            current = row[column]
+            rows.append(row)
+    if rows:
+        yield current, rows
+
+
+def lookup_task(spec: IndexSpec, batches: Iterator) -> Iterator:
+    """mapInArrow: the batch's keys (`_pipe_ri_group`, `_k`), sorted by group; out, the distinct
+    (partition, file id) that hold any of them."""
+    import pyarrow as pa
+
+    storage = _storage(spec)
+    found: set[tuple[str, str]] = set()
+    for number, rows in _by_group(batches):
+        found.update(read_slice(storage, spec.slices[number], spec.validity, sorted({r["_k"] for r in rows})).values())
+    if found:
+        parts, files = zip(*sorted(found))
+        yield pa.RecordBatch.from_pydict({"_pipe_part": list(parts), "_pipe_file": list(files)})
+
+
+def delta_task(spec: IndexSpec, batches: Iterator) -> Iterator:
+    """mapInArrow: the write's index changes (`_pipe_ri_group`, `_k`, `_pipe_part`, `_pipe_file`
+    (null: the key left the table)), sorted by group; each group gets a new log file with an
+    HFILE block of its upserts and a DELETE block of its deletes. Out: one stats row a group."""
+    import pyarrow as pa
+
+    from runtime.table import hfile, logfile
+    from runtime.table.files import _token
+
+    storage = _storage(spec)
+    token, _ = _token()
+    stats = []
+    for number, rows in _by_group(batches):
+        s = spec.slices[number]
+        upserts = [(r["_k"], r["_pipe_part"], r["_pipe_file"]) for r in rows if r["_pipe_file"] is not None]
+        upserted = {k for k, _, _ in upserts}
+        deletes = sorted({r["_k"] for r in rows if r["_pipe_file"] is None} - upserted)
+        blocks = []
+        if upserts:
+            cells = upsert_cells(upserts, spec.instant_ms, spec.table_version)
+            blocks.append(logfile.Block(logfile.HFILE, {logfile.INSTANT_TIME: spec.instant, logfile.SCHEMA: spec.schema_text},
+                                        hfile.write(cells, {"schema": spec.schema_text.encode("utf-8")})))
+        if deletes:
+            blocks.append(logfile.delete_block(spec.instant, [(k, PARTITION, None) for k in deletes], spec.schema_text))
+        if not blocks:
+            continue
+        fid = file_group_id(number)
+        if spec.table_version >= 8:
+            name = logfile.LogFileName(fid, spec.instant, 1, token)
+        else:
+            name = logfile.LogFileName(fid, s.base_instant, s.next_version, token)
+        data = b"".join(logfile.encode_block(b) for b in blocks)
+        path = f"{PARTITION}/{name.name}"
+        storage.write_atomic(path, data)
+        stats.append({"number": number, "path": path, "size": len(data), "upserts": len(upserts), "deletes": len(deletes)})
+    if stats:
+        yield pa.RecordBatch.from_pylist(stats, schema=pa.schema([("number", pa.int32()), ("path", pa.string()), ("size", pa.int64()),
+                                                                   ("upserts", pa.int64()), ("deletes", pa.int64())]))
+
+
+def with_group(spark, df, key: str, groups: int):
+    """`df` with `_pipe_ri_group`, its key's record-index file group, computed in the tasks."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    schema = T.StructType(list(df.schema.fields) + [T.StructField("_pipe_ri_group", T.IntegerType())])
+
+    def assign(batches):
+        for batch in batches:
+            keys = batch.column(batch.schema.get_field_index(key)).to_pylist()
+            yield batch.append_column("_pipe_ri_group", pa.array(file_groups_of(keys, groups), pa.int32()))
+
+    return df.mapInArrow(assign, schema)
+
+
+@dataclass
+class Delta:
+    """The stats of the log files a write added to the record index."""
+
+    files: list[dict] = field(default_factory=list)
+
+    @property
+    def upserts(self) -> int:
+        return sum(f["upserts"] for f in self.files)
+
+    @property
+    def deletes(self) -> int:
+        return sum(f["deletes"] for f in self.files)
+
+
+# --- the driver's side -----------------------------------------------------------------------
+
+def _tasks(spark, spec: IndexSpec) -> int:
+    from runtime import spark_api
+
+    return max(1, min(spec.groups, spark_api.default_parallelism(spark) * 2))
+
+
+def _grouped(spark, spec: IndexSpec, df):
+    return with_group(spark, df, "_k", spec.groups).repartition(_tasks(spark, spec), "_pipe_ri_group").sortWithinPartitions(
+        "_pipe_ri_group", "_k")
+
+
+def lookup(spark, spec: IndexSpec, keys) -> set[tuple[str, str]]:
+    """The (partition, file id) of the stored file groups holding any of `keys` (a DataFrame
+    with the record keys as `_k`): one Spark job, each task reading the slices of the index's
+    file groups its keys hash to, only the HFile blocks that may hold them."""
+    def run(batches):
+        return lookup_task(spec, batches)
+
+    found = _grouped(spark, spec, keys.select("_k").where("_k is not null")).mapInArrow(run, LOOKUP_SCHEMA).distinct().collect()
+    return {(r[0], r[1]) for r in found}
+
+
+def write_delta(spark, spec: IndexSpec, changes) -> list:
+    """Writes `spec.instant`'s changes to the record index (`changes`: `_k`, `_pipe_part`,
+    `_pipe_file`, the latter null for a key that left the table; an upsert of a key wins over
+    its delete) as one new log file per file group they touch; returns their WriteStats, for
+    the metadata table's deltacommit."""
+    from runtime.table.timeline import WriteStat
+
+    def run(batches):
+        return delta_task(spec, batches)
+
+    rows = _grouped(spark, spec, changes.select("_k", "_pipe_part", "_pipe_file")).mapInArrow(run, DELTA_STATS_SCHEMA).collect()
+    stats = []
+    for number, path, size, upserts, deletes in sorted(rows):
+        s = spec.slices[number]
+        name = path.rsplit("/", 1)[-1]
+        if spec.table_version >= 8:
+            prev, base_file, logs = spec.instant, None, (name,)
+        else:
+            prev = s.base_instant or "null"
+            base_file = f"{file_group_id(number)}_0-0-0_{s.base_instant}.hfile" if s.base else None
+            logs = tuple(sorted({p.rsplit("/", 1)[-1] for p in s.logs} | {name}))
+        stats.append(WriteStat(file_group_id(number), path, PARTITION, prev, upserts + deletes, 0, upserts, deletes, size,
+                               base_file=base_file, log_files=logs, log_version=s.next_version if spec.table_version < 8 else 1))
+    return stats
+
+
+def read_all(spec: IndexSpec) -> dict[str, tuple[str, str]]:
+    """Every key the record index holds with its location (on the driver: for tests and small tables)."""
+    storage = _storage(spec)
+    out: dict[str, tuple[str, str]] = {}
+    for s in spec.slices:
+        out.update(read_slice(storage, s, spec.validity))
+    return out

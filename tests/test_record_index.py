@@ -1,0 +1,218 @@
+"""The metadata table's record index (runtime/table/record_index.py; issue 42 part 2): pipe keeps
+a Java table's `record_index` in step with its upserts, inserts and deletes, and its global-index
+lookup reads only the file groups the index names. After every round the index holds exactly the
+table's keys with the partition and file group each is in (checked against hudi-rs's read of the
+meta columns), and Java Hudi, whose RECORD_INDEX trusts the index to find a key, writes on
+without ever storing a key twice. Run alone with `pytest tests/test_record_index.py`."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+
+from runtime.storage import StorageSpec, open_storage
+from runtime.table import Table
+from runtime.table import record_index as ri
+from runtime.table.metadata_table import MetadataTable
+from runtime.table.timeline import Timeline
+from tests.java_hudi.client import hudi_rs
+from tests.test_java_takeover import Expected, all_agree, events, java_opts, pipe_df
+
+pytestmark = [pytest.mark.java_hudi, pytest.mark.spark]
+
+RECORD_INDEX = {"hoodie.metadata.enable": "true", "hoodie.metadata.record.index.enable": "true",
+                "hoodie.index.type": "RECORD_INDEX", "hoodie.record.index.update.partition.path": "true"}
+
+
+# --- the format, on values alone ---------------------------------------------------------------
+
+def test_keys_hash_to_the_file_group_javas_string_hashcode_gives():
+    """Java's String.hashCode over UTF-16 code units, 32-bit: values computed by hand from its
+    definition (s[0]*31^(n-1) + ... + s[n-1]), accents and a character past U+FFFF included."""
+    def java_hash(s: str) -> int:
+        h = 0
+        units = s.encode("utf-16-be")
+        for i in range(0, len(units), 2):
+            h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+        return h - (1 << 32) if h >= 1 << 31 else h
+
+    keys = ["", "a", "105", "order-000000001234", "id:17,region:EU/West", "Zoë's café", "emoji \U0001F600 key", "x" * 200,
+            "polygenelubricants"]  # the last hashes to Integer.MIN_VALUE, whose abs stays negative in Java
+    assert java_hash("polygenelubricants") == -(1 << 31)
+    assert [int(h) for h in ri.java_hashes(keys)] == [java_hash(k) for k in keys]
+    def java_abs(h: int) -> int:
+        return h if h == -(1 << 31) else abs(h)
+
+    def java_rem(a: int, n: int) -> int:  # Java's %: the sign of the dividend
+        return a - n * int(a / n)
+
+    for n in (1, 7, 10, 64):
+        assert [int(g) for g in ri.file_groups_of(keys, n)] == [abs(java_rem(java_abs(java_hash(k)), n)) for k in keys]
+
+
+def test_locations_encode_as_java_encodes_them():
+    """A UUID file id with its -N index round-trips through the two longs; a bare UUID (Hudi
+    0.x's older ids) and any other id (encoding 1, as text) too."""
+    for fid in ("4f6d1c1e-95bd-4b5e-9a2c-0d9f3f1b2a7c-0", "ffffffff-ffff-ffff-ffff-ffffffffffff-12", "00000000-0000-0000-0000-000000000000",
+                "00000001-5a1b-4c3d-8e9f-0a1b2c3d4e5f-0", "my-own-file-group"):
+        for version in (6, 9):
+            info = ri.location_info("region=EU%2FWest", fid, 1796519541830, version)
+            assert ri.location_of(info) == ("region=EU%2FWest", fid)
+            assert info["fileIdEncoding"] == (1 if fid == "my-own-file-group" else 0)
+            assert ("position" in info) == (version >= 8)
+
+
+# --- against Java ------------------------------------------------------------------------------
+
+def index_of(path: Path, version: int) -> dict[str, tuple[str, str]]:
+    storage = open_storage(StorageSpec(str(path), ()))
+    spec = MetadataTable(storage, version).record_index_spec(Timeline.load(storage, 2 if version >= 8 else 1))
+    assert spec is not None, "no record index pipe can read"
+    return ri.read_all(spec)
+
+
+def table_locations(path: Path) -> dict[str, tuple[str, str]]:
+    """Every key of the table with its partition and file group, as hudi-rs reads them."""
+    t = hudi_rs(path)
+    return {k: (p, f.split("_", 1)[0]) for k, p, f in zip(t["_hoodie_record_key"].to_pylist(), t["_hoodie_partition_path"].to_pylist(),
+                                                        t["_hoodie_file_name"].to_pylist())}
+
+
+def assert_index_exact(path: Path, version: int) -> dict[str, tuple[str, str]]:
+    index, table = index_of(path, version), table_locations(path)
+    wrong = {k: (index.get(k), table.get(k)) for k in set(index) | set(table) if index.get(k) != table.get(k)}
+    assert not wrong, f"{len(wrong)} keys where the record index and the table differ, e.g. {list(wrong.items())[:3]}"
+    props = (path / ".hoodie" / "hoodie.properties").read_text()
+    assert "record_index" in [p.strip() for line in props.splitlines() if line.startswith("hoodie.table.metadata.partitions=")
+                              for p in line.split("=", 1)[1].split(",")]
+    return index
+
+
+def record_index_logs(path: Path) -> list[Path]:
+    return sorted(p for p in (path / ".hoodie" / "metadata" / "record_index").iterdir() if ".log." in p.name and not p.name.endswith(".crc"))
+
+
+CASES = [("java_hudi_015", "COPY_ON_WRITE", 6), ("java_hudi_015", "MERGE_ON_READ", 6),
+         ("java_hudi_11", "COPY_ON_WRITE", 9), ("java_hudi_11", "MERGE_ON_READ", 9)]
+
+
+@pytest.mark.parametrize("java_fixture,table_type,version", CASES, ids=[f"{c[2]}-{c[1].split('_')[0].lower()}" for c in CASES])
+def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, java_fixture, table_type, version):
+    """Java writes with RECORD_INDEX; pipe writes eight rounds of updates, inserts, deletes,
+    moves to another partition and keys deleted then written again (upsert, insert and delete
+    operations), each checked: the record index equals the table's keys and places, pipe's
+    lookup read fewer file groups than the table has once it is large, and all readers agree.
+    Then Java upserts again through the index: no key twice, and the index still exact."""
+    java = request.getfixturevalue(java_fixture)
+    path = tmp_path / "events"
+    expected = Expected()
+    first = events(range(3000), 1)
+    java.write(path, first, java_opts(table_type, **RECORD_INDEX))
+    expected.apply(first)
+    assert_index_exact(path, version)
+
+    table = Table.open(spark, str(path))
+    logs_before = len(record_index_logs(path))
+    for round_ in range(2, 10):
+        base = 3000 + (round_ - 2) * 400
+        ids = (list(range(round_, 3000, 37)) + list(range(base, base + 400))  # updates spread over the table, new keys
+               + list(range(round_ * 5, round_ * 5 + 60, 3)))  # keys deleted in an earlier round come back
+        moved = set(range(round_ + 1, 3000, 211))  # a partition change: the key moves to another file group
+        batch = events(ids + sorted(moved), round_, deleted=lambda i, r=round_: i % 13 == r and i < 3000,
+                       region=lambda i, r=round_, m=moved: "moved/" + str(r % 3) if i in m else ["EU/West", "US:East", "k=v", "New York", "ap south 1"][i % 5])
+        table.write(pipe_df(spark, batch), "upsert")
+        expected.apply(batch)
+        index = assert_index_exact(path, version)
+        assert len(index) == len(expected.rows)
+        if round_ % 3 == 0:  # a plain delete by key, and an insert of new keys
+            gone = events(range(round_ * 100, round_ * 100 + 40), round_ + 100)
+            table.write(pipe_df(spark, gone), "delete")
+            expected.apply(gone, delete_all=True)
+            new = events(range(100_000 + round_ * 50, 100_000 + round_ * 50 + 50), round_)
+            table.write(pipe_df(spark, new), "insert")
+            expected.apply(new)
+            assert_index_exact(path, version)
+    assert len(record_index_logs(path)) > logs_before, "pipe wrote no record index log"
+    all_agree(spark, path, java, expected)
+
+    back = events(list(range(0, 3000, 7)) + list(range(200_000, 200_100)), 50, region=lambda i: "back")
+    java.write(path, back, java_opts(table_type, **RECORD_INDEX))
+    expected.apply(back)
+    all_agree(spark, path, java, expected)
+    assert_index_exact(path, version)
+
+
+def test_lookup_reads_only_the_file_groups_the_index_names(spark, tmp_path, java_hudi_11):
+    """A table of 40 file groups; a batch updating keys of two of them: the record index names
+    exactly those two (the lookup reads nothing else), and keys the table lacks name none."""
+    path = tmp_path / "wide"
+    first = events(range(4000), 1, region=lambda i: f"day={i % 40:02d}")
+    java_hudi_11.write(path, first, java_opts("COPY_ON_WRITE", **RECORD_INDEX))
+    storage = open_storage(StorageSpec(str(path), ()))
+    spec = MetadataTable(storage, 9).record_index_spec(Timeline.load(storage, 2))
+    places = table_locations(path)
+    assert len(set(places.values())) == 40
+    wanted = [k for k, (p, _) in places.items() if p in ("day=03", "day=17")][:50]
+    found = ri.lookup(spark, spec, spark.createDataFrame([(k,) for k in wanted + ["no-such-key", "999999"]], "_k string"))
+    assert found == {places[k] for k in wanted} and len(found) == 2
+    assert ri.lookup(spark, spec, spark.createDataFrame([("nope",)], "_k string")) == set()
+
+
+def test_operations_the_index_does_not_follow_drop_it_and_java_builds_it_again(spark, tmp_path, java_hudi_11):
+    """A bulk_insert or an insert_overwrite moves keys pipe does not name one by one: the write
+    drops the record index (properties first, then its folder), as Java drops a disabled index,
+    and Java's next RECORD_INDEX write builds it again from the table."""
+    path = tmp_path / "events"
+    expected = Expected()
+    first = events(range(1000), 1)
+    java_hudi_11.write(path, first, java_opts("MERGE_ON_READ", **RECORD_INDEX))
+    expected.apply(first)
+    more = events(range(5000, 5300), 2)
+    Table.open(spark, str(path)).write(pipe_df(spark, more), "bulk_insert")
+    expected.apply(more)
+    assert not (path / ".hoodie" / "metadata" / "record_index").exists() or not record_index_logs(path)
+    assert "record_index" not in (path / ".hoodie" / "hoodie.properties").read_text()
+    back = events(range(0, 6000, 5), 3)
+    java_hudi_11.write(path, back, java_opts("MERGE_ON_READ", **RECORD_INDEX))
+    expected.apply(back)
+    all_agree(spark, path, java_hudi_11, expected)
+    assert_index_exact(path, 9)
+
+
+def test_a_failed_write_leaves_no_record_index_log_behind(spark, tmp_path, java_hudi_11, monkeypatch):
+    """A write that fails after the record index's logs are written (before the data commit):
+    its rollback deletes them with its metadata deltacommit; the index stays exact."""
+    from runtime.table import services
+
+    path = tmp_path / "events"
+    expected = Expected()
+    first = events(range(800), 1)
+    java_hudi_11.write(path, first, java_opts("COPY_ON_WRITE", **RECORD_INDEX))
+    expected.apply(first)
+    before = set(record_index_logs(path))
+
+    def boom(point: str) -> None:
+        if point == "metadata_table_before_commit":
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(services, "fault", boom)
+    with pytest.raises(RuntimeError, match="killed"):
+        Table.open(spark, str(path)).write(pipe_df(spark, events(range(700, 900), 2)), "upsert")
+    monkeypatch.undo()
+    Table.open(spark, str(path)).rollback_pending()
+    assert set(record_index_logs(path)) == before
+    assert_index_exact(path, 9)
+    batch = events(range(700, 900), 3)
+    Table.open(spark, str(path)).write(pipe_df(spark, batch), "upsert")
+    expected.apply(batch)
+    assert_index_exact(path, 9)
+    all_agree(spark, path, java_hudi_11, expected)
+
+
+def test_index_groups_hold_only_keys_hashed_to_them(tmp_path):
+    """Sanity of the grouping on many keys: the keys spread over every group."""
+    keys = [f"order-{i:012d}" for i in range(20_000)]
+    counts = collections.Counter(int(g) for g in ri.file_groups_of(keys, 10))
+    assert set(counts) == set(range(10)) and min(counts.values()) > 1000
