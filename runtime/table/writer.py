@@ -241,7 +241,8 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
         cols.append(F.col(f"`{config.precombine_field}`").alias(_OLD_ORDER) if config.precombine_field and config.precombine_field in stored.columns else F.lit(None).alias(_OLD_ORDER))
         cols.append(F.lit(False).alias(_GONE))
         index = stored.select(*cols) if index is None else index.unionByName(stored.select(*cols))
-    based = [s for s in with_logs if s.base_file is not None]
+    # (not with a record index: a key it does not hold is new, as Java's RECORD_INDEX has it)
+    based = [s for s in with_logs if s.base_file is not None] if located is None else []
     if based:
         # keys of base files their logs deleted stay in their group, as Java's index finds them
         # there (it reads base files' keys): a key written again goes back to it (its log), never
@@ -473,7 +474,6 @@ def write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: 
 
 
 _TOMB_KEY, _TOMB_PART, _TOMB_DELETE = "_pipe_tomb_key", "_pipe_tomb_part", "_pipe_tomb_delete"
-_REVIVED = "_pipe_revived"
 
 
 def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], stored_struct) -> StagedWrite:
@@ -551,12 +551,9 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                 return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
                              stored_struct, probe=batch, key_range=key_range, located=_record_index_lookup(spark, table, timeline, opts))
-        rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False))))  # deleting a deleted key changes nothing
-        # a key written again where its slice's log deleted it is back in that group: the record index has it again
-        rows = rows.withColumn(_REVIVED, F.coalesce(F.col(_GONE), F.lit(False))).drop(_GONE)
+        rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
     else:
-        rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER),
-                           F.lit(False).alias(_REVIVED))
+        rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
     if opts.operation == "insert" and opts.insert_duplicates == "fail":
         clash = rows.where(F.col(_OLD_FILE).isNotNull()).select(KEY).limit(5).collect()
         if clash:
@@ -607,8 +604,6 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     # a key whose partition changed leaves its old file group and is inserted in the new one
     moved_out = rows.where(moved).select(KEY, F.col(_OLD_PART).alias(PART), F.col(_OLD_FILE).alias(FILE_ID), F.lit("D").alias(_KIND))
     changes = in_place.unionByName(moved_out, allowMissingColumns=True)
-    revived = rows.where(same_place & F.col(_REVIVED) & ~F.col(_DELETE)).select(
-        F.col(KEY).alias("_k"), F.col(_OLD_PART).alias("_pipe_part"), F.col(_OLD_FILE).alias("_pipe_file"))
     if bucketed:
         receiving = {(p, fid) for (p, _), fid in to_buckets.items()}
         routed = route_to_buckets(spark, rows.where(is_insert), to_buckets)
@@ -634,11 +629,12 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                   if config.table_type == MERGE_ON_READ and (merge or bucketed) else {})
     n = max(1, min(len(groups), spark_api.default_parallelism(spark) * 4))
     staged = _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n, present)
-    # inserts (moves in) name the key's new place, deletes (moves out) its leaving: an insert wins
-    located = changes.where(F.col(_KIND) != "U").select(
+    # inserts (moves in) name the key's new place, deletes (moves out) its leaving: an insert
+    # wins. (An update stays where the index has it: with a record index, the lookup tags no
+    # key to a group whose log deleted it, tag_locations)
+    staged.index_changes = changes.where(F.col(_KIND) != "U").select(
         F.col(KEY).alias("_k"), F.when(F.col(_KIND) == "I", F.col(PART)).alias("_pipe_part"),
         F.when(F.col(_KIND) == "I", F.col(FILE_ID)).alias("_pipe_file"))
-    staged.index_changes = located.unionByName(revived)
     return staged
 
 

@@ -46,6 +46,11 @@ def _session(jar: str):
     opts = f"-Duser.timezone={zone} -XX:+IgnoreUnrecognizedVMOptions"
     builder = (SparkSession.builder.master("local[2]").appName("java-hudi")
                .config("spark.jars", jar)
+               # and on the JVM's own class path: Avro (Spark's, in the application class loader)
+               # then finds Hudi's generated classes, which reading a delete block of a
+               # metadata table's record index needs (with spark.jars alone Java fails on its own
+               # tables: "GenericData$Record cannot be cast to HoodieDeleteRecord")
+               .config("spark.driver.extraClassPath", jar)
                .config("spark.driver.memory", os.environ.get("JAVA_HUDI_MEMORY", "1g"))
                .config("spark.driver.extraJavaOptions", opts)
                .config("spark.ui.enabled", "false")
