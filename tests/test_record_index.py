@@ -135,6 +135,9 @@ def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, java_f
             expected.apply(new)
             assert_index_exact(path, version)
     assert len(record_index_logs(path)) > logs_before, "pipe wrote no record index log"
+    # fourteen deltacommits: pipe compacted the metadata table, the record index's groups with it
+    compacted = sorted((path / ".hoodie" / "metadata" / "record_index").glob("record-index-*.hfile"))
+    assert {p.name.split("_", 1)[0] for p in compacted} == {ri.file_group_id(i) for i in range(10)}
     all_agree(spark, path, java, expected)
 
     back = events(list(range(0, 3000, 7)) + list(range(200_000, 200_100)), 50, region=lambda i: "back")

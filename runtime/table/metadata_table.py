@@ -331,20 +331,15 @@ class MetadataTable:
         self._complete(timeline, instant, [stat], "BULK_INSERT")
         update_properties(self.data, {PARTITIONS_KEY: FILES, INFLIGHT_KEY: ""})
 
-    def sync(self, data: Timeline, instant: str, written: list[tuple[str, str, int]] = (), index_stats: list[WriteStat] = ()) -> bool:
+    def sync(self, data: Timeline, instant: str, written: list[tuple[str, str, int]] = (), index_stats: list[WriteStat] = (),
+             spark=None) -> bool:
         """Brings the files partition in step with the data table as it will be once `instant`
         completes: its committed files (on `data`, the timeline before `instant` completes) and
         `written` ((partition, name, size) of the files `instant` wrote). Writes and completes
         the metadata deltacommit `instant`, which also lists `index_stats` (the record index's
         log files `instant` wrote: record_index.write_delta); call before completing `instant`
         itself, under the writer lock. Returns whether anything changed."""
-        mdt = self.roll_back_orphans(data)
-        # compacted before this deltacommit, of the valid ones only (as Java's metadata writer
-        # runs its table services first): this one goes to a log of the new slice
-        base = self._latest_base(mdt)
-        if sum(1 for i in mdt.completed((DELTACOMMIT,)) if i.time > (base or "") and not is_init_instant(i.time)) >= COMPACT_AFTER:
-            self.compact(data)
-            mdt = self.timeline()
+        mdt = self.compact_if_due(data, spark)
         state = self.state(mdt, data)
         target = _committed_files(self.data, data)
         for part, name, size in written:
@@ -362,6 +357,18 @@ class MetadataTable:
             return False
         self._deltacommit(mdt, instant, _cells(changes, touched, self.version), sum(len(v) for v in changes.values()), index_stats)
         return True
+
+    def compact_if_due(self, data: Timeline, spark=None) -> Timeline:
+        """Before a deltacommit: the orphans rolled back, then the metadata table compacted
+        once COMPACT_AFTER deltacommits followed its latest base, of the valid ones only (as
+        Java's metadata writer runs its table services first): the deltacommit then goes to a
+        log of the new slice. Returns the metadata table's timeline after."""
+        mdt = self.roll_back_orphans(data)
+        base = self._latest_base(mdt)
+        if sum(1 for i in mdt.completed((DELTACOMMIT,)) if i.time > (base or "") and not is_init_instant(i.time)) >= COMPACT_AFTER:
+            if self.compact(data, spark) is not None:
+                mdt = self.timeline()
+        return mdt
 
     def slice_start(self, mdt: Timeline) -> str:
         """The earliest instant of the files partition's latest slice: its base file's (the
@@ -430,9 +437,17 @@ class MetadataTable:
                 "minRecordKey": keys[0].encode("utf-8") if keys else b"", "maxRecordKey": keys[-1].encode("utf-8") if keys else b""}
         return hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")}), cells
 
-    def compact(self, data: Timeline) -> str:
+    def compact(self, data: Timeline, spark=None) -> str | None:
         """Folds the files partition's slice into a new HFile base file at a new instant (a
-        compaction completing as a commit), as Java compacts the metadata table."""
+        compaction completing as a commit), as Java compacts the metadata table; and, when the
+        table has a record index, each of its file groups with logs, in Spark tasks (`spark`;
+        without one, nothing is compacted then: a record index slice must never start before
+        the files partition's, where archiving stops). Returns the instant, or None."""
+        from runtime.table import record_index
+
+        keeps_index = keeps_record_index(read_properties(self.data))
+        if keeps_index and spark is None:
+            return None
         mdt = self.timeline()
         state = self.state(mdt, data)
         base = self._latest_base(mdt)
@@ -444,9 +459,11 @@ class MetadataTable:
         text, _ = record_schema(self.version)
         _, logs = self._group_files()
         slice_logs = [p for n, p, _ in logs if (n.base_instant > (base or "") if self.version >= 8 else n.base_instant == base)]
+        index_spec = self.record_index_spec(data, time) if keeps_index else None
         plan = {"operations": [{"baseInstantTime": base or "", "deltaFilePaths": [p.rsplit("/", 1)[-1] for p in slice_logs],
                                 "dataFilePath": f"{FILE_ID}_{TOKEN}_{base}.hfile" if base else None, "fileId": FILE_ID,
-                                "partitionPath": FILES, "metrics": {}, "bootstrapFilePath": None}],
+                                "partitionPath": FILES, "metrics": {}, "bootstrapFilePath": None}]
+                + (record_index.compaction_operations(index_spec) if index_spec is not None else []),
                 "extraMetadata": None, "version": 2}
         requested = Instant(time, COMPACTION, REQUESTED)
         for state_, payload in ((REQUESTED, _avro.to_bytes(_avro.COMPACTION_PLAN, plan)), (INFLIGHT, b"")):
@@ -455,40 +472,49 @@ class MetadataTable:
         name = f"{FILE_ID}_{TOKEN}_{time}.hfile"
         self.storage.write_atomic(f"{FILES}/{name}", data_bytes)
         stat = WriteStat(FILE_ID, f"{FILES}/{name}", FILES, base or "null", len(cells), 0, len(cells), 0, len(data_bytes))
-        meta = CommitMetadata("COMPACT", [stat], {"schema": text}, compacted=True)
+        index_stats = record_index.compact(spark, index_spec) if index_spec is not None else []
+        meta = CommitMetadata("COMPACT", [stat, *index_stats], {"schema": text}, compacted=True)
         if mdt.complete(Instant(time, COMMIT, COMPLETED), meta.to_bytes(mdt.layout)) is None:
             raise TableError(f"the metadata table's compaction {time} was completed by someone else")
         return time
 
     # --- its own table services ---------------------------------------------------------------
 
-    def _plan_clean(self, mdt: Timeline) -> tuple[list[str], str | None]:
+    def _plan_clean(self, mdt: Timeline) -> tuple[dict[str, list[str]], str | None]:
         """The files of the slices none of the last CLEAN_RETAIN commits reads (Java's
-        KEEP_LATEST_COMMITS on the metadata table): the slices older than the newest one
-        before the earliest retained commit, base file and logs; and that commit."""
+        KEEP_LATEST_COMMITS on the metadata table), by partition (the files partition's and the
+        record index's file groups): in each group the slices older than its newest one before
+        the earliest retained commit, base file and logs; and that commit."""
         commits = mdt.completed((COMMIT, DELTACOMMIT))
         if len(commits) <= CLEAN_RETAIN:
-            return [], None
+            return {}, None
         earliest = commits[-CLEAN_RETAIN].time
         committed = self._committed(mdt)
-        bases, logs = self._group_files()
-        older = [b for b in bases if committed(b[0]) and b[0] < earliest]
-        if len(older) < 2:
-            return [], earliest
-        keep_from = older[-1][0]  # the newest slice before the earliest retained commit stays
-        doomed = [path for t, path, _ in older if t < keep_from]
         completion = {i.time: i.completed_at for i in mdt.instants if i.is_completed}
         if self.version >= 8:  # and of the archived ones, from the LSM history
             completion.update({i.time: i.completed_at for i in archived_instants(self.storage, 2)})
-        for n, path, _ in logs:
-            if self.version >= 8:  # a log is in the slice of the latest base before its completion
-                done = completion.get(n.base_instant)
-                old = done <= keep_from if done else n.base_instant < keep_from
-            else:
-                old = n.base_instant < keep_from
-            if old:
-                doomed.append(path)
-        return sorted(doomed), earliest
+        doomed: dict[str, list[str]] = {}
+        for partition in (FILES, RECORD_INDEX):
+            groups = self.partition_files(partition)
+            for fid, (bases, logs) in sorted(groups.items()):
+                if partition == FILES and fid != FILE_ID:
+                    continue
+                older = [b for b in bases if committed(b[0]) and b[0] < earliest]
+                if len(older) < 2:
+                    continue
+                keep_from = older[-1][0]  # the newest slice before the earliest retained commit stays
+                paths = [path for t, path, _ in older if t < keep_from]
+                for n, path, _ in logs:
+                    if self.version >= 8:  # a log is in the slice of the latest base before its completion
+                        done = completion.get(n.base_instant)
+                        old = done <= keep_from if done else n.base_instant < keep_from
+                    else:
+                        old = n.base_instant < keep_from
+                    if old:
+                        paths.append(path)
+                if paths:
+                    doomed.setdefault(partition, []).extend(paths)
+        return {p: sorted(v) for p, v in doomed.items()}, earliest
 
     def clean(self) -> str | None:
         """Cleans the files partition's old slices (_plan_clean) as a clean instant on the
@@ -507,7 +533,7 @@ class MetadataTable:
             time = (deltas[-1].time if deltas else mdt.new_instant_time()) + "002"
             if any(i.time == time for i in mdt.instants):
                 return None
-        return services.record_clean(self.storage, mdt, Instant(time, CLEAN, REQUESTED), {FILES: doomed}, earliest,
+        return services.record_clean(self.storage, mdt, Instant(time, CLEAN, REQUESTED), doomed, earliest,
                                      services.KEEP_LATEST_COMMITS).instant
 
     def archive(self, min_instants: int, max_instants: int) -> list[str]:
@@ -557,7 +583,7 @@ class MetadataTable:
             self.storage.delete(mdt.path(inst))
         self._delete_logs_of(inst.time)
         if inst.action == COMPACTION:
-            for info in self.storage.list_files(FILES, recursive=False):
+            for info in self.storage.list_files(FILES, recursive=False) + self.storage.list_files(RECORD_INDEX, recursive=False):
                 if info.path.endswith(f"_{inst.time}.hfile"):
                     self.storage.delete(info.path)
         for state in (INFLIGHT, REQUESTED):
@@ -599,7 +625,7 @@ def _kept_by(storage) -> MetadataTable | None:
     return MetadataTable(storage, TableConfig.from_properties_map(props).table_version)
 
 
-def before_complete(storage, instant: str, stats: list[WriteStat] = (), index_changes=None) -> None:
+def before_complete(storage, instant: str, stats: list[WriteStat] = (), index_changes=None, spark=None) -> None:
     """What every change of the data table's files does right before completing its instant:
     the metadata deltacommit of the same time, when the table keeps a metadata table (`stats`:
     the files the instant wrote). `index_changes` ((spark, DataFrame of the keys whose location
@@ -616,13 +642,15 @@ def before_complete(storage, instant: str, stats: list[WriteStat] = (), index_ch
             from runtime.table import record_index
 
             spark, changes = index_changes
-            mdt.roll_back_orphans(data)  # first: a failed write's log versions would come before this one's
+            # first: a failed write's log versions would come before this one's, and a compaction
+            # due now must come before this instant's logs are named (on 6, after their slice)
+            mdt.compact_if_due(data, spark if spark is not None else index_changes[0])
             spec = mdt.record_index_spec(data, instant)
             if spec is None:
                 raise TableError(f"the record index of {storage.spec} changed its layout during the write; nothing was committed",
                                  "run again")
             index_stats = record_index.write_delta(spark, spec, changes)
-        mdt.sync(data, instant, written, index_stats)
+        mdt.sync(data, instant, written, index_stats, spark if spark is not None else index_changes[0] if index_changes else None)
         from runtime.table import services
 
         services.fault("after_metadata_table")  # its deltacommit complete, the data instant not yet

@@ -122,15 +122,27 @@ def _record(info: dict, table_version: int) -> dict:
 
 def upsert_cells(entries: list[tuple[str, str, str]], instant_ms: int, table_version: int) -> list[tuple[bytes, bytes]]:
     """The HFile cells of (key, partition, file id) entries, sorted by key bytes."""
+    return info_cells({key: location_info(partition, file_id, instant_ms, table_version) for key, partition, file_id in entries},
+                      table_version)
+
+
+def info_cells(infos: dict[str, dict], table_version: int) -> list[tuple[bytes, bytes]]:
+    """The HFile cells of key -> HoodieRecordIndexInfo (of any version's schema: `position`
+    is added or dropped as this version has it), sorted by key bytes."""
     import fastavro
 
     from runtime.table.metadata_table import record_schema
 
     _, parsed = record_schema(table_version)
     cells = []
-    for key, partition, file_id in sorted(entries, key=lambda e: e[0].encode("utf-8")):
+    for key in sorted(infos, key=lambda k: k.encode("utf-8")):
+        info = dict(infos[key])
+        if table_version >= 8:
+            info.setdefault("position", None)
+        else:
+            info.pop("position", None)
         buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, parsed, _record(location_info(partition, file_id, instant_ms, table_version), table_version))
+        fastavro.schemaless_writer(buf, parsed, _record(info, table_version))
         cells.append((key.encode("utf-8"), buf.getvalue()))
     return cells
 
@@ -202,6 +214,11 @@ def _storage(spec: IndexSpec):
 
 def read_slice(storage, s: Slice, validity: Validity, keys: list[str] | None = None) -> dict[str, tuple[str, str]]:
     """key -> (partition, file id) of the live keys a slice holds (only `keys`, when given)."""
+    return {k: location_of(info) for k, info in read_infos(storage, s, validity, keys).items()}
+
+
+def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = None) -> dict[str, dict]:
+    """key -> HoodieRecordIndexInfo of the live keys a slice holds (only `keys`, when given)."""
     import json
 
     import fastavro
@@ -210,7 +227,7 @@ def read_slice(storage, s: Slice, validity: Validity, keys: list[str] | None = N
 
     rows = sorted(k.encode("utf-8") for k in keys) if keys is not None else None
     wanted = set(keys) if keys is not None else None
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, dict] = {}
     parsed_cache: dict[bytes, object] = {}
 
     def apply(h) -> None:
@@ -224,7 +241,7 @@ def read_slice(storage, s: Slice, validity: Validity, keys: list[str] | None = N
             rec = fastavro.schemaless_reader(io.BytesIO(value), parsed)
             info = rec.get("recordIndexMetadata")
             if rec.get("type") == RECORD_INDEX and info:
-                out[row.decode("utf-8")] = location_of(info)
+                out[row.decode("utf-8")] = info
 
     if s.base is not None:
         apply(hfile.read(storage.read_bytes(s.base), rows))
@@ -324,6 +341,38 @@ def delta_task(spec: IndexSpec, batches: Iterator) -> Iterator:
                                                                    ("upserts", pa.int64()), ("deletes", pa.int64())]))
 
 
+COMPACT_STATS_SCHEMA = "number int, path string, size long, records long"
+
+
+def compact_task(spec: IndexSpec, batches: Iterator) -> Iterator:
+    """mapInArrow: file group numbers (`number`) in; each group's slice is merged into a new
+    HFile base file named with `spec.instant` (with the key range and bloom filter Hudi's base
+    files carry). Out: one stats row a group."""
+    import pyarrow as pa
+
+    from runtime.table import hfile
+    from runtime.table.files import _token
+    from runtime.table.metadata_table import _bloom
+
+    storage = _storage(spec)
+    token, _ = _token()
+    stats = []
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            cells = info_cells(read_infos(storage, spec.slices[number], spec.validity), spec.table_version)
+            keys = [c[0].decode("utf-8") for c in cells]
+            bf = _bloom(keys)
+            info = {"schema": spec.schema_text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
+                    "minRecordKey": cells[0][0] if cells else b"", "maxRecordKey": cells[-1][0] if cells else b""}
+            data = hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
+            path = f"{PARTITION}/{file_group_id(number)}_{token}_{spec.instant}.hfile"
+            storage.write_atomic(path, data)
+            stats.append({"number": number, "path": path, "size": len(data), "records": len(cells)})
+    if stats:
+        yield pa.RecordBatch.from_pylist(stats, schema=pa.schema([("number", pa.int32()), ("path", pa.string()), ("size", pa.int64()),
+                                                                   ("records", pa.int64())]))
+
+
 def with_group(spark, df, key: str, groups: int):
     """`df` with `_pipe_ri_group`, its key's record-index file group, computed in the tasks."""
     import pyarrow as pa
@@ -411,3 +460,28 @@ def read_all(spec: IndexSpec) -> dict[str, tuple[str, str]]:
     for s in spec.slices:
         out.update(read_slice(storage, s, spec.validity))
     return out
+
+
+def compaction_operations(spec: IndexSpec) -> list[dict]:
+    """The operations of a metadata-table compaction plan for the record index's file groups
+    with log files (HoodieCompactionOperation)."""
+    return [{"baseInstantTime": s.base_instant or "", "deltaFilePaths": [p.rsplit("/", 1)[-1] for p in s.logs],
+             "dataFilePath": s.base.rsplit("/", 1)[-1] if s.base else None, "fileId": file_group_id(s.number), "partitionPath": PARTITION,
+             "metrics": {}, "bootstrapFilePath": None} for s in spec.slices if s.logs]
+
+
+def compact(spark, spec: IndexSpec) -> list:
+    """Compacts every file group of the record index with log files into a new base file at
+    `spec.instant`, a few groups a Spark task; returns their WriteStats."""
+    from runtime.table.timeline import WriteStat
+
+    todo = [s.number for s in spec.slices if s.logs]
+    if not todo:
+        return []
+
+    def run(batches):
+        return compact_task(spec, batches)
+
+    numbers = spark.createDataFrame([(n,) for n in todo], "number int").repartition(_tasks(spark, spec))
+    return [WriteStat(file_group_id(number), path, PARTITION, spec.slices[number].base_instant or "null", records, 0, records, 0, size)
+            for number, path, size, records in sorted(numbers.mapInArrow(run, COMPACT_STATS_SCHEMA).collect())]

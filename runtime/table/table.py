@@ -851,7 +851,7 @@ class Table:
             raise
         meta = CommitMetadata("COMPACT", stats, {"schema": avro_schema_json(struct, self.config.name)}, compacted=True)
         self._check_lock()
-        _metadata_table.before_complete(self.storage, instant.time, stats)
+        _metadata_table.before_complete(self.storage, instant.time, stats, spark=self.spark)
         if timeline.complete(Instant(instant.time, COMMIT, REQUESTED), meta.to_bytes(timeline.layout)) is None:
             raise TableError(f"compaction {instant.time} was completed by someone else")
         _markers.delete_dir(self.storage, instant.time)
