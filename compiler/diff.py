@@ -213,7 +213,11 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
         else:
             out.append(Change("partitions_to_delete", bc.get("partitions_to_delete"), [], "breaking", "no partition is removed any more"))
     for key in BREAKING_KEYS:
-        if key != "operation" and bc.get(key) != hc.get(key):
+        if key == "index" and {bc.get(key), hc.get(key)} == {"global", "record"}:
+            out.append(Change(key, bc.get(key), hc.get(key), "non-breaking",
+                              "keys stay unique across the table; only how a write finds them changes (a record index in the "
+                              "metadata table, built at the next write, or none)"))
+        elif key != "operation" and bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "breaking", "changes how incoming rows meet stored ones"))
     out += _column_changes(bc.get("schema"), hc.get("schema"), "table")
     if (b.sql or "") != (h.sql or "") or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):

@@ -118,6 +118,11 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
     if c["index"] == "bucket" and op in ("insert_overwrite", "insert_overwrite_table", "bootstrap"):
         errors.error(table.at("index"), f"index: bucket cannot go with operation {op} ({what}): pipe writes a bucket's file group in place",
                      "use upsert, insert, bulk_insert, delete or delete_partition")
+    if c["index"] == "record" and not c["key"]:
+        errors.error(table.at("index"), f"index: record keeps each key's place in a record index, and needs a key ({what})", "add `key:`")
+    if c["index"] == "record" and c.get("metadata_table") is False and _written(table, "metadata_table"):
+        errors.error(table.at("metadata_table"), f"index: record keeps its index in the metadata table, which metadata_table: false turns off ({what})",
+                     "remove `metadata_table: false`")
     if c["index"] == "partition" and not c["partition_by"]:
         errors.error(table.at("index"), f"index: partition needs partition_by ({what})", "remove `index: partition` or add `partition_by:`")
     if c["type"] == "copy_on_write" and _written(table, "compaction"):

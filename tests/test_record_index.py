@@ -99,7 +99,7 @@ CASES = [("java_hudi_015", "COPY_ON_WRITE", 6), ("java_hudi_015", "MERGE_ON_READ
 
 
 @pytest.mark.parametrize("java_fixture,table_type,version", CASES, ids=[f"{c[2]}-{c[1].split('_')[0].lower()}" for c in CASES])
-def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, java_fixture, table_type, version):
+def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, monkeypatch, java_fixture, table_type, version):
     """Java writes with RECORD_INDEX; pipe writes eight rounds of updates, inserts, deletes,
     moves to another partition and keys deleted then written again (upsert, insert and delete
     operations), each checked: the record index equals the table's keys and places, pipe's
@@ -115,6 +115,9 @@ def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, java_f
 
     table = Table.open(spark, str(path))
     logs_before = len(record_index_logs(path))
+    looked_up: list[int] = []  # how many file groups each lookup named
+    real_lookup = ri.lookup
+    monkeypatch.setattr(ri, "lookup", lambda *a: looked_up.append(len(found := real_lookup(*a))) or found)
     for round_ in range(2, 10):
         base = 3000 + (round_ - 2) * 400
         ids = (list(range(round_, 3000, 37)) + list(range(base, base + 400))  # updates spread over the table, new keys
@@ -135,6 +138,9 @@ def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, java_f
             expected.apply(new)
             assert_index_exact(path, version)
     assert len(record_index_logs(path)) > logs_before, "pipe wrote no record index log"
+    groups = len({(p, f) for p, f in table_locations(path).values()})
+    # every upsert and delete asked the index (an insert looks nothing up); each read fewer groups than the table has
+    assert len(looked_up) == 11 and 0 < max(looked_up) < groups, (looked_up, groups)
     # fourteen deltacommits: pipe compacted the metadata table, the record index's groups with it
     compacted = sorted((path / ".hoodie" / "metadata" / "record_index").glob("record-index-*.hfile"))
     assert {p.name.split("_", 1)[0] for p in compacted} == {ri.file_group_id(i) for i in range(10)}
@@ -219,3 +225,92 @@ def test_index_groups_hold_only_keys_hashed_to_them(tmp_path):
     keys = [f"order-{i:012d}" for i in range(20_000)]
     counts = collections.Counter(int(g) for g in ri.file_groups_of(keys, 10))
     assert set(counts) == set(range(10)) and min(counts.values()) > 1000
+
+
+# --- pipe's own tables: `index: record` ---------------------------------------------------------
+
+PROJECT = {
+    "sources/raw.yml": """
+        sources:
+          raw:
+            kind: files
+            path: data/raw
+            format: json
+            schema: "order_id STRING, region STRING, ts BIGINT, amount DECIMAL(12,2), note STRING, deleted BOOLEAN"
+        """,
+    "tables/orders.yml": """
+        tables:
+          orders:
+            type: {type}
+            key: [order_id, region]
+            precombine: ts
+            partition_by: [region]
+            index: record
+            table_version: {version}
+            delete_when: deleted
+            small_file_limit: 0
+        """,
+    "tables/orders.sql": "select * from {{ source('raw') }}",
+}
+
+
+@pytest.mark.parametrize("table_type,version", [("copy_on_write", 6), ("merge_on_read", 9)])
+def test_a_project_table_with_index_record_builds_and_keeps_its_record_index(spark, tmp_path, capsys, java_hudi_11, table_type, version):
+    """`index: record` on a composite-key table: the first run builds the metadata table and
+    its record index, every run keeps it exact (updates, deletes, keys moving region, accents
+    and quotes in keys, epoch-millis orderings), and Java 1.1 reads the table and writes through
+    the index (RECORD_INDEX) without a key twice."""
+    import random
+    from decimal import Decimal
+
+    from tests.test_run import assert_clean, pipe, project, run_results, write_jsonl
+
+    files = {k: v.replace("{type}", table_type).replace("{version}", str(version)) for k, v in PROJECT.items()}
+    root = project(tmp_path, files)
+    rng = random.Random(11)
+    regions = ["EU", "US", "São Paulo", "it's"]
+    model: dict[tuple[str, str], dict] = {}
+    for round_ in range(6):
+        rows = []
+        for key in rng.sample(sorted(model), k=min(len(model), 150)):
+            old = model[key]
+            rows.append({**old, "ts": 1_732_000_000_000 + round_ * 1000 + rng.randrange(999), "amount": f"{rng.randrange(10**7) / 100:.2f}",
+                         "deleted": rng.random() < 0.15})
+        for i in range(400):
+            rows.append({"order_id": f"o-{round_:02d}-{i:05d}-é", "region": rng.choice(regions), "ts": 1_732_000_000_000 + round_ * 1000,
+                         "amount": f"{rng.randrange(10**7) / 100:.2f}", "note": rng.choice(["a \"quote\"", None, "plain"]), "deleted": False})
+        for r in rows:
+            key = (r["order_id"], r["region"])
+            if r["deleted"]:
+                model.pop(key, None)
+            else:
+                model[key] = r
+        write_jsonl(root / f"data/raw/round-{round_}.json", rows)
+        code, out, err = pipe(capsys, root, "run")
+        assert code == 0, f"round {round_}:\n{out}\n{err}"
+        assert_clean(out, err)
+        assert run_results(root)["success"] is True
+        path = root / "lake" / "orders"
+        index = assert_index_exact(path, version)
+        assert len(index) == len(model), f"round {round_}"
+        got = {(r["order_id"], r["region"]): Decimal(r["amount"]) for r in Table.open(spark, str(path)).read(meta=False).collect()}
+        assert got == {k: Decimal(v["amount"]) for k, v in model.items()}, f"round {round_}"
+    java_opts_ = {"hoodie.table.name": "orders", "hoodie.datasource.write.operation": "upsert",
+                  "hoodie.datasource.write.table.type": table_type.upper(), "hoodie.datasource.write.recordkey.field": "order_id,region",
+                  "hoodie.datasource.write.partitionpath.field": "region", "hoodie.datasource.write.precombine.field": "ts",
+                  "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.ComplexKeyGenerator", **RECORD_INDEX}
+    if version < 8:
+        java_opts_["hoodie.write.table.version"] = "6"
+        java_opts_["hoodie.write.auto.upgrade"] = "false"
+    import pyarrow as pa
+
+    again = [dict(v, ts=v["ts"] + 10_000, amount="1.00") for v in list(model.values())[:200]]
+    batch = pa.Table.from_pylist([{**r, "amount": Decimal(r["amount"])} for r in again],
+                                 schema=pa.schema([("order_id", pa.string()), ("region", pa.string()), ("ts", pa.int64()),
+                                                   ("amount", pa.decimal128(12, 2)), ("note", pa.string()), ("deleted", pa.bool_())]))
+    java_hudi_11.write(path, batch, java_opts_)
+    for r in again:
+        model[(r["order_id"], r["region"])] = r
+    keys = [r["_hoodie_record_key"] for r in Table.open(spark, str(path)).read().select("_hoodie_record_key").collect()]
+    assert len(keys) == len(set(keys)) == len(model)
+    assert_index_exact(path, version)

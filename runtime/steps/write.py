@@ -338,7 +338,8 @@ def table_config(step: Step, config: Mapping[str, Any]):
         precombine_field=config.get("precombine"),
         hive_style=config["hive_style_partitioning"],
         create_version=config.get("table_version", 6),
-        metadata_table=bool(config.get("metadata_table", False)),
+        metadata_table=bool(config.get("metadata_table", False)) or config["index"] == "record",
+        record_index=config["index"] == "record",
         buckets=config.get("buckets"),  # set only with index: bucket (compiler/validate.py)
         cdc_mode=(config.get("cdc_logging") or "").upper() or None,
     )
@@ -347,7 +348,7 @@ def table_config(step: Step, config: Mapping[str, Any]):
 def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, dict[str, Any]]:
     operation = config["operation"]
     options: dict[str, Any] = {
-        "index": "partition" if config["index"] == "bucket" else config["index"],
+        "index": {"bucket": "partition", "record": "global"}.get(config["index"], config["index"]),
         "buckets": config.get("buckets"),
         "delete_when": config.get("delete_when"),
         "tombstone_days": config.get("tombstone_days"),

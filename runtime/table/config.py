@@ -65,6 +65,8 @@ class TableConfig:
     create_version: int = field(default=TABLE_VERSION, compare=False)
     # pipe keeps a metadata table (its files partition) for this table, and builds one if it has none
     metadata_table: bool = field(default=False, compare=False)
+    # pipe keeps a record index in the metadata table (record_index.py), and builds one if it has none
+    record_index: bool = field(default=False, compare=False)
     # Hudi's simple bucket index: the number of buckets per partition (bucket_index.py); None: none
     buckets: int | None = field(default=None, compare=False)
     # not a property: the change data capture log a new table keeps (cdc_log's OP_KEY_ONLY,

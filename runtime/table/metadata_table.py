@@ -331,6 +331,44 @@ class MetadataTable:
         self._complete(timeline, instant, [stat], "BULK_INSERT")
         update_properties(self.data, {PARTITIONS_KEY: FILES, INFLIGHT_KEY: ""})
 
+    def initialize_record_index(self, spark, data_props: dict[str, str], data: Timeline, located, keys: int) -> str:
+        """Builds the record index (record_index.py) from `located` (every key of the data
+        table's committed snapshot, with its partition and file id; `keys` of them) at a new
+        init instant (`00000000000000NNN`, the next one free, as Java numbers an index's
+        initialisation after the files partition's); the data table's hoodie.properties then
+        names `record_index` (the caller holds the writer lock). What an interrupted build left
+        (its folder, its pending instant) is deleted first. Returns the init instant."""
+        from runtime.table import record_index
+
+        mdt = self.timeline()
+        for inst in [i for i in mdt.instants if is_init_instant(i.time) and not i.is_completed]:
+            for state in (INFLIGHT, REQUESTED):
+                if self.storage.exists(mdt.path(inst, state)):
+                    self.storage.delete(mdt.path(inst, state))
+        for f in self.storage.list_files(record_index.PARTITION, recursive=True):
+            self.storage.delete(f.path)
+        mdt = self.timeline()
+        used = {i.time for i in mdt.instants} | {init_instant(self.version)}
+        first = int(init_instant(self.version)[-3:])
+        t = next(f"00000000000000{n:03d}" for n in range(first + 1, 1000) if f"00000000000000{n:03d}" not in used)
+        self.storage.write_atomic(f"{record_index.PARTITION}/{PARTITION_METADATA}",
+                                  f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode("ascii"))
+        from runtime.table.timeline import epoch_ms_of, timeline_is_local
+
+        text, _ = record_schema(self.version)
+        n = record_index.groups_for(keys)
+        latest = data.latest_data_write()  # the entries' instant: the one the index is built as of
+        spec = record_index.IndexSpec(self.storage.spec.uri, self.storage.spec.options, self.version,
+                                      tuple(record_index.Slice(i, None, (), t, 1) for i in range(n)), self._valid(mdt, data), t,
+                                      epoch_ms_of(latest.time, timeline_is_local(self.data)) if latest else 0, text)
+        instant = Instant(t, DELTACOMMIT, REQUESTED)
+        self._begin(mdt, instant)
+        stats = record_index.build(spark, spec, located)
+        self._complete(mdt, instant, stats, "BULK_INSERT")
+        partitions = [p.strip() for p in (data_props.get(PARTITIONS_KEY) or "").split(",") if p.strip()]
+        update_properties(self.data, {PARTITIONS_KEY: ",".join(sorted(set(partitions) | {record_index.PARTITION})), INFLIGHT_KEY: ""})
+        return t
+
     def sync(self, data: Timeline, instant: str, written: list[tuple[str, str, int]] = (), index_stats: list[WriteStat] = (),
              spark=None) -> bool:
         """Brings the files partition in step with the data table as it will be once `instant`

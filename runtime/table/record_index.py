@@ -350,9 +350,7 @@ def compact_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     files carry). Out: one stats row a group."""
     import pyarrow as pa
 
-    from runtime.table import hfile
     from runtime.table.files import _token
-    from runtime.table.metadata_table import _bloom
 
     storage = _storage(spec)
     token, _ = _token()
@@ -360,17 +358,78 @@ def compact_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     for batch in batches:
         for number in batch.column(0).to_pylist():
             cells = info_cells(read_infos(storage, spec.slices[number], spec.validity), spec.table_version)
-            keys = [c[0].decode("utf-8") for c in cells]
-            bf = _bloom(keys)
-            info = {"schema": spec.schema_text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
-                    "minRecordKey": cells[0][0] if cells else b"", "maxRecordKey": cells[-1][0] if cells else b""}
-            data = hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
+            data = _base_file(spec, cells)
             path = f"{PARTITION}/{file_group_id(number)}_{token}_{spec.instant}.hfile"
             storage.write_atomic(path, data)
             stats.append({"number": number, "path": path, "size": len(data), "records": len(cells)})
     if stats:
         yield pa.RecordBatch.from_pylist(stats, schema=pa.schema([("number", pa.int32()), ("path", pa.string()), ("size", pa.int64()),
                                                                    ("records", pa.int64())]))
+
+
+BUILD_STATS_SCHEMA = "number int, path string, size long, records long"
+EMPTY_DELETE_BLOCK = b"\x00\x00\x00\x03\x00\x00\x00\x01\x00"  # version 3, an empty record list: Java's init log
+
+
+def _base_file(spec: IndexSpec, cells: list[tuple[bytes, bytes]]) -> bytes:
+    """An HFile base file of record-index cells, with the key range and bloom filter Hudi's
+    metadata base files carry."""
+    from runtime.table import hfile
+    from runtime.table.metadata_table import _bloom
+
+    bf = _bloom([c[0].decode("utf-8") for c in cells])
+    info = {"schema": spec.schema_text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
+            "minRecordKey": cells[0][0] if cells else b"", "maxRecordKey": cells[-1][0] if cells else b""}
+    return hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
+
+
+def build_task(spec: IndexSpec, batches: Iterator) -> Iterator:
+    """mapInArrow: every key of the table (`_pipe_ri_group`, `_k`, `_pipe_part`, `_pipe_file`),
+    sorted by group; each group's base file at `spec.instant` (the index's init instant).
+    Out: one stats row a group."""
+    import pyarrow as pa
+
+    storage = _storage(spec)
+    stats = []
+    for number, rows in _by_group(batches):
+        cells = upsert_cells([(r["_k"], r["_pipe_part"], r["_pipe_file"]) for r in rows], spec.instant_ms, spec.table_version)
+        data = _base_file(spec, cells)
+        path = f"{PARTITION}/{file_group_id(number)}_0-0-0_{spec.instant}.hfile"
+        storage.write_atomic(path, data)
+        stats.append({"number": number, "path": path, "size": len(data), "records": len(cells)})
+    if stats:
+        yield pa.RecordBatch.from_pylist(stats, schema=pa.schema([("number", pa.int32()), ("path", pa.string()), ("size", pa.int64()),
+                                                                   ("records", pa.int64())]))
+
+
+def groups_for(keys: int) -> int:
+    """How many file groups a record index of `keys` keys starts with: Java's minimum of 10,
+    and one per million keys above that (a group's base file stays near 40 MB, which a lookup
+    reads the index blocks of), at most Java's 10,000."""
+    return max(10, min(10_000, -(-keys // 1_000_000)))
+
+
+def build(spark, spec: IndexSpec, located) -> list:
+    """Writes a new record index's file groups (spec.slices: as many as it will have) at its
+    init instant `spec.instant` from `located` (every key of the table as `_k`, `_pipe_part`,
+    `_pipe_file`): a base file for each group holding keys, and for every group the empty log
+    Java's initialisation leaves (so that every group is listed). Returns the WriteStats."""
+    from runtime.table import logfile
+    from runtime.table.timeline import WriteStat
+
+    def run(batches):
+        return build_task(spec, batches)
+
+    rows = _grouped(spark, spec, located.select("_k", "_pipe_part", "_pipe_file")).mapInArrow(run, BUILD_STATS_SCHEMA).collect()
+    storage = _storage(spec)
+    stats = [WriteStat(file_group_id(n), path, PARTITION, "null", records, records, 0, 0, size) for n, path, size, records in sorted(rows)]
+    empty = logfile.encode_block(logfile.Block(logfile.DELETE, {logfile.INSTANT_TIME: spec.instant}, EMPTY_DELETE_BLOCK))
+    for s in spec.slices:
+        name = logfile.LogFileName(file_group_id(s.number), spec.instant, 1, "0-0-0").name
+        storage.write_atomic(f"{PARTITION}/{name}", empty)
+        stats.append(WriteStat(file_group_id(s.number), f"{PARTITION}/{name}", PARTITION, spec.instant, 0, 0, 0, 0, len(empty),
+                               log_files=(name,), log_version=1))
+    return stats
 
 
 def with_group(spark, df, key: str, groups: int):

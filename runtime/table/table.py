@@ -86,6 +86,7 @@ class Table:
         self.retired: str | None = None  # set when a change retired the table's metadata table (see _changing)
         # the project asks for a metadata table (`metadata_table: true`): a change builds one if the table has none
         self.wants_metadata_table = config.metadata_table
+        self.wants_record_index = config.record_index
 
     # --- creating and opening --------------------------------------------------------------
 
@@ -117,6 +118,7 @@ class Table:
             table._refuse_other_version()  # a table pipe does not write (version 4 or 5) is never compared, so never rebuilt
             table._check_same_definition(config)
             table.wants_metadata_table = config.metadata_table
+            table.wants_record_index = config.record_index
             return table
         if config.table_type not in (COPY_ON_WRITE, MERGE_ON_READ):
             raise TableError(f"table type {config.table_type} is not one pipe knows; use copy_on_write or merge_on_read")
@@ -127,9 +129,11 @@ class Table:
             table = cls.open(spark, uri, storage_options)  # created meanwhile by someone else
             table._check_same_definition(config)
             table.wants_metadata_table = config.metadata_table
+            table.wants_record_index = config.record_index
             return table
         table = cls(spark, storage, TableConfig.from_properties(text))  # as a later open reads it
         table.wants_metadata_table = config.metadata_table
+        table.wants_record_index = config.record_index
         return table
 
     def _refuse_other_version(self) -> None:
@@ -530,6 +534,8 @@ class Table:
                 if _metadata_table.RECORD_INDEX in keep and mdt.record_index_spec(timeline) is None:
                     keep = keep - {_metadata_table.RECORD_INDEX}  # file groups pipe cannot number as Java does
                 dropped = _metadata_table.drop_unkept_partitions(self.storage, props, keep)
+                if self.wants_record_index and _metadata_table.RECORD_INDEX in keep and not _metadata_table.keeps_record_index(read_properties(self.storage)):
+                    self._build_record_index(mdt, timeline)
                 if dropped:
                     what = (f"dropped the metadata table partition(s) {', '.join(dropped)} of {self.config.name}, which pipe does not "
                             "keep in step for this change, as Hudi drops a disabled index (its files partition stays, kept in step); "
@@ -541,9 +547,27 @@ class Table:
         else:
             reason = "it has no files partition pipe could keep in step (only partitions being built)"
         self.retire_metadata_table(reason)
-        if self.wants_metadata_table:
+        if self.wants_metadata_table or self.wants_record_index:
             mdt.initialize(read_properties(self.storage), timeline)
             self.config = TableConfig.from_properties_map(read_properties(self.storage))
+            if self.wants_record_index and _metadata_table.RECORD_INDEX in keep:
+                self._build_record_index(mdt, timeline)
+
+    def _build_record_index(self, mdt, timeline: Timeline) -> None:
+        """Builds the record index of a table that asks for one (`index: record`) from its
+        committed rows' keys, partitions and file groups, in Spark (metadata_table.py)."""
+        from pyspark.sql import functions as F
+
+        if timeline.completed(WRITE_ACTIONS):
+            rows = self.read(columns=[]).select(F.col("_hoodie_record_key").alias("_k"), F.col("_hoodie_partition_path").alias("_pipe_part"),
+                                                F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias("_pipe_file"))
+            rows = spark_api.local_checkpoint(rows, eager=True)
+            keys = rows.count()
+        else:
+            rows, keys = self.spark.createDataFrame([], "_k string, _pipe_part string, _pipe_file string"), 0
+        t = mdt.initialize_record_index(self.spark, read_properties(self.storage), timeline, rows, keys)
+        log.info("built the record index of %s from its %d keys (metadata table instant %s)", self.config.name, keys, t)
+        self.config = TableConfig.from_properties_map(read_properties(self.storage))
 
     def retire_metadata_table(self, reason: str = "pipe cannot keep it in step") -> str | None:
         """Retires the metadata table a Java writer keeps (Hudi's default since 0.11) exactly as
