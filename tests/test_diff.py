@@ -83,6 +83,7 @@ def test_no_change_is_no_change(tmp_path):
     ({"delete_when": "\"v = 'gone'\""}, "delete_when", "destructive"),
     ({"operation": "insert"}, "operation", "breaking"),
     ({"index": "partition"}, "index", "breaking"),
+    ({"index": "record"}, "index", "non-breaking"),  # still unique across the table: a record index only changes the lookup
     ({"schema": '"id BIGINT, ts BIGINT, region STRING"'}, "schema", "breaking"),
     ({"schema": '"id BIGINT, v INT, ts BIGINT, region STRING"'}, "schema", "breaking"),
     ({"schema": '"id BIGINT, v STRING, ts BIGINT, region STRING, extra STRING"'}, "schema", "non-breaking"),

@@ -314,3 +314,35 @@ def test_a_project_table_with_index_record_builds_and_keeps_its_record_index(spa
     keys = [r["_hoodie_record_key"] for r in Table.open(spark, str(path)).read().select("_hoodie_record_key").collect()]
     assert len(keys) == len(set(keys)) == len(model)
     assert_index_exact(path, version)
+
+
+def test_index_record_settings_are_checked_with_their_line(tmp_path):
+    """A keyless `index: record` and one with `metadata_table: false` are compile errors at their
+    line; `index: record` alone turns the metadata table on in the plan's table definition."""
+    from runtime.steps.write import table_config
+    from compiler.api import compile_project
+    from compiler.errors import ProjectError
+    from tests.conftest import write_project
+
+    def errors(yml: str) -> list[str]:
+        root = write_project(tmp_path / str(abs(hash(yml))), {
+            "sources/s.yml": "sources:\n  raw: {kind: files, path: data, format: json, schema: \"id BIGINT, v STRING\"}\n",
+            "tables/t.yml": yml, "tables/t.sql": "select * from {{ source('raw') }}\n"})
+        try:
+            compile_project(root)
+        except ProjectError as exc:
+            return [str(d) for d in exc.diagnostics]
+        return []
+
+    got = errors("tables:\n  t:\n    index: record\n")
+    assert any("t.yml:3" in e and "index: record" in e and "needs a key" in e for e in got), got
+    got = errors("tables:\n  t:\n    key: [id]\n    metadata_table: false\n    index: record\n")
+    assert any("t.yml:4" in e and "metadata_table: false" in e for e in got), got
+    assert errors("tables:\n  t:\n    key: [id]\n    index: record\n") == []
+
+    class Step:
+        name = "t"
+
+    config = {"type": "copy_on_write", "key": ["id"], "partition_by": [], "hive_style_partitioning": True, "index": "record"}
+    table = table_config(Step(), config)
+    assert table.metadata_table and table.record_index
