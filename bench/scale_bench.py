@@ -10,8 +10,10 @@ rows: 10 days; 16M: 160 days). An upsert updates keys of the latest day and adds
 it, so the data it touches is the same at both sizes; the lookup's range pruning
 (runtime/table/bloom_index.py) is what lets it skip the other days' files. With
 `--keys random` the keys are hashes instead (no order): every file's range spans the key
-space, nothing is pruned, and the cost follows the table (what a record-level index would
-fix).
+space, nothing is pruned by ranges, and the bloom filters are asked instead. With
+`--index record` the tables keep Hudi's record index in their metadata table (`index: record`,
+runtime/table/record_index.py; built by the unmeasured warm-up upsert): the lookup reads only the
+file groups the index names for the batch's keys, whatever the keys look like.
 
 Repeats are interleaved (1M, 16M, 1M, ...), each after one unmeasured warm-up upsert per
 table. Wall and CPU seconds (the process tree: the driver and its JVM) and peak memory; the
@@ -20,6 +22,7 @@ the machine is marked as no result. Results go to the `scale` section of bench/R
 
     python bench/scale_bench.py                          # 1M and 16M, 3 repeats (~25 min)
     python bench/scale_bench.py --sizes 200000,1000000 --repeats 1 --section scratch   # quick
+    python bench/scale_bench.py --keys random --index record --section scale-record-index
 """
 
 from __future__ import annotations
@@ -67,11 +70,12 @@ def rows(spark, start: int, end: int, keys: str, version: int, where: str | None
         f"concat('note é \"', cast(id % 97 as string), '\" v{version}') as note")
 
 
-def build(spark, root: Path, size: int, table_type: str, keys: str):
+def build(spark, root: Path, size: int, table_type: str, keys: str, index: str = "global"):
     from runtime.table import Table, TableConfig
 
+    record = index == "record"
     config = TableConfig(f"orders_{size}_{table_type.lower()}", table_type=table_type, record_key_fields=("order_id",),
-                         partition_fields=("day",), precombine_field="ts")
+                         partition_fields=("day",), precombine_field="ts", metadata_table=record, record_index=record)
     table = Table.create(spark, str(root / config.name), config)
     table.write(rows(spark, 0, size, keys, 0), "bulk_insert", bulk_insert_sort_mode="GLOBAL_SORT")
     return table
@@ -93,6 +97,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,16000000")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--keys", choices=("sequence", "random"), default="sequence")
+    ap.add_argument("--index", choices=("global", "record"), default="global")
     ap.add_argument("--section", default="scale")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -106,7 +111,7 @@ def main() -> None:
         for size in sizes:
             for table_type in TYPES:
                 with Measure(lambda: tree([os.getpid()])) as m:
-                    tables[(size, table_type)] = build(spark, work, size, table_type, args.keys)
+                    tables[(size, table_type)] = build(spark, work, size, table_type, args.keys, args.index)
                 built[(size, table_type)] = m
                 print(f"built {size:>10,} {table_type:<14} {m.seconds:7.1f} s", flush=True)
                 upsert(spark, tables[(size, table_type)], size, 0, args.keys)  # warm-up, unmeasured
@@ -129,11 +134,12 @@ def main() -> None:
     whole = load.others / max(1e-9, sum(m.seconds for ms in times.values() for m in ms)) / (os.cpu_count() or 1)
     busy = whole > 0.1
     lines = [f"{dt.date.today()}, {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-             f"keys: {args.keys}; {args.repeats} interleaved repeats per table after one warm-up upsert; load average "
+             f"keys: {args.keys}; index: {args.index}; {args.repeats} interleaved repeats per table after one warm-up upsert; load average "
              f"{load.before[0]:.2f} before, {median(load.loads) if load.loads else 0:.2f} median, {max(load.loads or [0]):.2f} max; "
              f"other processes took {100 * whole:.0f}% of the machine" + (" — **busy: not a result**" if busy else ""),
              "", "Command: `python bench/scale_bench.py" + (f" --sizes {args.sizes}" if args.sizes != "1000000,16000000" else "")
-             + (f" --keys {args.keys}" if args.keys != "sequence" else "") + (f" --repeats {args.repeats}" if args.repeats != 3 else "") + "`", "",
+             + (f" --keys {args.keys}" if args.keys != "sequence" else "") + (f" --index {args.index}" if args.index != "global" else "")
+             + (f" --repeats {args.repeats}" if args.repeats != 3 else "") + "`", "",
              "| table | rows | file groups | build s | upsert wall s (median) | upsert CPU s (median) | peak MB | wall / smallest | CPU / smallest |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for table_type in TYPES:
@@ -146,7 +152,8 @@ def main() -> None:
                          f"{wall:.2f} | {cpu:.1f} | {max(m.peak for m in ms):.0f} | {wall / wall0:.2f}x | {cpu / cpu0:.2f}x |")
     body = "\n".join(lines)
     print(body)
-    title = f"An upsert of 50,000 rows into tables of {' and '.join(f'{s:,}' for s in sizes)} rows ({args.keys} keys)"
+    title = (f"An upsert of 50,000 rows into tables of {' and '.join(f'{s:,}' for s in sizes)} rows ({args.keys} keys"
+             + (", record index)" if args.index == "record" else ")"))
     write_section(args.section, f"## {title}\n\n{__doc__.split(chr(10) + chr(10))[0].strip()}\n\n{body}\n")
 
 

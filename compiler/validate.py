@@ -120,6 +120,9 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
                      "use upsert, insert, bulk_insert, delete or delete_partition")
     if c["index"] == "record" and not c["key"]:
         errors.error(table.at("index"), f"index: record keeps each key's place in a record index, and needs a key ({what})", "add `key:`")
+    if c["index"] == "record" and op in ("bulk_insert", "insert_overwrite", "insert_overwrite_table", "bootstrap", "delete_partition"):
+        errors.error(table.at("index"), f"index: record is kept in step by upsert, insert and delete; {op} does not say which keys "
+                     f"moved where, so it would drop the index at every run ({what})", "use `index: global`, or operation upsert, insert or delete")
     if c["index"] == "record" and c.get("metadata_table") is False and _written(table, "metadata_table"):
         errors.error(table.at("metadata_table"), f"index: record keeps its index in the metadata table, which metadata_table: false turns off ({what})",
                      "remove `metadata_table: false`")

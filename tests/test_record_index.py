@@ -338,6 +338,8 @@ def test_index_record_settings_are_checked_with_their_line(tmp_path):
     assert any("t.yml:3" in e and "index: record" in e and "needs a key" in e for e in got), got
     got = errors("tables:\n  t:\n    key: [id]\n    metadata_table: false\n    index: record\n")
     assert any("t.yml:4" in e and "metadata_table: false" in e for e in got), got
+    got = errors("tables:\n  t:\n    key: [id]\n    operation: insert_overwrite\n    index: record\n")
+    assert any("t.yml:5" in e and "would drop the index" in e for e in got), got
     assert errors("tables:\n  t:\n    key: [id]\n    index: record\n") == []
 
     class Step:
