@@ -26,6 +26,7 @@ import io
 import re
 import uuid
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterator
 
 PARTITION = "record_index"
@@ -120,15 +121,65 @@ def _record(info: dict, table_version: int) -> dict:
     return rec
 
 
+def _varint(n: int) -> bytes:
+    """Avro's zig-zag variable-length long."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _text(value: str) -> bytes:
+    data = value.encode("utf-8")
+    return _varint(len(data)) + data
+
+
+# HoodieMetadataRecord's fields before recordIndexMetadata, for a record-index entry: the five
+# meta fields null, key "" (readers take it from the cell), type 5, three null indexes; then
+# the union's branch 1 (the record)
+_HEAD = b"\x00" * 5 + b"\x00" + _varint(RECORD_INDEX) + b"\x00" * 3 + b"\x02"
+
+
+@lru_cache(maxsize=4096)
+def _located(partition: str, file_id: str) -> tuple[bytes, bytes]:
+    """The bytes of an entry before and after its instant (a write has few places)."""
+    m = _UUID_FILE_ID.match(file_id)
+    if m:
+        u = uuid.UUID(m.group(1)).int
+        index = int(m.group(2)) if m.group(2) is not None else _MISSING_INDEX
+        return (_HEAD + b"\x02" + _text(partition) + b"\x02" + _varint(_to_signed(u >> 64)) + b"\x02" + _varint(_to_signed(u & ((1 << 64) - 1)))
+                + b"\x02" + _varint(index) + b"\x02\x00" + b"\x02", _varint(0))
+    return (_HEAD + b"\x02" + _text(partition) + b"\x02" + _varint(-1) + b"\x02" + _varint(-1) + b"\x02" + _varint(-1)
+            + b"\x02" + _text(file_id) + b"\x02", _varint(1))
+
+
+def encode_entry(partition: str, file_id: str, instant_ms: int, table_version: int) -> bytes:
+    """The Avro datum of a record-index entry in this table version's HoodieMetadataRecord,
+    written directly (as fastavro would, tests/test_record_index.py checks; far faster, which
+    building the index of a large table needs)."""
+    head, encoding = _located(partition, file_id)
+    # 1.x: `position` null, then SecondaryIndexMetadata null
+    return head + _varint(instant_ms) + encoding + (b"\x00\x00" if table_version >= 8 else b"")
+
+
 def upsert_cells(entries: list[tuple[str, str, str]], instant_ms: int, table_version: int) -> list[tuple[bytes, bytes]]:
     """The HFile cells of (key, partition, file id) entries, sorted by key bytes."""
-    return info_cells({key: location_info(partition, file_id, instant_ms, table_version) for key, partition, file_id in entries},
-                      table_version)
+    tail = _varint(instant_ms)
+    end = b"\x00\x00" if table_version >= 8 else b""
+    cells = []
+    for key, partition, file_id in entries:
+        head, encoding = _located(partition, file_id)
+        cells.append((key.encode("utf-8"), head + tail + encoding + end))
+    cells.sort(key=lambda c: c[0])
+    return cells
 
 
-def info_cells(infos: dict[str, dict], table_version: int) -> list[tuple[bytes, bytes]]:
+def info_cells(infos: dict[str, dict | bytes], table_version: int) -> list[tuple[bytes, bytes]]:
     """The HFile cells of key -> HoodieRecordIndexInfo (of any version's schema: `position`
-    is added or dropped as this version has it), sorted by key bytes."""
+    is added or dropped as this version has it; or an entry's datum, kept), sorted by key bytes."""
     import fastavro
 
     from runtime.table.metadata_table import record_schema
@@ -136,6 +187,9 @@ def info_cells(infos: dict[str, dict], table_version: int) -> list[tuple[bytes, 
     _, parsed = record_schema(table_version)
     cells = []
     for key in sorted(infos, key=lambda k: k.encode("utf-8")):
+        if isinstance(infos[key], bytes):
+            cells.append((key.encode("utf-8"), infos[key]))
+            continue
         info = dict(infos[key])
         if table_version >= 8:
             info.setdefault("position", None)
@@ -217,8 +271,10 @@ def read_slice(storage, s: Slice, validity: Validity, keys: list[str] | None = N
     return {k: location_of(info) for k, info in read_infos(storage, s, validity, keys).items()}
 
 
-def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = None) -> dict[str, dict]:
-    """key -> HoodieRecordIndexInfo of the live keys a slice holds (only `keys`, when given)."""
+def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = None, raw_schema: bytes | None = None) -> dict[str, dict | bytes]:
+    """key -> HoodieRecordIndexInfo of the live keys a slice holds (only `keys`, when given).
+    With `raw_schema` (a HoodieMetadataRecord schema's text), an entry of an HFile written
+    with that very schema stays its Avro datum (bytes): compaction copies it as it is."""
     import json
 
     import fastavro
@@ -232,6 +288,11 @@ def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = N
 
     def apply(h) -> None:
         text = h.file_info.get("schema")
+        if raw_schema is not None and text == raw_schema:
+            for row, value in h.cells:  # the entry's type and its union branch sit at fixed places in this schema
+                if len(value) > len(_HEAD) and value[:len(_HEAD)] == _HEAD:
+                    out[row.decode("utf-8")] = value
+            return
         if text not in parsed_cache:
             parsed_cache[text] = fastavro.parse_schema(json.loads(text))
         parsed = parsed_cache[text]
@@ -357,7 +418,8 @@ def compact_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     stats = []
     for batch in batches:
         for number in batch.column(0).to_pylist():
-            cells = info_cells(read_infos(storage, spec.slices[number], spec.validity), spec.table_version)
+            infos = read_infos(storage, spec.slices[number], spec.validity, raw_schema=spec.schema_text.encode("utf-8"))
+            cells = info_cells(infos, spec.table_version)
             data = _base_file(spec, cells)
             path = f"{PARTITION}/{file_group_id(number)}_{token}_{spec.instant}.hfile"
             storage.write_atomic(path, data)
