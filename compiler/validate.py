@@ -123,6 +123,10 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
     if c["index"] == "record" and op in ("bulk_insert", "insert_overwrite", "insert_overwrite_table", "bootstrap", "delete_partition"):
         errors.error(table.at("index"), f"index: record is kept in step by upsert, insert and delete; {op} does not say which keys "
                      f"moved where, so it would drop the index at every run ({what})", "use `index: global`, or operation upsert, insert or delete")
+    if c["index"] == "record" and op == "insert" and c["insert_duplicates"] == "none":
+        errors.error(table.at("insert_duplicates"), f"index: record with operation insert needs insert_duplicates drop or fail ({what}): "
+                     "an insert that looks nothing up stores a key again, and the record index can name only one of its copies",
+                     "set `insert_duplicates: drop` (or fail), or use operation upsert")
     if c["index"] == "record" and c.get("metadata_table") is False and _written(table, "metadata_table"):
         errors.error(table.at("metadata_table"), f"index: record keeps its index in the metadata table, which metadata_table: false turns off ({what})",
                      "remove `metadata_table: false`")

@@ -341,12 +341,14 @@ class MetadataTable:
         from runtime.table import record_index
 
         mdt = self.timeline()
-        for inst in [i for i in mdt.instants if is_init_instant(i.time) and not i.is_completed]:
-            for state in (INFLIGHT, REQUESTED):
-                if self.storage.exists(mdt.path(inst, state)):
-                    self.storage.delete(mdt.path(inst, state))
+        for inst in [i for i in mdt.instants if is_init_instant(i.time) and i.time != init_instant(self.version)
+                     and (not i.is_completed or record_index.PARTITION in _partitions_written(mdt, i))]:
+            self._roll_back(mdt, inst)  # an interrupted build's (its files go below)
         for f in self.storage.list_files(record_index.PARTITION, recursive=True):
             self.storage.delete(f.path)
+        partitions = [p.strip() for p in (data_props.get(PARTITIONS_KEY) or "").split(",") if p.strip()]
+        # listed as being built first, as Java lists an index it builds: a crash leaves it to be dropped
+        update_properties(self.data, {INFLIGHT_KEY: record_index.PARTITION})
         mdt = self.timeline()
         used = {i.time for i in mdt.instants} | {init_instant(self.version)}
         first = int(init_instant(self.version)[-3:])
@@ -365,7 +367,6 @@ class MetadataTable:
         self._begin(mdt, instant)
         stats = record_index.build(spark, spec, located)
         self._complete(mdt, instant, stats, "BULK_INSERT")
-        partitions = [p.strip() for p in (data_props.get(PARTITIONS_KEY) or "").split(",") if p.strip()]
         update_properties(self.data, {PARTITIONS_KEY: ",".join(sorted(set(partitions) | {record_index.PARTITION})), INFLIGHT_KEY: ""})
         return t
 
@@ -595,13 +596,17 @@ class MetadataTable:
         record index's): named with it (8, 9), or the log versions whose blocks are all its (6)."""
         from runtime.table import record_index
 
-        logs = [log for _, group in self.partition_files(record_index.PARTITION).items() for log in group[1]]
-        for n, path, _ in self._group_files()[1] + logs:
+        for n, path, _ in self._group_files()[1]:
             if self.version >= 8 and n.base_instant == time:
                 self.storage.delete(path)
             elif self.version < 8:
                 blocks = logfile.read_blocks(self.storage.read_bytes(path), path)
                 if blocks and all(b.instant == time for b in blocks):
+                    self.storage.delete(path)
+        # the record index's logs hold keys: on 6 only their block headers are read
+        for _, (_, logs) in self.partition_files(record_index.PARTITION).items():
+            for n, path, size in logs:
+                if n.base_instant == time if self.version >= 8 else logfile.written_by(self.storage, path, size) == time:
                     self.storage.delete(path)
 
     def forget(self, time: str) -> None:
@@ -613,6 +618,8 @@ class MetadataTable:
         inst = next((i for i in mdt.instants if i.time == time and i.action == DELTACOMMIT), None)
         if inst is not None:
             self._roll_back(mdt, inst)
+        elif keeps_record_index(read_properties(self.data)):
+            self._delete_logs_of(time)  # the record index's logs are written before the deltacommit begins
 
     def _roll_back(self, mdt: Timeline, inst: Instant) -> None:
         """Undoes a metadata deltacommit or a pending compaction: its completed file first (no
@@ -645,6 +652,14 @@ class MetadataTable:
             self._roll_back(mdt, inst)
             log.info("rolled back the metadata table's %s %s, whose data instant never completed", inst.action, inst.time)
         return self.timeline()
+
+
+def _partitions_written(mdt: Timeline, inst: Instant) -> set[str]:
+    """The metadata table partitions a completed deltacommit wrote files in."""
+    try:
+        return {s.partition_path for s in mdt.commit_metadata(inst).write_stats}
+    except (OSError, ValueError, KeyError):
+        return set()
 
 
 def kept(props: dict[str, str]) -> bool:

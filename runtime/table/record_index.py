@@ -35,6 +35,7 @@ RECORD_INDEX = 5  # HoodieMetadataRecord.type
 _FILE_GROUP = re.compile(r"^record-index-(\d{4})-0$")
 _UUID_FILE_ID = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:-(\d{1,9}))?$")
 _MISSING_INDEX = -1  # Java's RECORD_INDEX_MISSING_FILEINDEX_FALLBACK: a 36-character file id without -N
+TOKEN = "0-0-0"  # the write token of every file pipe writes into the record index (as the metadata table's)
 
 
 def file_group_id(i: int) -> str:
@@ -369,10 +370,9 @@ def delta_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     import pyarrow as pa
 
     from runtime.table import hfile, logfile
-    from runtime.table.files import _token
 
     storage = _storage(spec)
-    token, _ = _token()
+    token = TOKEN  # a retried task writes the same file again, never a second one
     stats = []
     for number, rows in _by_group(batches):
         s = spec.slices[number]
@@ -411,10 +411,8 @@ def compact_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     files carry). Out: one stats row a group."""
     import pyarrow as pa
 
-    from runtime.table.files import _token
-
     storage = _storage(spec)
-    token, _ = _token()
+    token = TOKEN  # a retried task writes the same file again, never a second one
     stats = []
     for batch in batches:
         for number in batch.column(0).to_pylist():
@@ -456,7 +454,7 @@ def build_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     for number, rows in _by_group(batches):
         cells = upsert_cells([(r["_k"], r["_pipe_part"], r["_pipe_file"]) for r in rows], spec.instant_ms, spec.table_version)
         data = _base_file(spec, cells)
-        path = f"{PARTITION}/{file_group_id(number)}_0-0-0_{spec.instant}.hfile"
+        path = f"{PARTITION}/{file_group_id(number)}_{TOKEN}_{spec.instant}.hfile"
         storage.write_atomic(path, data)
         stats.append({"number": number, "path": path, "size": len(data), "records": len(cells)})
     if stats:
@@ -487,7 +485,7 @@ def build(spark, spec: IndexSpec, located) -> list:
     stats = [WriteStat(file_group_id(n), path, PARTITION, "null", records, records, 0, 0, size) for n, path, size, records in sorted(rows)]
     empty = logfile.encode_block(logfile.Block(logfile.DELETE, {logfile.INSTANT_TIME: spec.instant}, EMPTY_DELETE_BLOCK))
     for s in spec.slices:
-        name = logfile.LogFileName(file_group_id(s.number), spec.instant, 1, "0-0-0").name
+        name = logfile.LogFileName(file_group_id(s.number), spec.instant, 1, TOKEN).name
         storage.write_atomic(f"{PARTITION}/{name}", empty)
         stats.append(WriteStat(file_group_id(s.number), f"{PARTITION}/{name}", PARTITION, spec.instant, 0, 0, 0, 0, len(empty),
                                log_files=(name,), log_version=1))
@@ -567,7 +565,7 @@ def write_delta(spark, spec: IndexSpec, changes) -> list:
             prev, base_file, logs = spec.instant, None, (name,)
         else:
             prev = s.base_instant or "null"
-            base_file = f"{file_group_id(number)}_0-0-0_{s.base_instant}.hfile" if s.base else None
+            base_file = s.base.rsplit("/", 1)[-1] if s.base else None
             logs = tuple(sorted({p.rsplit("/", 1)[-1] for p in s.logs} | {name}))
         stats.append(WriteStat(file_group_id(number), path, PARTITION, prev, upserts + deletes, 0, upserts, deletes, size,
                                base_file=base_file, log_files=logs, log_version=s.next_version if spec.table_version < 8 else 1))

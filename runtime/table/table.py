@@ -388,20 +388,21 @@ class Table:
                 self._check_conflicts(slices, staged.stats, staged.replaced)
                 if not timeline.completed(WRITE_ACTIONS) and not self.config.create_schema:
                     self._set_create_schema(staged.schema_json)
+                extra = {"schema": staged.schema_json, **opts.extra_metadata}
+                meta = CommitMetadata(op_type, staged.stats, extra, staged.replaced if replacing else None)
+                if staged.stats and staged.index_changes is None and _metadata_table.keeps_record_index(read_properties(self.storage)):
+                    raise TableError(f"pipe cannot keep the record index of {self.config.name} in step with this {operation}; "
+                                     "nothing was written")
+                self._check_lock()
+                # the metadata table's deltacommit (and the record index's Spark jobs) complete
+                # first; a failure there is rolled back with the data instant
+                _metadata_table.before_complete(self.storage, instant.time, staged.stats,
+                                                (self.spark, staged.index_changes) if staged.index_changes is not None else None)
             except BaseException:
                 # nothing half-written: the failed instant is rolled back before we report
                 self._stop_heartbeat(instant.time)
                 self.rollback_pending()
                 raise
-            extra = {"schema": staged.schema_json, **opts.extra_metadata}
-            meta = CommitMetadata(op_type, staged.stats, extra, staged.replaced if replacing else None)
-            if staged.stats and staged.index_changes is None and _metadata_table.keeps_record_index(read_properties(self.storage)):
-                self._stop_heartbeat(instant.time)
-                self.rollback_pending()
-                raise TableError(f"pipe cannot keep the record index of {self.config.name} in step with this {operation}; nothing was written")
-            self._check_lock()
-            _metadata_table.before_complete(self.storage, instant.time, staged.stats,
-                                            (self.spark, staged.index_changes) if staged.index_changes is not None else None)
             if timeline.complete(instant, meta.to_bytes(timeline.layout)) is None:
                 raise TableError(f"instant {instant.time} was completed by someone else")
             # as Java's post-commit: the markers and the heartbeat of a completed instant go
@@ -531,7 +532,8 @@ class Table:
         if _metadata_table.kept(props):
             reason = mdt.unkeepable_reason(timeline)
             if reason is None:
-                if _metadata_table.RECORD_INDEX in keep and mdt.record_index_spec(timeline) is None:
+                if (_metadata_table.RECORD_INDEX in keep and _metadata_table.keeps_record_index(props)
+                        and mdt.record_index_spec(timeline) is None):
                     keep = keep - {_metadata_table.RECORD_INDEX}  # file groups pipe cannot number as Java does
                 dropped = _metadata_table.drop_unkept_partitions(self.storage, props, keep)
                 if self.wants_record_index and _metadata_table.RECORD_INDEX in keep and not _metadata_table.keeps_record_index(read_properties(self.storage)):

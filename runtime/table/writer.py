@@ -629,12 +629,16 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                   if config.table_type == MERGE_ON_READ and (merge or bucketed) else {})
     n = max(1, min(len(groups), spark_api.default_parallelism(spark) * 4))
     staged = _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, groups, log_groups, merge, n, present)
-    # inserts (moves in) name the key's new place, deletes (moves out) its leaving: an insert
-    # wins. (An update stays where the index has it: with a record index, the lookup tags no
-    # key to a group whose log deleted it, tag_locations)
-    staged.index_changes = changes.where(F.col(_KIND) != "U").select(
-        F.col(KEY).alias("_k"), F.when(F.col(_KIND) == "I", F.col(PART)).alias("_pipe_part"),
-        F.when(F.col(_KIND) == "I", F.col(FILE_ID)).alias("_pipe_file"))
+    # inserts (moves in) name the key's new place, deletes (moves out) its leaving; an update
+    # stays where the index has it (with a record index the lookup tags no key to a group whose
+    # log deleted it, tag_locations), except the copy that stays when other copies of its key
+    # leave (a key stored in several partitions): it names the key's place. Upserts win.
+    leaving = changes.where(F.col(_KIND) == "D").select(KEY)
+    stays = changes.where(F.col(_KIND) == "U").join(leaving, KEY, "left_semi")
+    moved = changes.where(F.col(_KIND) != "U").unionByName(stays)
+    staged.index_changes = moved.select(
+        F.col(KEY).alias("_k"), F.when(F.col(_KIND) != "D", F.col(PART)).alias("_pipe_part"),
+        F.when(F.col(_KIND) != "D", F.col(FILE_ID)).alias("_pipe_file"))
     return staged
 
 
