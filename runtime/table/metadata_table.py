@@ -346,7 +346,7 @@ class MetadataTable:
             self._roll_back(mdt, inst)  # an interrupted build's (its files go below)
         for f in self.storage.list_files(record_index.PARTITION, recursive=True):
             self.storage.delete(f.path)
-        partitions = [p.strip() for p in (data_props.get(PARTITIONS_KEY) or "").split(",") if p.strip()]
+        partitions = listed(data_props)
         # listed as being built first, as Java lists an index it builds: a crash leaves it to be dropped
         update_properties(self.data, {INFLIGHT_KEY: record_index.PARTITION})
         mdt = self.timeline()
@@ -469,12 +469,7 @@ class MetadataTable:
         `bloomFilter`). Returns its bytes and cells."""
         cells = _cells({p: {n: (size, False) for n, size in fs.items()} for p, fs in files.items()},
                        {p: (0, False) for p in partitions}, self.version)
-        text, _ = record_schema(self.version)
-        keys = [c[0].decode("utf-8") for c in cells]
-        bf = _bloom(keys)
-        info = {"schema": text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
-                "minRecordKey": keys[0].encode("utf-8") if keys else b"", "maxRecordKey": keys[-1].encode("utf-8") if keys else b""}
-        return hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")}), cells
+        return base_hfile(cells, record_schema(self.version)[0]), cells
 
     def compact(self, data: Timeline, spark=None) -> str | None:
         """Folds the files partition's slice into a new HFile base file at a new instant (a
@@ -662,10 +657,15 @@ def _partitions_written(mdt: Timeline, inst: Instant) -> set[str]:
         return set()
 
 
+def listed(props: dict[str, str], key: str = PARTITIONS_KEY) -> list[str]:
+    """The metadata table partitions hoodie.properties lists as built (or, with INFLIGHT_KEY, being built)."""
+    return [p.strip() for p in (props.get(key) or "").split(",") if p.strip()]
+
+
 def kept(props: dict[str, str]) -> bool:
     """Whether the data table with these properties has a metadata table whose files partition
     pipe keeps in step (Java's isMetadataTableAvailable: `files` is listed)."""
-    return FILES in [p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",")]
+    return FILES in listed(props)
 
 
 def _kept_by(storage) -> MetadataTable | None:
@@ -738,6 +738,16 @@ def forget(storage, time: str) -> None:
         mdt.forget(time)
 
 
+def base_hfile(cells: list[tuple[bytes, bytes]], schema_text: str) -> bytes:
+    """An HFile base file of a metadata table partition's cells (sorted), with what Hudi's base
+    files carry besides: the schema, the key range and a bloom filter of the keys (meta block
+    `bloomFilter`)."""
+    bf = _bloom([c[0].decode("utf-8") for c in cells])
+    info = {"schema": schema_text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
+            "minRecordKey": cells[0][0] if cells else b"", "maxRecordKey": cells[-1][0] if cells else b""}
+    return hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
+
+
 def _bloom(keys: list[str]):
     import pyarrow as pa
 
@@ -767,15 +777,14 @@ RECORD_INDEX = "record_index"
 
 def keeps_record_index(props: dict[str, str]) -> bool:
     """Whether the data table with these properties has a built record index (record_index.py)."""
-    return RECORD_INDEX in [p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",")]
+    return RECORD_INDEX in listed(props)
 
 
 def unkept_partitions(props: dict[str, str], keep: frozenset[str] = frozenset()) -> list[str]:
     """The metadata table's partitions (built or being built) other than `files` and `keep`
     (built ones only)."""
-    built = {p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",") if p.strip()}
-    listed = [p.strip() for key in (PARTITIONS_KEY, INFLIGHT_KEY) for p in (props.get(key) or "").split(",") if p.strip()]
-    return sorted({p for p in listed if p != FILES and not (p in keep and p in built)})
+    built = listed(props)
+    return sorted({p for p in built + listed(props, INFLIGHT_KEY) if p != FILES and not (p in keep and p in built)})
 
 
 def drop_unkept_partitions(storage, props: dict[str, str], keep: frozenset[str] = frozenset()) -> list[str]:
@@ -785,7 +794,7 @@ def drop_unkept_partitions(storage, props: dict[str, str], keep: frozenset[str] 
     drop = unkept_partitions(props, keep)
     if not drop:
         return []
-    keep = [p.strip() for p in (props.get(PARTITIONS_KEY) or "").split(",") if p.strip() and p.strip() not in drop]
+    keep = [p for p in listed(props) if p not in drop]
     update_properties(storage, {PARTITIONS_KEY: ",".join(keep), INFLIGHT_KEY: ""})
     mdt = open_storage(storage.spec.child(METADATA_TABLE))
     for part in drop:

@@ -402,64 +402,50 @@ def delta_task(spec: IndexSpec, batches: Iterator) -> Iterator:
                                                                    ("upserts", pa.int64()), ("deletes", pa.int64())]))
 
 
-COMPACT_STATS_SCHEMA = "number int, path string, size long, records long"
+BASE_STATS_SCHEMA = "number int, path string, size long, records long"
+EMPTY_DELETE_BLOCK = b"\x00\x00\x00\x03\x00\x00\x00\x01\x00"  # version 3, an empty record list: Java's init log
 
 
-def compact_task(spec: IndexSpec, batches: Iterator) -> Iterator:
-    """mapInArrow: file group numbers (`number`) in; each group's slice is merged into a new
-    HFile base file named with `spec.instant` (with the key range and bloom filter Hudi's base
-    files carry). Out: one stats row a group."""
+def _write_base(storage, spec: IndexSpec, number: int, cells: list[tuple[bytes, bytes]]) -> dict:
+    """Writes group `number`'s base file of `cells` at `spec.instant` (the same name on a
+    retried task); returns its stats row."""
+    from runtime.table.metadata_table import base_hfile
+
+    data = base_hfile(cells, spec.schema_text)
+    path = f"{PARTITION}/{file_group_id(number)}_{TOKEN}_{spec.instant}.hfile"
+    storage.write_atomic(path, data)
+    return {"number": number, "path": path, "size": len(data), "records": len(cells)}
+
+
+def _base_stats(stats: list[dict]) -> Iterator:
     import pyarrow as pa
 
-    storage = _storage(spec)
-    token = TOKEN  # a retried task writes the same file again, never a second one
-    stats = []
-    for batch in batches:
-        for number in batch.column(0).to_pylist():
-            infos = read_infos(storage, spec.slices[number], spec.validity, raw_schema=spec.schema_text.encode("utf-8"))
-            cells = info_cells(infos, spec.table_version)
-            data = _base_file(spec, cells)
-            path = f"{PARTITION}/{file_group_id(number)}_{token}_{spec.instant}.hfile"
-            storage.write_atomic(path, data)
-            stats.append({"number": number, "path": path, "size": len(data), "records": len(cells)})
     if stats:
         yield pa.RecordBatch.from_pylist(stats, schema=pa.schema([("number", pa.int32()), ("path", pa.string()), ("size", pa.int64()),
                                                                    ("records", pa.int64())]))
 
 
-BUILD_STATS_SCHEMA = "number int, path string, size long, records long"
-EMPTY_DELETE_BLOCK = b"\x00\x00\x00\x03\x00\x00\x00\x01\x00"  # version 3, an empty record list: Java's init log
-
-
-def _base_file(spec: IndexSpec, cells: list[tuple[bytes, bytes]]) -> bytes:
-    """An HFile base file of record-index cells, with the key range and bloom filter Hudi's
-    metadata base files carry."""
-    from runtime.table import hfile
-    from runtime.table.metadata_table import _bloom
-
-    bf = _bloom([c[0].decode("utf-8") for c in cells])
-    info = {"schema": spec.schema_text.encode("utf-8"), "bloomFilterTypeCode": bf.type_code.encode("ascii"),
-            "minRecordKey": cells[0][0] if cells else b"", "maxRecordKey": cells[-1][0] if cells else b""}
-    return hfile.write(cells, info, {"bloomFilter": bf.serialize_to_string().encode("ascii")})
+def compact_task(spec: IndexSpec, batches: Iterator) -> Iterator:
+    """mapInArrow: file group numbers (`number`) in; each group's slice is merged into a new
+    HFile base file named with `spec.instant`. Out: one stats row a group."""
+    storage = _storage(spec)
+    stats = []
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            infos = read_infos(storage, spec.slices[number], spec.validity, raw_schema=spec.schema_text.encode("utf-8"))
+            stats.append(_write_base(storage, spec, number, info_cells(infos, spec.table_version)))
+    yield from _base_stats(stats)
 
 
 def build_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     """mapInArrow: every key of the table (`_pipe_ri_group`, `_k`, `_pipe_part`, `_pipe_file`),
     sorted by group; each group's base file at `spec.instant` (the index's init instant).
     Out: one stats row a group."""
-    import pyarrow as pa
-
     storage = _storage(spec)
-    stats = []
-    for number, rows in _by_group(batches):
-        cells = upsert_cells([(r["_k"], r["_pipe_part"], r["_pipe_file"]) for r in rows], spec.instant_ms, spec.table_version)
-        data = _base_file(spec, cells)
-        path = f"{PARTITION}/{file_group_id(number)}_{TOKEN}_{spec.instant}.hfile"
-        storage.write_atomic(path, data)
-        stats.append({"number": number, "path": path, "size": len(data), "records": len(cells)})
-    if stats:
-        yield pa.RecordBatch.from_pylist(stats, schema=pa.schema([("number", pa.int32()), ("path", pa.string()), ("size", pa.int64()),
-                                                                   ("records", pa.int64())]))
+    stats = [_write_base(storage, spec, number, upsert_cells([(r["_k"], r["_pipe_part"], r["_pipe_file"]) for r in rows],
+                                                             spec.instant_ms, spec.table_version))
+             for number, rows in _by_group(batches)]
+    yield from _base_stats(stats)
 
 
 def groups_for(keys: int) -> int:
@@ -480,7 +466,7 @@ def build(spark, spec: IndexSpec, located) -> list:
     def run(batches):
         return build_task(spec, batches)
 
-    rows = _grouped(spark, spec, located.select("_k", "_pipe_part", "_pipe_file")).mapInArrow(run, BUILD_STATS_SCHEMA).collect()
+    rows = _grouped(spark, spec, located.select("_k", "_pipe_part", "_pipe_file")).mapInArrow(run, BASE_STATS_SCHEMA).collect()
     storage = _storage(spec)
     stats = [WriteStat(file_group_id(n), path, PARTITION, "null", records, records, 0, 0, size) for n, path, size, records in sorted(rows)]
     empty = logfile.encode_block(logfile.Block(logfile.DELETE, {logfile.INSTANT_TIME: spec.instant}, EMPTY_DELETE_BLOCK))
@@ -603,4 +589,4 @@ def compact(spark, spec: IndexSpec) -> list:
 
     numbers = spark.createDataFrame([(n,) for n in todo], "number int").repartition(_tasks(spark, spec))
     return [WriteStat(file_group_id(number), path, PARTITION, spec.slices[number].base_instant or "null", records, 0, records, 0, size)
-            for number, path, size, records in sorted(numbers.mapInArrow(run, COMPACT_STATS_SCHEMA).collect())]
+            for number, path, size, records in sorted(numbers.mapInArrow(run, BASE_STATS_SCHEMA).collect())]
