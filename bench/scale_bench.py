@@ -22,7 +22,7 @@ the machine is marked as no result. Results go to the `scale` section of bench/R
 
     python bench/scale_bench.py                          # 1M and 16M, 3 repeats (~25 min)
     python bench/scale_bench.py --sizes 200000,1000000 --repeats 1 --section scratch   # quick
-    python bench/scale_bench.py --keys random --index record --section scale-record-index
+    python bench/scale_bench.py --keys random --index global,record --section scale-record-index
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def build(spark, root: Path, size: int, table_type: str, keys: str, index: str =
     from runtime.table import Table, TableConfig
 
     record = index == "record"
-    config = TableConfig(f"orders_{size}_{table_type.lower()}", table_type=table_type, record_key_fields=("order_id",),
+    config = TableConfig(f"orders_{size}_{table_type.lower()}_{index}", table_type=table_type, record_key_fields=("order_id",),
                          partition_fields=("day",), precombine_field="ts", metadata_table=record, record_index=record)
     table = Table.create(spark, str(root / config.name), config)
     table.write(rows(spark, 0, size, keys, 0), "bulk_insert", bulk_insert_sort_mode="GLOBAL_SORT")
@@ -97,10 +97,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,16000000")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--keys", choices=("sequence", "random"), default="sequence")
-    ap.add_argument("--index", choices=("global", "record"), default="global")
+    ap.add_argument("--index", default="global", help="global, record, or both (global,record), raced side by side")
     ap.add_argument("--section", default="scale")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    indexes = args.index.split(",")
+    if not set(indexes) <= {"global", "record"}:
+        ap.error("--index takes global, record or global,record")
+    kinds = [(t, i) for t in TYPES for i in indexes]  # (table type, index)
 
     from runtime.session import get_spark
 
@@ -109,22 +113,25 @@ def main() -> None:
     tables, built = {}, {}
     try:
         for size in sizes:
-            for table_type in TYPES:
+            for table_type, index in kinds:
                 with Measure(lambda: tree([os.getpid()])) as m:
-                    tables[(size, table_type)] = build(spark, work, size, table_type, args.keys, args.index)
-                built[(size, table_type)] = m
-                print(f"built {size:>10,} {table_type:<14} {m.seconds:7.1f} s", flush=True)
-                upsert(spark, tables[(size, table_type)], size, 0, args.keys)  # warm-up, unmeasured
+                    tables[(size, table_type, index)] = build(spark, work, size, table_type, args.keys, index)
+                built[(size, table_type, index)] = m
+                print(f"built {size:>10,} {table_type:<14} {index:<7} {m.seconds:7.1f} s", flush=True)
+                with Measure(lambda: tree([os.getpid()])) as m:  # warm-up, unmeasured (it builds a record index)
+                    upsert(spark, tables[(size, table_type, index)], size, 0, args.keys)
+                print(f"warm-up {size:>10,} {table_type:<14} {index:<7} {m.seconds:7.1f} s", flush=True)
         load = Load(every=2.0)
         load.start()
-        times: dict[tuple[int, str], list[Measure]] = {k: [] for k in tables}
+        times: dict[tuple[int, str, str], list[Measure]] = {k: [] for k in tables}
         for r in range(1, args.repeats + 1):
             for size in (sizes if r % 2 else sizes[::-1]):
-                for table_type in TYPES:
+                for table_type, index in (kinds if r % 2 else kinds[::-1]):
                     with Measure(lambda: tree([os.getpid()])) as m:
-                        upsert(spark, tables[(size, table_type)], size, r, args.keys)
-                    times[(size, table_type)].append(m)
-                    print(f"upsert {size:>10,} {table_type:<14} {m.seconds:6.2f} s  cpu {m.cpu:6.1f} s  peak {m.peak:6.0f} MB", flush=True)
+                        upsert(spark, tables[(size, table_type, index)], size, r, args.keys)
+                    times[(size, table_type, index)].append(m)
+                    print(f"upsert {size:>10,} {table_type:<14} {index:<7} {m.seconds:6.2f} s  cpu {m.cpu:6.1f} s  peak {m.peak:6.0f} MB",
+                          flush=True)
         load.stop()
         files = {k: len(t.view().latest_slices()) for k, t in tables.items()}
     finally:
@@ -140,20 +147,21 @@ def main() -> None:
              "", "Command: `python bench/scale_bench.py" + (f" --sizes {args.sizes}" if args.sizes != "1000000,16000000" else "")
              + (f" --keys {args.keys}" if args.keys != "sequence" else "") + (f" --index {args.index}" if args.index != "global" else "")
              + (f" --repeats {args.repeats}" if args.repeats != 3 else "") + "`", "",
-             "| table | rows | file groups | build s | upsert wall s (median) | upsert CPU s (median) | peak MB | wall / smallest | CPU / smallest |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for table_type in TYPES:
-        wall0 = median([m.seconds for m in times[(sizes[0], table_type)]])
-        cpu0 = median([m.cpu for m in times[(sizes[0], table_type)]])
+             "| table | index | rows | file groups | build s | upsert wall s (median) | upsert CPU s (median) | peak MB | wall / smallest | CPU / smallest |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for table_type, index in kinds:
+        wall0 = median([m.seconds for m in times[(sizes[0], table_type, index)]])
+        cpu0 = median([m.cpu for m in times[(sizes[0], table_type, index)]])
         for size in sizes:
-            ms = times[(size, table_type)]
+            k = (size, table_type, index)
+            ms = times[k]
             wall, cpu = median([m.seconds for m in ms]), median([m.cpu for m in ms])
-            lines.append(f"| {table_type.lower().replace('_', '-')} | {size:,} | {files[(size, table_type)]} | {built[(size, table_type)].seconds:.0f} | "
+            lines.append(f"| {table_type.lower().replace('_', '-')} | {index} | {size:,} | {files[k]} | {built[k].seconds:.0f} | "
                          f"{wall:.2f} | {cpu:.1f} | {max(m.peak for m in ms):.0f} | {wall / wall0:.2f}x | {cpu / cpu0:.2f}x |")
     body = "\n".join(lines)
     print(body)
     title = (f"An upsert of 50,000 rows into tables of {' and '.join(f'{s:,}' for s in sizes)} rows ({args.keys} keys"
-             + (", record index)" if args.index == "record" else ")"))
+             + (f"; index {args.index})" if args.index != "global" else ")"))
     write_section(args.section, f"## {title}\n\n{__doc__.split(chr(10) + chr(10))[0].strip()}\n\n{body}\n")
 
 

@@ -381,3 +381,29 @@ def test_index_record_settings_are_checked_with_their_line(tmp_path):
     config = {"type": "copy_on_write", "key": ["id"], "partition_by": [], "hive_style_partitioning": True, "index": "record"}
     table = table_config(Step(), config)
     assert table.metadata_table and table.record_index
+
+
+def test_a_table_holding_a_key_twice_gets_no_record_index_and_says_how_to_fix_it(spark, tmp_path):
+    """bulk_insert keeps a batch's copies of a key; a record index names one place per key, so
+    asking for one on such a table is refused before anything is written, naming the key and
+    the way out; after a full rebuild (combined by key) the index is built and exact."""
+    from runtime.table import TableConfig
+    from runtime.table.errors import TableError
+
+    path = tmp_path / "twice"
+    config = TableConfig("twice", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts")
+    rows = [(i, "EU" if i % 2 else "US", 1_732_000_000_000 + i, f"v{i}") for i in range(200)] + [(7, "US", 1_732_000_000_999, "copy")]
+    df = spark.createDataFrame(rows, "id bigint, region string, ts bigint, v string")
+    Table.create(spark, str(path), config).write(df, "bulk_insert")
+    before = sorted(str(p) for p in path.rglob("*") if p.is_file())
+    wanting = Table.create(spark, str(path), TableConfig("twice", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts",
+                                                          metadata_table=True, record_index=True))
+    with pytest.raises(TableError, match=r"key\(s\) '7' more than once") as info:
+        wanting.write(spark.createDataFrame([(1, "EU", 1_732_000_001_000, "new")], "id bigint, region string, ts bigint, v string"), "upsert")
+    assert "--full-refresh" in info.value.hint
+    assert not [p for p in sorted(str(p) for p in path.rglob("*") if p.is_file()) if p not in before and "/metadata/" not in p
+                and ".hoodie/.aux" not in p and "/.temp" not in p and "lock" not in p]
+    assert len(hudi_rs(path)) == 201  # nothing written
+    wanting.write(df, "insert_overwrite_table", combine_before_insert=True)
+    wanting.write(spark.createDataFrame([(1, "EU", 1_732_000_001_000, "new")], "id bigint, region string, ts bigint, v string"), "upsert")
+    assert len(assert_index_exact(path, 6)) == 200

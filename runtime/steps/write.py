@@ -364,6 +364,8 @@ def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, 
         "archive_min": config["archive"]["min_instants"],
         "archive_max": config["archive"]["max_instants"],
     }
+    if config["index"] == "record" and operation == "insert":
+        options["combine_before_insert"] = True  # the record index names one place per key: a batch's copies are combined
     compaction = config.get("compaction") or {}
     if config["type"] == "merge_on_read" and compaction.get("inline", True):
         options["compact_after"] = compaction.get("max_delta_commits", 5)

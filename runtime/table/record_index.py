@@ -376,9 +376,9 @@ def delta_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     stats = []
     for number, rows in _by_group(batches):
         s = spec.slices[number]
-        upserts = [(r["_k"], r["_pipe_part"], r["_pipe_file"]) for r in rows if r["_pipe_file"] is not None]
-        upserted = {k for k, _, _ in upserts}
-        deletes = sorted({r["_k"] for r in rows if r["_pipe_file"] is None} - upserted)
+        places = {r["_k"]: (r["_pipe_part"], r["_pipe_file"]) for r in rows if r["_pipe_file"] is not None}  # one place a key
+        upserts = [(k, p, f) for k, (p, f) in places.items()]
+        deletes = sorted({r["_k"] for r in rows if r["_pipe_file"] is None} - set(places))
         blocks = []
         if upserts:
             cells = upsert_cells(upserts, spec.instant_ms, spec.table_version)

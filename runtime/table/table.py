@@ -565,6 +565,12 @@ class Table:
                                                 F.substring_index(F.col("_hoodie_file_name"), "_", 1).alias("_pipe_file"))
             rows = spark_api.local_checkpoint(rows, eager=True)
             keys = rows.count()
+            twice = rows.groupBy("_k").count().where("count > 1").limit(3).collect()
+            if twice:
+                raise TableError(f"table {self.config.name} holds key(s) {', '.join(repr(r[0]) for r in twice)} more than once, and a "
+                                 "record index names one place per key, so pipe cannot build one; nothing was written",
+                                 "rebuild the table once with `pipe run --select TABLE --full-refresh` (which keeps one row per key), "
+                                 "or declare `index: global`")
         else:
             rows, keys = self.spark.createDataFrame([], "_k string, _pipe_part string, _pipe_file string"), 0
         t = mdt.initialize_record_index(self.spark, read_properties(self.storage), timeline, rows, keys)
