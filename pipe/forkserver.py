@@ -44,7 +44,7 @@ PRELOAD = (
     "runtime.sources.s3_events", "runtime.sources.s3_incremental", "runtime.table.table", "runtime.table.writer",
     "runtime.table.reader", "runtime.table.services", "runtime.table.compaction", "runtime.table.merge",
     "pyspark.sql.connect.session", "pyspark.sql.connect.functions", "pyspark.sql.functions", "pyspark.sql.types",
-    "runtime.table.bloom", "runtime.table.cdc_log", "pyspark.sql.connect.catalog", "pyspark.sql.connect.window", "grpc._channel",
+    "runtime.table.bloom", "runtime.table.cdc_log", "runtime.table.metadata_table", "runtime.table.record_index", "pyspark.sql.connect.catalog", "pyspark.sql.connect.window", "grpc._channel",
     "grpc._auth", "grpc._plugin_wrapping",  # the token of pipe's own server (runtime/server.py)
     "pandas", "pyarrow", "pyarrow.parquet", "pyarrow.pandas_compat", "pyarrow.vendored.version", "fastavro", "boto3", "rich.live", "rich._emoji_codes",
     "encodings.idna",

@@ -274,10 +274,12 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
 def _record_index_lookup(spark, table, timeline, opts: WriteOptions):
     """How a global-index lookup asks the table's record index (metadata_table.py keeps it in
     step) which file groups hold a batch's keys; None without one."""
-    from runtime.table import metadata_table, record_index
+    from runtime.table import metadata_table
 
     if opts.index != "global" or opts.buckets is not None or not metadata_table.keeps_record_index(table.config.properties or {}):
         return None
+    from runtime.table import record_index
+
     spec = metadata_table.MetadataTable(table.storage, table.config.table_version).record_index_spec(timeline)
     if spec is None:
         return None
