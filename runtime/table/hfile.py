@@ -225,6 +225,35 @@ def _read_block(data: bytes, offset: int, codec: int, magic: bytes) -> tuple[byt
     return payload, offset + HEADER + on_disk
 
 
+_KEY_TAIL = b"\x00" + struct.pack(">q", _LATEST) + bytes([_PUT])  # no family, no qualifier, the latest timestamp, Put
+
+
+def _ours(block: bytes) -> bool:
+    """Whether the block's first cell has the key layout `write` gives every cell (a row and
+    _KEY_TAIL): then a row's cell is found by its key's bytes."""
+    if len(block) < 10:
+        return False
+    klen = struct.unpack(">i", block[:4])[0]
+    rlen = struct.unpack(">h", block[8:10])[0]
+    return klen == rlen + 2 + len(_KEY_TAIL) and block[10 + rlen:8 + klen] == _KEY_TAIL
+
+
+def _find_cells(block: bytes, rows: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """The cells of `rows` in a block of `write`'s layout, each found by bytes.find of its whole
+    key (a match is taken only where the cell's own lengths frame it)."""
+    found = []
+    for row in rows:
+        key = struct.pack(">h", len(row)) + row + _KEY_TAIL
+        at = block.find(key)
+        while at >= 8:
+            klen, vlen = struct.unpack(">ii", block[at - 8:at])
+            if klen == len(key) and vlen >= 0 and at + klen + vlen < len(block) + 1:
+                found.append((row, block[at + klen:at + klen + vlen]))
+                break
+            at = block.find(key, at + 1)
+    return found
+
+
 def read(data: bytes, rows: list[bytes] | None = None) -> HFile:
     """Every cell, the file info and the meta blocks of an HFile (HFileError if it is not one).
     `rows` (sorted): only the cells with those rows, from only the data blocks that may hold
@@ -268,15 +297,22 @@ def read(data: bytes, rows: list[bytes] | None = None) -> HFile:
         first = entry[2:2 + struct.unpack(">h", entry[:2])[0]] if len(entry) >= 2 else b""
         blocks.append((off, first))
     wanted = None
+    per_block: dict[int, list[bytes]] = {}  # block offset -> the rows it may hold
     if rows is not None:
         import bisect
 
         firsts = [f for _, f in blocks]
         wanted = set(rows)
-        chosen = sorted({i for i in (bisect.bisect_right(firsts, r) - 1 for r in wanted) if i >= 0})
-        blocks = [blocks[i] for i in chosen]
+        for r in wanted:
+            i = bisect.bisect_right(firsts, r) - 1
+            if i >= 0:
+                per_block.setdefault(blocks[i][0], []).append(r)
+        blocks = [b for b in blocks if b[0] in per_block]
     for off, _ in blocks:
         block, _ = _read_block(data, off, codec, DATA)
+        if wanted is not None and _ours(block):  # found by their keys' bytes, not by parsing every cell
+            out.cells.extend(_find_cells(block, per_block[off]))
+            continue
         at = 0
         while at < len(block):
             klen, vlen = struct.unpack(">ii", block[at:at + 8])
