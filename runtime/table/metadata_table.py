@@ -39,6 +39,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Iterator
 
 import fastavro
 
@@ -205,12 +206,9 @@ class MetadataTable:
     def _committed(mdt: Timeline):
         """Whether an instant of the metadata table completed: on its active timeline, or
         before that timeline starts (archived; Java's containsOrBeforeTimelineStarts)."""
-        done = {i.time for i in mdt.instants if i.is_completed}
-        first = mdt.instants[0].time if mdt.instants else None
+        from runtime.table.record_index import Validity
 
-        def committed(t: str) -> bool:
-            return t in done or is_init_instant(t) or (first is not None and t < first)
-        return committed
+        return Validity(frozenset(i.time for i in mdt.instants if i.is_completed), mdt.instants[0].time if mdt.instants else None).committed
 
     def slice_of(self, mdt: Timeline, valid, bases, logs) -> tuple[str | None, str | None, list[str], int]:
         """A file group's latest slice as a reader that trusts the metadata table takes it:
@@ -244,15 +242,8 @@ class MetadataTable:
         _, base, chosen, _ = self.slice_of(mdt, valid, bases, logs)
         if base is not None:
             self._apply(hfile.read(self.storage.read_bytes(base)), files, partitions)
-        rolled_back: set[str] = set()
-        blocks = []
-        for path in chosen:
-            for block in logfile.read_blocks(self.storage.read_bytes(path), f"metadata table log {path}"):
-                if block.is_rollback:
-                    rolled_back.add(block.header.get(logfile.TARGET_INSTANT_TIME, ""))
-                blocks.append(block)
-        for block in blocks:
-            if block.type == logfile.HFILE and valid(block.instant) and block.instant not in rolled_back:
+        for block in applied_blocks(self.storage, chosen, valid):
+            if block.type == logfile.HFILE:
                 self._apply(hfile.read(block.content), files, partitions)
         return State(files, partitions)
 
@@ -339,6 +330,7 @@ class MetadataTable:
         names `record_index` (the caller holds the writer lock). What an interrupted build left
         (its folder, its pending instant) is deleted first. Returns the init instant."""
         from runtime.table import record_index
+        from runtime.table.timeline import epoch_ms_of, timeline_is_local
 
         mdt = self.timeline()
         for inst in [i for i in mdt.instants if is_init_instant(i.time) and i.time != init_instant(self.version)
@@ -355,8 +347,6 @@ class MetadataTable:
         t = next(f"00000000000000{n:03d}" for n in range(first + 1, 1000) if f"00000000000000{n:03d}" not in used)
         self.storage.write_atomic(f"{record_index.PARTITION}/{PARTITION_METADATA}",
                                   f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode("ascii"))
-        from runtime.table.timeline import epoch_ms_of, timeline_is_local
-
         text, _ = record_schema(self.version)
         n = record_index.groups_for(keys)
         latest = data.latest_data_write()  # the entries' instant: the one the index is built as of
@@ -371,14 +361,16 @@ class MetadataTable:
         return t
 
     def sync(self, data: Timeline, instant: str, written: list[tuple[str, str, int]] = (), index_stats: list[WriteStat] = (),
-             spark=None) -> bool:
+             spark=None, mdt: Timeline | None = None) -> bool:
         """Brings the files partition in step with the data table as it will be once `instant`
         completes: its committed files (on `data`, the timeline before `instant` completes) and
         `written` ((partition, name, size) of the files `instant` wrote). Writes and completes
         the metadata deltacommit `instant`, which also lists `index_stats` (the record index's
         log files `instant` wrote: record_index.write_delta); call before completing `instant`
-        itself, under the writer lock. Returns whether anything changed."""
-        mdt = self.compact_if_due(data, spark)
+        itself, under the writer lock (`mdt`: the metadata table's timeline, given by a caller
+        that ran compact_if_due already). Returns whether anything changed."""
+        if mdt is None:
+            mdt = self.compact_if_due(data, spark)
         state = self.state(mdt, data)
         target = _committed_files(self.data, data)
         for part, name, size in written:
@@ -649,6 +641,19 @@ class MetadataTable:
         return self.timeline()
 
 
+def applied_blocks(storage, paths, valid) -> Iterator[logfile.Block]:
+    """The blocks of a slice's log files (`paths`, in order) a reader applies: those of valid
+    instants (`valid`, MetadataTable._valid) that no rollback block of the slice targets."""
+    blocks = []
+    rolled_back: set[str] = set()
+    for path in paths:
+        for block in logfile.read_blocks(storage.read_bytes(path), f"metadata table log {path}"):
+            if block.is_rollback:
+                rolled_back.add(block.header.get(logfile.TARGET_INSTANT_TIME, ""))
+            blocks.append(block)
+    return (b for b in blocks if valid(b.instant) and b.instant not in rolled_back)
+
+
 def _partitions_written(mdt: Timeline, inst: Instant) -> set[str]:
     """The metadata table partitions a completed deltacommit wrote files in."""
     try:
@@ -691,19 +696,21 @@ def before_complete(storage, instant: str, stats: list[WriteStat] = (), index_ch
         written += [(s.partition_path, p.rsplit("/", 1)[-1], n) for s in stats for p, n in (s.cdc_stats or {}).items()]
         data = Timeline.load(storage, 2 if mdt.version >= 8 else 1)
         index_stats: list[WriteStat] = []
+        timeline = None
+        if index_changes is not None:
+            spark, changes = index_changes
         if index_changes is not None and keeps_record_index(read_properties(storage)):
             from runtime.table import record_index
 
-            spark, changes = index_changes
             # first: a failed write's log versions would come before this one's, and a compaction
             # due now must come before this instant's logs are named (on 6, after their slice)
-            mdt.compact_if_due(data, spark if spark is not None else index_changes[0])
+            timeline = mdt.compact_if_due(data, spark)
             spec = mdt.record_index_spec(data, instant)
             if spec is None:
                 raise TableError(f"the record index of {storage.spec} changed its layout during the write; nothing was committed",
                                  "run again")
             index_stats = record_index.write_delta(spark, spec, changes)
-        mdt.sync(data, instant, written, index_stats, spark if spark is not None else index_changes[0] if index_changes else None)
+        mdt.sync(data, instant, written, index_stats, spark, timeline)
         from runtime.table import services
 
         services.fault("after_metadata_table")  # its deltacommit complete, the data instant not yet

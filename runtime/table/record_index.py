@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterator
 
@@ -211,11 +211,10 @@ class Validity:
 
     done: frozenset[str]  # completed instants of the metadata table
     first: str | None  # its first active instant (earlier ones are archived: completed)
-    data_done: frozenset[str]
-    data_first: str | None
-    data_pending: frozenset[str]
-    compactions: frozenset[str]
-    rolled_back: frozenset[str] = frozenset()
+    data_done: frozenset[str] = frozenset()
+    data_first: str | None = None
+    data_pending: frozenset[str] = frozenset()
+    compactions: frozenset[str] = frozenset()
 
     def committed(self, t: str) -> bool:
         return t in self.done or t.startswith("00000000000000") or (self.first is not None and t < self.first)
@@ -307,16 +306,9 @@ def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = N
 
     if s.base is not None:
         apply(hfile.read(storage.read_bytes(s.base), rows))
-    blocks = []
-    rolled_back: set[str] = set(validity.rolled_back)
-    for path in s.logs:
-        for block in logfile.read_blocks(storage.read_bytes(path), f"record index log {path}"):
-            if block.is_rollback:
-                rolled_back.add(block.header.get(logfile.TARGET_INSTANT_TIME, ""))
-            blocks.append(block)
-    for block in blocks:
-        if not validity(block.instant) or block.instant in rolled_back:
-            continue
+    from runtime.table.metadata_table import applied_blocks
+
+    for block in applied_blocks(storage, s.logs, validity):
         if block.type == logfile.HFILE:
             h = hfile.read(block.content, rows)
             if not h.file_info.get("schema"):
@@ -491,21 +483,6 @@ def with_group(spark, df, key: str, groups: int):
             yield batch.append_column("_pipe_ri_group", pa.array(file_groups_of(keys, groups), pa.int32()))
 
     return df.mapInArrow(assign, schema)
-
-
-@dataclass
-class Delta:
-    """The stats of the log files a write added to the record index."""
-
-    files: list[dict] = field(default_factory=list)
-
-    @property
-    def upserts(self) -> int:
-        return sum(f["upserts"] for f in self.files)
-
-    @property
-    def deletes(self) -> int:
-        return sum(f["deletes"] for f in self.files)
 
 
 # --- the driver's side -----------------------------------------------------------------------
