@@ -1,6 +1,7 @@
 """Column lineage: for each column a table's SQL selects, the columns of its inputs (sources and
 upstream tables, as ref() and source() render them) that it is computed from, read from the
-rendered SQL with sqlglot (Spark dialect). Only `pipe docs` imports this module.
+rendered SQL with sqlglot (Spark dialect). `pipe docs` draws it; `pipe diff --data` follows a
+column with mismatches to the downstream columns computed from it (ColumnGraph).
 
 Only what the SQL says for certain is traced: a column reference is followed to the relation that
 provides it through CTEs, derived tables and set operations. Where that is not certain (an
@@ -17,16 +18,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from functools import cache
 
 from compiler.render import ENV_PLACEHOLDER_RE
 
+if TYPE_CHECKING:
+    from compiler.plan import Step
+
 LINEAGE_VERSION = 1
 CACHE_FILE = "lineage_cache.json"
+# Sources whose declared `schema:` is the columns their SQL readers see (as compiler/sqlcheck.py)
+_DECLARED_READS = ("files", "s3_incremental")
 
 
 @dataclass(frozen=True)
@@ -352,3 +359,62 @@ class LineageCache:
             os.replace(tmp, self.path)
         except OSError:
             pass
+
+
+def plan_lineage(steps: Mapping[str, "Step"], cache: LineageCache, parsed: Mapping[str, Any] | None = None) -> dict[str, TableLineage]:
+    """Each table's column lineage, by step id, upstream before downstream: the columns a table's
+    SQL selects are what the SQL of the tables reading it sees. `steps`: the plan's sources and
+    tables by id, in the plan's (topological) order; `parsed`: SQL text -> its tree, if parsed."""
+    parsed = parsed or {}
+    known: dict[str, list[str] | None] = {}
+    for sid, s in steps.items():
+        if s.kind == "ingest":
+            declared = _declared(s.config.get("schema"))
+            known[sid] = declared if s.config.get("kind") in _DECLARED_READS else None
+    out: dict[str, TableLineage] = {}
+    for sid, s in steps.items():  # the plan's order is topological
+        if s.kind != "write":
+            continue
+        declared = _declared(s.config.get("schema"))
+        if s.sql:
+            catalog = {steps[d].name.lower(): known.get(d) for d in s.depends_on if d in steps}
+            catalog.setdefault(s.name.lower(), declared)  # {{ this }}: the table as stored
+            out[sid] = cache.lineage(s.sql, catalog, parsed.get(s.sql))
+        names = out[sid].names if sid in out else None
+        known[sid] = list(names) if names is not None else declared
+    return out
+
+
+def _declared(schema) -> list[str] | None:
+    return [c["name"] for c in schema] if schema else None
+
+
+class ColumnGraph:
+    """Which tables' columns are computed from which: `downstream(table, column)` follows a
+    column through every table that reads it (by ref(), or through a `kind: table` source, whose
+    columns are the table's), as far as lineage traces. Names are compared lower-case."""
+
+    def __init__(self, steps: Mapping[str, "Step"], lineages: Mapping[str, TableLineage]):
+        by_name = {s.name.lower(): s for s in steps.values()}
+        self._edges: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
+        for sid, table in lineages.items():
+            name = steps[sid].name
+            for col in table.columns:
+                for relation, column in col.inputs or ():
+                    src = by_name.get(relation)
+                    if src is not None and src.kind == "ingest" and src.config.get("kind") == "table" and src.config.get("table"):
+                        relation = str(src.config["table"]).lower()
+                    if relation != name.lower():  # {{ this }}: the table's own stored rows
+                        self._edges[(relation, column.lower())].add((name, col.column))
+
+    def downstream(self, table: str, column: str) -> tuple[str, ...]:
+        """`table.column` names of every column computed, directly or further down, from `column`
+        of `table`, sorted."""
+        seen: set[tuple[str, str]] = set()
+        todo = [(table.lower(), column.lower())]
+        while todo:
+            for nxt in self._edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append((nxt[0].lower(), nxt[1].lower()))
+        return tuple(sorted(f"{t}.{c}" for t, c in seen))

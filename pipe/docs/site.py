@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from compiler.api import CompileResult
 from compiler.data_tests import QUARANTINE_SUFFIX
-from compiler.lineage import ColumnLineage, LineageCache, TableLineage
+from compiler.lineage import ColumnLineage, LineageCache, TableLineage, plan_lineage
 from compiler.plan import Step
 from pipe.docs.lake import History
 from pipe.docs.layout import Position, layered_layout
@@ -25,8 +25,6 @@ from pipe.docs.record import MANIFEST, files_present
 
 HERE = Path(__file__).resolve().parent
 KINDS = {"ingest": "source", "write": "table"}
-# Sources whose declared `schema:` is the columns their SQL readers see (as compiler/sqlcheck.py)
-_DECLARED_READS = ("files", "s3_incremental")
 
 
 @dataclass(frozen=True)
@@ -152,31 +150,11 @@ def _tests_model(test: Step, step: Step) -> bool:
 
 
 def _lineage(result: CompileResult, steps: Mapping[str, Step], cache_dir: Path | None, parsed: Mapping[str, Any]) -> dict[str, TableLineage]:
-    """Each table's column lineage, upstream before downstream: the columns a table's SQL
-    selects are what the SQL of the tables reading it sees."""
+    """Each table's column lineage (compiler.lineage.plan_lineage), cached in `cache_dir`."""
     cache = LineageCache(cache_dir)
-    known: dict[str, list[str] | None] = {}
-    for sid, s in steps.items():
-        if s.kind == "ingest":
-            declared = _declared(s.config.get("schema"))
-            known[sid] = declared if s.config.get("kind") in _DECLARED_READS else None
-    out: dict[str, TableLineage] = {}
-    for sid, s in steps.items():  # the plan's order is topological
-        if s.kind != "write":
-            continue
-        declared = _declared(s.config.get("schema"))
-        if s.sql:
-            catalog = {steps[d].name.lower(): known.get(d) for d in s.depends_on if d in steps}
-            catalog.setdefault(s.name.lower(), declared)  # {{ this }}: the table as stored
-            out[sid] = cache.lineage(s.sql, catalog, parsed.get(s.sql))
-        names = out[sid].names if sid in out else None
-        known[sid] = list(names) if names is not None else declared
+    out = plan_lineage(steps, cache, parsed)
     cache.save()
     return out
-
-
-def _declared(schema) -> list[str] | None:
-    return [c["name"] for c in schema] if schema else None
 
 
 def _columns(result: CompileResult, step: Step, lineage: TableLineage | None, history: History | None, tests: tuple[Step, ...],
