@@ -11,7 +11,7 @@ import graphlib
 import heapq
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from compiler.errors import Collector, Diagnostic, Location, ProjectError, did_you_mean
 from compiler.schema import parse_size
@@ -114,7 +114,9 @@ def ordered(graph: nx.DiGraph, ids: Iterable[str] | None = None) -> list[str]:
 # --- selection ------------------------------------------------------------------------------
 
 _ATOM = re.compile(r"^(?P<at>@)?(?:(?P<up>\d*)\+)?(?P<body>[^+@]+?)(?:\+(?P<down>\d*))?$")
-METHODS = ("name", "tag", "path", "source", "table", "test", "config")
+METHODS = ("name", "tag", "path", "source", "table", "test", "config", "state", "result")
+# state:/result: compare with a reference run (compiler/state.py): (method, value) -> step ids
+StateMatcher = Callable[[str, str], set]
 _KINDS = {"source": "ingest", "table": "write", "test": "test"}
 _ABSENT = object()
 
@@ -124,21 +126,23 @@ class SelectionError(ProjectError):
         super().__init__([Diagnostic(Location("<command line>"), message, hint)])
 
 
-def select(graph: nx.DiGraph, select: Iterable[str] | None = None, exclude: Iterable[str] | None = None) -> list[str]:
+def select(graph: nx.DiGraph, select: Iterable[str] | None = None, exclude: Iterable[str] | None = None,
+           state: StateMatcher | None = None) -> list[str]:
     """Step ids chosen by dbt-style selectors, in topological order.
 
     Each argument may hold several selectors separated by spaces (union); a selector may join
     atoms with commas (intersection). An atom is `[@][N+]method:value[+N]`, where method is
-    name (the default; also a full step id), tag, path, source, table or config.KEY.
-    Nothing selected means everything.
+    name (the default; also a full step id), tag, path, source, table, test, config.KEY, or
+    state and result (against the reference `state` of --state DIR). Nothing selected means
+    everything.
 
     A selector that matches no step is a mistake (a typo would otherwise run or list nothing,
     or exclude nothing, without a word): SelectionError names it, with a did-you-mean. So is a
     selection whose result is empty although each of its selectors matched."""
-    chosen = _with_tests(graph, _union(graph, select, "--select")) if _has_any(select) else set(graph.nodes)
+    chosen = _with_tests(graph, _union(graph, select, "--select", state)) if _has_any(select) else set(graph.nodes)
     if _has_any(exclude):
-        chosen -= _with_tests(graph, _union(graph, exclude, "--exclude"))
-    if not chosen and graph.nodes:
+        chosen -= _with_tests(graph, _union(graph, exclude, "--exclude", state))
+    if not chosen and graph.nodes and not _compares(select):
         what = " ".join(a for a in (select or ()) if a.strip())
         raise SelectionError(
             f"no step is left: every step that --select {what!r} matches is excluded by --exclude" if _has_any(select)
@@ -158,19 +162,22 @@ def _has_any(args: Iterable[str] | None) -> bool:
     return any(a.strip() for a in (args or ()))
 
 
-def _union(graph: nx.DiGraph, args: Iterable[str], flag: str) -> set[str]:
+def _union(graph: nx.DiGraph, args: Iterable[str], flag: str, state: StateMatcher | None = None) -> set[str]:
     out: set[str] = set()
     for arg in args:
         for selector in arg.split():
             parts = [p for p in selector.split(",") if p]
             sets = []
             for p in parts:
-                found = _atom(graph, p)
+                found = _atom(graph, p, state)
+                if not found and _method_of(p) in ("state", "result"):
+                    sets.append(found)  # nothing modified, nothing failed: an empty answer, not a typo
+                    continue
                 if not found:
                     raise SelectionError(f"{flag} '{p}' matches no step", _no_match_hint(graph, p))
                 sets.append(found)
             both = set.intersection(*sets) if sets else set()
-            if sets and not both:
+            if sets and not both and not any(_method_of(p) in ("state", "result") for p in parts):
                 raise SelectionError(f"{flag} '{selector}' matches no step: no step matches all of " + ", ".join(f"'{p}'" for p in parts),
                                      "a comma means AND; separate selectors with spaces for OR (`--select a b`)")
             out |= both
@@ -203,17 +210,28 @@ def _no_match_hint(graph: nx.DiGraph, text: str) -> str:
     return did_you_mean(value, names) or ("steps: " + ", ".join(sorted(names)[:12]) + (", ..." if len(names) > 12 else "") if names else "the project has no steps")
 
 
+def _compares(args: Iterable[str] | None) -> bool:
+    """Whether a selection compares with a reference run: an empty result is then an answer."""
+    return any(_method_of(p) in ("state", "result") for a in (args or ()) for sel in a.split() for p in sel.split(","))
+
+
+def _method_of(text: str) -> str:
+    m = _ATOM.match(text)
+    body = m.group("body") if m else text
+    return body.partition(":")[0] if ":" in body else "name"
+
+
 def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def _atom(graph: nx.DiGraph, text: str) -> set[str]:
+def _atom(graph: nx.DiGraph, text: str, state: StateMatcher | None = None) -> set[str]:
     import networkx as nx
 
     m = _ATOM.match(text)
     if not m:
         raise SelectionError(f"cannot read selector '{text}'", "use name, +name, name+, +name+, @name, tag:x, path:tables/x.yml or config.KEY:value")
-    base = _match(graph, m.group("body"))
+    base = _match(graph, m.group("body"), state)
     result = set(base)
     if m.group("up") is not None:
         result |= _within(graph, base, m.group("up"), upstream=True)
@@ -238,7 +256,7 @@ def _within(graph: nx.DiGraph, start: set[str], depth: str, upstream: bool) -> s
     return found
 
 
-def _match(graph: nx.DiGraph, body: str) -> set[str]:
+def _match(graph: nx.DiGraph, body: str, state: StateMatcher | None = None) -> set[str]:
     method, _, value = body.partition(":") if ":" in body else ("name", "", body)
     key = None
     if method.startswith("config."):
@@ -246,6 +264,13 @@ def _match(graph: nx.DiGraph, body: str) -> set[str]:
     if method not in METHODS:
         raise SelectionError(f"unknown selector method '{method}' in '{body}'", "methods: " + ", ".join(METHODS))
     nodes = graph.nodes
+    if method in ("state", "result"):
+        if state is None:
+            raise SelectionError(f"'{body}' compares with a reference run: it needs --state DIR",
+                                 "give the folder of the reference run's plan.json and run_results.json, e.g. `--state prod-target/` "
+                                 "(production's target/, kept by CI)" if method == "state" else
+                                 "`--state target/` selects on the results of this project's last run")
+        return {n for n in state(method, value) if n in nodes}
     if method == "name":
         if value in nodes:
             return {value}

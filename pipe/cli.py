@@ -130,6 +130,8 @@ class _SelectorsOption(click.Option):
         return result
 
 
+_state_option = click.option("--state", "state_dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
+                             help="Reference run for state:/result: selectors: a folder with its plan.json and run_results.json.")
 _select_option = click.option("--select", "-s", multiple=True, cls=_SelectorsOption, metavar="SELECTOR...",
                               help="Steps to choose: name, +name, name+, tag:x, path:..., config.KEY:value (several: --select a b).")
 _exclude_option = click.option("--exclude", multiple=True, cls=_SelectorsOption, metavar="SELECTOR...",
@@ -221,14 +223,16 @@ def compile_cmd(ctx: _Context, target: str | None, vars_text: str | None) -> Non
 @_target_option
 @_vars_option
 @click.option("--output", "fmt", type=click.Choice(["text", "json"]), default="text", help="One id per line, or one JSON object per line.")
+@_state_option
 @_common
 @click.pass_obj
-def ls_cmd(ctx: _Context, select, exclude, target, vars_text, fmt) -> None:
+def ls_cmd(ctx: _Context, select, exclude, target, vars_text, fmt, state_dir) -> None:
     """List the steps of the project, optionally selected."""
     from compiler.graph import select as select_steps
+    from pipe.dev_loop import state_matcher
 
     result = _compile(ctx, target, vars_text)
-    chosen = select_steps(result.graph, select, exclude)
+    chosen = select_steps(result.graph, select, exclude, state_matcher(state_dir, result.plan))
     if not chosen and (select or exclude):
         output.err.print("[yellow]warning[/]: no step matches the selection")
     for step_id in chosen:
@@ -467,6 +471,11 @@ _RUN_OPTIONS = (
     click.option("--quiet", "-q", is_flag=True, help="Print only errors and a one-line summary."),
     click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout."),
     click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run this compiled plan.json instead of compiling the project."),
+    click.option("--defer", "defer_target", default=None, metavar="TARGET",
+                 help="Read the tables this run does not build from TARGET's lake, pinned (docs/dev-loop.md)."),
+    click.option("--defer-as-of", default=None, metavar="WHEN",
+                 help="With --defer: pin at this instant or UTC time, or `latest` (default: TARGET's latest successful run)."),
+    _state_option,
 )
 
 
@@ -484,20 +493,22 @@ def _run_options(command):
 @_common
 @click.pass_obj
 def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
-            continuous, min_sync_interval_s) -> None:
+            defer_target, defer_as_of, state_dir, continuous, min_sync_interval_s) -> None:
     """Run the project's pipeline on Spark: only new input, checkpoints in each table's timeline."""
     _execute(ctx, "run", select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
-             continuous, min_sync_interval_s)
+             continuous, min_sync_interval_s, defer_target=defer_target, defer_as_of=defer_as_of, state_dir=state_dir)
 
 
 @cli.command(name="build")
 @_run_options
 @_common
 @click.pass_obj
-def build_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path) -> None:
+def build_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
+              defer_target, defer_as_of, state_dir) -> None:
     """Run the tables and their data tests in dependency order: a table whose error-severity
     test fails stops the steps that read it."""
-    _execute(ctx, "build", select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path)
+    _execute(ctx, "build", select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
+             defer_target=defer_target, defer_as_of=defer_as_of, state_dir=state_dir)
 
 
 @cli.command(name="test")
@@ -510,28 +521,72 @@ def build_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, d
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and a one-line summary.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout.")
 @click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run the tests of this compiled plan.json.")
+@_state_option
 @_common
 @click.pass_obj
-def test_cmd(ctx: _Context, select, exclude, target, vars_text, threads, fail_fast, quiet, log_format, plan_path) -> None:
+def test_cmd(ctx: _Context, select, exclude, target, vars_text, threads, fail_fast, quiet, log_format, plan_path, state_dir) -> None:
     """Run the data tests on the tables' latest commits (and the sources' data); exit 1 when an
     error-severity test fails."""
-    _execute(ctx, "test", select, exclude, target, vars_text, False, False, threads, fail_fast, quiet, log_format, plan_path)
+    _execute(ctx, "test", select, exclude, target, vars_text, False, False, threads, fail_fast, quiet, log_format, plan_path,
+             state_dir=state_dir)
+
+
+@cli.command(name="retry")
+@click.option("--threads", type=click.IntRange(1, 64), default=None, help="Steps run at the same time (default: as in the run retried).")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first failed step.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only errors and a one-line summary.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout.")
+@_common
+@click.pass_obj
+def retry_cmd(ctx: _Context, threads, fail_fast, quiet, log_format) -> None:
+    """Run again what failed, was skipped or was cancelled in the last `pipe run`, `build` or
+    `test` (target/run_results.json), with its target, variables and deferral pins."""
+    from pipe import dev_loop
+
+    root = ctx.root()
+    doc = dev_loop.last_results(root)
+    args = doc["args"]
+    command = args.get("command") if args.get("command") in ("run", "build", "test") else "run"
+    if args.get("dry_run"):
+        raise ProjectError([_cli("the last run was a dry run: it ran nothing to retry", f"run `pipe {command}` itself")])
+    target, vars_text = args.get("target"), args.get("vars")
+    plan = _compile(ctx, target, vars_text).plan
+    again, gone = dev_loop.retried_steps(doc, plan)
+    for sid in gone:
+        output.err.print(f"[yellow]warning[/]: {sid} failed in the last run and is no longer in the project; not retried")
+    if not again:
+        output.out.print(f"nothing to retry: no step of the last `pipe {command}` ({doc.get('started_at', '?')}) failed or was skipped")
+        return
+    defer = dev_loop.retry_deferral(doc, root, plan, vars_text)
+    _execute(ctx, command, tuple(again), (), target, vars_text, bool(args.get("full_refresh")), False,
+             threads or int(args.get("threads") or 4), fail_fast, quiet, log_format, None, deferral=defer, retry_of=doc.get("started_at"))
 
 
 def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet,
-             log_format, plan_path, continuous: bool = False, min_sync_interval_s: int = 0) -> None:
+             log_format, plan_path, continuous: bool = False, min_sync_interval_s: int = 0, defer_target: str | None = None,
+             defer_as_of: str | None = None, state_dir: str | None = None, deferral=None, retry_of: str | None = None) -> None:
     from compiler.graph import select as select_steps
+    from pipe import dev_loop
     from runtime.executor import RunOptions
 
-    if continuous and (dry_run or full_refresh):
-        raise ProjectError([_cli(f"--continuous cannot be combined with {'--dry-run' if dry_run else '--full-refresh'}",
-                                 "run the rebuild or the dry run once, then start the continuous run")])
+    if continuous and (dry_run or full_refresh or defer_target):
+        flag = "--dry-run" if dry_run else "--full-refresh" if full_refresh else "--defer"
+        raise ProjectError([_cli(f"--continuous cannot be combined with {flag}",
+                                 "run the rebuild, the dry run or the deferred run once, then start the continuous run")])
+    if defer_as_of is not None and defer_target is None:
+        raise ProjectError([_cli("--defer-as-of pins what --defer reads; it needs --defer TARGET", "add --defer prod (the target to read from)")])
     plan, graph, root = _load_plan(ctx, plan_path, target, vars_text)
-    chosen = [s for s in select_steps(graph, select, exclude) if _in_command(command, plan.step(s).kind)]
+    chosen = [s for s in select_steps(graph, select, exclude, dev_loop.state_matcher(state_dir, plan)) if _in_command(command, plan.step(s).kind)]
     if not chosen:
         what = "test" if command == "test" else "step"
         output.err.print(f"[yellow]warning[/]: no {what} matches the selection; nothing to run")
         return
+    if defer_target is not None:
+        deferral = dev_loop.deferral(root, plan, chosen, defer_target, defer_as_of, vars_text)
+    if deferral is not None and log_format == "text" and not quiet:
+        from rich.markup import escape
+
+        output.err.print(escape(deferral.summary()))
     # pipe build reuses the passes of tests whose tables have not changed; pipe test checks them all
     options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run, reuse_tests=command == "build")
     if full_refresh:
@@ -543,11 +598,13 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
         for warning in rebuild_warnings(RunContext(plan, root, chosen, options)):
             output.err.print(f"[yellow]warning[/]: {escape(warning)}")
     args = {"command": command, "select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run,
-            "threads": threads}
+            "threads": threads, "target": plan.target.name, "vars": vars_text, "state": state_dir}
+    if retry_of:
+        args["retry_of"] = retry_of
     factory = _spark_factory(plan, root, ctx.debug, announce=not quiet and log_format == "text")
     with _run_lock(plan, root, dry_run or command == "test"):  # tests only read
         if not continuous:
-            run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args)
+            run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args, deferral)
             if run.interrupted:
                 raise click.exceptions.Exit(143 if run.terminated else 130)
             if run.failed:
@@ -622,14 +679,25 @@ def _utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args):
+def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args, deferral=None):
+    from runtime import run_record
     from runtime.executor import Executor
     from pipe.run_display import Display
 
     display = Display(output.out, output.err, mode=log_format, quiet=quiet)
-    executor = Executor(plan, root, chosen, options, spark_factory=factory, listener=display)
+    executor = Executor(plan, root, chosen, options, spark_factory=factory, listener=display, defer=deferral)
     display.begin(executor.selected, {s.id: (s.kind, s.name) for s in plan.steps})
+    started = run_record.utc_instant()
     run = executor.run()
+    if not run.failed and not run.interrupted and not options.dry_run and args["command"] != "test":
+        try:  # what `--defer` of another target pins this lake's tables at (runtime/run_record.py)
+            run_record.record_success(executor.lake, executor.ctx.storage_options, started, plan.target.name, args["command"],
+                                      executor.ctx.written)
+        except Exception as exc:  # noqa: BLE001 - the run's commits stand; only deferral to this lake loses its latest pin
+            from rich.markup import escape as escape_markup
+
+            output.err.print(f"[yellow]warning[/]: the run succeeded, but its record could not be written ({type(exc).__name__}: "
+                             f"{escape_markup(str(exc))}); `--defer {plan.target.name}` pins at the previous successful run")
     results = {
         "pipe_version": __version__,
         "project": plan.project,
@@ -642,6 +710,8 @@ def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, arg
         "lake": executor.lake,
         "steps": [r.to_dict() for r in run.steps],
     }
+    if deferral is not None:
+        results["defer"] = deferral.to_dict()
     target_dir = root / "target"
     target_dir.mkdir(exist_ok=True)
     tmp = target_dir / ".run_results.json.tmp"
@@ -932,16 +1002,37 @@ def _first_rows(schema, batches, keys: list[str], n: int) -> tuple[list[str], li
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", help="markdown: a pull-request comment; json: see docs/diff.md.")
 @click.option("--fail-on", type=click.Choice(["rewrite", "destructive", "breaking"]), default=None,
               help="Exit 1 only if a change is of this class or a more severe one (for gating CI).")
+@click.option("--data", "data", default=None, metavar="BASE:HEAD",
+              help="Compare the rows of the tables built in two targets instead of the plans, e.g. --data prod:dev (Spark).")
+@_select_option
+@_exclude_option
+@click.option("--samples", type=click.IntRange(0, 1000), default=None, metavar="N",
+              help="With --data: sample rows shown per kind (added, removed, changed) and table [default: 5].")
+@click.option("--fail-on-data", "fail_on_data", multiple=True, metavar="EXPR",
+              help="With --data: exit 1 if a table meets EXPR, e.g. 'changed_rows > 1%', 'removed_rows > 0', 'mismatch.amount > 0.5%'.")
 @_common
 @click.pass_obj
-def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, fmt, fail_on) -> None:
+def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, fmt, fail_on, data, select, exclude, samples,
+             fail_on_data) -> None:
     """Compare two plans: what each step's change does, and what it touches downstream.
 
     BASE_PLAN and HEAD_PLAN are plan.json files; HEAD_PLAN defaults to compiling the project
-    now. Exit 0: no changes, 1: changes (with --fail-on: a change of that class), 2: error."""
+    now. Exit 0: no changes, 1: changes (with --fail-on: a change of that class), 2: error.
+
+    With --data BASE:HEAD, compare the rows of each table as built in two targets (joined by
+    record key in Spark). Exit 0, or 1 when a --fail-on-data gate trips; 2: error."""
     from compiler.diff import diff_plans, fails, rebuild_warnings
     from pipe import diff_output
 
+    data_only = [f for f, v in (("--select", any(s.strip() for s in select)), ("--exclude", any(s.strip() for s in exclude)),
+                                ("--samples", samples is not None), ("--fail-on-data", bool(fail_on_data))) if v]
+    if data is not None:
+        _data_diff(ctx, data, base_plan, head_plan, base_ref, target, fail_on, vars_text, fmt, select, exclude,
+                   5 if samples is None else samples, fail_on_data)
+        return
+    if data_only:
+        raise ProjectError([_cli(f"{', '.join(data_only)} belong{'s' if len(data_only) == 1 else ''} to a data diff",
+                                 "add --data BASE:HEAD, e.g. `pipe diff --data prod:dev`")])
     if base_ref is not None and base_plan is not None and head_plan is None:
         base_plan, head_plan = None, base_plan  # `pipe diff --base-ref REF head.json`
     if (base_plan is None) == (base_ref is None):
@@ -966,6 +1057,111 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     output.out.file.flush()
     if fails(diff, fail_on) if fail_on else diff.has_changes:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target, fail_on, vars_text, fmt, select, exclude,
+               samples: int, fail_on_data) -> None:
+    """`pipe diff --data BASE:HEAD`: the selected tables as built in two targets, compared in
+    Spark (runtime/data_diff.py), written by pipe/data_diff_output.py."""
+    from dataclasses import replace
+
+    from compiler.graph import SelectionError
+    from compiler.graph import select as select_steps
+    from pipe import data_diff_output
+    from runtime import data_diff, s3
+    from runtime.steps.context import RunContext
+
+    sides = data.split(":")
+    if len(sides) != 2 or not all(x.strip() for x in sides):
+        raise ProjectError([_cli(f"--data {data!r} is not BASE:HEAD", "name two targets of pipe_project.yml, e.g. --data prod:dev")])
+    base_name, head_name = (x.strip() for x in sides)
+    given = [f for f, v in (("BASE_PLAN", base_plan), ("HEAD_PLAN", head_plan), ("--base-ref", base_ref), ("--target", target),
+                            ("--fail-on", fail_on)) if v]
+    if given:
+        raise ProjectError([_cli(f"--data compares two targets' tables; {', '.join(given)} belong{'s' if len(given) == 1 else ''} to a plan diff",
+                                 "run the plan diff and the data diff as two commands (the markdown of --data is a section to append)")])
+    try:
+        gates = data_diff.parse_gates(fail_on_data)
+    except data_diff.GateError as exc:
+        raise ProjectError([_cli(f"--fail-on-data: {exc}")]) from exc
+    base_result = _compile(ctx, base_name, vars_text, cache_write=False)
+    head_result = _compile(ctx, head_name, vars_text, cache_write=False)
+    base_plan_, head_plan_ = base_result.plan, head_result.plan
+    chosen: list[str] = []
+    failed: SelectionError | None = None
+    for result in (head_result, base_result):  # a table of one target's plan only is chosen too
+        try:
+            chosen += [i for i in select_steps(result.graph, select, exclude) if i not in chosen]
+        except SelectionError as exc:
+            failed = failed or exc
+    if failed is not None and not chosen:
+        raise failed
+    steps = {s.id: s for s in (*base_plan_.steps, *head_plan_.steps) if s.kind == "write"}
+    names = [steps[i].name for i in chosen if i in steps]
+    if not names:
+        raise ProjectError([_cli("no table is selected", "a data diff compares tables; select some with --select")])
+    base_lake = RunContext(base_plan_, base_result.project.root)
+    head_lake = RunContext(head_plan_, head_result.project.root)
+    present = {n: (base_lake.table_exists(n), head_lake.table_exists(n)) for n in names}
+    if not any(b or h for b, h in present.values()):
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise ProjectError([_cli(f"no selected table is built in {base_name} or in {head_name} ({shown})",
+                                 f"build them first, e.g. `pipe run --target {head_name}`")])
+    spark = None
+    if any(b and h for b, h in present.values()):
+        spark = _spark_factory(head_plan_, head_result.project.root, ctx.debug)()
+    lineage = _column_graph(head_result, ctx.root())
+    reads = {s.name for s in head_plan_.steps if s.kind == "write"} | {
+        s.name for s in head_plan_.steps if s.kind == "ingest" and s.config.get("kind") == "table"}
+    lakes = {base_name: base_lake.lake, head_name: head_lake.lake}
+    opened = {n: (base_lake.open_table(n, spark), head_lake.open_table(n, spark)) for n, (b, h) in present.items() if b and h}
+    columns_of = {c.name.lower() for pair in opened.values() for t in pair for c in (t.writer_schema() or ())}
+    unknown = [g.metric for g in gates if g.metric.startswith("mismatch.") and g.metric.split(".", 1)[1].lower() not in columns_of]
+    if unknown and opened:  # before any Spark work: a typo in a column's name
+        raise ProjectError([_cli(f"--fail-on-data: no table compared has a column {unknown[0].split('.', 1)[1]!r}",
+                                 "name a column of a selected table, e.g. mismatch.amount")])
+    tables = []
+    for name in names:
+        if name not in opened:
+            in_base, in_head = present[name]
+            status = "only_in_base" if in_base else "only_in_head" if in_head else "in_neither"
+            tables.append(data_diff.TableDataDiff(name, status))
+            continue
+        base_table, head_table = opened[name]
+        for t in (base_table, head_table):
+            try:
+                s3.check_spark(spark, t.storage.spec.uri, f"table {name}")
+            except s3.SparkCannotReadS3 as exc:
+                raise data_diff.DataDiffError(str(exc), exc.hint) from exc
+        scoped = any(p.step(f"table.{name}").config.get("index") in data_diff.PARTITION_SCOPED
+                     for p in (base_plan_, head_plan_) if f"table.{name}" in p.step_ids)
+        d = data_diff.compare(spark, name, base_table, head_table, partition_scoped=scoped, samples=samples, labels=(base_name, head_name))
+        inputs = data_diff.compare_inputs(base_table, head_table, (base_name, head_name), reads, lakes)
+        columns = tuple(replace(c, reaches=lineage.downstream(name, c.name)) if c.mismatches and lineage is not None else c
+                        for c in d.columns)
+        tables.append(replace(d, inputs=inputs, columns=columns))
+    diff = data_diff.DataDiff(base_name, head_name, tuple(tables), tuple(gates))
+    if fmt == "json":
+        output.out.file.write(data_diff_output.render_json(diff))
+    elif fmt == "markdown":
+        output.out.file.write(data_diff_output.render_markdown(diff))
+    else:
+        data_diff_output.render_text(diff, output.out)
+    output.out.file.flush()
+    if diff.failures:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _column_graph(result, root: Path):
+    """The head's column lineage (compiler/lineage.py), read from the docs' cache in target/ where
+    it holds it and not written back (a diff leaves the working tree alone); None if it fails."""
+    from compiler.lineage import ColumnGraph, LineageCache, plan_lineage
+
+    steps = {s.id: s for s in result.plan.steps if s.kind in ("ingest", "write")}
+    try:
+        return ColumnGraph(steps, plan_lineage(steps, LineageCache(root / "target")))
+    except Exception:  # noqa: BLE001 - lineage is a help to the reader; the diff stands without it
+        return None
 
 
 def _read_plan(path_text: str):

@@ -89,8 +89,8 @@ def _import_pyspark() -> None:
 class Executor:
     def __init__(self, plan: Plan, project_root: Path, selected: Iterable[str], options: RunOptions,
                  spark_factory: Callable[[], Any] | None = None, listener: Listener | None = None,
-                 environ: Mapping[str, str] | None = None):
-        self.ctx = RunContext(plan, project_root, selected, options, spark_factory, environ)
+                 environ: Mapping[str, str] | None = None, defer=None):
+        self.ctx = RunContext(plan, project_root, selected, options, spark_factory, environ, defer)
         self.listener = listener or (lambda event, result: None)
         self.gates = test_gates(plan, self.ctx.selected)
 

@@ -15,7 +15,7 @@ from compiler.plan import Plan, Step
 from compiler.render import resolve_env_placeholders
 from runtime import s3
 from runtime.steps.errors import RunError
-from runtime.table.timeline import CHECKPOINT_PREFIX
+from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX
 
 FINGERPRINT_KEY = "pipe.step.fingerprint"
 STATES = ("pending", "running", "success", "warn", "no_input", "would_run", "error", "skipped", "cancelled")
@@ -77,7 +77,7 @@ class RunContext:
     tables (`pipe show`, services) make one with no selection and no Spark factory."""
 
     def __init__(self, plan: Plan, project_root: Path, selected: Iterable[str] = (), options: RunOptions | None = None,
-                 spark_factory: Callable[[], Any] | None = None, environ: Mapping[str, str] | None = None):
+                 spark_factory: Callable[[], Any] | None = None, environ: Mapping[str, str] | None = None, defer=None):
         self.plan = plan
         self.root = Path(project_root)
         chosen = set(selected)
@@ -88,6 +88,8 @@ class RunContext:
         self.s3a = self._s3a_settings()
         # how pipe's own code (driver and tasks) reaches the lake: the target's fs.s3a settings
         self.storage_options = s3.client_options(self.s3a, s3.bucket_of(self.lake)) if s3.is_s3(self.lake) else ()
+        # --defer: the tables read and not built in this run come from another target's lake, pinned (runtime/defer.py)
+        self.defer = defer
         self.cancel = threading.Event()  # set by Ctrl-C and by --fail-fast
         self.interrupted = False  # Ctrl-C
         self.results: dict[str, StepResult] = {}
@@ -175,9 +177,16 @@ class RunContext:
                            "check the source's `path`: it names a Hudi table's base path, the folder that holds .hoodie/")
         return Table.open(spark or self._spark, uri, options)
 
+    def deferred(self, name: str):
+        """The pin of table `name` when this run reads it from the target it defers to, else None."""
+        return self.defer.pins.get(name) if self.defer is not None else None
+
     def open_upstream(self, name: str, needed_by: str, spark=None):
         """Table `name`, read by `needed_by` ("source orders_raw") through `spark` (default: the
-        run's session); a RunError if it was never built."""
+        run's session): with --defer, a table the run does not build is the deferred target's,
+        cut at its pin; a RunError if it was never built."""
+        if self.deferred(name) is not None:
+            return self.defer.open(name, spark or self._spark)
         if not self.table_exists(name):
             raise RunError(f"{needed_by} reads table {name}, which has not been built yet (no table at {self.table_uri(name)})",
                            f"build it first: `pipe run --select +{name}`")
@@ -283,23 +292,41 @@ class RunContext:
             for reader in self.plan.steps:
                 if reader.kind != "write" or src.id not in reader.depends_on or not self.table_exists(reader.name):
                     continue
-                stored, _, _ = stored_state(self.open_table(reader.name))
-                checkpoint = stored.get(src.name)
+                kept = stored(self.open_table(reader.name))
+                if src.name in kept.deferred:  # read from another target's lake (--defer): holds nothing back here
+                    continue
+                checkpoint = kept.checkpoints.get(src.name)
                 if checkpoint:  # s3_incremental: "instant#bucket/key" within an instant; a 1.x upstream's: "instant_completion"
                     out.append((src, reader, checkpoint.split("#", 1)[0].split("_", 1)[0]))
         return out
 
 
-def stored_state(table) -> tuple[dict[str, str], str | None, str | None]:
-    """The checkpoints and step fingerprint of the table's latest commit written by pipe, and
+@dataclass(frozen=True)
+class Stored:
+    """What the table's latest commit written by pipe says of its step: the checkpoint of each
+    input, the step's fingerprint, the target each deferred input was read from (--defer), and
     the latest completed write instant they were read at (a compaction is none: it may complete
     before this run writes without a conflict)."""
+    checkpoints: dict[str, str]
+    fingerprint: str | None
+    based_on: str | None
+    deferred: dict[str, str]
+
+
+def stored(table) -> Stored:
     timeline = table.timeline()
     last = timeline.latest_data_write()
     latest = last.time if last else None
     for inst in reversed(timeline.completed()):
         extra = timeline.commit_metadata(inst).extra
         if FINGERPRINT_KEY in extra or any(k.startswith(CHECKPOINT_PREFIX) for k in extra):
-            cps = {k[len(CHECKPOINT_PREFIX):]: v for k, v in extra.items() if k.startswith(CHECKPOINT_PREFIX)}
-            return cps, extra.get(FINGERPRINT_KEY), latest
-    return {}, None, latest
+            def under(prefix: str) -> dict[str, str]:
+                return {k[len(prefix):]: v for k, v in extra.items() if k.startswith(prefix)}
+            return Stored(under(CHECKPOINT_PREFIX), extra.get(FINGERPRINT_KEY), latest, under(DEFERRED_PREFIX))
+    return Stored({}, None, latest, {})
+
+
+def stored_state(table) -> tuple[dict[str, str], str | None, str | None]:
+    """`stored(table)`'s checkpoints, fingerprint and the instant they were read at."""
+    s = stored(table)
+    return s.checkpoints, s.fingerprint, s.based_on

@@ -119,6 +119,22 @@ def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], 
     return refs
 
 
+def deferred_inputs(ctx: RunContext, step: Step) -> dict[str, str]:
+    """With --defer: the inputs of `step` (by the name its checkpoint is stored under: the table
+    of a ref(), the source of a `table`/`s3_incremental` source) that this run reads from the
+    target it defers to, each with the instant it is pinned at."""
+    out = {}
+    for dep in step.depends_on:
+        up = ctx.plan.step(dep)
+        table = up.name if up.kind == "write" else up.config.get("table") or up.config.get("metadata_table")
+        if up.kind == "ingest" and up.config.get("kind") not in ("table", "s3_incremental"):
+            continue
+        pin = ctx.deferred(table)
+        if pin is not None:
+            out[up.name] = pin.instant
+    return out
+
+
 def has_work(sources: Mapping[str, Pending], refs: Mapping[str, str], stored: Mapping[str, str],
              fingerprint: str | None, wanted_fingerprint: str) -> bool:
     """A table fed by sources runs when a source has new input; one that only reads other

@@ -13,10 +13,10 @@ from compiler.plan import Step
 from runtime import s3, spark_api
 from runtime.sources import NothingToRead, Pending
 from runtime.steps import expect, source, sync
-from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, stored_state
+from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, Stored, stored
 from runtime.steps.errors import Cancelled, RunError, spark_message
 from runtime.steps.views import expression_names, names_used
-from runtime.table.timeline import CHECKPOINT_PREFIX
+from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX
 
 
 def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
@@ -51,15 +51,15 @@ def _names_said(sql: str, expressions: list) -> frozenset[str] | None:
     return None if query is None or more is None else query | more
 
 
-def _table_views(ctx: RunContext, session, views: dict[str, dict], named: frozenset[str] | None) -> dict[str, list[str]]:
-    """Registers a view of each table of `views` (name -> read options), a merge-on-read
-    table's with only the data columns among `named` (None: every column); returns the
-    columns of the views so pruned."""
+def _table_views(ctx: RunContext, session, step: Step, views: dict[str, dict], named: frozenset[str] | None) -> dict[str, list[str]]:
+    """Registers a view of each table of `views` (name -> read options; the step's own table,
+    or one it reads, deferred or not), a merge-on-read table's with only the data columns among
+    `named` (None: every column); returns the columns of the views so pruned."""
     from runtime.table.config import MERGE_ON_READ
 
     pruned = {}
     for name, read in views.items():
-        table = ctx.open_table(name, session)
+        table = ctx.open_table(name, session) if name == step.name else ctx.open_upstream(name, f"table {step.name}", session)
         df = table.read(meta=False, named=named, **read)
         if named is not None and table.config.table_type == MERGE_ON_READ:
             pruned[name] = df.columns
@@ -77,10 +77,15 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     if exists and ctx.options.full_refresh and ctx.reads_queue(step):
         kept = ("--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); " if ctx.reads_queue(step) == "s3_events"
                 else "--full-refresh does not apply (it reads a Kafka topic, whose old messages retention may have removed: a rebuild would lose their rows); ")
-    full = (ctx.options.full_refresh and not kept) or not exists
-    stored, fingerprint, based_on = ({}, None, None)
-    if table is not None:
-        stored, fingerprint, based_on = stored_state(table)
+    state = stored(table) if table is not None else Stored({}, None, None, {})
+    stored_cps, fingerprint, based_on = state.checkpoints, state.fingerprint, state.based_on
+    deferred = source.deferred_inputs(ctx, step)
+    moved = _moved_inputs(ctx, step, state, deferred) if exists else ""
+    if moved and ctx.reads_queue(step):
+        raise RunError(f"table {step.name}: {moved}, and a table that reads a {ctx.reads_queue(step).replace('_', ' ')} "
+                       "source cannot be rebuilt from other input (its old messages are gone)",
+                       "build its upstream tables in this target too (select them), or run it without --defer")
+    full = (ctx.options.full_refresh and not kept) or not exists or bool(moved)
     dataset = None
     if config["operation"] == "bootstrap":
         if based_on is not None and not ctx.options.full_refresh:
@@ -89,15 +94,14 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
                                 f"`pipe run --select {step.name} --full-refresh` bootstraps it again from {config['bootstrap']['path']}")
         dataset = _bootstrap_dataset(ctx, step, config)
         full = True
-    refs = source.pending_inputs(ctx, step, stored, full, sources)
-    result.inputs = {name: p.to_dict() for name, p in sources.items()}
-    result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
+    refs = source.pending_inputs(ctx, step, stored_cps, full, sources)
+    _note_inputs(ctx, result, sources, refs, deferred)
     if ctx.options.dry_run and not full:
         # an upstream table that would write in this run gives this one new input too
         writers = sorted({t for d in step.depends_on for t in ctx.would_write(d)})
         if writers and not any(not p.is_empty for p in sources.values()):
             return "would_run", kept + f"after {', '.join(writers)} (which would write first)"
-    if not full and not source.has_work(sources, refs, stored, fingerprint, step.fingerprint):
+    if not full and not source.has_work(sources, refs, stored_cps, fingerprint, step.fingerprint):
         if table is not None and not ctx.options.dry_run:
             table.tidy()  # what a dead run left: a stale lock, failed writes, a compaction pipe scheduled, temp files
         if fingerprint is not None and fingerprint != step.fingerprint and not kept:
@@ -108,7 +112,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         return "would_run", f"bootstrap of {dataset.describe()}"
     if ctx.options.dry_run:
         detail = "; ".join(f"{n}: {p.describe()}" for n, p in sources.items()) or "reads " + ", ".join(refs)
-        return "would_run", kept + ("first build: " if not exists else "full refresh: " if full else "") + detail
+        how = "first build: " if not exists else f"rebuild ({moved}): " if moved else "full refresh: " if full else ""
+        return "would_run", kept + how + detail
 
     spark = ctx.spark()
     ctx.check_spark_reads(spark, uri, step.name)
@@ -130,11 +135,10 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     if exists and not full and reads_itself([t for t in said if t], step.name):  # {{ this }}: the table's current snapshot
         views[step.name] = {}
     named = _names_said(sql, said[1:]) if sql is not None and views else None
-    pruned = _table_views(ctx, session, views, named)
+    pruned = _table_views(ctx, session, step, views, named)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
-    result.read = _what_was_read(sources, refs, pruned)
-    result.inputs = {name: p.to_dict() for name, p in sources.items()}
-    result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
+    result.read = _what_was_read(sources, refs, pruned, {n: ctx.defer.target for n in deferred})
+    _note_inputs(ctx, result, sources, refs, deferred)
     if dataset is not None:
         df = _bootstrap_frame(session, step, config, dataset)
     elif sql is None:  # delete_partition with partitions_to_delete only
@@ -146,8 +150,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             except Exception:  # noqa: BLE001 - perhaps a column the pruned views lack: again on the full views
                 if named is None:
                     raise
-                _table_views(ctx, session, views, None)
-                result.read = _what_was_read(sources, refs)
+                _table_views(ctx, session, step, views, None)
+                result.read = _what_was_read(sources, refs, None, {n: ctx.defer.target for n in deferred})
                 df = session.sql(sql)
         except Exception as exc:  # noqa: BLE001 - an analysis error is a mistake in the SQL
             raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {spark_message(exc)}",
@@ -160,9 +164,10 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     table, recreated = _create_table(ctx, session, step, config, uri, rebuild=full and exists)
     extra = {f"{CHECKPOINT_PREFIX}{n}": p.checkpoint for n, p in sources.items() if p.checkpoint is not None}
     for n, p in sources.items():  # a source with nothing new keeps its checkpoint
-        if p.checkpoint is None and n in stored and not full:
-            extra[f"{CHECKPOINT_PREFIX}{n}"] = stored[n]
+        if p.checkpoint is None and n in stored_cps and not full:
+            extra[f"{CHECKPOINT_PREFIX}{n}"] = stored_cps[n]
     extra.update({f"{CHECKPOINT_PREFIX}{n}": t for n, t in refs.items()})
+    extra.update({f"{DEFERRED_PREFIX}{n}": ctx.defer.target for n in deferred})
     extra[FINGERPRINT_KEY] = step.fingerprint
     if dataset is not None:
         extra.update({"pipe.bootstrap.path": dataset.uri, "pipe.bootstrap.files": str(dataset.files),
@@ -204,19 +209,49 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         note += f"; first {w.retired}"
     if checked is not None:
         note += f"; {checked.summary()}{quarantined}"
-    return "success", kept + ("full refresh, " if full and exists else "") + f"{w.action} {w.instant}" + note
+    how = f"rebuilt ({moved}), " if moved else "full refresh, " if full and exists else ""
+    return "success", kept + how + f"{w.action} {w.instant}" + note
 
 
-def _what_was_read(sources: Mapping[str, Pending], refs: Mapping[str, str], pruned: Mapping[str, list[str]] | None = None) -> str | None:
+def _note_inputs(ctx: RunContext, result: StepResult, sources: Mapping[str, Pending], refs: Mapping[str, str],
+                 deferred: Mapping[str, str]) -> None:
+    """What the step reads, for run_results.json: each source's pending input, each table's
+    instant, and for a deferred input the target it comes from."""
+    result.inputs = {name: p.to_dict() for name, p in sources.items()}
+    result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
+    for name in deferred:
+        result.inputs.setdefault(name, {})["deferred"] = ctx.defer.target
+
+
+def _moved_inputs(ctx: RunContext, step: Step, state: Stored, deferred: Mapping[str, str]) -> str:
+    """Which inputs of the built table come from another lake than its latest commit's did (with
+    --defer and before without it, or the other way round), said for the user; "" when none. Its
+    rows then come from other data, and its checkpoints name instants of another timeline: the
+    table is rebuilt from the inputs as they are now."""
+    here = f"target {ctx.plan.target.name}'s lake"
+    now = {n: ctx.defer.target for n in deferred}
+    changed = sorted(n for n in set(now) | set(state.deferred) if now.get(n) != state.deferred.get(n))
+    if not changed or (not state.checkpoints and state.fingerprint is None):
+        return ""
+    said = [f"{n} from {now[n] + ' at ' + deferred[n] if n in now else here}, before from "
+            f"{state.deferred[n] if n in state.deferred else here}" for n in changed]
+    return "its input " + "; ".join(said) if len(said) == 1 else "its inputs " + "; ".join(said)
+
+
+def _what_was_read(sources: Mapping[str, Pending], refs: Mapping[str, str], pruned: Mapping[str, list[str]] | None = None,
+                   origin: Mapping[str, str] | None = None) -> str | None:
     """What the step line says was read when not every input counted its rows (a Parquet
     source's files, a table read by ref() at its instant, with the columns its view kept when
-    the SQL names only some of a merge-on-read table's); None when rows_read says it all."""
+    the SQL names only some of a merge-on-read table's, and the target it was deferred to);
+    None when rows_read says it all."""
     read = [p for p in sources.values() if not p.is_empty]
     pruned = pruned or {}
     if not refs and not pruned and all(p.rows is not None for p in read):
         return None
     parts = [f"{p.rows:,} row{'s' if p.rows != 1 else ''}" if p.rows is not None else p.describe() for p in read]
-    parts += [f"{name} at {instant}" + (f" ({_columns_said(pruned[name])})" if name in pruned else "") for name, instant in refs.items()]
+    origin = origin or {}
+    parts += [name + (f" of {origin[name]}" if name in origin else "") + f" at {instant}" + (f" ({_columns_said(pruned[name])})" if name in pruned else "")
+              for name, instant in refs.items()]
     return " + ".join(parts) or None
 
 
