@@ -1107,19 +1107,20 @@ def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target,
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         raise ProjectError([_cli(f"no selected table is built in {base_name} or in {head_name} ({shown})",
                                  f"build them first, e.g. `pipe run --target {head_name}`")])
-    spark = None
-    if any(b and h for b, h in present.values()):
-        spark = _spark_factory(head_plan_, head_result.project.root, ctx.debug)()
+    opened = {n: (base_lake.open_table(n), head_lake.open_table(n)) for n, (b, h) in present.items() if b and h}
+    columns_of = {c.name.lower() for pair in opened.values() for t in pair for c in (t.writer_schema() or ())}
+    unknown = [g.metric for g in gates if g.metric.startswith("mismatch.") and g.metric.split(".", 1)[1].lower() not in columns_of]
+    if unknown and opened:  # before Spark starts: a typo in a column's name
+        raise ProjectError([_cli(f"--fail-on-data: no table compared has a column {unknown[0].split('.', 1)[1]!r}",
+                                 "name a column of a selected table, e.g. mismatch.amount")])
+    spark = _spark_factory(head_plan_, head_result.project.root, ctx.debug)() if opened else None
+    for pair in opened.values():
+        for t in pair:
+            t.spark = spark
     lineage = _column_graph(head_result, ctx.root())
     reads = {s.name for s in head_plan_.steps if s.kind == "write"} | {
         s.name for s in head_plan_.steps if s.kind == "ingest" and s.config.get("kind") == "table"}
     lakes = {base_name: base_lake.lake, head_name: head_lake.lake}
-    opened = {n: (base_lake.open_table(n, spark), head_lake.open_table(n, spark)) for n, (b, h) in present.items() if b and h}
-    columns_of = {c.name.lower() for pair in opened.values() for t in pair for c in (t.writer_schema() or ())}
-    unknown = [g.metric for g in gates if g.metric.startswith("mismatch.") and g.metric.split(".", 1)[1].lower() not in columns_of]
-    if unknown and opened:  # before any Spark work: a typo in a column's name
-        raise ProjectError([_cli(f"--fail-on-data: no table compared has a column {unknown[0].split('.', 1)[1]!r}",
-                                 "name a column of a selected table, e.g. mismatch.amount")])
     tables = []
     for name in names:
         if name not in opened:

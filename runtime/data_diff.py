@@ -15,15 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from compiler.errors import PipeError
-from runtime.steps.context import FINGERPRINT_KEY
+from runtime.steps.context import stored
 from runtime.table.schema import META_COLUMNS
-from runtime.table.timeline import CHECKPOINT_PREFIX
 
 DATA_DIFF_SCHEMA_VERSION = 1
 KEY, PARTITION = "_hoodie_record_key", "_hoodie_partition_path"
-# A run with `--defer TARGET` names, per upstream it read from TARGET's lake instead of its own,
-# that target (its `pipe.checkpoint.<upstream>` is then an instant of TARGET's table).
-DEFERRED_PREFIX = "pipe.deferred."
 # Indexes under which a key is unique only within its partition: rows are matched by key and partition.
 PARTITION_SCOPED = ("partition", "bucket")
 UNCHANGED, CHANGED, ADDED, REMOVED = 0, 1, 2, 3
@@ -371,51 +367,34 @@ def _compare_whole_rows(spark, name, bdf, hdf, bcols, hcols, notes, samples, lab
 # --- what each side was built from -----------------------------------------------------------------
 
 
-def latest_pipe_commit(table) -> tuple[str | None, dict[str, str]]:
-    """(instant, extra metadata) of the table's latest completed commit written by pipe (as
-    runtime.steps.context.stored_state finds it), or (None, {}) when pipe wrote none."""
-    timeline = table.timeline()
-    for inst in reversed(timeline.completed()):
-        extra = timeline.commit_metadata(inst).extra
-        if FINGERPRINT_KEY in extra or any(k.startswith(CHECKPOINT_PREFIX) for k in extra):
-            return inst.time, dict(extra)
-    return None, {}
-
-
 def compare_inputs(base, head, targets: tuple[str, str], lake_reads: Iterable[str], lakes: Mapping[str, str]) -> Inputs:
-    """Whether the latest pipe commits of the base's and the head's table read the same inputs.
-    `targets`: (base target, head target). `lake_reads`: the upstream names read from the side's
-    own lake (tables, and `kind: table` sources): such a read is the same input on both sides
-    when it is of the same target's table (or of two targets with one lake) at the same instant;
-    a run with `--defer T` read it from T's lake. Any other source's checkpoint is compared as
-    text. `lakes`: target name -> its lake, where known."""
-    b_at, b_extra = latest_pipe_commit(base)
-    h_at, h_extra = latest_pipe_commit(head)
-    if b_at is None or h_at is None:
-        side = targets[0] if b_at is None else targets[1]
-        return Inputs(None, (), None, b_at, h_at, unknown=f"the latest commit in {side} was not written by pipe")
+    """Whether the latest pipe commits of the base's and the head's table read the same inputs
+    (runtime.steps.context.stored: each input's checkpoint, and the target a deferred one was
+    read from). `targets`: (base target, head target). `lake_reads`: the upstream names read
+    from the side's own lake (tables, and `kind: table` sources): such a read is the same input
+    on both sides when it is of the same target's table (or of two targets with one lake) at
+    the same instant; a run with `--defer T` read it from T's lake. Any other source's
+    checkpoint is compared as text. `lakes`: target name -> its lake, where known."""
+    b, h = stored(base), stored(head)
+    for side, s in zip(targets, (b, h)):
+        if s.fingerprint is None and not s.checkpoints:
+            return Inputs(None, (), None, b.based_on, h.based_on, unknown=f"the latest commit in {side} was not written by pipe")
     reads = set(lake_reads)
 
-    def read(extra: Mapping[str, str], target: str) -> dict[str, tuple[str, str]]:
-        out = {}
-        for k, v in extra.items():
-            if k.startswith(CHECKPOINT_PREFIX):
-                n = k[len(CHECKPOINT_PREFIX):]
-                where = extra.get(DEFERRED_PREFIX + n) or (target if n in reads else "")
-                out[n] = (v, where)
-        return out
+    def read(s, target: str) -> dict[str, tuple[str, str]]:
+        return {n: (v, s.deferred.get(n) or (target if n in reads else "")) for n, v in s.checkpoints.items()}
 
-    def same_place(a: str, b: str) -> bool:
-        return a == b or (a in lakes and b in lakes and lakes[a] == lakes[b])
+    def same_place(x: str, y: str) -> bool:
+        return x == y or (x in lakes and y in lakes and lakes[x] == lakes[y])
 
-    b_reads, h_reads = read(b_extra, targets[0]), read(h_extra, targets[1])
+    b_reads, h_reads = read(b, targets[0]), read(h, targets[1])
     changes = []
     for n in sorted(set(b_reads) | set(h_reads)):
         (bv, bw), (hv, hw) = b_reads.get(n, (None, "")), h_reads.get(n, (None, ""))
         if bv != hv or not same_place(bw, hw):
             changes.append(InputChange(n, bv, hv, bw, hw))
-    bf, hf = b_extra.get(FINGERPRINT_KEY), h_extra.get(FINGERPRINT_KEY)
-    return Inputs(not changes, tuple(changes), (bf == hf) if bf and hf else None, b_at, h_at)
+    bf, hf = b.fingerprint, h.fingerprint
+    return Inputs(not changes, tuple(changes), (bf == hf) if bf and hf else None, b.based_on, h.based_on)
 
 
 # --- gates ----------------------------------------------------------------------------------------
