@@ -39,6 +39,7 @@ from runtime.host import alive, private_file
 PRELOAD = (
     "pipe.cli", "pipe.output", "pipe.run_display", "compiler.api", "compiler.sqlcheck", "sqlglot", "networkx",
     "runtime.executor", "runtime.connect", "runtime.session", "runtime.server", "runtime.spark_api", "runtime.run_lock",
+    "runtime.run_record", "runtime.defer", "pipe.dev_loop", "compiler.state",
     "runtime.steps.context", "runtime.steps.source", "runtime.steps.write", "runtime.steps.expect", "runtime.steps.test",
     "runtime.steps.sync", "runtime.steps.views", "runtime.sources.files", "runtime.sources.records", "runtime.sources.table",
     "runtime.sources.s3_events", "runtime.sources.s3_incremental", "runtime.table.table", "runtime.table.writer",
