@@ -476,6 +476,9 @@ _RUN_OPTIONS = (
     click.option("--defer-as-of", default=None, metavar="WHEN",
                  help="With --defer: pin at this instant or UTC time, or `latest` (default: TARGET's latest successful run)."),
     _state_option,
+    click.option("--empty", is_flag=True, help="Run the selected tables' SQL on inputs with no rows: new tables are created empty; nothing is consumed."),
+    click.option("--sample", "sample_spec", default=None, metavar="SPEC",
+                 help="Build the selected tables from part of their input: 'N rows', 'N rows per partition', 'N days', 'N hours'."),
 )
 
 
@@ -493,10 +496,11 @@ def _run_options(command):
 @_common
 @click.pass_obj
 def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
-            defer_target, defer_as_of, state_dir, continuous, min_sync_interval_s) -> None:
+            defer_target, defer_as_of, state_dir, empty, sample_spec, continuous, min_sync_interval_s) -> None:
     """Run the project's pipeline on Spark: only new input, checkpoints in each table's timeline."""
     _execute(ctx, "run", select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
-             continuous, min_sync_interval_s, defer_target=defer_target, defer_as_of=defer_as_of, state_dir=state_dir)
+             continuous, min_sync_interval_s, defer_target=defer_target, defer_as_of=defer_as_of, state_dir=state_dir,
+             sample=_sample_arg(empty, sample_spec))
 
 
 @cli.command(name="build")
@@ -504,11 +508,27 @@ def run_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry
 @_common
 @click.pass_obj
 def build_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
-              defer_target, defer_as_of, state_dir) -> None:
+              defer_target, defer_as_of, state_dir, empty, sample_spec) -> None:
     """Run the tables and their data tests in dependency order: a table whose error-severity
     test fails stops the steps that read it."""
     _execute(ctx, "build", select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
-             defer_target=defer_target, defer_as_of=defer_as_of, state_dir=state_dir)
+             defer_target=defer_target, defer_as_of=defer_as_of, state_dir=state_dir, sample=_sample_arg(empty, sample_spec))
+
+
+def _sample_arg(empty: bool, spec: str | None):
+    """--empty / --sample SPEC as runtime/sample.Sample, or None."""
+    from runtime.sample import Sample, SampleError
+
+    if empty and spec:
+        raise ProjectError([_cli("--empty and --sample cannot be combined", "--empty builds no rows; --sample builds some")])
+    if empty:
+        return Sample.nothing()
+    if spec is None:
+        return None
+    try:
+        return Sample.parse(spec)
+    except SampleError as exc:
+        raise ProjectError([_cli(f"--sample {spec!r} is not a sample", "'1000 rows', '100 rows per partition', '3 days' or '12 hours'")]) from exc
 
 
 @cli.command(name="test")
@@ -559,18 +579,20 @@ def retry_cmd(ctx: _Context, threads, fail_fast, quiet, log_format) -> None:
         return
     defer = dev_loop.retry_deferral(doc, root, plan, vars_text)
     _execute(ctx, command, tuple(again), (), target, vars_text, bool(args.get("full_refresh")), False,
-             threads or int(args.get("threads") or 4), fail_fast, quiet, log_format, None, deferral=defer, retry_of=doc.get("started_at"))
+             threads or int(args.get("threads") or 4), fail_fast, quiet, log_format, None, deferral=defer, retry_of=doc.get("started_at"),
+             sample=_sample_arg(args.get("sample") == "empty", args.get("sample") if args.get("sample") != "empty" else None))
 
 
 def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet,
              log_format, plan_path, continuous: bool = False, min_sync_interval_s: int = 0, defer_target: str | None = None,
-             defer_as_of: str | None = None, state_dir: str | None = None, deferral=None, retry_of: str | None = None) -> None:
+             defer_as_of: str | None = None, state_dir: str | None = None, deferral=None, retry_of: str | None = None,
+             sample=None) -> None:
     from compiler.graph import select as select_steps
     from pipe import dev_loop
     from runtime.executor import RunOptions
 
-    if continuous and (dry_run or full_refresh or defer_target):
-        flag = "--dry-run" if dry_run else "--full-refresh" if full_refresh else "--defer"
+    if continuous and (dry_run or full_refresh or defer_target or sample):
+        flag = "--dry-run" if dry_run else "--full-refresh" if full_refresh else "--defer" if defer_target else "--empty/--sample"
         raise ProjectError([_cli(f"--continuous cannot be combined with {flag}",
                                  "run the rebuild, the dry run or the deferred run once, then start the continuous run")])
     if defer_as_of is not None and defer_target is None:
@@ -588,7 +610,8 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
 
         output.err.print(escape(deferral.summary()))
     # pipe build reuses the passes of tests whose tables have not changed; pipe test checks them all
-    options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run, reuse_tests=command == "build")
+    options = RunOptions(full_refresh=full_refresh, threads=threads, fail_fast=fail_fast, dry_run=dry_run, reuse_tests=command == "build",
+                         sample=sample)
     if full_refresh:
         from rich.markup import escape
 
@@ -598,7 +621,8 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
         for warning in rebuild_warnings(RunContext(plan, root, chosen, options)):
             output.err.print(f"[yellow]warning[/]: {escape(warning)}")
     args = {"command": command, "select": list(select), "exclude": list(exclude), "full_refresh": full_refresh, "dry_run": dry_run,
-            "threads": threads, "target": plan.target.name, "vars": vars_text, "state": state_dir}
+            "threads": threads, "target": plan.target.name, "vars": vars_text, "state": state_dir,
+            "sample": sample.text if sample is not None else None}
     if retry_of:
         args["retry_of"] = retry_of
     factory = _spark_factory(plan, root, ctx.debug, announce=not quiet and log_format == "text")
@@ -689,7 +713,7 @@ def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, arg
     display.begin(executor.selected, {s.id: (s.kind, s.name) for s in plan.steps})
     started = run_record.utc_instant()
     run = executor.run()
-    if not run.failed and not run.interrupted and not options.dry_run and args["command"] != "test":
+    if not run.failed and not run.interrupted and not options.dry_run and args["command"] != "test" and options.sample is None:
         try:  # what `--defer` of another target pins this lake's tables at (runtime/run_record.py)
             run_record.record_success(executor.lake, executor.ctx.storage_options, started, plan.target.name, args["command"],
                                       executor.ctx.written)

@@ -8,7 +8,9 @@ files, read back with hudi-rs."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -307,3 +309,55 @@ def test_state_and_result_selectors_against_a_reference_run(checkouts, capsys):
         assert code == 2 and text in out + err, (args, out, err)
     code, out, err = _pipe(capsys, dev, "retry")
     assert code == 2 and "no run to retry" in out + err
+
+
+def test_empty_and_sample_builds_consume_nothing_and_the_next_real_run_rebuilds(spark, checkouts, capsys):
+    prod, dev, tmp = checkouts
+    prod_lake, dev_lake = tmp / "prodlake", tmp / "devlake"
+    totals = ["customer", "lines", "total", "last_ts"]
+    _write_round(prod, 1)
+    _ok(capsys, prod, "run", "--target", "prod", "-q")
+
+    # --empty: the SQL runs on the real upstream schemas, new tables are created with no rows
+    out = _ok(capsys, dev, "run", "--defer", "prod", "--empty", "--select", "customer_totals", "order_log")
+    assert out.count("created with no rows (--empty)") == 2
+    assert _hudi(dev_lake, "customer_totals", totals) == [] and _hudi(dev_lake, "order_log", ["order_id"]) == []
+    commits = len(Table.open(None, str(dev_lake / "customer_totals")).timeline().completed())
+    out = _ok(capsys, dev, "run", "--defer", "prod", "--empty", "--select", "customer_totals")
+    assert "checked with no rows: its SQL runs and its 4 columns fit the stored table; nothing written" in out
+    assert len(Table.open(None, str(dev_lake / "customer_totals")).timeline().completed()) == commits
+    assert not (dev_lake / ".pipe-last-success.json").exists()  # a dev run that built no real table is no pin
+    # a SQL change whose column no longer fits is caught without a row
+    sql = dev / "tables/customer_totals.sql"
+    good = sql.read_text()
+    sql.write_text(good.replace("count(*) as lines", "cast(count(*) as string) as lines"))
+    code, out, err = _pipe(capsys, dev, "run", "--defer", "prod", "--empty", "--select", "customer_totals")
+    assert code == 1 and "column 'lines' is bigint in the table but string in the input" in out + err
+    sql.write_text(good)
+
+    # --sample 'N rows': each input gives N rows; the commit consumes nothing
+    out = _ok(capsys, dev, "run", "--defer", "prod", "--sample", "7 rows", "--select", "customer_totals", "order_log")
+    assert out.count("built from a sample (7 rows)") == 2
+    assert sum(r[1] for r in _hudi(dev_lake, "customer_totals", totals)) == 7
+    assert len(_hudi(dev_lake, "order_log", ["order_id"])) == 7
+    extra = _last_commit_extra(dev_lake, "order_log")
+    assert extra["pipe.sample"] == "7 rows" and not any(k.startswith("pipe.checkpoint.") for k in extra)
+    _ok(capsys, dev, "run", "--defer", "prod", "--sample", "3 rows per partition", "--select", "customer_totals")
+    assert sum(r[1] for r in _hudi(dev_lake, "customer_totals", totals)) == 3  # orders has one partition
+
+    # the next real run rebuilds each sampled table from all of its input
+    out = _ok(capsys, dev, "run", "--defer", "prod", "--select", "customer_totals", "order_log")
+    assert out.count("rebuilt (its last build was a --sample") == 2
+    assert _hudi(dev_lake, "customer_totals", totals) == _totals_after(1)
+    assert len(_hudi(dev_lake, "order_log", ["order_id"])) == len(_orders_after(1))
+
+    # --sample 'N days' on a files source: only the files that arrived since
+    _write_round(dev, 1)
+    _write_round(dev, 2)
+    old = time.time() - 5 * 86400
+    os.utime(dev / "data/orders/round-1.json", (old, old))
+    out = _ok(capsys, dev, "run", "--sample", "2 days", "--select", "orders")
+    assert "built from a sample (2 days)" in out
+    assert len(_hudi(dev_lake, "orders", ["order_id"])) == len(_round(2))
+    code, out, err = _pipe(capsys, dev, "run", "--sample", "2 weeks")
+    assert code == 2 and "--sample '2 weeks' is not a sample" in out + err

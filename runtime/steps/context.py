@@ -15,7 +15,7 @@ from compiler.plan import Plan, Step
 from compiler.render import resolve_env_placeholders
 from runtime import s3
 from runtime.steps.errors import RunError
-from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX
+from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX, SAMPLE_KEY
 
 FINGERPRINT_KEY = "pipe.step.fingerprint"
 STATES = ("pending", "running", "success", "warn", "no_input", "would_run", "error", "skipped", "cancelled")
@@ -30,6 +30,7 @@ class RunOptions:
     fail_fast: bool = False
     dry_run: bool = False
     reuse_tests: bool = False  # pipe build: a test of tables unchanged since it passed is not run again (steps/test_memory.py)
+    sample: Any = None  # --empty / --sample: runtime/sample.Sample (part of each input; nothing consumed)
 
 
 @dataclass
@@ -311,6 +312,7 @@ class Stored:
     fingerprint: str | None
     based_on: str | None
     deferred: dict[str, str]
+    sample: str | None = None  # the --sample spec ("empty": --empty) the commit was built with
 
 
 def stored(table) -> Stored:
@@ -319,10 +321,10 @@ def stored(table) -> Stored:
     latest = last.time if last else None
     for inst in reversed(timeline.completed()):
         extra = timeline.commit_metadata(inst).extra
-        if FINGERPRINT_KEY in extra or any(k.startswith(CHECKPOINT_PREFIX) for k in extra):
+        if FINGERPRINT_KEY in extra or SAMPLE_KEY in extra or any(k.startswith(CHECKPOINT_PREFIX) for k in extra):
             def under(prefix: str) -> dict[str, str]:
                 return {k[len(prefix):]: v for k, v in extra.items() if k.startswith(prefix)}
-            return Stored(under(CHECKPOINT_PREFIX), extra.get(FINGERPRINT_KEY), latest, under(DEFERRED_PREFIX))
+            return Stored(under(CHECKPOINT_PREFIX), extra.get(FINGERPRINT_KEY), latest, under(DEFERRED_PREFIX), extra.get(SAMPLE_KEY))
     return Stored({}, None, latest, {})
 
 

@@ -66,10 +66,11 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
 
 
 def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], full: bool,
-                   sources: dict[str, Pending]) -> dict[str, str]:
+                   sources: dict[str, Pending], sample=None) -> dict[str, str]:
     """Fills `sources` with the new input per source (as it goes, so that the caller can
     let go of received queue messages if a later source fails), and returns the latest
-    instant of each upstream table read by ref()."""
+    instant of each upstream table read by ref(). With a time `sample` (runtime/sample.py)
+    every source is read from a checkpoint at its cut."""
     refs: dict[str, str] = {}
     everything = full and ctx.options.full_refresh  # all input: --full-refresh ignores per-run limits
     for dep in step.depends_on:
@@ -87,12 +88,17 @@ def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], 
         config = ctx.config(up)
         last = None if full else checkpoints.get(up.name)
         kind = config["kind"]
+        upstream = None
         if kind in ("table", "s3_incremental"):
             upstream_name = config["table"] if kind == "table" else config["metadata_table"]
             if ctx.built_later(upstream_name):
                 refs[upstream_name] = "(built earlier in this run)"
                 continue
             upstream = ctx.open_upstream(upstream_name, f"source {up.name}")
+        elif kind == "hudi":
+            upstream = ctx.open_hudi(str(config["path"]), f"source {up.name}")
+        if sample is not None and sample.since_ms is not None:
+            last = sample.checkpoint(up.name, config, upstream)
         if kind == "files":
             if everything:
                 config = {**config, "max_files_per_run": None, "max_bytes_per_run": None}
@@ -100,7 +106,6 @@ def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], 
         elif kind == "table":
             sources[up.name] = table_source.pending(up.name, config, upstream, step.name, last)
         elif kind == "hudi":
-            upstream = ctx.open_hudi(str(config["path"]), f"source {up.name}")
             sources[up.name] = table_source.pending(up.name, config, upstream, step.name, last)
         elif kind == "s3_incremental":
             if everything:

@@ -15,6 +15,7 @@ from runtime.sources import NothingToRead, Pending
 from runtime.steps import expect, source, sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, Stored, stored
 from runtime.steps.errors import Cancelled, RunError, spark_message
+from runtime.sample import EMPTY, SAMPLE_KEY
 from runtime.steps.views import expression_names, names_used
 from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX
 
@@ -58,8 +59,13 @@ def _table_views(ctx: RunContext, session, step: Step, views: dict[str, dict], n
     from runtime.table.config import MERGE_ON_READ
 
     pruned = {}
+    sample = ctx.options.sample
     for name, read in views.items():
         table = ctx.open_table(name, session) if name == step.name else ctx.open_upstream(name, f"table {step.name}", session)
+        if sample is not None:  # part of each table (docs/dev-loop.md)
+            whole = table.read(meta=True, **read)
+            spark_api.temp_view(sample.table_rows(table, whole, [c for c in whole.columns if not c.startswith("_hoodie_")]), name)
+            continue
         df = table.read(meta=False, named=named, **read)
         if named is not None and table.config.table_type == MERGE_ON_READ:
             pruned[name] = df.columns
@@ -85,7 +91,14 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         raise RunError(f"table {step.name}: {moved}, and a table that reads a {ctx.reads_queue(step).replace('_', ' ')} "
                        "source cannot be rebuilt from other input (its old messages are gone)",
                        "build its upstream tables in this target too (select them), or run it without --defer")
-    full = (ctx.options.full_refresh and not kept) or not exists or bool(moved)
+    sample = ctx.options.sample
+    if sample is not None and ctx.reads_queue(step) == "s3_events":
+        raise RunError(f"table {step.name} reads an SQS queue: {'--empty' if sample.empty else '--sample'} cannot read part of it "
+                       "(its messages are received when read)", "leave this table out of a sampled run (--exclude)")
+    checking = sample is not None and sample.empty and exists  # --empty on a built table: checked, never written
+    resampled = "" if sample is not None or not state.sample else f"its last build was {_sample_said(state.sample)}"
+    moved = "; ".join(w for w in (moved, resampled) if w)
+    full = (ctx.options.full_refresh and not kept) or not exists or bool(moved) or (sample is not None and not checking)
     dataset = None
     if config["operation"] == "bootstrap":
         if based_on is not None and not ctx.options.full_refresh:
@@ -94,7 +107,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
                                 f"`pipe run --select {step.name} --full-refresh` bootstraps it again from {config['bootstrap']['path']}")
         dataset = _bootstrap_dataset(ctx, step, config)
         full = True
-    refs = source.pending_inputs(ctx, step, stored_cps, full, sources)
+    refs = source.pending_inputs(ctx, step, stored_cps, full, sources, sample)
     _note_inputs(ctx, result, sources, refs, deferred)
     if ctx.options.dry_run and not full:
         # an upstream table that would write in this run gives this one new input too
@@ -126,7 +139,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             if all(q.is_empty for n, q in sources.items() if n != name) and not refs:
                 return "no_input", f"no new input ({exc})"
             raise
-        spark_api.temp_view(df, name)
+        spark_api.temp_view(sample.rows_of(df) if sample is not None else df, name)
         rows_read += p.rows or 0
     sql = step.sql_full_refresh if (full and step.sql_full_refresh) else step.sql
     said = [sql, config.get("delete_when"), *(e.get("expression") for e in config.get("expect") or [])]
@@ -138,6 +151,9 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     pruned = _table_views(ctx, session, step, views, named)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
     result.read = _what_was_read(sources, refs, pruned, {n: ctx.defer.target for n in deferred})
+    if sample is not None:  # what the inputs hold, of which the views keep no rows, or a sample
+        result.read = ("no rows" if sample.empty else f"a sample ({sample.text})") + " of " + (result.read or f"{rows_read:,} rows")
+        result.rows_read = None
     _note_inputs(ctx, result, sources, refs, deferred)
     if dataset is not None:
         df = _bootstrap_frame(session, step, config, dataset)
@@ -157,6 +173,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {spark_message(exc)}",
                            "fix the SQL (see the rendered query with `pipe compile` in target/plan.json)") from exc
 
+    if checking:
+        return "success", _checked_without_rows(step, config, table, df)
     checked = expect.check(step, df, config["expect"], config.get("delete_when")) if config.get("expect") and df is not None else None
     if checked is not None:
         df = checked.kept
@@ -167,6 +185,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         if p.checkpoint is None and n in stored_cps and not full:
             extra[f"{CHECKPOINT_PREFIX}{n}"] = stored_cps[n]
     extra.update({f"{CHECKPOINT_PREFIX}{n}": t for n, t in refs.items()})
+    if sample is not None:  # part of the input: nothing is consumed, and the next real run rebuilds
+        extra = {SAMPLE_KEY: sample.text}
     extra.update({f"{DEFERRED_PREFIX}{n}": ctx.defer.target for n in deferred})
     extra[FINGERPRINT_KEY] = step.fingerprint
     if dataset is not None:
@@ -209,7 +229,9 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         note += f"; first {w.retired}"
     if checked is not None:
         note += f"; {checked.summary()}{quarantined}"
-    how = f"rebuilt ({moved}), " if moved else "full refresh, " if full and exists else ""
+    how = f"rebuilt ({moved}), " if moved else "full refresh, " if full and exists and sample is None else ""
+    if sample is not None:
+        how += "created with no rows (--empty), " if sample.empty else f"built from a sample ({sample.text}), "
     return "success", kept + how + f"{w.action} {w.instant}" + note
 
 
@@ -221,6 +243,27 @@ def _note_inputs(ctx: RunContext, result: StepResult, sources: Mapping[str, Pend
     result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
     for name in deferred:
         result.inputs.setdefault(name, {})["deferred"] = ctx.defer.target
+
+
+def _sample_said(spec: str) -> str:
+    return "an --empty build" if spec == EMPTY else f"a --sample '{spec}' build"
+
+
+def _checked_without_rows(step: Step, config: Mapping[str, Any], table, df) -> str:
+    """--empty on a table that exists: its SQL ran on inputs with no rows; the columns it gives
+    must fit the stored ones, as its next write needs. Nothing is written."""
+    from runtime.table.schema import SchemaChangeError, merge_schemas
+
+    if df is None:
+        return "checked with no rows (nothing to check: it only deletes partitions); nothing written"
+    c = table.config
+    protected = tuple(c.record_key_fields) + tuple(c.partition_fields) + ((c.precombine_field,) if c.precombine_field else ())
+    try:
+        if config["operation"] != "insert_overwrite_table":
+            merge_schemas(table.schema(), df.schema, protected)
+    except SchemaChangeError as exc:
+        raise RunError(f"table {step.name}: {exc}", "fix the SQL, or rebuild the table with --full-refresh") from exc
+    return f"checked with no rows: its SQL runs and its {len(df.columns)} columns fit the stored table; nothing written"
 
 
 def _moved_inputs(ctx: RunContext, step: Step, state: Stored, deferred: Mapping[str, str]) -> str:

@@ -33,6 +33,7 @@ _NAME = re.compile(r"^(\d{14,17}(?:00[1-6]|010)*)\.([a-z]+)(?:\.(requested|infli
 # Keys of pipe's own in extraMetadata. Checkpoints of sources live under this prefix, one key
 # per source, so several sources can feed one table each with its own checkpoint.
 CHECKPOINT_PREFIX = "pipe.checkpoint."
+SAMPLE_KEY = "pipe.sample"  # a commit built by --sample or --empty ("empty"): part of the input, nothing consumed
 DEFERRED_PREFIX = "pipe.deferred."  # beside a checkpoint read from another target's lake (--defer): that target
 RESERVED_EXTRA = ("schema",)
 
