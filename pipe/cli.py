@@ -1034,10 +1034,11 @@ def _first_rows(schema, batches, keys: list[str], n: int) -> tuple[list[str], li
               help="With --data: sample rows shown per kind (added, removed, changed) and table [default: 5].")
 @click.option("--fail-on-data", "fail_on_data", multiple=True, metavar="EXPR",
               help="With --data: exit 1 if a table meets EXPR, e.g. 'changed_rows > 1%', 'removed_rows > 0', 'mismatch.amount > 0.5%'.")
+@_state_option
 @_common
 @click.pass_obj
 def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, fmt, fail_on, data, select, exclude, samples,
-             fail_on_data) -> None:
+             fail_on_data, state_dir) -> None:
     """Compare two plans: what each step's change does, and what it touches downstream.
 
     BASE_PLAN and HEAD_PLAN are plan.json files; HEAD_PLAN defaults to compiling the project
@@ -1049,10 +1050,10 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
     from pipe import diff_output
 
     data_only = [f for f, v in (("--select", any(s.strip() for s in select)), ("--exclude", any(s.strip() for s in exclude)),
-                                ("--samples", samples is not None), ("--fail-on-data", bool(fail_on_data))) if v]
+                                ("--samples", samples is not None), ("--fail-on-data", bool(fail_on_data)), ("--state", state_dir)) if v]
     if data is not None:
         _data_diff(ctx, data, base_plan, head_plan, base_ref, target, fail_on, vars_text, fmt, select, exclude,
-                   5 if samples is None else samples, fail_on_data)
+                   5 if samples is None else samples, fail_on_data, state_dir)
         return
     if data_only:
         raise ProjectError([_cli(f"{', '.join(data_only)} belong{'s' if len(data_only) == 1 else ''} to a data diff",
@@ -1084,7 +1085,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
 
 
 def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target, fail_on, vars_text, fmt, select, exclude,
-               samples: int, fail_on_data) -> None:
+               samples: int, fail_on_data, state_dir: str | None = None) -> None:
     """`pipe diff --data BASE:HEAD`: the selected tables as built in two targets, compared in
     Spark (runtime/data_diff.py), written by pipe/data_diff_output.py."""
     from dataclasses import replace
@@ -1092,6 +1093,7 @@ def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target,
     from compiler.graph import SelectionError
     from compiler.graph import select as select_steps
     from pipe import data_diff_output
+    from pipe.dev_loop import state_matcher
     from runtime import data_diff, s3
     from runtime.steps.context import RunContext
 
@@ -1115,7 +1117,7 @@ def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target,
     failed: SelectionError | None = None
     for result in (head_result, base_result):  # a table of one target's plan only is chosen too
         try:
-            chosen += [i for i in select_steps(result.graph, select, exclude) if i not in chosen]
+            chosen += [i for i in select_steps(result.graph, select, exclude, state_matcher(state_dir, result.plan)) if i not in chosen]
         except SelectionError as exc:
             failed = failed or exc
     if failed is not None and not chosen:

@@ -33,13 +33,12 @@ def _workflow() -> dict:
     return yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
 
 
-def _steps() -> list[dict]:
-    [job] = _workflow()["jobs"].values()
-    return job["steps"]
+def _steps(job: str = "diff") -> list[dict]:
+    return _workflow()["jobs"][job]["steps"]
 
 
-def _step(step_id: str) -> dict:
-    [step] = [s for s in _steps() if s.get("id") == step_id]
+def _step(step_id: str, job: str = "diff") -> dict:
+    [step] = [s for s in _steps(job) if s.get("id") == step_id]
     return step
 
 
@@ -125,18 +124,20 @@ def run_step(tmp_path):
     shim.mkdir()
     (shim / "pipe").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pipe "$@"\n', encoding="utf-8")
     (shim / "pipe").chmod(0o755)
-    job = next(iter(_workflow()["jobs"].values()))
-    assert "working-directory" not in job.get("defaults", {}).get("run", {}), "the steps run at the project root"
+    for job in _workflow()["jobs"].values():
+        assert "working-directory" not in job.get("defaults", {}).get("run", {}), "the steps run at the project root"
+    runner_temp = tmp_path / "runner-temp"
+    runner_temp.mkdir()
 
-    def run(root: Path, step_id: str):
-        script = _step(step_id)["run"].replace("${{ github.base_ref }}", BASE_BRANCH)
+    def run(root: Path, step_id: str, job: str = "diff"):
+        script = _step(step_id, job)["run"].replace("${{ github.base_ref }}", BASE_BRANCH)
         assert "${{" not in script, f"step {step_id} uses an expression this test does not fill in: {script}"
         out, summary = tmp_path / f"{step_id}.output", tmp_path / f"{step_id}.summary"
         out.write_text("")
         summary.write_text("")
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env.update(PATH=f"{shim}{os.pathsep}{env.get('PATH', '')}", GITHUB_OUTPUT=str(out), GITHUB_STEP_SUMMARY=str(summary),
-                   GITHUB_BASE_REF=BASE_BRANCH, CI="true")
+                   GITHUB_BASE_REF=BASE_BRANCH, CI="true", RUNNER_TEMP=str(runner_temp))
         proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=root, env=env,
                               capture_output=True, text=True)
         return proc, out.read_text(), summary.read_text()
@@ -281,3 +282,62 @@ def test_base_ref_compiles_the_commit_and_leaves_the_working_tree_and_index_alon
     assert proc.returncode == 0, proc.stdout + proc.stderr  # HEAD to working tree: SQL and tags only
 
     assert _snapshot(root) == before
+
+
+def test_the_data_job_is_off_by_default_and_never_runs_for_forks():
+    job = _workflow()["jobs"]["data"]
+    assert job["needs"] == "diff"
+    assert job["if"] == "vars.PIPE_DATA_DIFF == 'true' && github.event.pull_request.head.repo.full_name == github.repository"
+    assert set(job["env"]) == {"SHOP_LAKE_BUCKET", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert all(v.startswith("${{ secrets.") or v.startswith("${{ vars.") for v in job["env"].values())
+    scripts = " ".join(s.get("run", "") for s in _steps("data"))
+    assert "AWS_SECRET" not in scripts  # credentials stay in the environment, never on a command line
+    uses = [s["uses"].split("@")[0] for s in _steps("data") if "uses" in s]
+    assert all(name.startswith("actions/") for name in uses), uses
+
+
+@pytest.mark.spark
+def test_the_data_job_builds_the_modified_table_against_prod_and_gates_on_its_rows(initialised, tmp_path, run_step):
+    """The `data` job's steps on a pull request that changes customer_revenue's SQL, with prod's
+    lake a local folder built by `pipe run --target prod` (on the scheduler, in real life)."""
+    root = tmp_path / "shop"
+    shutil.copytree(initialised, root)
+    project = root / "pipe_project.yml"
+    text = project.read_text(encoding="utf-8")
+    prod = text[text.index("  prod:"):text.index("  ci:")]
+    text = text.replace(prod, '  prod:\n    lake: prodlake\n    spark:\n      master: "local[2]"\n    vars:\n      min_amount: 1\n')
+    text = text.replace("        spark.jars.packages: org.apache.hadoop:hadoop-aws:3.5.0\n", "        spark.sql.shuffle.partitions: 2\n")
+    project.write_text(text, encoding="utf-8")
+    (root / ".gitignore").write_text((root / ".gitignore").read_text() + "prodlake/\n")
+    git(root, "init", "-q", "-b", BASE_BRANCH)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base")
+    git(tmp_path, "clone", "-q", "--bare", str(root), str(tmp_path / "origin.git"))
+    git(root, "remote", "add", "origin", str(tmp_path / "origin.git"))
+    git(root, "fetch", "-q", "origin")
+    proc = pipe(root, "run", "--target", "prod", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    git(root, "checkout", "-q", "-b", "change")
+    _edit(root / "tables/customer_revenue.sql", "count(o.order_id) as orders", "count(o.order_id) + 1 as orders")
+    git(root, "commit", "-q", "-am", "one more order each")
+
+    proc, _, _ = run_step(root, "state", "data")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, _, _ = run_step(root, "build", "data")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "deferring to prod: customers at " in proc.stderr and "(prod's latest successful run" in proc.stderr
+    built = json.loads((root / "target/run_results.json").read_text())
+    assert {s["id"] for s in built["steps"] if s["kind"] == "write"} == {"table.customer_revenue"}
+    assert sorted(p.name for p in (root / "target/ci-lake").iterdir() if not p.name.startswith(".")) == ["customer_revenue"]
+
+    proc, _, summary = run_step(root, "data", "data")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    md = (root / "pipe-data-diff.md").read_text(encoding="utf-8")
+    assert summary == md and "customer_revenue" in md
+    # every row's `orders` changed, and both sides read the same upstream commits (prod's, pinned)
+    assert "| `customer_revenue` | 5 | 5 | 0 | 0 | 5 (100.00%) | `orders` 5 (100.00%) | same (other definition) |" in md
+    assert "| `101` | `orders` | 2 | 3 |" in md
+
+    proc, _, _ = run_step(root, "data-gate", "data")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # every row changed: more than 1%
+    assert "customer_revenue" in proc.stdout + proc.stderr and "changed_rows" in proc.stdout + proc.stderr
