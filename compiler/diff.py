@@ -360,7 +360,7 @@ def _retention_warnings(head: Plan, base: Plan) -> list[Warning_]:
     for s in head.steps:
         if s.kind != "ingest" or s.config.get("kind") not in ("table", "s3_incremental"):
             continue
-        upstream = s.config.get("table") or s.config.get("metadata_table")
+        upstream = s.reads_table
         t = tables.get(upstream)
         if t is None or s.config.get("on_checkpoint_lost") == "full_read":
             continue  # a full_read consumer reads the whole table again instead of failing
@@ -393,7 +393,7 @@ def rebuild_warnings(diff: PlanDiff, head: Plan) -> list[Warning_]:
             continue
         what = ", ".join(REWRITE_KEYS[f] for f in fields)
         for src in head.steps:
-            if src.kind != "ingest" or (src.config.get("table") or src.config.get("metadata_table")) != d.name:
+            if src.reads_table != d.name:
                 continue
             if src.config.get("kind") not in ("table", "s3_incremental"):
                 continue

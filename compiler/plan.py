@@ -93,6 +93,14 @@ class Step:
     env_vars: Mapping[str, str | None] = field(default_factory=dict)
     fingerprint: str = ""
 
+    @property
+    def reads_table(self) -> str | None:
+        """The pipe table a source reads: a `kind: table` source's `table`, an `s3_incremental`
+        source's `metadata_table`; None for any other step."""
+        if self.kind != "ingest" or self.config.get("kind") not in ("table", "s3_incremental"):
+            return None
+        return self.config.get("table") if self.config.get("kind") == "table" else self.config.get("metadata_table")
+
     def behaviour(self) -> dict[str, Any]:
         """What the step does; the fingerprint hashes exactly this. Descriptions, tags and
         source positions are left out: changing them changes nothing that runs."""

@@ -5,7 +5,7 @@ project with a reference: the `plan.json` (and `run_results.json`) of another ru
 - `state:new`: steps the reference plan does not have.
 - `state:modified`: new steps, and steps whose body, configs, contract or tests changed; each of
   these alone with `state:modified.body` (the rendered SQL: a macro's change shows here),
-  `.configs` (any setting but the declared columns), `.contract` (the declared columns: a table's
+  `.configs` (any setting but the declared columns, tags included), `.contract` (the declared columns: a table's
   or source's `schema`, a captured table's `captured_schema`) and `.tests` (a table or source
   whose data tests were added, removed or changed).
 - `result:error`, `result:fail`, `result:warn`, `result:skipped`, `result:success`,
@@ -116,7 +116,7 @@ def _changed(part: str, before: Step, after: Step, sid: str, tests_of) -> bool:
         return (before.sql, before.sql_full_refresh) != (after.sql, after.sql_full_refresh)
     if part == "configs":
         strip = lambda c: {k: v for k, v in c.items() if k not in _CONTRACT_KEYS}  # noqa: E731
-        return strip(before.config) != strip(after.config) or before.action != after.action
+        return strip(before.config) != strip(after.config) or before.action != after.action or before.tags != after.tags
     if part == "contract":
         return any(before.config.get(k) != after.config.get(k) for k in _CONTRACT_KEYS)
     head_tests, base_tests = tests_of

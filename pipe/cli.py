@@ -577,7 +577,7 @@ def retry_cmd(ctx: _Context, threads, fail_fast, quiet, log_format) -> None:
     if not again:
         output.out.print(f"nothing to retry: no step of the last `pipe {command}` ({doc.get('started_at', '?')}) failed or was skipped")
         return
-    defer = dev_loop.retry_deferral(doc, root, plan, vars_text)
+    defer = dev_loop.retry_deferral(doc, root, plan, vars_text, again)
     _execute(ctx, command, tuple(again), (), target, vars_text, bool(args.get("full_refresh")), False,
              threads or int(args.get("threads") or 4), fail_fast, quiet, log_format, None, deferral=defer, retry_of=doc.get("started_at"),
              sample=_sample_arg(args.get("sample") == "empty", args.get("sample") if args.get("sample") != "empty" else None))
@@ -1124,6 +1124,9 @@ def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target,
         raise failed
     steps = {s.id: s for s in (*base_plan_.steps, *head_plan_.steps) if s.kind == "write"}
     names = [steps[i].name for i in chosen if i in steps]
+    if not names and state_dir is not None:  # nothing modified (state:modified+ on a change of docs only): nothing to compare
+        _render_data_diff(data_diff.DataDiff(base_name, head_name, (), tuple(gates)), fmt)
+        return
     if not names:
         raise ProjectError([_cli("no table is selected", "a data diff compares tables; select some with --select")])
     base_lake = RunContext(base_plan_, base_result.project.root)
@@ -1167,7 +1170,13 @@ def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target,
         columns = tuple(replace(c, reaches=lineage.downstream(name, c.name)) if c.mismatches and lineage is not None else c
                         for c in d.columns)
         tables.append(replace(d, inputs=inputs, columns=columns))
-    diff = data_diff.DataDiff(base_name, head_name, tuple(tables), tuple(gates))
+    _render_data_diff(data_diff.DataDiff(base_name, head_name, tuple(tables), tuple(gates)), fmt)
+
+
+def _render_data_diff(diff, fmt: str) -> None:
+    """Writes a data diff in `fmt`; exit 1 when a --fail-on-data gate tripped."""
+    from pipe import data_diff_output
+
     if fmt == "json":
         output.out.file.write(data_diff_output.render_json(diff))
     elif fmt == "markdown":

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.errors import Diagnostic, Location, ProjectError
+from pipe import output
 
 RESULTS_FILE = "run_results.json"
 
@@ -58,6 +59,7 @@ def _lake_of(root: Path, target: str, vars_text: str | None, plan) -> tuple[str,
         raise _cli(f"--defer {target} names the target this run builds", "defer to another target: `--target dev --defer prod`")
     other = compile_project(root, target=target, cli_vars=parse_cli_vars(vars_text), cache_dir=root / "target", cache_write=False,
                             check_sql=False).plan
+    output.hide_secrets(other)  # its lake's and settings' values from env_var() are masked wherever pipe prints them
     try:
         where = RunContext(other, root)
     except RunError as exc:
@@ -90,12 +92,20 @@ def retried_steps(doc: dict[str, Any], plan) -> tuple[list[str], list[str]]:
     return [i for i in plan.step_ids if i in set(ids)], sorted(set(ids) - known)
 
 
-def retry_deferral(doc: dict[str, Any], root: Path, plan, vars_text: str | None):
-    """The deferral of the run retried, with its very pins; None when it deferred nothing."""
-    from runtime.defer import Deferral
+def retry_deferral(doc: dict[str, Any], root: Path, plan, vars_text: str | None, again: list[str]):
+    """The deferral of the run retried, with its very pins; None when it deferred nothing. A
+    table the retried steps read now (the fix added a ref()) that the run neither built nor
+    deferred is pinned as that run would have pinned it (at its cut)."""
+    from runtime.defer import Deferral, deferred_tables, plan_deferral
 
     stored = doc.get("defer")
     if not stored:
         return None
     lake, options = _lake_of(root, str(stored.get("target")), vars_text, plan)
-    return Deferral.again(stored, lake, options)
+    deferral = Deferral.again(stored, lake, options)
+    built = {str(s.get("name")) for s in doc["steps"] if s.get("kind") == "write"}
+    missing = [n for n in deferred_tables(plan, again) if n not in deferral.pins and n not in built]
+    if not missing:
+        return deferral
+    more = plan_deferral(plan, again, deferral.target, lake, options, deferral.as_of or "latest", names=missing)
+    return deferral.with_pins(more.pins)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass, field
-from typing import Iterable
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping
 
 from compiler.errors import PipeError
 from compiler.plan import Plan
@@ -49,19 +49,28 @@ class Pin:
     instant: str  # the instant time of the commit read (what a ref() stores as its checkpoint)
     completion: str | None  # its completion time (Hudi 1.x tables), else None
     cut: str  # the view's cut: instants (layout 1) or completions (layout 2) up to this time are seen
+    # layout 1: the instants up to the cut still in flight when the pin was chosen; never seen,
+    # even once they complete (layout 1 keeps no completion time to tell them by)
+    pending: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, str]:
-        return {"instant": self.instant, **({"completion": self.completion} if self.completion else {})}
+    def to_dict(self) -> dict:
+        return {"instant": self.instant, "cut": self.cut, **({"completion": self.completion} if self.completion else {}),
+                **({"pending": list(self.pending)} if self.pending else {})}
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict) -> "Pin":
+        return cls(name, str(d["instant"]), d.get("completion"), str(d.get("cut") or d.get("completion") or d["instant"]),
+                   tuple(str(t) for t in d.get("pending") or ()))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Deferral:
     target: str
     lake: str
     storage_options: tuple
     how: str  # what the pins are: "prod's latest successful run (finished ...)"
     as_of: str | None  # the UTC cut every table was pinned at (None: each table's latest commit)
-    pins: dict[str, Pin] = field(default_factory=dict)
+    pins: Mapping[str, Pin]
 
     def open(self, name: str, spark=None) -> "PinnedTable":
         pin = self.pins[name]
@@ -71,14 +80,19 @@ class Deferral:
     @classmethod
     def again(cls, stored: dict, lake: str, storage_options: tuple) -> "Deferral":
         """The deferral a run recorded in run_results.json (`to_dict`), for `pipe retry`: the same
-        pins, so that the retried steps read what the failed run read."""
+        pins, so that the retried steps read what the failed run read (checked: still readable)."""
         try:
-            pins = {str(n): Pin(str(n), str(p["instant"]), p.get("completion"), str(p.get("completion") or p["instant"]))
-                    for n, p in (stored.get("tables") or {}).items()}
-            return cls(str(stored["target"]), lake, storage_options, str(stored.get("pinned_by") or "the pins of the run retried"),
-                       stored.get("as_of"), pins)
+            pins = {str(n): Pin.from_dict(str(n), p) for n, p in (stored.get("tables") or {}).items()}
+            target = str(stored["target"])
+            out = cls(target, lake, storage_options, str(stored.get("pinned_by") or "the pins of the run retried"), stored.get("as_of"), pins)
         except (KeyError, TypeError, AttributeError) as exc:
             raise DeferError("target/run_results.json does not say what the run deferred to", "run the command again instead of retrying it") from exc
+        for name, pin in pins.items():
+            _check_readable(target, name, _open(target, lake, storage_options, name), pin)
+        return out
+
+    def with_pins(self, more: Mapping[str, Pin]) -> "Deferral":
+        return replace(self, pins={**self.pins, **more})
 
     def to_dict(self) -> dict:
         return {"target": self.target, "lake": self.lake, "pinned_by": self.how, "as_of": self.as_of,
@@ -98,7 +112,7 @@ class PinnedTable(Table):
         self.pin = pin
 
     def timeline(self) -> Timeline:
-        return cut(super().timeline(), self.pin.cut)
+        return view(super().timeline(), self.pin)
 
     def _check_writable(self) -> None:
         from runtime.table.errors import TableError
@@ -112,6 +126,15 @@ def cut(timeline: Timeline, at: str) -> Timeline:
     commit that started before may complete after); in layout 1, which keeps no completion
     times, the instants after `at` are gone."""
     return _without_later(timeline.completed_by(at) if timeline.layout >= 2 else timeline, at)
+
+
+def view(timeline: Timeline, pin: Pin) -> Timeline:
+    """The timeline a pinned read sees: cut at the pin, without the instants that were in flight
+    when the pin was chosen (layout 1)."""
+    out = cut(timeline, pin.cut)
+    if pin.pending:
+        out.instants = [i for i in out.instants if i.time not in pin.pending]
+    return out
 
 
 def _without_later(timeline: Timeline, at: str) -> Timeline:
@@ -154,16 +177,50 @@ def _in_clock(utc: str, timeline: Timeline) -> str:
     return run_record.utc_instant(at)
 
 
-def _pin(name: str, timeline: Timeline, at: str | None, written: str | None) -> Pin | None:
-    if written is not None and any(i.time == written for i in timeline.completed()):
-        done = timeline.find(written)
-        return Pin(name, written, done.completion, done.completed_at)
-    if at is None:
-        latest = timeline.latest_completed()
-        return latest and Pin(name, latest.time, latest.completion, latest.completed_at)
-    local = _in_clock(at, timeline)
-    seen = cut(timeline, local).latest_completed()
-    return seen and Pin(name, seen.time, seen.completion, local)
+def _pin(name: str, timeline: Timeline, at: str | None, written: str | None, exact: str | None = None) -> Pin | None:
+    """The pin of table `name`: the commit the run record says was written (`written`), the
+    instant `exact` (an instant time given as --defer-as-of that the table has), else its latest
+    commit completed by `at` (UTC; None: now)."""
+    done = {i.time: i for i in timeline.completed()}
+    chosen = done.get(written) if written is not None else None
+    chosen = chosen or (done.get(exact) if exact is not None else None)
+    if chosen is None:
+        seen = timeline if at is None else cut(timeline, _in_clock(at, timeline))
+        chosen = seen.latest_completed()
+    if chosen is None:
+        return None
+    if timeline.layout >= 2:
+        return Pin(name, chosen.time, chosen.completion, chosen.completed_at)
+    pending = tuple(i.time for i in timeline.instants if not i.is_completed and i.time <= chosen.time)
+    return Pin(name, chosen.time, None, chosen.time, pending)
+
+
+def _open(target: str, lake: str, storage_options: tuple, name: str) -> Table:
+    """Table `name` of the deferred target's lake; a DeferError when it is missing or cannot be
+    reached (credentials, a bucket that is not there)."""
+    uri = f"{lake}/{name}"
+    try:
+        if not Table.exists(uri, storage_options):
+            raise DeferError(f"--defer {target}: table {name} is read by this run but not built, and there is no table {name} "
+                             f"in {target}'s lake ({uri})",
+                             f"build it in {target}, or select it too (`--select +...`) to build it in this target")
+        return Table.open(None, uri, storage_options)
+    except DeferError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the lake cannot be reached: say where, before Spark starts
+        raise DeferError(f"--defer {target}: cannot read table {name} in {target}'s lake ({uri}): {type(exc).__name__}: {exc}",
+                         f"check the location of {target}'s lake and credentials that can read it (docs/dev-loop.md)") from exc
+
+
+def _check_readable(target: str, name: str, table: Table, pin: Pin) -> None:
+    """The files of the pinned version are still there: a version the cleaner removed files of
+    would read as fewer rows (the full timeline knows the cleans after the pin)."""
+    from runtime.table.errors import TableError
+
+    try:
+        table._check_not_cleaned(table.timeline(), pin.instant)
+    except TableError as exc:
+        raise DeferError(f"--defer {target}: {exc}", f"pin {name} later (`--defer-as-of`), or keep more versions of it in {target}") from exc
 
 
 def deferred_tables(plan: Plan, selected: Iterable[str]) -> list[str]:
@@ -176,18 +233,18 @@ def deferred_tables(plan: Plan, selected: Iterable[str]) -> list[str]:
         step = plan.step(sid)
         for dep in step.depends_on:
             up = plan.step(dep)
-            if up.kind == "write":
-                out.add(up.name)
-            elif up.kind == "ingest" and up.config.get("kind") in ("table", "s3_incremental"):
-                out.add(up.config.get("table") or up.config.get("metadata_table"))
+            table = up.name if up.kind == "write" else up.reads_table
+            if table is not None:
+                out.add(table)
     return sorted(out - built)
 
 
 def plan_deferral(plan: Plan, selected: Iterable[str], target: str, lake: str, storage_options: tuple,
-                  as_of_text: str | None) -> Deferral:
-    """The pins of the run (see the module's doc); a DeferError when a deferred table is not in
-    prod's lake or has no commit at the pin."""
-    names = deferred_tables(plan, selected)
+                  as_of_text: str | None, names: Iterable[str] | None = None) -> Deferral:
+    """The pins of the run (see the module's doc) of the tables `names` (default: every table the
+    selected steps defer); a DeferError when a deferred table is not in prod's lake or has no
+    commit at the pin."""
+    names = deferred_tables(plan, selected) if names is None else sorted(names)
     if as_of_text is not None:
         try:
             as_of = parse_as_of(as_of_text)
@@ -202,18 +259,17 @@ def plan_deferral(plan: Plan, selected: Iterable[str], target: str, lake: str, s
         as_of = record.finished if record else None
         how = (f"{target}'s latest successful run, {record.describe()}" if record else
                f"each table's latest commit: {target}'s lake has no record of a successful run ({run_record.RECORD_PATH})")
-    deferral = Deferral(target, lake, storage_options, how, as_of)
+    pins = {}
+    exact = as_of_text.strip() if as_of_text is not None and re.fullmatch(r"\d{17}", as_of_text.strip()) else None
     for name in names:
-        uri = f"{lake}/{name}"
-        if not Table.exists(uri, storage_options):
-            raise DeferError(f"--defer {target}: table {name} is read by this run but not built, and there is no table {name} "
-                             f"in {target}'s lake ({uri})",
-                             f"build it in {target}, or select it too (`--select +...`) to build it in this target")
-        table = Table.open(None, uri, storage_options)
-        pin = _pin(name, table.timeline(), as_of, record.written.get(name) if record else None)
+        table = _open(target, lake, storage_options, name)
+        timeline = table.timeline()
+        pin = _pin(name, timeline, as_of, record.written.get(name) if record else None, exact)
         if pin is None:
             when = f" by {run_record.shown(as_of)}" if as_of else ""
-            raise DeferError(f"--defer {target}: table {name} has no completed commit{when} in {target}'s lake ({uri})",
+            older = " (its earlier commits have been archived)" if timeline.instants else ""
+            raise DeferError(f"--defer {target}: table {name} has no completed commit{when} in {target}'s lake ({table.storage.spec.uri}){older}",
                              "choose a later --defer-as-of, or build the table in this target too")
-        deferral.pins[name] = pin
-    return deferral
+        _check_readable(target, name, table, pin)
+        pins[name] = pin
+    return Deferral(target, lake, storage_options, how, as_of, pins)

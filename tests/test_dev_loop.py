@@ -176,7 +176,7 @@ def test_defer_reads_prod_pinned_and_a_rerun_or_retry_reads_the_same_rows(spark,
     model2 = sorted(tuple(r[c] if c != "amount" else Decimal(r[c]) for c in order_cols) for r in _orders_after(2).values())
     assert _hudi(dev_lake, "order_log", order_cols) == model2
     results = _results(dev)
-    assert results["defer"]["target"] == "prod" and results["defer"]["tables"] == {"orders": {"instant": pinned}}
+    assert results["defer"]["target"] == "prod" and results["defer"]["tables"] == {"orders": {"instant": pinned, "cut": pinned}}
     step = {s["id"]: s for s in results["steps"]}["table.customer_totals"]
     assert step["inputs"]["orders"] == {"instant": pinned, "checkpoint": pinned, "deferred": "prod"}
     assert "orders of prod at " + pinned in step["read"]
@@ -294,10 +294,12 @@ def test_state_and_result_selectors_against_a_reference_run(checkouts, capsys):
         {"id": "table.orders", "kind": "write", "state": "success"},
         {"id": "table.customer_totals", "kind": "write", "state": "error"},
         {"id": "table.order_log", "kind": "write", "state": "skipped"},
-        {"id": "test.gone", "kind": "test", "state": "error", "failures": 3}]}))
-    assert ls("result:error") == ["table.customer_totals"]
+        {"id": "test.not_null_returns_order_id", "kind": "test", "state": "error", "failures": 3},
+        {"id": "test.gone", "kind": "test", "state": "error", "failures": 1}]}))
+    assert ls("result:error") == ["table.customer_totals"]  # a test that found failing rows is `fail`, not `error`
+    assert ls("result:fail") == ["test.not_null_returns_order_id"]  # a step gone from the project is not selected
     assert ls("result:error+", "result:skipped") == ["table.customer_totals", "table.order_log"]
-    assert ls("result:fail") == []
+    assert ls("result:warn") == []
 
     for args, text in [
         (("--select", "state:modified"), "'state:modified' compares with a reference run: it needs --state DIR"),
@@ -361,3 +363,30 @@ def test_empty_and_sample_builds_consume_nothing_and_the_next_real_run_rebuilds(
     assert len(_hudi(dev_lake, "orders", ["order_id"])) == len(_round(2))
     code, out, err = _pipe(capsys, dev, "run", "--sample", "2 weeks")
     assert code == 2 and "--sample '2 weeks' is not a sample" in out + err
+
+
+def test_defer_on_hudi_1x_pins_the_printed_instant_and_refuses_a_version_the_cleaner_removed(spark, checkouts, capsys):
+    prod, dev, tmp = checkouts
+    prod_lake, dev_lake = tmp / "prodlake", tmp / "devlake"
+    totals = ["customer", "lines", "total", "last_ts"]
+    for root in (prod, dev):  # orders: Hudi 1.x (timeline layout 2: pins by completion time), one version kept
+        yml = root / "tables/orders.yml"
+        yml.write_text(yml.read_text().replace("    precombine: ts_ms\n  customer_totals:",
+                                               "    precombine: ts_ms\n    table_version: 9\n    clean: {retain: 1}\n  customer_totals:"))
+    finished = []
+    for n in (1, 2, 3):
+        _write_round(prod, n)
+        _ok(capsys, prod, "run", "--target", "prod", "-q", "--select", "orders")
+        finished.append(_record(prod_lake))
+    assert Table.open(None, str(prod_lake / "orders")).config.table_version == 9
+    latest = finished[-1]["written"]["orders"]
+    out = _ok(capsys, dev, "run", "--defer", "prod", "--select", "customer_totals")
+    assert f"orders at {latest}" in out
+    assert _hudi(dev_lake, "customer_totals", totals) == _totals_after(3)
+    # the instant printed, given back, pins the very same commit (not the one completed before it)
+    out = _ok(capsys, dev, "run", "--defer", "prod", "--defer-as-of", latest, "--select", "customer_totals")
+    assert f"orders at {latest}" in out and "no new input" in out
+    # run 1's version of orders: its files were cleaned (retain 1), so it is refused, not read short
+    code, out, err = _pipe(capsys, dev, "run", "--defer", "prod", "--defer-as-of", finished[0]["finished"], "--select", "customer_totals")
+    assert code == 1 and "--defer prod: table orders as of " in out + err and "cannot be read" in out + err, out + err
+    assert _hudi(dev_lake, "customer_totals", totals) == _totals_after(3)

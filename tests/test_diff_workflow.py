@@ -129,8 +129,10 @@ def run_step(tmp_path):
     runner_temp = tmp_path / "runner-temp"
     runner_temp.mkdir()
 
-    def run(root: Path, step_id: str, job: str = "diff"):
+    def run(root: Path, step_id: str, job: str = "diff", outputs: dict[str, str] | None = None):
         script = _step(step_id, job)["run"].replace("${{ github.base_ref }}", BASE_BRANCH)
+        for name, value in (outputs or {}).items():  # ${{ steps.<id>.outputs.<name> }} of an earlier step
+            script = script.replace("${{ steps." + name + " }}", value)
         assert "${{" not in script, f"step {step_id} uses an expression this test does not fill in: {script}"
         out, summary = tmp_path / f"{step_id}.output", tmp_path / f"{step_id}.summary"
         out.write_text("")
@@ -330,14 +332,33 @@ def test_the_data_job_builds_the_modified_table_against_prod_and_gates_on_its_ro
     assert {s["id"] for s in built["steps"] if s["kind"] == "write"} == {"table.customer_revenue"}
     assert sorted(p.name for p in (root / "target/ci-lake").iterdir() if not p.name.startswith(".")) == ["customer_revenue"]
 
-    proc, _, summary = run_step(root, "data", "data")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, outputs, summary = run_step(root, "data", "data")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # a tripped gate does not fail this step
+    assert "exit-code=1" in outputs.splitlines()
     md = (root / "pipe-data-diff.md").read_text(encoding="utf-8")
     assert summary == md and "customer_revenue" in md
     # every row's `orders` changed, and both sides read the same upstream commits (prod's, pinned)
     assert "| `customer_revenue` | 5 | 5 | 0 | 0 | 5 (100.00%) | `orders` 5 (100.00%) | same (other definition) |" in md
-    assert "| `101` | `orders` | 2 | 3 |" in md
+    assert "| `customer_id=101` | `orders` | 2 | 3 |" in md
 
-    proc, _, _ = run_step(root, "data-gate", "data")
+    assert "**Data gates failed**" in md
+    proc, _, _ = run_step(root, "data-gate", "data", {"data.outputs.exit-code": "1"})
     assert proc.returncode == 1, proc.stdout + proc.stderr  # every row changed: more than 1%
-    assert "customer_revenue" in proc.stdout + proc.stderr and "changed_rows" in proc.stdout + proc.stderr
+    [line] = proc.stdout.splitlines()
+    assert line.startswith("::error::") and "customer_revenue" in line and "changed_rows" in line
+
+    # a pull request that changes no table: nothing is built, the data diff compares nothing and passes
+    git(root, "checkout", "-q", BASE_BRANCH)
+    git(root, "checkout", "-q", "-b", "docs-only")
+    _edit(root / "tables/orders.yml", "orders:", "orders:  # the orders")
+    git(root, "commit", "-q", "-am", "a comment")
+    shutil.rmtree(tmp_path / "runner-temp")  # a new job: a new runner
+    (tmp_path / "runner-temp").mkdir()
+    git(root, "worktree", "prune")
+    for step in ("state", "build", "data"):
+        proc, outputs, _ = run_step(root, step, "data")
+        assert proc.returncode == 0, (step, proc.stdout + proc.stderr)
+    assert "exit-code=0" in outputs.splitlines()
+    assert "0 tables compared" in (root / "pipe-data-diff.md").read_text(encoding="utf-8")
+    proc, _, _ = run_step(root, "data-gate", "data", {"data.outputs.exit-code": "0"})
+    assert proc.returncode == 0

@@ -231,6 +231,9 @@ class RunContext:
         lake = cluster.local_folder(self.lake)
         if lake is not None:
             folders.append((f"the lake of target {self.plan.target.name}", lake))
+        deferred = cluster.local_folder(self.defer.lake) if self.defer is not None and self.defer.pins else None
+        if deferred is not None:  # --defer: the tasks read the other target's tables too
+            folders.append((f"the lake of target {self.defer.target} (--defer)", deferred))
         for step in self.plan.steps:
             if step.kind == "ingest" and step.config.get("kind") == "files" and step.id in self.selected:
                 path = str(step.config.get("path", ""))
@@ -286,9 +289,7 @@ class RunContext:
         `table` that has read it incrementally."""
         out = []
         for src in self.plan.steps:
-            if src.kind != "ingest" or src.config.get("kind") not in ("table", "s3_incremental"):
-                continue
-            if (src.config.get("table") or src.config.get("metadata_table")) != table:
+            if src.reads_table is None or src.reads_table != table:
                 continue
             for reader in self.plan.steps:
                 if reader.kind != "write" or src.id not in reader.depends_on or not self.table_exists(reader.name):

@@ -131,8 +131,8 @@ def deferred_inputs(ctx: RunContext, step: Step) -> dict[str, str]:
     out = {}
     for dep in step.depends_on:
         up = ctx.plan.step(dep)
-        table = up.name if up.kind == "write" else up.config.get("table") or up.config.get("metadata_table")
-        if up.kind == "ingest" and up.config.get("kind") not in ("table", "s3_incremental"):
+        table = up.name if up.kind == "write" else up.reads_table
+        if table is None:
             continue
         pin = ctx.deferred(table)
         if pin is not None:

@@ -92,8 +92,8 @@ def _latest_instants(ctx: RunContext, step: Step) -> dict[str, str] | None:
     out = {}
     for dep in step.depends_on:
         kind, name = dep.split(".", 1)
-        if kind != "table" or not ctx.table_exists(name):
-            return None
+        if kind != "table" or ctx.deferred(name) is not None or not ctx.table_exists(name):
+            return None  # a deferred table is another lake's: what dev's memory holds is not of it
         latest = ctx.open_table(name).timeline().latest_completed()
         if latest is None:
             return None

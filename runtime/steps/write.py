@@ -95,6 +95,10 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     if sample is not None and ctx.reads_queue(step) == "s3_events":
         raise RunError(f"table {step.name} reads an SQS queue: {'--empty' if sample.empty else '--sample'} cannot read part of it "
                        "(its messages are received when read)", "leave this table out of a sampled run (--exclude)")
+    if sample is not None and not sample.empty and exists and ctx.reads_queue(step):
+        raise RunError(f"table {step.name} reads a Kafka topic: --sample would rebuild it from part of the topic, and the next run "
+                       "could not rebuild it whole (retention may have removed old messages)",
+                       "leave this table out of a sampled run (--exclude), or sample a copy of it in another target")
     checking = sample is not None and sample.empty and exists  # --empty on a built table: checked, never written
     resampled = "" if sample is not None or not state.sample else f"its last build was {_sample_said(state.sample)}"
     moved = "; ".join(w for w in (moved, resampled) if w)
@@ -130,6 +134,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
 
     spark = ctx.spark()
     ctx.check_spark_reads(spark, uri, step.name)
+    for name in sorted({t for t in refs if t in deferred} | {ctx.plan.step(f"source.{n}").reads_table for n in deferred if n in sources})[:1]:
+        ctx.check_spark_reads(spark, f"{ctx.defer.lake}/{name}", f"{name} of target {ctx.defer.target} (--defer)")
     session = spark_api.step_session(spark, step.id, f"pipe {step.id}")
     rows_read = 0
     for name, p in sources.items():
@@ -266,18 +272,31 @@ def _checked_without_rows(step: Step, config: Mapping[str, Any], table, df) -> s
     return f"checked with no rows: its SQL runs and its {len(df.columns)} columns fit the stored table; nothing written"
 
 
+def refs_of(step: Step, ctx: RunContext) -> set[str]:
+    """The tables `step` reads by ref() (their snapshot: no incremental checkpoint)."""
+    return {ctx.plan.step(d).name for d in step.depends_on if ctx.plan.step(d).kind == "write"}
+
+
 def _moved_inputs(ctx: RunContext, step: Step, state: Stored, deferred: Mapping[str, str]) -> str:
     """Which inputs of the built table come from another lake than its latest commit's did (with
-    --defer and before without it, or the other way round), said for the user; "" when none. Its
-    rows then come from other data, and its checkpoints name instants of another timeline: the
-    table is rebuilt from the inputs as they are now."""
+    --defer and before without it, or the other way round), or that are pinned earlier than what
+    an incremental input read last, said for the user; "" when none. Its rows then come from other
+    data, and its checkpoints name instants of another timeline: the table is rebuilt from the
+    inputs as they are now."""
     here = f"target {ctx.plan.target.name}'s lake"
     now = {n: ctx.defer.target for n in deferred}
     changed = sorted(n for n in set(now) | set(state.deferred) if now.get(n) != state.deferred.get(n))
-    if not changed or (not state.checkpoints and state.fingerprint is None):
+    if not state.checkpoints and state.fingerprint is None:
         return ""
     said = [f"{n} from {now[n] + ' at ' + deferred[n] if n in now else here}, before from "
             f"{state.deferred[n] if n in state.deferred else here}" for n in changed]
+    # an incremental input read from the same target up to a later commit than its pin now:
+    # the rows after the pin are in the table already
+    back = sorted(n for n in now if n not in changed and n not in refs_of(step, ctx)
+                  and state.checkpoints.get(n, "").split("_", 1)[0] > deferred[n])
+    said += [f"{n} from {now[n]} at {deferred[n]}, earlier than the {state.checkpoints[n].split('_', 1)[0]} it read last" for n in back]
+    if not said:
+        return ""
     return "its input " + "; ".join(said) if len(said) == 1 else "its inputs " + "; ".join(said)
 
 
