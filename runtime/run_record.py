@@ -22,8 +22,9 @@ RECORD_PATH = ".pipe-last-success.json"  # beside the tables (whose names never 
 
 def utc_instant(at: dt.datetime | None = None) -> str:
     """`at` (default now) as a UTC instant time, yyyyMMddHHmmssSSS."""
-    at = (at or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
-    return at.strftime("%Y%m%d%H%M%S") + f"{at.microsecond // 1000:03d}"
+    from runtime.table.timeline import format_time
+
+    return format_time((at or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc))
 
 
 @dataclass(frozen=True)

@@ -304,11 +304,11 @@ def test_a_compaction_between_reading_the_input_and_writing_is_no_conflict(spark
     """`pipe compact` while `pipe run` reads its input: the run's write (based on the latest
     write it read) went on failing as 'another run wrote it meanwhile'. A compaction brings
     no data; another writer's commit does, and is named."""
-    from runtime.steps.context import stored_state
+    from runtime.steps.context import stored
     from runtime.table.errors import TableError
 
     table, path, last = orders
-    _, _, based_on = stored_state(table)  # what `pipe run` notes when it reads its input
+    based_on = stored(table).based_on  # what `pipe run` notes when it reads its input
     assert based_on == last
     compacted = Table.open(spark, str(path)).compact()  # `pipe compact`, from another process
     assert compacted > last
@@ -316,7 +316,7 @@ def test_a_compaction_between_reading_the_input_and_writing_is_no_conflict(spark
     expected = sorted([r for r in EXPECTED if r[0] != 2] + [(2, "US", 3, "two-3"), (9, "EU", 3, "nine")])
     assert pipe_rows(table) == hudi_rows(path) == expected
 
-    _, _, based_on = stored_state(table)
+    based_on = stored(table).based_on
     other = Table.open(spark, str(path)).write(spark.createDataFrame([(4, "US", 4, "four-4")], SCHEMA), "upsert")
     with pytest.raises(TableError) as err:
         table.write(spark.createDataFrame([(4, "US", 5, "four-5")], SCHEMA), "upsert", expect_latest=based_on)

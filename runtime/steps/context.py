@@ -327,9 +327,3 @@ def stored(table) -> Stored:
                 return {k[len(prefix):]: v for k, v in extra.items() if k.startswith(prefix)}
             return Stored(under(CHECKPOINT_PREFIX), extra.get(FINGERPRINT_KEY), latest, under(DEFERRED_PREFIX), extra.get(SAMPLE_KEY))
     return Stored({}, None, latest, {})
-
-
-def stored_state(table) -> tuple[dict[str, str], str | None, str | None]:
-    """`stored(table)`'s checkpoints, fingerprint and the instant they were read at."""
-    s = stored(table)
-    return s.checkpoints, s.fingerprint, s.based_on

@@ -296,7 +296,8 @@ _clock_lock = threading.Lock()
 _last_issued: dict[object, str] = {}
 
 
-def _format(t: dt.datetime) -> str:
+def format_time(t: dt.datetime) -> str:
+    """`t` as an instant time, yyyyMMddHHmmssSSS (in `t`'s own zone)."""
     return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
 
 
@@ -305,7 +306,7 @@ def completion_of_mtime(mtime_ms: int, time: str, local: bool) -> str:
     "legacy" one of layout 2): the file's modification time, in the timeline's time zone (the
     process's for LOCAL), never before the instant itself."""
     at = dt.datetime.fromtimestamp(mtime_ms / 1000, None if local else dt.timezone.utc)
-    return max(_format(at), time)
+    return max(format_time(at), time)
 
 
 def epoch_ms_of(time: str, local: bool) -> int:
@@ -347,11 +348,11 @@ def new_instant_time(after: str | None = None, local: bool = False, utc_offset: 
             zone = "UTC"
         slot = (table, zone)
         floor = max(after or "", _last_issued.get(slot, ""))
-        candidate = _format(now)
+        candidate = format_time(now)
         if floor and candidate <= floor:
             base = dt.datetime.strptime(floor[:14], "%Y%m%d%H%M%S")
             base += dt.timedelta(milliseconds=int(floor[14:17] or 0) + 1)
-            candidate = _format(base)
+            candidate = format_time(base)
         _last_issued[slot] = candidate
         return candidate
 
