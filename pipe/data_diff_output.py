@@ -105,8 +105,12 @@ def _row_text(r: dict[str, Any]) -> str:
     return ", ".join(f"{k}={_short(v)}" for k, v in r.items())
 
 
+def _key(r: dict[str, Any], keys) -> str:
+    return ", ".join(f"{k}={r[k]}" for k in keys if k in r)
+
+
 def _changed_text(r: dict[str, Any], keys) -> str:
-    key = ", ".join(str(r[k]) for k in keys if k in r)
+    key = _key(r, keys)
     diffs = "; ".join(f"{k}: {' -> '.join(_pair(v['base'], v['head']))}" for k, v in r.items() if k not in keys)
     return f"{key}  {diffs}"
 
@@ -209,7 +213,7 @@ def _md_samples(t: TableDataDiff, b: str, h: str) -> list[str]:
         out += [f"`{_md(t.table)}` changed ({len(rows)} of {t.changed_rows:,})", "",
                 f"| key | column | {_md(b)} | {_md(h)} |", "|---|---|---|---|"]
         for r in rows:
-            key = ", ".join(str(r[k]) for k in t.join_on if k in r)
+            key = _key(r, t.join_on)
             for col, v in r.items():
                 if col not in t.join_on:
                     base, head = _pair(v["base"], v["head"], _cell)

@@ -152,7 +152,10 @@ def compare(spark, name: str, base, head, partition_scoped: bool = False, sample
         keyed = bool(base.config.record_key_fields) and bool(head.config.record_key_fields)
         if not keyed:
             return _compare_whole_rows(spark, name, bdf, hdf, bcols, hcols, notes, samples, labels)
-        return _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, partition_scoped, samples, labels)
+        key_pairs = _key_columns(base.config, head.config, bcols, hcols, partition_scoped)
+        same_parts = [p for p in head.config.partition_fields if p.lower() in {q.lower() for q in base.config.partition_fields}]
+        partitions = same_parts if len(same_parts) == len(head.config.partition_fields) == len(base.config.partition_fields) else []
+        return _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, key_pairs, partitions, partition_scoped, samples, labels)
     except PipeError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark failed: say what we were doing
@@ -225,76 +228,127 @@ def _bounded_samples(spark) -> bool:
     return (major, minor) >= (4, 2)
 
 
-def _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, partition_scoped, samples, labels) -> TableDataDiff:
+def _key_columns(bconf, hconf, bcols, hcols, partition_scoped: bool) -> list[tuple[Any, Any]] | None:
+    """The (base, head) data columns that identify a row on both sides: the record key fields (and
+    the partition fields when keys are unique only within a partition), when both sides declare
+    the same ones with the same types. A record key's text and partition path are functions of
+    these values, so matching on them matches what `_hoodie_record_key` and
+    `_hoodie_partition_path` do, with typed values (cheaper to join, and ordered as numbers and
+    times are). None: match on the meta columns instead."""
+    def fields(conf) -> list[str]:
+        return [f.lower() for f in (*conf.record_key_fields, *(conf.partition_fields if partition_scoped else ()))]
+
+    if fields(bconf) != fields(hconf):
+        return None
+    bmap, hmap = {f.name.lower(): f for f in bcols}, {f.name.lower(): f for f in hcols}
+    pairs = [(bmap.get(n), hmap.get(n)) for n in fields(bconf)]
+    if any(b is None or h is None or b.dataType != h.dataType for b, h in pairs):
+        return None
+    return pairs
+
+
+def _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, key_pairs, partitions, partition_scoped, samples, labels) -> TableDataDiff:
+    """`key_pairs`: the typed key columns (_key_columns), or None to match on the meta columns.
+    `partitions`: the partition fields both sides have, whose change is a move (key_pairs only)."""
     from pyspark.sql import functions as F
 
     common, dropped, added, retyped = _columns(bcols, hcols, labels)
-    keys = [KEY, PARTITION] if partition_scoped else [KEY]
-    knames = [f"__k{i}" for i in range(len(keys))]
-    moves = not partition_scoped  # a key may change partition: count the moves
-    b = bdf.select(*[F.col(k).alias(n) for k, n in zip(keys, knames)], F.lit(True).alias("__in_b"),
-                   *([F.col(PARTITION).alias("__bp")] if moves else []),
-                   *[F.col(f"`{f.name}`").alias(f"__b{i}") for i, f in enumerate(bcols)])
-    h = hdf.select(*[F.col(k).alias(n) for k, n in zip(keys, knames)], F.lit(True).alias("__in_h"),
-                   *([F.col(PARTITION).alias("__hp")] if moves else []),
-                   *[F.col(f"`{f.name}`").alias(f"__h{i}") for i, f in enumerate(hcols)])
-    joined = b.join(h, on=knames, how="full_outer")
     bi = {f.name: i for i, f in enumerate(bcols)}
     hi = {f.name: i for i, f in enumerate(hcols)}
+    # typed keys are data columns, shuffled once; the meta columns' texts are columns of their own
+    meta = [KEY, PARTITION] if partition_scoped else [KEY]
+    keys = [h.name for _, h in key_pairs] if key_pairs is not None else meta
+    bkeys = [f"__b{bi[b.name]}" for b, _ in key_pairs] if key_pairs is not None else [f"__bk{i}" for i in range(len(meta))]
+    hkeys = [f"__h{hi[h.name]}" for _, h in key_pairs] if key_pairs is not None else [f"__hk{i}" for i in range(len(meta))]
+    # a move: the partition of a key changed (matched by key alone); told by the partition columns, or the paths
+    by_path = not partition_scoped and key_pairs is None
+    b = bdf.select(*([F.col(k).alias(f"__bk{i}") for i, k in enumerate(meta)] if key_pairs is None else []), F.lit(True).alias("__in_b"),
+                   *([F.col(PARTITION).alias("__bp")] if by_path else []),
+                   *[F.col(f"`{f.name}`").alias(f"__b{i}") for i, f in enumerate(bcols)])
+    h = hdf.select(*([F.col(k).alias(f"__hk{i}") for i, k in enumerate(meta)] if key_pairs is None else []), F.lit(True).alias("__in_h"),
+                   *([F.col(PARTITION).alias("__hp")] if by_path else []),
+                   *[F.col(f"`{f.name}`").alias(f"__h{i}") for i, f in enumerate(hcols)])
+    # A record key of one field is never null (Hudi refuses the row); a part of a composite key
+    # may be (its text says __null__): those are matched null-safe.
+    on = [F.col(x) == F.col(y) if len(keys) == 1 else F.col(x).eqNullSafe(F.col(y)) for x, y in zip(bkeys, hkeys)]
+    joined = b.join(h, on=_all(on), how="full_outer")
     in_b, in_h = F.col("__in_b").isNotNull(), F.col("__in_h").isNotNull()
     both = in_b & in_h
     diffs = [both & ~_comparable(F, F.col(f"__b{bi[bf.name]}"), bf.dataType, hf.dataType)
              .eqNullSafe(_comparable(F, F.col(f"__h{hi[hf.name]}"), hf.dataType, bf.dataType)) for bf, hf in common]
-    flagged = joined.select("*", *[d.alias(f"__d{i}") for i, d in enumerate(diffs)],
-                            *([(both & ~F.col("__bp").eqNullSafe(F.col("__hp"))).alias("__moved")] if moves else []))
-    changed = F.lit(False)
-    for i in range(len(diffs)):
-        changed = changed | F.col(f"__d{i}")
-    kind = (F.when(~in_b, ADDED).when(~in_h, REMOVED).when(changed, CHANGED).otherwise(UNCHANGED))
-    flagged = flagged.withColumn("__kind", kind)
+    parts = {p.lower() for p in partitions}
+    moved_by = [i for i, (_, hf) in enumerate(common) if hf.name.lower() in parts] if not partition_scoped and not by_path else []
+    key_values = [F.coalesce(F.col(x), F.col(y)).alias(k) for x, y, k in zip(bkeys, hkeys, keys)]
+    flagged = joined.select(*key_values, "*", *[d.alias(f"__d{i}") for i, d in enumerate(diffs)])
+    changed = _any([F.col(f"__d{i}") for i in range(len(diffs))])
+    moved = (both & ~F.col("__bp").eqNullSafe(F.col("__hp"))) if by_path else _any([F.col(f"__d{i}") for i in moved_by]) if moved_by else None
+    kind = F.when(~in_b, ADDED).when(~in_h, REMOVED).when(changed, CHANGED).otherwise(UNCHANGED)
+    key_struct = [F.col(f"`{k}`") for k in keys]
+    sample_of = {
+        "added": F.struct(*([] if key_pairs else key_struct), *[F.col(f"__h{i}").alias(f.name) for i, f in enumerate(hcols)]),
+        "removed": F.struct(*([] if key_pairs else key_struct), *[F.col(f"__b{i}").alias(f.name) for i, f in enumerate(bcols)]),
+        "changed": F.struct(*key_struct, *[F.col(f"__d{i}").alias(f"d{i}") for i in range(len(common))],
+                            *[F.col(f"__b{bi[bf.name]}").alias(f"b{i}") for i, (bf, _) in enumerate(common)],
+                            *[F.col(f"__h{hi[hf.name]}").alias(f"h{i}") for i, (_, hf) in enumerate(common)]),
+    }
+    order = key_struct[0] if len(keys) == 1 else F.struct(*key_struct)
+    bounded = samples > 0 and _bounded_samples(spark)
+    # What the aggregation reads, narrow: each row's kind and flags, and for a row that is no
+    # unchanged one its sample with its key (the sort order); an unchanged row carries nulls.
+    # Each sample column is read twice below (value and order), so Spark keeps this projection
+    # in the join's generated code rather than moving the struct into the aggregation, which
+    # (min_by with k has no generated code) would copy every column of every row into it.
+    narrow = flagged.select(kind.alias("__kind"), *[F.col(f"__d{i}") for i in range(len(diffs))],
+                            *([moved.alias("__moved")] if moved is not None else []),
+                            *([F.when(kind == KINDS[kd], F.struct(order.alias("o"), s.alias("v"))).alias(f"__s_{kd}")
+                               for kd, s in sample_of.items()] if bounded else []))
     k = F.col("__kind")
     aggs = [F.count_if(k != ADDED).alias("base_rows"), F.count_if(k != REMOVED).alias("head_rows"),
             F.count_if(k == ADDED).alias("added"), F.count_if(k == REMOVED).alias("removed"),
             F.count_if(k == CHANGED).alias("changed"), F.count_if(k == UNCHANGED).alias("unchanged")]
-    aggs += [F.count_if(F.col("__moved")).alias("moved")] if moves else []
+    aggs += [F.count_if(F.col("__moved")).alias("moved")] if moved is not None else []
     aggs += [F.count_if(F.col(f"__d{i}")).alias(f"m{i}") for i in range(len(common))]
-    key_fields = [F.col(n).alias(k_) for n, k_ in zip(knames, keys)]
-    sample_of = {
-        "added": F.struct(*key_fields, *[F.col(f"__h{i}").alias(f.name) for i, f in enumerate(hcols)]),
-        "removed": F.struct(*key_fields, *[F.col(f"__b{i}").alias(f.name) for i, f in enumerate(bcols)]),
-        "changed": F.struct(*key_fields, *[F.col(f"__d{i}").alias(f"d{i}") for i in range(len(common))],
-                            *[F.col(f"__b{bi[bf.name]}").alias(f"b{i}") for i, (bf, _) in enumerate(common)],
-                            *[F.col(f"__h{hi[hf.name]}").alias(f"h{i}") for i, (_, hf) in enumerate(common)]),
-    }
-    order = F.col(knames[0]) if len(knames) == 1 else F.struct(*knames)
-    bounded = samples > 0 and _bounded_samples(spark)
     if bounded:  # the samples come with the counts, from the same pass: the rows of smallest keys of each kind
-        aggs += [F.min_by(F.when(k == KINDS[kd], s), F.when(k == KINDS[kd], order), samples).alias(f"s_{kd}")
-                 for kd, s in sample_of.items()]
-    row = flagged.agg(*aggs).collect()[0]
-    counts = {kd: row[kd] for kd in ("added", "removed", "changed")}
+        aggs += [F.min_by(F.col(f"__s_{kd}.v"), F.col(f"__s_{kd}.o"), samples).alias(f"s_{kd}") for kd in sample_of]
+    row = narrow.agg(*aggs).collect()[0]
     picked: dict[str, list] = {}
     for kd, s in sample_of.items():
-        if samples <= 0 or not counts[kd]:
+        if samples <= 0 or not row[kd]:
             picked[kd] = []
         elif bounded:
             picked[kd] = list(row[f"s_{kd}"] or [])
         else:  # an older Spark: one more job per kind with rows, ordered and limited in Spark
-            picked[kd] = [r[0] for r in flagged.filter(k == KINDS[kd]).orderBy(order).select(s).limit(samples).collect()]
+            picked[kd] = [r[0] for r in flagged.filter(kind == KINDS[kd]).orderBy(order).select(s).limit(samples).collect()]
     both_rows = row["changed"] + row["unchanged"]
     columns = tuple(ColumnDiff(hf.name, row[f"m{i}"], (row[f"m{i}"] / both_rows) if both_rows else None,
                                bf.dataType.simpleString(), hf.dataType.simpleString()) for i, (bf, hf) in enumerate(common))
     if partition_scoped:
-        notes.append("keys are unique within a partition (index: partition or bucket): rows are matched by key and partition path, "
+        notes.append("keys are unique within a partition (index: partition or bucket): rows are matched by key and partition, "
                      "so a row that changed partition counts as removed and added")
+    if key_pairs is None:
+        notes.append(f"rows are matched by {' and '.join(keys)}: the sides do not declare the same key columns with the same types")
     return TableDataDiff(
         table=name, status="compared", join_on=tuple(keys), base_rows=row["base_rows"], head_rows=row["head_rows"],
         added_rows=row["added"], removed_rows=row["removed"], changed_rows=row["changed"], unchanged_rows=row["unchanged"],
-        moved_rows=row["moved"] if moves else None, columns=columns, added_columns=tuple(added), dropped_columns=tuple(dropped),
-        notes=tuple(notes + retyped),
+        moved_rows=row["moved"] if moved is not None else None, columns=columns, added_columns=tuple(added),
+        dropped_columns=tuple(dropped), notes=tuple(notes + retyped),
         samples={"added": tuple(_row(r) for r in picked["added"]), "removed": tuple(_row(r) for r in picked["removed"]),
                  "changed": tuple(_changed_row(r, keys, common) for r in picked["changed"])},
     )
+
+
+def _any(cols):
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    return reduce(lambda a, b: a | b, cols) if cols else F.lit(False)
+
+
+def _all(cols):
+    from functools import reduce
+
+    return reduce(lambda a, b: a & b, cols) if len(cols) > 1 else cols[0]
 
 
 def _row(r) -> dict[str, Any]:

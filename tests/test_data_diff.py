@@ -131,10 +131,6 @@ def _dev_note(i: int) -> str | None:
     return _note(i)
 
 
-def _key(i: int) -> str:
-    return f"order_id:{i // 4},line:{i % 4}"
-
-
 def _amount(i: int, plus: int = 0) -> str:
     cents = i * 37 + plus
     return f"{cents // 100}.{cents % 100:02d}"
@@ -209,7 +205,8 @@ def test_rows_are_matched_by_composite_key_and_every_kind_of_change_counts_exact
     doc, tables = everything
     assert doc["data_diff_schema_version"] == 1 and (doc["base"], doc["head"]) == ("prod", "dev")
     orders = tables["orders"]
-    assert orders["status"] == "compared" and orders["join_on"] == ["_hoodie_record_key"]
+    # matched by the key's columns (what _hoodie_record_key is made of), typed
+    assert orders["status"] == "compared" and orders["join_on"] == ["order_id", "line"]
     assert orders["rows"] == {"base": ROWS, "head": ROWS - len(DELETED) + INSERTS, "added": INSERTS, "removed": len(DELETED),
                               "changed": len(UPDATED), "unchanged": ROWS - len(DELETED) - len(UPDATED), "moved": len(MOVED)}
     mismatches = {c["name"]: c["mismatches"] for c in orders["columns"]}
@@ -233,16 +230,17 @@ def test_rows_are_matched_by_composite_key_and_every_kind_of_change_counts_exact
 def test_samples_are_the_rows_of_smallest_keys_with_the_values_of_each_side(everything):
     _, tables = everything
     samples = tables["orders"]["samples"]
-    assert [r["_hoodie_record_key"] for r in samples["removed"]] == sorted(_key(i) for i in DELETED)[:5]
-    assert [r["_hoodie_record_key"] for r in samples["added"]] == sorted(_key(i) for i in ADDED)[:5]
-    first_added = min(ADDED, key=_key)
+    # in the order of the key's values (row i is order i div 4, line i % 4: the order of i)
+    assert [(r["order_id"], r["line"]) for r in samples["removed"]] == [(i // 4, i % 4) for i in sorted(DELETED)[:5]]
+    assert [(r["order_id"], r["line"]) for r in samples["added"]] == [(i // 4, i % 4) for i in sorted(ADDED)[:5]]
+    first = min(ADDED)
     assert samples["added"][0] | {"updated_at": None} == {
-        "_hoodie_record_key": _key(first_added), "order_id": first_added // 4, "line": first_added % 4,
-        "region": REGIONS[first_added % 5], "amount": _amount(first_added), "updated_at": None, "note": _note(first_added), "op": "U"}
-    changed = sorted(UPDATED, key=_key)[:5]
-    assert [r["_hoodie_record_key"] for r in samples["changed"]] == [_key(i) for i in changed]
+        "order_id": first // 4, "line": first % 4, "region": REGIONS[first % 5], "amount": _amount(first), "updated_at": None,
+        "note": _note(first), "op": "U"}
+    changed = sorted(UPDATED)[:5]
+    assert [(r["order_id"], r["line"]) for r in samples["changed"]] == [(i // 4, i % 4) for i in changed]
     for i, row in zip(changed, samples["changed"]):
-        want = {"_hoodie_record_key", "updated_at"}
+        want = {"order_id", "line", "updated_at"}
         want |= {"amount"} if _in("amount", i) else set()
         want |= {"region"} if i in MOVED else set()
         want |= {"note"} if _dev_note(i) != _note(i) else set()
@@ -258,12 +256,12 @@ def test_samples_are_the_rows_of_smallest_keys_with_the_values_of_each_side(ever
 def test_a_partition_scoped_table_counts_a_move_as_removed_and_added(everything):
     _, tables = everything
     t = tables["orders_by_region"]
-    assert t["join_on"] == ["_hoodie_record_key", "_hoodie_partition_path"]
+    assert t["join_on"] == ["order_id", "line", "region"]
     assert t["rows"] == {"base": ROWS, "head": ROWS - len(DELETED) + INSERTS, "added": INSERTS + len(MOVED),
                          "removed": len(DELETED) + len(MOVED), "changed": sum(1 for i in UPDATED - MOVED if _in("amount", i)),
                          "unchanged": ROWS - len(DELETED) - len(MOVED) - sum(1 for i in UPDATED - MOVED if _in("amount", i)),
                          "moved": None}
-    assert any("matched by key and partition path" in n for n in t["notes"])
+    assert any("matched by key and partition" in n for n in t["notes"])
 
 
 def test_a_keyless_table_is_compared_as_whole_rows(everything):
@@ -311,10 +309,10 @@ def test_markdown_section_and_a_gate_that_trips(built, capsys):
     assert failed[:2] == [f"- orders: changed_rows {len(UPDATED):,} > 0.5% (0.5% of 100,000 base rows = 500.0)",
                           "- orders: mismatch.amount 200 >= 200"]
     assert "<details><summary>Sample rows</summary>" in lines
-    # a changed accent prints the same either way: the sample shows both with escapes
-    first_note = min((i for i in UPDATED if _in("note", i) and _note(i)), key=_key)
-    if _key(first_note) in [_key(i) for i in sorted(UPDATED, key=_key)[:5]]:
-        assert "\\xe9" in out and "e\\u0301" in out
+    # é written as e + U+0301 prints as é does: the sample shows both with escapes
+    accent = min(i for i in UPDATED if _in("note", i) and not _in("null", i) and _note(i))
+    assert accent in sorted(UPDATED)[:5]
+    assert f"| `order_id={accent // 4}, line={accent % 4}` | `note` | 'O\\'Brien \"\\xe9\" #{accent}' | 'O\\'Brien \"e\\u0301\" #{accent}' |" in lines
 
 
 def test_gates_exit_0_when_nothing_trips_and_name_what_trips_in_text(built, capsys):
@@ -357,3 +355,35 @@ def test_texts_that_print_alike_are_shown_with_escapes():
 
     assert _pair('O\'Brien "é"', 'O\'Brien "e\u0301"') == ("'O\\'Brien \"\\xe9\"'", "'O\\'Brien \"e\\u0301\"'")
     assert _pair("a", None) == ("'a'", "null")
+
+
+def test_sides_that_differ_in_key_partitioning_and_columns_are_compared_anyway_and_say_so(spark, tmp_path):
+    """Two tables written directly: the head keyed by (id, region) where the base is keyed by id,
+    partitioned otherwise, a column retyped, one dropped, one added, and a map column."""
+    from runtime.data_diff import compare
+    from runtime.table import Table, TableConfig
+
+    rows = "select id, element_at(array('EU', 'US'), cast(id % 2 as int) + 1) as region, map('k', id) as tags, "
+    base_df = spark.sql(rows + "cast(id as int) as qty, 'x' as legacy from range(6)")
+    head_df = spark.sql(rows + "cast(id as bigint) + if(id = 3, 1, 0) as qty, 'y' as fresh from range(6)")
+    base = Table.create(spark, str(tmp_path / "base"), TableConfig(name="t", record_key_fields=("id",), partition_fields=("region",)))
+    base.write(base_df, "upsert")
+    head = Table.create(spark, str(tmp_path / "head"), TableConfig(name="t", record_key_fields=("id", "region")))
+    head.write(head_df, "upsert")
+    d = compare(spark, "t", Table.open(spark, str(tmp_path / "base")), Table.open(spark, str(tmp_path / "head")), labels=("prod", "dev"))
+    # the key texts differ ("3" against "id:3,region:US"): no row matches, and the notes say why
+    assert d.join_on == ("_hoodie_record_key",)
+    assert (d.base_rows, d.head_rows, d.added_rows, d.removed_rows, d.changed_rows) == (6, 6, 6, 6, 0)
+    assert any(n.startswith("the record key differs (prod: [id], dev: [id, region])") for n in d.notes)
+    assert any(n.startswith("the partitioning differs (prod: [region], dev: [])") for n in d.notes)
+    assert any(n.startswith("column qty is int in prod and bigint in dev: compared by value") for n in d.notes)
+    assert d.added_columns == ("fresh",) and d.dropped_columns == ("legacy",)
+    assert [r["id"] for r in d.samples["removed"]] == [0, 1, 2, 3, 4]  # by key text: "0" < "1" < ...
+    # the same tables matched by their common key column: the map and the retyped column compared
+    same = TableConfig(name="t", record_key_fields=("id",))
+    Table.create(spark, str(tmp_path / "head2"), same).write(head_df, "upsert")
+    d = compare(spark, "t", Table.open(spark, str(tmp_path / "base")), Table.open(spark, str(tmp_path / "head2")))
+    assert d.join_on == ("id",)
+    assert (d.added_rows, d.removed_rows, d.changed_rows, d.unchanged_rows) == (0, 0, 1, 5)
+    assert {c.name: c.mismatches for c in d.columns} == {"id": 0, "region": 0, "tags": 0, "qty": 1}
+    assert d.samples["changed"] == ({"id": 3, "qty": {"base": 3, "head": 4}},)
