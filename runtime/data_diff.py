@@ -155,7 +155,9 @@ def compare(spark, name: str, base, head, partition_scoped: bool = False, sample
         key_pairs = _key_columns(base.config, head.config, bcols, hcols, partition_scoped)
         same_parts = [p for p in head.config.partition_fields if p.lower() in {q.lower() for q in base.config.partition_fields}]
         partitions = same_parts if len(same_parts) == len(head.config.partition_fields) == len(base.config.partition_fields) else []
-        return _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, key_pairs, partitions, partition_scoped, samples, labels)
+        partitioned = bool(base.config.partition_fields or head.config.partition_fields)
+        return _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, key_pairs, partitions, partitioned, partition_scoped,
+                               samples, labels)
     except PipeError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark failed: say what we were doing
@@ -247,9 +249,11 @@ def _key_columns(bconf, hconf, bcols, hcols, partition_scoped: bool) -> list[tup
     return pairs
 
 
-def _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, key_pairs, partitions, partition_scoped, samples, labels) -> TableDataDiff:
+def _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, key_pairs, partitions, partitioned, partition_scoped, samples,
+                    labels) -> TableDataDiff:
     """`key_pairs`: the typed key columns (_key_columns), or None to match on the meta columns.
-    `partitions`: the partition fields both sides have, whose change is a move (key_pairs only)."""
+    `partitions`: the partition fields both sides have, whose change is a move (key_pairs only);
+    `partitioned`: a side is partitioned (else nothing moves)."""
     from pyspark.sql import functions as F
 
     common, dropped, added, retyped = _columns(bcols, hcols, labels)
@@ -261,7 +265,7 @@ def _compare_by_key(spark, name, bdf, hdf, bcols, hcols, notes, key_pairs, parti
     bkeys = [f"__b{bi[b.name]}" for b, _ in key_pairs] if key_pairs is not None else [f"__bk{i}" for i in range(len(meta))]
     hkeys = [f"__h{hi[h.name]}" for _, h in key_pairs] if key_pairs is not None else [f"__hk{i}" for i in range(len(meta))]
     # a move: the partition of a key changed (matched by key alone); told by the partition columns, or the paths
-    by_path = not partition_scoped and key_pairs is None
+    by_path = not partition_scoped and key_pairs is None and partitioned
     b = bdf.select(*([F.col(k).alias(f"__bk{i}") for i, k in enumerate(meta)] if key_pairs is None else []), F.lit(True).alias("__in_b"),
                    *([F.col(PARTITION).alias("__bp")] if by_path else []),
                    *[F.col(f"`{f.name}`").alias(f"__b{i}") for i, f in enumerate(bcols)])
