@@ -3,7 +3,8 @@
 `compare` joins the base's and the head's snapshot of a table by record key in Spark, in one
 full outer join and one aggregation: rows on each side, keys added, removed, changed and
 unchanged, mismatches per column, and a few sample rows of each kind. Only that one row of
-aggregates reaches the driver. `compare_inputs` reads, from each side's latest pipe commit, the
+aggregates (with the samples) reaches the driver. A table without a record key is compared as
+whole rows instead. `compare_inputs` reads, from each side's latest pipe commit, the
 upstream instants and source checkpoints it was built from. `parse_gates` and `Gate.tripped`
 are the `--fail-on-data` rules. The command line and the outputs are pipe/cli.py's and
 pipe/data_diff_output.py's; docs/diff.md ("Data diff") describes what a user sees."""
@@ -140,10 +141,10 @@ class TableDataDiff:
 def compare(spark, name: str, base, head, partition_scoped: bool = False, samples: int = 5,
             labels: tuple[str, str] = ("base", "head")) -> TableDataDiff:
     """Compares the latest snapshots of two builds of table `name` (runtime.table.Table objects
-    opened with `spark`). Rows are matched by `_hoodie_record_key`, and also by
-    `_hoodie_partition_path` when the table's keys are unique only within a partition
-    (`partition_scoped`): then a row that changed partition is one removed and one added, else
-    one changed (and moved). `labels`: the sides' names, for the notes."""
+    opened with `spark`). Rows are matched by record key (its columns, or `_hoodie_record_key`:
+    _key_columns), and also by partition when the table's keys are unique only within a
+    partition (`partition_scoped`): then a row that changed partition is one removed and one
+    added, else one changed (and moved). `labels`: the sides' names, for the notes."""
     notes = list(_definition_notes(base.config, head.config, labels))
     try:
         bdf, hdf = base.read(meta=True), head.read(meta=True)
