@@ -1092,7 +1092,6 @@ def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target,
 
     from compiler.graph import SelectionError
     from compiler.graph import select as select_steps
-    from pipe import data_diff_output
     from pipe.dev_loop import state_matcher
     from runtime import data_diff, s3
     from runtime.steps.context import RunContext
