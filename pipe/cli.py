@@ -1073,13 +1073,7 @@ def diff_cmd(ctx: _Context, base_plan, head_plan, base_ref, target, vars_text, f
         head, head_label = _compile(ctx, target, vars_text, cache_write=False).plan, "working tree"
     diff = diff_plans(base, head, base_label, head_label)
     diff.warnings.extend(rebuild_warnings(diff, head))
-    if fmt == "json":
-        output.out.file.write(diff_output.render_json(diff))
-    elif fmt == "markdown":
-        output.out.file.write(diff_output.render_markdown(diff))
-    else:
-        diff_output.render_text(diff, output.out)
-    output.out.file.flush()
+    _write_diff(diff_output, diff, fmt)
     if fails(diff, fail_on) if fail_on else diff.has_changes:
         raise click.exceptions.Exit(EXIT_FAILED)
 
@@ -1172,17 +1166,22 @@ def _data_diff(ctx: _Context, data: str, base_plan, head_plan, base_ref, target,
     _render_data_diff(data_diff.DataDiff(base_name, head_name, tuple(tables), tuple(gates)), fmt)
 
 
+def _write_diff(renderer, diff, fmt: str) -> None:
+    """Writes a plan diff (renderer: pipe/diff_output.py) or a data diff (pipe/data_diff_output.py) in `fmt`."""
+    if fmt == "json":
+        output.out.file.write(renderer.render_json(diff))
+    elif fmt == "markdown":
+        output.out.file.write(renderer.render_markdown(diff))
+    else:
+        renderer.render_text(diff, output.out)
+    output.out.file.flush()
+
+
 def _render_data_diff(diff, fmt: str) -> None:
     """Writes a data diff in `fmt`; exit 1 when a --fail-on-data gate tripped."""
     from pipe import data_diff_output
 
-    if fmt == "json":
-        output.out.file.write(data_diff_output.render_json(diff))
-    elif fmt == "markdown":
-        output.out.file.write(data_diff_output.render_markdown(diff))
-    else:
-        data_diff_output.render_text(diff, output.out)
-    output.out.file.flush()
+    _write_diff(data_diff_output, diff, fmt)
     if diff.failures:
         raise click.exceptions.Exit(EXIT_FAILED)
 
