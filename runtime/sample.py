@@ -88,6 +88,10 @@ class Sample:
                 return None
             last = max(before, key=lambda i: (i.completed_at, i.time))
             return f"{last.time}_{last.completed_at}" if timeline.layout >= 2 and kind != "s3_incremental" else last.time
+        if kind == "kafka":
+            from runtime.sources.kafka import offsets_at
+
+            return offsets_at(source, config, self.since_ms)
         raise SourceError(f"source {source}: --sample '{self.text}' cannot pick what arrived in a time from a {kind} source",
                           "sample it by rows (`--sample '1000 rows'`)")
 

@@ -59,6 +59,8 @@ PROJECT = {
           order_log:
             key: [order_id, line]
             precombine: ts_ms
+          top_customers:
+            key: [customer]
         """,
     "tables/orders.sql": "select order_id, line, customer, amount, ts_ms, note from {{ source('raw_orders') }}\n",
     "tables/customer_totals.sql": """
@@ -67,6 +69,7 @@ PROJECT = {
         group by customer
         """,
     "tables/order_log.sql": "select order_id, line, customer, amount, ts_ms, note from {{ source('orders_feed') }}\n",
+    "tables/top_customers.sql": "select customer, total from {{ ref('customer_totals') }} where total > 100000\n",
 }
 
 
@@ -165,7 +168,7 @@ def test_defer_reads_prod_pinned_and_a_rerun_or_retry_reads_the_same_rows(spark,
         _write_round(prod, n)
         _ok(capsys, prod, "run", "--target", "prod", "-q")
     run2 = _record(prod_lake)
-    assert run2["target"] == "prod" and set(run2["written"]) == {"orders", "customer_totals", "order_log"}
+    assert run2["target"] == "prod" and set(run2["written"]) == {"orders", "customer_totals", "order_log", "top_customers"}
 
     # a developer builds the two downstream tables against prod, which it does not copy
     out = _ok(capsys, dev, "run", "--defer", "prod", "--select", "customer_totals", "order_log")
@@ -208,14 +211,15 @@ def test_defer_reads_prod_pinned_and_a_rerun_or_retry_reads_the_same_rows(spark,
     out = _ok(capsys, dev, "run", "--defer", "prod", "--defer-as-of", "latest", "--select", "customer_totals")
     assert _hudi(dev_lake, "customer_totals", totals) == _totals_after(4)
 
-    # a dev change fails at run time; fixed, `pipe retry` runs only it, with the failed run's pins,
-    # although prod moved on in between
+    # a dev change fails at run time in the middle of the DAG; fixed, `pipe retry` runs it and what
+    # it skipped, with the failed run's pins, although prod moved on in between
     good_sql = (dev / "tables/customer_totals.sql").read_text()
     (dev / "tables/customer_totals.sql").write_text((prod / "tables/customer_totals.sql").read_text())
-    code, out, err = _pipe(capsys, dev, "run", "--defer", "prod", "--defer-as-of", run3["finished"], "--select", "customer_totals", "order_log")
+    code, out, err = _pipe(capsys, dev, "run", "--defer", "prod", "--defer-as-of", run3["finished"], "--select", "customer_totals+", "order_log")
     assert code == 1 and "CAST_INVALID_INPUT" in out + err
     failed = {s["id"]: s["state"] for s in _results(dev)["steps"]}
-    assert failed == {"table.customer_totals": "error", "table.order_log": "no_input"}  # it read up to run 3 before
+    assert failed == {"table.customer_totals": "error", "table.top_customers": "skipped",
+                      "table.order_log": "no_input"}  # order_log read up to run 3 before
     (prod / "tables/customer_totals.sql").write_text(good_sql)
     _ok(capsys, prod, "run", "--target", "prod", "-q")  # prod's run 5 succeeds
     assert _record(prod_lake)["finished"] > run3["finished"]
@@ -223,8 +227,10 @@ def test_defer_reads_prod_pinned_and_a_rerun_or_retry_reads_the_same_rows(spark,
     out = _ok(capsys, dev, "retry")
     assert f"orders at {run3['written']['orders']}" in out
     retried = _results(dev)
-    assert [s["id"] for s in retried["steps"]] == ["table.customer_totals"] and retried["args"]["retry_of"]
+    assert [(s["id"], s["state"]) for s in retried["steps"]] == [("table.customer_totals", "success"), ("table.top_customers", "success")]
+    assert retried["args"]["retry_of"]
     assert _hudi(dev_lake, "customer_totals", totals) == _totals_after(3)
+    assert _hudi(dev_lake, "top_customers", ["customer", "total"]) == [(c, t) for c, _, t, _ in _totals_after(3) if t > 100000]
     assert "nothing to retry" in _ok(capsys, dev, "retry")
 
     # building orders in dev too: customer_totals now reads dev's orders, and is rebuilt from them
@@ -284,7 +290,7 @@ def test_state_and_result_selectors_against_a_reference_run(checkouts, capsys):
     assert ls("state:modified.contract") == ["source.raw_orders", "table.returns", "test.not_null_returns_order_id"]
     assert ls("state:modified.tests") == ["table.returns", "test.not_null_returns_order_id"]
     assert ls("state:modified+") == ["source.raw_orders", "table.orders", "source.orders_feed", "table.customer_totals",
-                                     "table.order_log", "table.returns", "test.not_null_returns_order_id"]
+                                     "table.order_log", "table.returns", "table.top_customers", "test.not_null_returns_order_id"]
     assert ls("state:modified,table:orders") == []  # an empty intersection is an answer, not a mistake
     assert ls("state:modified.configs", "state:modified.body") == ["table.customer_totals", "table.order_log", "table.returns",
                                                                    "test.not_null_returns_order_id"]
@@ -298,7 +304,7 @@ def test_state_and_result_selectors_against_a_reference_run(checkouts, capsys):
         {"id": "test.gone", "kind": "test", "state": "error", "failures": 1}]}))
     assert ls("result:error") == ["table.customer_totals"]  # a test that found failing rows is `fail`, not `error`
     assert ls("result:fail") == ["test.not_null_returns_order_id"]  # a step gone from the project is not selected
-    assert ls("result:error+", "result:skipped") == ["table.customer_totals", "table.order_log"]
+    assert ls("result:error+", "result:skipped") == ["table.customer_totals", "table.order_log", "table.top_customers"]
     assert ls("result:warn") == []
 
     for args, text in [

@@ -473,3 +473,30 @@ def test_a_first_run_at_the_latest_offsets_records_where_it_starts_and_reads_wha
     send(kafka, "payments.latest", [payment(i, 1) for i in range(100, 150)])
     run_ok(capsys, root)
     assert_rows(spark, root, "payments", COLUMNS, [as_row(payment(i, 1)) for i in range(100, 150)])
+
+
+def test_a_time_sample_reads_the_messages_produced_since_and_consumes_nothing(spark, tmp_path, capsys, kafka):
+    """`--sample '2 days'` (docs/dev-loop.md) starts each partition at the first message produced
+    in the last 2 days (by its timestamp); the commit moves no offset, and the next run rebuilds
+    the table from the whole topic."""
+    import time
+
+    kafka.create_topic("payments.sampled", partitions=3)
+    week_ago = int((time.time() - 7 * 86400) * 1000)
+    send_at = lambda payments, ms: kafka.produce("payments.sampled", [(f"{p['merchant']}|{p['txn_ref']}", json.dumps(p, ensure_ascii=False))
+                                                                       for p in payments], timestamp_ms=ms)  # noqa: E731
+    old, new = [payment(i, 0) for i in range(300)], [payment(i, 1) for i in range(300, 420)]
+    send_at(old, week_ago)
+    send(kafka, "payments.sampled", new)
+    root = kafka_project(tmp_path, kafka, "payments.sampled")
+    code, out, err = pipe(capsys, root, "run", "--sample", "2 days")
+    assert code == 0, out + err
+    assert "built from a sample (2 days)" in out + err
+    assert_rows(spark, root, "payments", COLUMNS, [as_row(p) for p in new])
+    assert commits(timeline(capsys, root, "payments"))[-1]["checkpoints"] == {}  # no offset moved
+    run_ok(capsys, root)  # a real run: the whole topic, from its start
+    assert "rebuilt (its last build was a --sample '2 days' build)" in steps(root)["table.payments"]["message"]
+    assert_rows(spark, root, "payments", COLUMNS, [as_row(p) for p in old + new])
+    # a built table that reads a topic is not sampled: a rebuild from part of a topic could not be undone
+    code, out, err = pipe(capsys, root, "run", "--sample", "1 days")
+    assert code == 1 and "reads a Kafka topic: --sample would rebuild it from part of the topic" in out + err

@@ -225,6 +225,34 @@ def test_pipe_commands_without_spark_reach_the_lake_with_the_targets_s3_settings
     assert [i["action"] for i in instants if i["state"] == "completed"] == ["deltacommit", "deltacommit", "commit"]
 
 
+def test_a_dev_lake_defers_to_the_lake_on_s3_pinned_at_its_latest_successful_run(shop, moto_server, tmp_path):
+    """`--defer s3a` from a local dev lake (docs/dev-loop.md): the pins come from the record the
+    runs on S3 wrote there, read with boto3 and the target's fs.s3a settings; Spark reads the
+    pinned version of orders through s3a; nothing is written to the bucket."""
+    from decimal import Decimal
+
+    root, client, bucket = shop["root"], shop["client"], shop["bucket"]
+    record = json.loads(client.get_object(Bucket=bucket, Key="shop/.pipe-last-success.json")["Body"].read())
+    assert record["target"] == "s3" and set(record["written"]) >= {"orders", "order_log"}
+    project = yaml.safe_load((root / "pipe_project.yml").read_text())
+    project["targets"]["dev"] = {"lake": str(tmp_path / "devlake"), "spark": project["targets"]["s3a"]["spark"]}
+    (root / "pipe_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    (root / "tables/region_totals.sql").write_text(
+        "select region, count(*) as orders, sum(amount) as amount from {{ ref('orders') }} group by region\n")
+    (root / "tables/region_totals.yml").write_text("tables:\n  region_totals:\n    key: [region]\n")
+    before = sorted(o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket) for o in page.get("Contents", ()))
+    proc = _pipe_process(root, "run", "--target", "dev", "--defer", "s3a", "--select", "region_totals")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pinned = record["written"]["orders"]
+    assert f"deferring to s3a: orders at {pinned} (s3a's latest successful run" in proc.stderr
+    results = run_results(root)
+    assert results["defer"]["lake"] == f"s3a://{bucket}/shop" and results["defer"]["tables"]["orders"]["instant"] == pinned
+    assert sorted(tuple(r) for r in _pick(hudi_rows(tmp_path / "devlake/region_totals"), "region", "orders", "amount")) == [
+        ("EU", 2, Decimal("22.25")), ("US", 1, Decimal("99999.99")), ("US/West", 1, Decimal("-5.50"))]
+    after = sorted(o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket) for o in page.get("Contents", ()))
+    assert after == before  # the deferred lake is only read
+
+
 # --- without s3a: the in-process Spark of the other tests has no hadoop-aws ----------------------
 
 

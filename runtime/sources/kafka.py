@@ -183,6 +183,28 @@ def _offsets(source: str, config: Mapping[str, Any], admin, parts: list[tuple[st
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+def offsets_at(source: str, config: Mapping[str, Any], at_ms: int) -> str:
+    """The checkpoint of the source at a moment (`--sample '3 days'`, runtime/sample.py): of each
+    partition the first offset whose message was produced at or after `at_ms` (by the message's
+    timestamp), or its end when none was."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = _admin(source, config)
+    parts = [(t, p) for t, ps in topics(source, config, admin).items() for p in ps]
+    bounds = _offsets(source, config, admin, parts)
+    out = {}
+    try:
+        futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.for_timestamp(at_ms) for t, p in parts},
+                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=_timeout(config))
+        for tp, future in futures.items():
+            found = future.result().offset
+            out[(tp.topic, tp.partition)] = found if found >= 0 else bounds[(tp.topic, tp.partition)][1]
+    except Exception as exc:  # noqa: BLE001 - KafkaException
+        raise _kafka_error(source, config, "find the offsets of a time", exc) from exc
+    return format_checkpoint(out)
+
+
 def plan_ranges(source: str, config: Mapping[str, Any], stored: Mapping[tuple[str, int], int],
                 bounds: Mapping[tuple[str, int], tuple[int, int]], first_run: bool) -> tuple[list[Range], dict[tuple[str, int], int], list[str]]:
     """(ranges to read, the offsets to store after them, notes) from the stored offsets and the

@@ -188,8 +188,9 @@ class KafkaBroker:
         for future in self.admin().create_partitions([NewPartitions(name, total)]).values():
             future.result()
 
-    def produce(self, topic: str, messages, partition: int | None = None) -> None:
-        """`messages`: (key, value) pairs of bytes, str or None; sent and flushed."""
+    def produce(self, topic: str, messages, partition: int | None = None, timestamp_ms: int | None = None) -> None:
+        """`messages`: (key, value) pairs of bytes, str or None; sent and flushed (with the
+        message timestamp `timestamp_ms` when given, else the producer's clock)."""
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": "5", "enable.idempotence": "true", "logger": _QUIET})
@@ -198,6 +199,8 @@ class KafkaBroker:
                       "value": value.encode() if isinstance(value, str) else value}
             if partition is not None:
                 kwargs["partition"] = partition
+            if timestamp_ms is not None:
+                kwargs["timestamp"] = timestamp_ms
             while True:
                 try:
                     producer.produce(topic, **kwargs)
