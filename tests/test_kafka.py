@@ -482,11 +482,11 @@ def test_a_time_sample_reads_the_messages_produced_since_and_consumes_nothing(sp
     import time
 
     kafka.create_topic("payments.sampled", partitions=3)
-    week_ago = int((time.time() - 7 * 86400) * 1000)
+    five_days_ago = int((time.time() - 5 * 86400) * 1000)  # within the topic's 7-day retention
     send_at = lambda payments, ms: kafka.produce("payments.sampled", [(f"{p['merchant']}|{p['txn_ref']}", json.dumps(p, ensure_ascii=False))
                                                                        for p in payments], timestamp_ms=ms)  # noqa: E731
     old, new = [payment(i, 0) for i in range(300)], [payment(i, 1) for i in range(300, 420)]
-    send_at(old, week_ago)
+    send_at(old, five_days_ago)
     send(kafka, "payments.sampled", new)
     root = kafka_project(tmp_path, kafka, "payments.sampled")
     code, out, err = pipe(capsys, root, "run", "--sample", "2 days")
