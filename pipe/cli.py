@@ -626,15 +626,15 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
     if retry_of:
         args["retry_of"] = retry_of
     factory = _spark_factory(plan, root, ctx.debug, announce=not quiet and log_format == "text")
-    with _run_lock(plan, root, dry_run or command == "test"):  # tests only read
+    with _run_lock(plan, root, dry_run or command == "test") as lock:  # tests only read
         if not continuous:
-            run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args, deferral)
+            run = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args, deferral, lock)
             if run.interrupted:
                 raise click.exceptions.Exit(143 if run.terminated else 130)
             if run.failed:
                 raise click.exceptions.Exit(EXIT_FAILED)
             return
-        run = _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, min_sync_interval_s)
+        run = _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, min_sync_interval_s, lock)
     if run is not None and run.failed:
         raise click.exceptions.Exit(EXIT_FAILED)
 
@@ -649,17 +649,17 @@ def _run_lock(plan, root: Path, dry_run: bool):
     """A run holds the lake's run lock (runtime/run_lock.py) from before Spark starts to its
     end; a second run is refused at once. A dry run writes nothing and takes no lock."""
     if dry_run:
-        yield
+        yield None
         return
     from runtime import run_lock
     from runtime.steps.context import RunContext
 
     where = RunContext(plan, root)
-    with run_lock.hold(where.lake, where.storage_options, command="pipe run"):
-        yield
+    with run_lock.hold(where.lake, where.storage_options, command="pipe run") as me:
+        yield me
 
 
-def _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, interval_s: int):
+def _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_format, args, interval_s: int, lock=None):
     """Rounds until Ctrl-C (or SIGTERM): the first signal lets the current round finish and
     ends the loop; a second one interrupts at once. A failed round is reported and the next
     round retries (its input was not consumed). Returns the last round's result."""
@@ -687,7 +687,8 @@ def _run_continuously(ctx, plan, root, chosen, options, factory, quiet, log_form
             started = time.monotonic()
             if log_format == "text" and not quiet:
                 output.out.print(f"[bold]round {number}[/] ({_utc_now()})")
-            last = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, {**args, "continuous": True, "round": number})
+            last = _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, {**args, "continuous": True, "round": number},
+                              lock=lock)
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
     finally:
         for sig, handler in previous.items():
@@ -703,8 +704,8 @@ def _utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args, deferral=None):
-    from runtime import run_record
+def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, args, deferral=None, lock=None):
+    from runtime import run_lock, run_record
     from runtime.executor import Executor
     from pipe.run_display import Display
 
@@ -713,7 +714,8 @@ def _run_round(ctx, plan, root, chosen, options, factory, quiet, log_format, arg
     display.begin(executor.selected, {s.id: (s.kind, s.name) for s in plan.steps})
     started = run_record.utc_instant()
     run = executor.run()
-    if not run.failed and not run.interrupted and not options.dry_run and args["command"] != "test" and options.sample is None:
+    held = lock is None or run_lock.still_holds(executor.lake, executor.ctx.storage_options, lock)
+    if not run.failed and not run.interrupted and not options.dry_run and args["command"] != "test" and options.sample is None and held:
         try:  # what `--defer` of another target pins this lake's tables at (runtime/run_record.py)
             run_record.record_success(executor.lake, executor.ctx.storage_options, started, plan.target.name, args["command"],
                                       executor.ctx.written)

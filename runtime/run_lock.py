@@ -97,6 +97,15 @@ def _now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def still_holds(lake_uri: str, storage_options: tuple, me: Holder) -> bool:
+    """Whether `me` still holds the lake's run lock (it was not taken over as stale meanwhile)."""
+    try:
+        held = Holder.parse(open_storage(StorageSpec(lake_uri, storage_options)).read_bytes(LOCK_PATH))
+    except FileNotFoundError:
+        return False
+    return held is not None and held.token == me.token
+
+
 @contextmanager
 def hold(lake_uri: str, storage_options: tuple = (), command: str = "pipe run", ttl_s: float = TTL_S) -> Iterator[Holder]:
     """Holds the run lock of the lake for the body, or raises RunLocked at once."""

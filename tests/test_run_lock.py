@@ -70,3 +70,16 @@ def test_a_lake_that_cannot_be_written_stops_the_run_with_where(tmp_path, capsys
     assert code == 1, out + err
     assert "cannot take the run lock" in err and str(root / "lake" / run_lock.LOCK_PATH) in " ".join(err.split()), err
     assert "nothing was run" in err and "Traceback" not in err and "internal error" not in err
+
+
+def test_a_run_whose_lock_was_taken_over_knows_it(tmp_path):
+    """A run that looked dead and lost its lock to another run does not write the lake's record of
+    its latest successful run (runtime/run_record.py): run_lock.still_holds says so."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    with run_lock.hold(str(lake), ()) as me:
+        assert run_lock.still_holds(str(lake), (), me)
+        other = json.loads((lake / run_lock.LOCK_PATH).read_text())
+        (lake / run_lock.LOCK_PATH).write_text(json.dumps({**other, "token": "someone-else"}))
+        assert not run_lock.still_holds(str(lake), (), me)
+    assert not run_lock.still_holds(str(lake), (), me)
