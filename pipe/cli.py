@@ -578,9 +578,10 @@ def retry_cmd(ctx: _Context, threads, fail_fast, quiet, log_format) -> None:
         output.out.print(f"nothing to retry: no step of the last `pipe {command}` ({doc.get('started_at', '?')}) failed or was skipped")
         return
     defer = dev_loop.retry_deferral(doc, root, plan, vars_text, again)
+    spec = args.get("sample")  # the sample's text, "empty" for --empty
     _execute(ctx, command, tuple(again), (), target, vars_text, bool(args.get("full_refresh")), False,
              threads or int(args.get("threads") or 4), fail_fast, quiet, log_format, None, deferral=defer, retry_of=doc.get("started_at"),
-             sample=_sample_arg(args.get("sample") == "empty", args.get("sample") if args.get("sample") != "empty" else None))
+             sample=_sample_arg(spec == "empty", None if spec == "empty" else spec))
 
 
 def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet,

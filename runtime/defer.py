@@ -212,13 +212,13 @@ def _open(target: str, lake: str, storage_options: tuple, name: str) -> Table:
                          f"check the location of {target}'s lake and credentials that can read it (docs/dev-loop.md)") from exc
 
 
-def _check_readable(target: str, name: str, table: Table, pin: Pin) -> None:
+def _check_readable(target: str, name: str, table: Table, pin: Pin, timeline: Timeline | None = None) -> None:
     """The files of the pinned version are still there: a version the cleaner removed files of
-    would read as fewer rows (the full timeline knows the cleans after the pin)."""
+    would read as fewer rows (the full `timeline`, default listed now, knows the cleans after the pin)."""
     from runtime.table.errors import TableError
 
     try:
-        table._check_not_cleaned(table.timeline(), pin.instant)
+        table._check_not_cleaned(timeline or table.timeline(), pin.instant)
     except TableError as exc:
         raise DeferError(f"--defer {target}: {exc}", f"pin {name} later (`--defer-as-of`), or keep more versions of it in {target}") from exc
 
@@ -270,6 +270,6 @@ def plan_deferral(plan: Plan, selected: Iterable[str], target: str, lake: str, s
             older = " (its earlier commits have been archived)" if timeline.instants else ""
             raise DeferError(f"--defer {target}: table {name} has no completed commit{when} in {target}'s lake ({table.storage.spec.uri}){older}",
                              "choose a later --defer-as-of, or build the table in this target too")
-        _check_readable(target, name, table, pin)
+        _check_readable(target, name, table, pin, timeline)
         pins[name] = pin
     return Deferral(target, lake, storage_options, how, as_of, pins)

@@ -80,22 +80,24 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     exists = ctx.table_exists(step.name)
     table = ctx.open_table(step.name) if exists else None
     kept = ""
-    if exists and ctx.options.full_refresh and ctx.reads_queue(step):
-        kept = ("--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); " if ctx.reads_queue(step) == "s3_events"
+    queue = ctx.reads_queue(step)
+    if exists and ctx.options.full_refresh and queue:
+        kept = ("--full-refresh does not apply (it reads a queue, whose messages are gone once consumed); " if queue == "s3_events"
                 else "--full-refresh does not apply (it reads a Kafka topic, whose old messages retention may have removed: a rebuild would lose their rows); ")
     state = stored(table) if table is not None else Stored({}, None, None, {})
     stored_cps, fingerprint, based_on = state.checkpoints, state.fingerprint, state.based_on
     deferred = source.deferred_inputs(ctx, step)
+    origin = {n: ctx.defer.target for n in deferred}  # input -> the target it is read from
     moved = _moved_inputs(ctx, step, state, deferred) if exists else ""
-    if moved and ctx.reads_queue(step):
-        raise RunError(f"table {step.name}: {moved}, and a table that reads a {ctx.reads_queue(step).replace('_', ' ')} "
+    if moved and queue:
+        raise RunError(f"table {step.name}: {moved}, and a table that reads a {queue.replace('_', ' ')} "
                        "source cannot be rebuilt from other input (its old messages are gone)",
                        "build its upstream tables in this target too (select them), or run it without --defer")
     sample = ctx.options.sample
-    if sample is not None and ctx.reads_queue(step) == "s3_events":
+    if sample is not None and queue == "s3_events":
         raise RunError(f"table {step.name} reads an SQS queue: {'--empty' if sample.empty else '--sample'} cannot read part of it "
                        "(its messages are received when read)", "leave this table out of a sampled run (--exclude)")
-    if sample is not None and not sample.empty and exists and ctx.reads_queue(step):
+    if sample is not None and not sample.empty and exists and queue:
         raise RunError(f"table {step.name} reads a Kafka topic: --sample would rebuild it from part of the topic, and the next run "
                        "could not rebuild it whole (retention may have removed old messages)",
                        "leave this table out of a sampled run (--exclude), or sample a copy of it in another target")
@@ -112,7 +114,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         dataset = _bootstrap_dataset(ctx, step, config)
         full = True
     refs = source.pending_inputs(ctx, step, stored_cps, full, sources, sample)
-    _note_inputs(ctx, result, sources, refs, deferred)
+    _note_inputs(result, sources, refs, origin)
     if ctx.options.dry_run and not full:
         # an upstream table that would write in this run gives this one new input too
         writers = sorted({t for d in step.depends_on for t in ctx.would_write(d)})
@@ -134,8 +136,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
 
     spark = ctx.spark()
     ctx.check_spark_reads(spark, uri, step.name)
-    for name in sorted({t for t in refs if t in deferred} | {ctx.plan.step(f"source.{n}").reads_table for n in deferred if n in sources})[:1]:
-        ctx.check_spark_reads(spark, f"{ctx.defer.lake}/{name}", f"{name} of target {ctx.defer.target} (--defer)")
+    if deferred:  # Spark reads the other target's files too
+        ctx.check_spark_reads(spark, ctx.defer.lake, f"the lake of target {ctx.defer.target} (--defer)")
     session = spark_api.step_session(spark, step.id, f"pipe {step.id}")
     rows_read = 0
     for name, p in sources.items():
@@ -156,11 +158,11 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     named = _names_said(sql, said[1:]) if sql is not None and views else None
     pruned = _table_views(ctx, session, step, views, named)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
-    result.read = _what_was_read(sources, refs, pruned, {n: ctx.defer.target for n in deferred})
+    result.read = _what_was_read(sources, refs, pruned, origin)
     if sample is not None:  # what the inputs hold, of which the views keep no rows, or a sample
         result.read = ("no rows" if sample.empty else f"a sample ({sample.text})") + " of " + (result.read or f"{rows_read:,} rows")
         result.rows_read = None
-    _note_inputs(ctx, result, sources, refs, deferred)
+    _note_inputs(result, sources, refs, origin)
     if dataset is not None:
         df = _bootstrap_frame(session, step, config, dataset)
     elif sql is None:  # delete_partition with partitions_to_delete only
@@ -173,7 +175,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
                 if named is None:
                     raise
                 _table_views(ctx, session, step, views, None)
-                result.read = _what_was_read(sources, refs, None, {n: ctx.defer.target for n in deferred})
+                result.read = _what_was_read(sources, refs, None, origin)
                 df = session.sql(sql)
         except Exception as exc:  # noqa: BLE001 - an analysis error is a mistake in the SQL
             raise RunError(f"{step.sql_file or step.file}: Spark cannot run the SQL of table {step.name}: {spark_message(exc)}",
@@ -193,7 +195,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     extra.update({f"{CHECKPOINT_PREFIX}{n}": t for n, t in refs.items()})
     if sample is not None:  # part of the input: nothing is consumed, and the next real run rebuilds
         extra = {SAMPLE_KEY: sample.text}
-    extra.update({f"{DEFERRED_PREFIX}{n}": ctx.defer.target for n in deferred})
+    extra.update({f"{DEFERRED_PREFIX}{n}": t for n, t in origin.items()})
     extra[FINGERPRINT_KEY] = step.fingerprint
     if dataset is not None:
         extra.update({"pipe.bootstrap.path": dataset.uri, "pipe.bootstrap.files": str(dataset.files),
@@ -241,14 +243,13 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     return "success", kept + how + f"{w.action} {w.instant}" + note
 
 
-def _note_inputs(ctx: RunContext, result: StepResult, sources: Mapping[str, Pending], refs: Mapping[str, str],
-                 deferred: Mapping[str, str]) -> None:
+def _note_inputs(result: StepResult, sources: Mapping[str, Pending], refs: Mapping[str, str], origin: Mapping[str, str]) -> None:
     """What the step reads, for run_results.json: each source's pending input, each table's
-    instant, and for a deferred input the target it comes from."""
+    instant, and for a deferred input the target it comes from (`origin`)."""
     result.inputs = {name: p.to_dict() for name, p in sources.items()}
     result.inputs.update({name: {"instant": t, "checkpoint": t} for name, t in refs.items()})
-    for name in deferred:
-        result.inputs.setdefault(name, {})["deferred"] = ctx.defer.target
+    for name, target in origin.items():
+        result.inputs.setdefault(name, {})["deferred"] = target
 
 
 def _sample_said(spec: str) -> str:
