@@ -100,6 +100,7 @@ INPUT_FOLDERS = (
     ("tables", (".yml", ".yaml", ".sql")),
     ("macros", (".sql",)),
     ("tests", (".sql",)),
+    ("seeds", (".csv", ".yml", ".yaml")),  # compiler/seeds.py
 )
 
 
@@ -116,7 +117,7 @@ class ProjectFiles:
         contents: dict[str, bytes | OSError] = {}
         listed = [PROJECT_FILE] + [rel for folder, suffixes in INPUT_FOLDERS for rel in _files(root, folder, suffixes, contents)]
         for rel in listed:
-            contents[rel] = _read_regular(root, rel)
+            contents[rel] = _read_regular(root, rel, _SEED_LIMIT if rel.startswith("seeds/") and rel.endswith(".csv") else None)
         _links_in_target(root, contents)
         return cls(Path(root), contents)
 
@@ -224,9 +225,14 @@ def _kind(mode: int) -> str:
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def _read_regular(root: Path, rel: str) -> bytes | OSError:
-    """The bytes of root/rel, or why not: RefusedFile for a link or a special file, which is
-    never read (O_NOFOLLOW and a check of the open file, so no race swaps one in)."""
+# a seed larger than this is refused (compiler/seeds.py), and read no further
+_SEED_LIMIT = 50 * 1024 * 1024 + 1
+
+
+def _read_regular(root: Path, rel: str, limit: int | None = None) -> bytes | OSError:
+    """The bytes of root/rel (at most `limit` of them), or why not: RefusedFile for a link or a
+    special file, which is never read (O_NOFOLLOW and a check of the open file, so no race swaps
+    one in)."""
     path = os.path.join(root, rel)
     try:
         fd = os.open(path, _OPEN_FLAGS)
@@ -239,7 +245,7 @@ def _read_regular(root: Path, rel: str) -> bytes | OSError:
         if not stat.S_ISREG(mode):
             return RefusedFile(rel, kind=_kind(mode))
         with open(fd, "rb", closefd=False) as f:
-            return f.read()
+            return f.read() if limit is None else f.read(limit)
     except OSError as exc:
         return exc
     finally:
@@ -407,6 +413,9 @@ def load_project(
     sources = _load_sources(files, errors, parse_cache)
     tables = _load_tables(files, errors, parse_cache)
     fan_out.expand(files, sources, tables, errors)
+    from compiler import seeds  # which imports this module
+
+    seeds.add_seeds(files, sources, tables, errors, parse_cache)
     _check_sql_names(sources, tables, errors)
     macros = []
     for rel in files.listing("macros", (".sql",)):

@@ -74,7 +74,7 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
                          "use `mode: full_record` (the default), which rewrites the dataset once; see docs/services.md, Bootstrap")
     elif c["bootstrap"] is not None:
         errors.error(table.at("bootstrap"), f"{what} has bootstrap settings but operation '{op}'", "set `operation: bootstrap`, or remove `bootstrap:`")
-    if op not in _NO_SQL and table.sql_text is None:
+    if op not in _NO_SQL and table.sql_text is None and not c.get("seed"):  # a seed's rows are its CSV
         sql = f"{_folder(table.file)}{name}.sql"
         errors.error(table.location, f"{what} has no SQL: {sql} does not exist", f"create {sql} with the SELECT that produces the table's rows")
 

@@ -21,6 +21,10 @@ from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX
 
 
 def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
+    if step.config.get("seed"):  # a CSV of seeds/: runtime/steps/seed.py
+        from runtime.steps import seed
+
+        return seed.run(ctx, step, result)
     sources: dict[str, Pending] = {}
     outcome = {"committed": False, "succeeded": False}
     try:

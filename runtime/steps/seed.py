@@ -1,0 +1,110 @@
+"""Seed steps: a table step whose rows are a CSV file of the project (compiler/seeds.py).
+
+A seed is written only when its content (or its settings) changed since the table's latest
+commit: the step's fingerprint holds the file's sha256, and the commit stores the fingerprint.
+A changed seed replaces the whole table in one replacecommit (insert_overwrite_table), so a row
+removed from the file is gone from the table. The rows reach Spark from the driver
+(`createDataFrame`): a seed is small and lives with the project, on the driver, which is the one
+exception to "only metadata reaches the driver". Nothing is read from a path by executors, so a
+seed loads the same on local Spark, a cluster and Spark Connect."""
+
+from __future__ import annotations
+
+from compiler import seeds
+from compiler.plan import Step
+from runtime import spark_api
+from runtime.steps import sync
+from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, Stored, stored
+from runtime.steps.errors import Cancelled, RunError, spark_message
+
+
+def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
+    state, message = _load(ctx, step, result)
+    return sync.after_write(ctx, step, result, state, message)
+
+
+def _load(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
+    from runtime.steps import write
+
+    config = ctx.config(step)
+    seed = config["seed"]
+    result.operation = config["operation"]
+    uri = ctx.table_uri(step.name)
+    exists = ctx.table_exists(step.name)
+    table = ctx.open_table(step.name) if exists else None
+    state = stored(table) if table is not None else Stored({}, None, None, {})
+    if exists and state.fingerprint == step.fingerprint and not state.sample and not ctx.options.full_refresh:
+        if not ctx.options.dry_run:
+            table.tidy()  # what a dead run left
+        return "no_input", f"{seed['file']} unchanged since commit {state.based_on}"
+    how = ("first load" if not exists else "full refresh" if state.fingerprint == step.fingerprint
+           else f"{seed['file']} changed since commit {state.based_on}" if state.fingerprint else "rewrite")
+    if ctx.options.dry_run:
+        return "would_run", f"{how}: {seed['rows']:,} rows from {seed['file']}"
+
+    rows = read_rows(ctx, step, seed)
+    spark = ctx.spark()
+    ctx.check_spark_reads(spark, uri, step.name)
+    session = spark_api.step_session(spark, step.id, f"pipe {step.id}")
+    df = frame(session, step, seed, rows)
+    result.rows_read = len(rows)
+    table, recreated = write._create_table(ctx, session, step, config, uri, rebuild=exists)
+    _, options = write._write_options(config, False)
+    options["combine_before_insert"] = False  # keys are unique: the compiler checked the file
+    if ctx.cancel.is_set():
+        raise Cancelled(f"{step.id}: cancelled before its write started")
+    extra = {FINGERPRINT_KEY: step.fingerprint, "pipe.seed.file": seed["file"], "pipe.seed.sha256": seed["sha256"]}
+    try:
+        consumers = ctx.consumer_checkpoints(step.name)
+        w = table.write(df, operation="insert_overwrite_table", extra_metadata=extra,
+                        expect_latest=None if recreated else state.based_on,
+                        retain_from=min(consumers.values()) if consumers else None, **options)
+    except BaseException:
+        if recreated and write._is_local(uri):
+            write._delete_table(write._staging_uri(uri), ctx.storage_options)  # the old table was never touched
+        raise
+    if recreated and write._is_local(uri):
+        write._swap_in(write._staging_uri(uri), uri)
+    ctx.written[step.name] = (None if recreated or not exists else state.based_on, w.instant)
+    result.instant, result.action = w.instant, w.action
+    result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes
+    result.rows_written = w.inserts + w.updates
+    note = f"; the commit stands, but cleaning or archiving after it failed ({w.service_error})" if w.service_error else ""
+    return "success", f"{how}: {len(rows):,} rows, {w.action} {w.instant}{note}"
+
+
+def read_rows(ctx: RunContext, step: Step, seed) -> list[tuple]:
+    """The seed's rows (strings, None for null), read from the project folder as the compile
+    read it; refused when the file is no longer the one the plan was compiled from."""
+    rel = seed["file"]
+    data = seeds.read_file(ctx.root, rel)
+    if isinstance(data, OSError):
+        raise RunError(f"{rel}: cannot read seed {step.name}: {getattr(data, 'message', None) or data.strerror or data}",
+                       "run `pipe compile` again in the project folder the plan was compiled in")
+    if seeds.file_hash(data) != seed["sha256"]:
+        raise RunError(f"{rel} changed after the plan was compiled (seed {step.name}): the plan holds the sha256 of another version",
+                       "compile again (`pipe compile`, or `pipe run` without --plan), then run")
+    parsed = seeds.parse(seeds.decode(data), seed["delimiter"])
+    return [tuple(fields) for _, fields in parsed.rows]
+
+
+def frame(session, step: Step, seed, rows: list[tuple]):
+    """The rows as a DataFrame of the seed's columns and types: sent as strings, cast by Spark
+    (a timestamp without a zone is read in the session's time zone, as a SQL literal is)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    columns = seed["columns"]
+    raw = StructType([StructField(f"c{i}", StringType(), True) for i in range(len(columns))])
+    df = session.createDataFrame(rows, raw)
+    casts = []
+    for i, c in enumerate(columns):
+        value = F.col(f"c{i}")
+        if c["type"] != "string" and not c["type"].startswith(("varchar", "char")):  # lengths: checked by the compiler
+            value = F.trim(value).cast(c["type"])
+        casts.append(value.alias(c["name"]))
+    try:
+        return df.select(*casts)
+    except Exception as exc:  # noqa: BLE001 - a type Spark refuses
+        raise RunError(f"{step.file}:{step.line}: Spark cannot cast seed {step.name}'s columns: {spark_message(exc)}",
+                       "declare the column STRING in column_types and convert it in SQL") from exc
