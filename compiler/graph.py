@@ -114,7 +114,9 @@ def ordered(graph: nx.DiGraph, ids: Iterable[str] | None = None) -> list[str]:
 # --- selection ------------------------------------------------------------------------------
 
 _ATOM = re.compile(r"^(?P<at>@)?(?:(?P<up>\d*)\+)?(?P<body>[^+@]+?)(?:\+(?P<down>\d*))?$")
-METHODS = ("name", "tag", "path", "source", "table", "test", "config", "state", "result")
+METHODS = ("name", "tag", "path", "source", "table", "test", "seed", "resource_type", "config", "state", "result")
+# resource_type:VALUE (dbt's): what a step is; a seed is a table step whose rows are a CSV (compiler/seeds.py)
+RESOURCE_TYPES = ("seed", "table", "model", "source", "test")
 # state:/result: compare with a reference run (compiler/state.py): (method, value) -> step ids
 StateMatcher = Callable[[str, str], set]
 _KINDS = {"source": "ingest", "table": "write", "test": "test"}
@@ -132,7 +134,8 @@ def select(graph: nx.DiGraph, select: Iterable[str] | None = None, exclude: Iter
 
     Each argument may hold several selectors separated by spaces (union); a selector may join
     atoms with commas (intersection). An atom is `[@][N+]method:value[+N]`, where method is
-    name (the default; also a full step id), tag, path, source, table, test, config.KEY, or
+    name (the default; also a full step id), tag, path, source, table, test, seed,
+    resource_type (seed, table, model, source, test), config.KEY, or
     state and result (against the reference `state` of --state DIR). Nothing selected means
     everything.
 
@@ -244,6 +247,14 @@ def _atom(graph: nx.DiGraph, text: str, state: StateMatcher | None = None) -> se
     return result
 
 
+def _resource_type(attributes: Mapping) -> str:
+    """seed, model (a table step that is not a seed), source or test."""
+    kind = attributes["kind"]
+    if kind == "write":
+        return "seed" if (attributes.get("config") or {}).get("seed") else "model"
+    return {"ingest": "source"}.get(kind, kind)
+
+
 def _within(graph: nx.DiGraph, start: set[str], depth: str, upstream: bool) -> set[str]:
     import networkx as nx
 
@@ -277,6 +288,15 @@ def _match(graph: nx.DiGraph, body: str, state: StateMatcher | None = None) -> s
         return {n for n in nodes if fnmatch.fnmatchcase(nodes[n]["name"], value)}
     if method in _KINDS:
         return {n for n in nodes if nodes[n]["kind"] == _KINDS[method] and fnmatch.fnmatchcase(nodes[n]["name"], value)}
+    if method == "seed":
+        return {n for n in nodes if _resource_type(nodes[n]) == "seed" and fnmatch.fnmatchcase(nodes[n]["name"], value)}
+    if method == "resource_type":
+        if value not in RESOURCE_TYPES:
+            raise SelectionError(f"unknown resource type '{value}' in '{body}'", (did_you_mean(value, RESOURCE_TYPES) or "")
+                                 + " resource types: " + ", ".join(RESOURCE_TYPES) + " (model: a table that is not a seed)")
+        if value == "table":  # every table step, seeds included, as table:NAME
+            return {n for n in nodes if nodes[n]["kind"] == "write"}
+        return {n for n in nodes if _resource_type(nodes[n]) == value}
     if method == "tag":
         return {n for n in nodes if any(fnmatch.fnmatchcase(t, value) for t in nodes[n]["tags"])}
     if method == "path":

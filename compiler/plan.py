@@ -245,6 +245,8 @@ class Plan:
 def step_attributes(step: Step) -> dict[str, Any]:
     """What selection looks at in a graph node."""
     files = {step.file} | ({step.sql_file} if step.sql_file else set())
+    if step.config.get("seed"):  # path:seeds/x.csv selects the seed its YAML describes
+        files.add(step.config["seed"]["file"])
     return {"kind": step.kind, "name": step.name, "tags": list(step.tags), "files": sorted(files), "config": dict(step.config)}
 
 

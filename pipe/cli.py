@@ -515,6 +515,18 @@ def build_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, d
              defer_target=defer_target, defer_as_of=defer_as_of, state_dir=state_dir, sample=_sample_arg(empty, sample_spec))
 
 
+@cli.command(name="seed")
+@_run_options
+@_common
+@click.pass_obj
+def seed_cmd(ctx: _Context, select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
+             defer_target, defer_as_of, state_dir, empty, sample_spec) -> None:
+    """Load the seeds (seeds/**/*.csv) into their tables: only those whose file or settings
+    changed since their last load; --full-refresh loads them all again."""
+    _execute(ctx, "seed", select, exclude, target, vars_text, full_refresh, dry_run, threads, fail_fast, quiet, log_format, plan_path,
+             defer_target=defer_target, defer_as_of=defer_as_of, state_dir=state_dir, sample=_sample_arg(empty, sample_spec))
+
+
 def _sample_arg(empty: bool, spec: str | None):
     """--empty / --sample SPEC as runtime/sample.Sample, or None."""
     from runtime.sample import Sample, SampleError
@@ -566,7 +578,7 @@ def retry_cmd(ctx: _Context, threads, fail_fast, quiet, log_format) -> None:
     root = ctx.root()
     doc = dev_loop.last_results(root)
     args = doc["args"]
-    command = args.get("command") if args.get("command") in ("run", "build", "test") else "run"
+    command = args.get("command") if args.get("command") in ("run", "build", "test", "seed") else "run"
     if args.get("dry_run"):
         raise ProjectError([_cli("the last run was a dry run: it ran nothing to retry", f"run `pipe {command}` itself")])
     target, vars_text = args.get("target"), args.get("vars")
@@ -600,6 +612,8 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
         raise ProjectError([_cli("--defer-as-of pins what --defer reads; it needs --defer TARGET", "add --defer prod (the target to read from)")])
     plan, graph, root = _load_plan(ctx, plan_path, target, vars_text)
     chosen = [s for s in select_steps(graph, select, exclude, dev_loop.state_matcher(state_dir, plan)) if _in_command(command, plan.step(s).kind)]
+    if command == "seed":  # `pipe seed`: the seeds among them (compiler/seeds.py)
+        chosen = [s for s in chosen if plan.step(s).config.get("seed")]
     if not chosen:
         what = "test" if command == "test" else "step"
         output.err.print(f"[yellow]warning[/]: no {what} matches the selection; nothing to run")
@@ -641,7 +655,8 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
 
 
 def _in_command(command: str, kind: str) -> bool:
-    """`pipe run` runs sources and tables, `pipe test` the tests, `pipe build` all of them."""
+    """`pipe run` runs sources and tables (seeds too), `pipe test` the tests, `pipe build` all of
+    them; `pipe seed` the seeds (filtered in `_execute`)."""
     return command == "build" or (kind == "test") == (command == "test")
 
 
