@@ -95,7 +95,7 @@ def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None,
     rendered_tables = {name: renderer.render_table(t) for name, t in project.tables.items()}
     rendered_sources = {name: renderer.render_source(s) for name, s in project.sources.items()}
 
-    declared_tests = data_tests.read_declared(project, errors) + data_tests.read_singular(project, renderer, errors)
+    declared_tests = data_tests.read_declared(project, errors, renderer) + data_tests.read_singular(project, renderer, errors)
     expectations = data_tests.read_expectations(project, {n: r.config for n, r in rendered_tables.items()}, errors)
     edges = _edges(project, rendered_tables)
     _check_s3_sources(project, edges, errors)

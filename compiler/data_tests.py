@@ -1,6 +1,8 @@
 """Data tests: the checks declared on tables and sources (`columns: [{name, tests}]` and `tests:`
 in tables/*.yml and sources/*.yml, the shape dbt uses) and the singular tests in tests/*.sql,
-read into DataTests, each with the SQL that returns its failing rows.
+read into DataTests, each with the SQL that returns its failing rows. Besides the built-in
+generic tests (GENERIC), a project may write its own as dbt does, `{% test name(model, ...) %}` in
+tests/generic/*.sql (rendered by compiler/render.py, once per use, into the plan).
 
 Every DataTest becomes a `test` step of the plan, after the table or source it checks
 (runtime/steps/test.py runs it). A test's SQL names tables and sources as the views the runtime
@@ -15,7 +17,7 @@ from typing import Any, Mapping
 
 from compiler.errors import Collector, Location, did_you_mean
 from compiler.project import Node, Project, Source
-from compiler.render import relation
+from compiler.render import GenericTestDef, relation
 from compiler.schema import NAME_RE, type_name
 
 GENERIC = ("unique", "not_null", "accepted_values", "relationships", "expression")
@@ -29,7 +31,12 @@ _ARGS = {
     "expression": ("column", "expression"),
 }
 _REQUIRED = {"accepted_values": ("values",), "relationships": ("to", "field"), "expression": ("expression",)}
-SETTINGS = ("name", "description", "severity", "warn_if", "error_if", "where")
+SETTINGS = ("name", "description", "severity", "warn_if", "error_if", "where", "store_failures", "limit", "fail_calc")
+# names a generic test of the project's own cannot take: the built-ins, and the kind of a tests/*.sql file
+RESERVED = GENERIC + ("sql",)
+GENERIC_FOLDER = "tests/generic"
+FAILURES_SUFFIX = "__failures"  # store_failures: the failing rows of test x go to table x__failures
+DEFAULT_FAIL_CALC = "count(*)"
 _THRESHOLD = re.compile(r"^\s*(==|=|!=|<>|>=|<=|>|<)\s*(\d+)\s*$")
 _TARGET = re.compile(r"""^\s*(ref|source)\(\s*['"]([^'"]+)['"]\s*\)\s*$""")
 # sources whose whole data a test can read (a queue cannot be read again once consumed)
@@ -55,6 +62,10 @@ class DataTest:
     refs: tuple[str, ...] = ()  # tables and sources its SQL reads, besides the model
     sources: tuple[str, ...] = ()
     env_vars: Mapping[str, str | None] = field(default_factory=dict)
+    store_failures: bool = False
+    limit: int | None = None  # at most this many failing rows are counted and stored
+    fail_calc: str = DEFAULT_FAIL_CALC  # the aggregate over the failing rows that warn_if/error_if compare
+    template: str | None = None  # a generic test of the project's own: its tests/generic/*.sql file
 
     def config(self) -> dict[str, Any]:
         """What the plan keeps of the test (its behaviour, fingerprinted with the SQL)."""
@@ -65,11 +76,21 @@ class DataTest:
             out["columns"] = list(self.columns)
         if self.where:
             out["where"] = self.where
-        out.update({k: v for k, v in self.args.items() if k not in ("column", "columns")})
+        if self.template:  # its arguments apart: their names are the template's, and may be any
+            out.update(template=self.template, args=dict(self.args))
+        else:
+            out.update({k: v for k, v in self.args.items() if k not in ("column", "columns")})
+        # only when set: the fingerprints of the tests without them stay as they were
+        if self.store_failures:
+            out["store_failures"] = True
+        if self.limit is not None:
+            out["limit"] = self.limit
+        if self.fail_calc != DEFAULT_FAIL_CALC:
+            out["fail_calc"] = self.fail_calc
         return out
 
 
-def threshold_holds(condition: str, failures: int) -> bool:
+def threshold_holds(condition: str, failures: int | float) -> bool:
     """Whether `failures` meets a dbt-style condition such as `!= 0` or `> 10`."""
     m = _THRESHOLD.match(condition)
     op, n = m.group(1), int(m.group(2))
@@ -79,17 +100,39 @@ def threshold_holds(condition: str, failures: int) -> bool:
 
 # --- reading the YAML ------------------------------------------------------------------------------
 
-def read_declared(project: Project, errors: Collector) -> list[DataTest]:
-    """The generic tests declared on every table and source, in file order, named."""
+def read_declared(project: Project, errors: Collector, renderer=None) -> list[DataTest]:
+    """The generic tests declared on every table and source, in file order, named. `renderer`
+    (compiler/render.Renderer) renders the uses of the project's own generic tests."""
+    own = read_generic(project, renderer, errors) if renderer is not None else {}
     found: list[DataTest] = []
     for node, kind in [*((s, "source") for s in project.sources.values()), *((t, "table") for t in project.tables.values())]:
-        _Reader(project, node, kind, errors, found).read()
+        _Reader(project, node, kind, errors, found, own, renderer).read()
     return found
 
 
+def read_generic(project: Project, renderer, errors: Collector) -> dict[str, GenericTestDef]:
+    """The generic tests of tests/generic/*.sql by name; one named as a built-in is refused
+    (a YAML `- unique` would otherwise mean one thing or the other)."""
+    files = []
+    for rel in project.files.listing(GENERIC_FOLDER, (".sql",)):
+        text = project.files.text(rel, errors)
+        if text is not None:
+            files.append((rel, text))
+    out = {}
+    for d in renderer.load_generic_tests(files):
+        if d.name in RESERVED:
+            errors.error(d.location, f"generic test '{d.name}' has the name of pipe's built-in test '{d.name}'",
+                         "rename it: built-in tests are " + ", ".join(GENERIC))
+            continue
+        out[d.name] = d
+    return out
+
+
 class _Reader:
-    def __init__(self, project: Project, node: Node, kind: str, errors: Collector, out: list[DataTest]):
+    def __init__(self, project: Project, node: Node, kind: str, errors: Collector, out: list[DataTest],
+                 own: Mapping[str, GenericTestDef] | None = None, renderer=None):
         self.project, self.node, self.kind, self.errors, self.out = project, node, kind, errors, out
+        self.own, self.renderer = own or {}, renderer
         self.what = f"{kind} '{node.name}'"
 
     def read(self) -> None:
@@ -148,19 +191,17 @@ class _Reader:
             self.errors.error(where, f"a test on {self.what} is a test name (`- unique`) or a mapping of one test name to its settings, not {type_name(item)}",
                               "e.g. `- not_null` or `- accepted_values: {values: [placed, shipped]}`")
             return
-        if test not in GENERIC:
-            hint = did_you_mean(str(test), GENERIC) or ""
+        if test not in GENERIC and test not in self.own:
+            hint = did_you_mean(str(test), [*GENERIC, *self.own]) or ""
+            own = f"; your own: {', '.join(sorted(self.own))}" if self.own else ""
             self.errors.error(where, f"unknown test '{test}' on {self.what}",
-                              (hint + " " if hint else "") + f"tests: {', '.join(GENERIC)}; custom SQL tests go in tests/*.sql")
+                              (hint + " " if hint else "") + f"tests: {', '.join(GENERIC)}{own}; define a generic test in "
+                              f"{GENERIC_FOLDER}/<name>.sql, or a test of its own SQL in tests/<name>.sql")
             return
-        args = dict(args)
-        nested = args.pop("config", None)  # dbt 1.5+: settings under `config:`
-        if nested is not None:
-            if isinstance(nested, dict):
-                for k, v in nested.items():
-                    args.setdefault(k, v)
-            else:
-                self.errors.error(self.node.at(*args_at, "config"), f"'config' of test '{test}' must be a mapping")
+        args = self._flatten_config(test, args, args_at)
+        if test in self.own:
+            self._own_test(test, args, args_at, where, column)
+            return
         ok = True
         for key in args:
             if key not in _ARGS[test] + SETTINGS:
@@ -182,8 +223,148 @@ class _Reader:
             return
         self.out.append(DataTest(
             name=settings["name"] or "", test=test, model=self.node.name, model_kind=self.kind, location=where,
-            columns=columns, args={k: v for k, v in args.items() if k in _ARGS[test] + ("to_kind",)}, severity=settings["severity"],
-            warn_if=settings["warn_if"], error_if=settings["error_if"], where=settings["where"], description=settings["description"]))
+            columns=columns, args={k: v for k, v in args.items() if k in _ARGS[test] + ("to_kind",)}, **_without(settings, "name")))
+
+    def _flatten_config(self, test: str, args: dict, at: tuple) -> dict:
+        """The test's arguments and settings, with those under `config:` (dbt 1.5+) among them."""
+        args = dict(args)
+        nested = args.pop("config", None)
+        if nested is not None:
+            if isinstance(nested, dict):
+                for k, v in nested.items():
+                    args.setdefault(k, v)
+            else:
+                self.errors.error(self.node.at(*at, "config"), f"'config' of test '{test}' must be a mapping")
+        return args
+
+    # --- generic tests of the project's own ---------------------------------------------------
+
+    def _own_test(self, test: str, args: dict, at: tuple, where: Location, column: str | None) -> None:
+        """A use of a test of tests/generic/: its arguments checked against the template's, then
+        the template rendered with them (`model` the table or source, as `where:` filters it)."""
+        d = self.own[test]
+        takes = tuple(a for a in d.arguments[1:] if a != "column_name")
+        known = takes + SETTINGS + (() if column is not None else ("column", "column_name"))
+        ok = True
+        for key in args:
+            if key not in known:
+                hint = did_you_mean(str(key), known)
+                self.errors.error(self.node.doc.at(self.node.path + at + (key,), key=True), f"unknown argument '{key}' of test '{test}' on {self.what}",
+                                  (hint + " " if hint else "") + f"{d.location} declares {test}({', '.join(d.arguments)}); "
+                                  f"settings: {', '.join(SETTINGS)}")
+                ok = False
+        columns = self._own_columns(test, d, args, column, at)
+        for key in d.required[1:]:
+            if key == "column_name" and not columns:
+                self.errors.error(self.node.at(*at), f"test '{test}' on {self.what} needs a column (its argument column_name)",
+                                  "declare it under the column (`columns: [{name: x, tests: [" + test + "]}]`) or give `column: x`")
+                ok = False
+            elif key != "column_name" and key not in args:
+                self.errors.error(self.node.at(*at), f"test '{test}' on {self.what} needs '{key}'",
+                                  f"{d.location} declares {test}({', '.join(d.arguments)}); e.g. `- {test}: {{{key}: ...}}`")
+                ok = False
+        settings = self._settings(test, args, at)
+        if columns is None or settings is None or not ok:
+            return
+        kwargs, refs, sources = self._own_arguments(test, {k: args[k] for k in takes if k in args}, at)
+        if kwargs is None:
+            return
+        if columns and "column_name" in d.arguments:
+            kwargs["column_name"] = columns[0]
+        model = relation(self.node.name)
+        kwargs["model"] = TestModel(f"(select * from {model} where {settings['where']})" if settings["where"] else model, self.node.name)
+        rendered = self._render_own(test, d, kwargs, where)
+        if rendered is None:
+            return
+        settings = self._template_settings(test, d, rendered.config, settings, args)
+        if settings is None:
+            return
+        self.out.append(DataTest(
+            name=settings["name"] or "", test=test, model=self.node.name, model_kind=self.kind, location=where, columns=columns,
+            args={k: args[k] for k in takes if k in args}, sql=rendered.sql, template=d.location.file,
+            refs=tuple(sorted(refs | set(rendered.refs))), sources=tuple(sorted(sources | set(rendered.sources))),
+            env_vars=dict(rendered.env_vars), **_without(settings, "name")))
+
+    def _own_columns(self, test: str, d: GenericTestDef, args: dict, column: str | None, at: tuple) -> tuple[str, ...] | None:
+        """The column a use names: the one it is declared under, or `column:` (or dbt's
+        `column_name:`) at table level; () for none."""
+        if column is None and "column" in args and "column_name" in args:
+            self.errors.error(self.node.at(*at), f"test '{test}' on {self.what} gives both 'column' and 'column_name'", "keep one of them")
+            return None
+        given = column if column is not None else args.get("column", args.get("column_name"))
+        if given is None:
+            return ()
+        if not isinstance(given, str):
+            self.errors.error(self.node.at(*at, "column" if "column" in args else "column_name"), f"'column' of test '{test}' on {self.what} must be a column name")
+            return None
+        if "column_name" not in d.arguments:
+            self.errors.error(self.node.at(*at), f"test '{test}' on {self.what} names column '{given}', but {d.location} declares "
+                              f"{test}({', '.join(d.arguments)}) without column_name",
+                              "declare it in the table's `tests:` without a column, or add column_name to the test's arguments")
+            return None
+        return (given,)
+
+    def _own_arguments(self, test: str, given: dict, at: tuple) -> tuple[dict | None, set[str], set[str]]:
+        """The arguments as the template gets them: `ref('t')` and `source('s')` (as dbt users
+        write a relationships' `to:`) become that relation, and the test reads it."""
+        kwargs, refs, sources = {}, set(), set()
+        for key, value in given.items():
+            if isinstance(value, str) and _TARGET.match(value):
+                target = _relationship_target(value, self.project)
+                if isinstance(target, str):
+                    self.errors.error(self.node.at(*at, key), f"argument '{key}' of test '{test}' on {self.what}: it {target.split(' ', 1)[1]}",
+                                      _relationship_hint(value, self.project))
+                    return None, refs, sources
+                (refs if target[0] == "table" else sources).add(target[1])
+                value = relation(target[1])
+            kwargs[key] = value
+        return kwargs, refs, sources
+
+    def _render_own(self, test: str, d: GenericTestDef, kwargs: dict, where: Location):
+        """The template rendered for this use, and its SQL parsed; what fails is reported at the
+        template's line (once, however many uses fail alike), naming this use."""
+        from compiler.sqlcheck import analyse
+
+        before = len(self.errors.diagnostics)
+        rendered = self.renderer.render_generic_test(test, kwargs)
+        if rendered is None:
+            seen = {(x.location, x.message) for x in self.errors.diagnostics[:before]}
+            fresh = [x for x in self.errors.diagnostics[before:] if (x.location, x.message) not in seen]
+            use = f"rendering test '{test}' for {self.what} ({where})"
+            self.errors.diagnostics[before:] = [type(x)(x.location, x.message, f"{x.hint + '; ' if x.hint else ''}{use}", x.severity) for x in fresh]
+            return None
+        for src in rendered.sources:
+            kind = self.project.sources[src].kind
+            if kind not in TESTABLE_SOURCES:
+                self.errors.error(rendered.sources[src], f"test '{test}' reads source '{src}' of kind {kind}, which a test cannot read again",
+                                  "read the table it feeds with ref() instead")
+                return None
+        findings = analyse(rendered.sql, {}).findings
+        if findings:
+            f = findings[0]
+            self.errors.error(where, f"test '{test}' on {self.what}: the SQL rendered from {d.location.file} does not parse: "
+                              f"{f.message} (line {f.line} of the rendered SQL)",
+                              f"{f.hint + '; ' if f.hint else ''}see the template at {d.location}, rendered with this test's arguments")
+            return None
+        return rendered
+
+    def _template_settings(self, test: str, d: GenericTestDef, config: Mapping[str, Any], settings: dict, args: dict) -> dict | None:
+        """The settings a template's `{{ config(...) }}` gives its uses (dbt's defaults of a
+        generic test); a use's own settings win."""
+        out = dict(settings)
+        for key, value in config.items():
+            if key not in SETTINGS or key in ("name", "where"):
+                self.errors.error(d.location, f"config() of generic test '{test}': unknown setting '{key}'",
+                                  "settings a generic test may give its uses: " + ", ".join(k for k in SETTINGS if k not in ("name", "where")))
+                return None
+            if key in args:
+                continue
+            value, problem = _setting(key, value)
+            if problem is not None:
+                self.errors.error(d.location, f"config() of generic test '{test}': {key} is {value!r}; {problem[0]}", problem[1])
+                return None
+            out[key] = value
+        return out
 
     def _columns_of(self, test: str, args: dict, column: str | None, at: tuple) -> tuple[str, ...] | None:
         given = args.get("columns") if test == "unique" else None
@@ -214,7 +395,7 @@ class _Reader:
         return (one,)
 
     def _settings(self, test: str, args: dict, at: tuple) -> dict[str, Any] | None:
-        out: dict[str, Any] = {"name": None, "description": "", "severity": "error", "warn_if": "!= 0", "error_if": "!= 0", "where": None}
+        out: dict[str, Any] = {"name": None, **_DEFAULTS}
         ok = True
         for key in SETTINGS:
             if key not in args:
@@ -231,6 +412,12 @@ class _Reader:
                 if not isinstance(value, str) or not _THRESHOLD.match(value):
                     self.errors.error(loc, f"'{key}' of test '{test}' on {self.what} is {value!r}; it compares the number of failing rows",
                                       "write a comparison with a number, quoted: \">10\", \"!=0\", \">= 100\"")
+                    ok = False
+                    continue
+            elif key in ("store_failures", "limit", "fail_calc"):
+                value, problem = _setting(key, value)
+                if problem is not None:
+                    self.errors.error(loc, f"'{key}' of test '{test}' on {self.what} is {value!r}; {problem[0]}", problem[1])
                     ok = False
                     continue
             elif key == "name":
@@ -268,6 +455,49 @@ class _Reader:
             args["to"] = target[1]
             args["to_kind"] = target[0]
         return True
+
+
+_DEFAULTS: dict[str, Any] = {"description": "", "severity": "error", "warn_if": "!= 0", "error_if": "!= 0", "where": None,
+                             "store_failures": False, "limit": None, "fail_calc": DEFAULT_FAIL_CALC}
+
+
+def _without(settings: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in keys}
+
+
+def _setting(key: str, value: Any) -> tuple[Any, tuple[str, str] | None]:
+    """A store_failures, limit or fail_calc value as the plan keeps it, or what is wrong with
+    it (a message, a hint)."""
+    if key == "store_failures":
+        if not isinstance(value, bool):
+            return value, ("it is true or false", f"`store_failures: true` writes the failing rows to table <test>{FAILURES_SUFFIX}")
+    elif key == "limit":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return value, ("it is the most failing rows counted and stored, a positive whole number", "e.g. `limit: 1000`")
+    elif key == "fail_calc":
+        problem = _aggregate_problem(value)
+        if problem is not None:
+            return value, (problem, "an aggregate over the failing rows, e.g. `fail_calc: \"sum(n_records)\"` (the default is count(*))")
+        value = value.strip()
+    return value, None
+
+
+def _aggregate_problem(text: Any) -> str | None:
+    """Why `text` is not one SQL expression (parsed with sqlglot, Spark's dialect), or None."""
+    if not isinstance(text, str) or not text.strip():
+        return "it must be a SQL expression"
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        parsed = sqlglot.parse(f"select {text} from failures", read="spark")
+    except Exception as exc:  # noqa: BLE001 - sqlglot's parse and token errors
+        return f"it does not parse as a SQL expression ({str(exc).splitlines()[0][:120]})"
+    select = parsed[0] if len(parsed) == 1 else None
+    if not isinstance(select, exp.Select) or len(select.expressions) != 1 or select.args.get("where") or select.args.get("group") \
+            or select.args.get("joins") or select.args.get("limit") or select.args.get("order"):
+        return "it must be one SQL expression, e.g. sum(n_records)"
+    return None
 
 
 _REQUIRED_HINT = {
@@ -339,6 +569,11 @@ def finish(tests: list[DataTest], project: Project, known_columns: Mapping[str, 
             while name in taken:
                 name, n = f"{base}_{n}", n + 1
         taken[name] = t.location
+        if t.store_failures and name + FAILURES_SUFFIX in project.tables:
+            errors.error(project.tables[name + FAILURES_SUFFIX].location,
+                         f"table name '{name}{FAILURES_SUFFIX}' is taken by the failures table of test '{name}' (store_failures, {t.location})",
+                         "rename the table, or give the test another `name:`")
+            continue
         out.append(_with(t, name=name, sql=_sql(t)))
     return out
 
@@ -401,7 +636,7 @@ def _literal(value: Any) -> str:
 
 def _sql(t: DataTest) -> str:
     """The SQL whose rows are the test's failures."""
-    if t.test == "sql":
+    if t.test == "sql" or t.template:
         return t.sql
     model = relation(t.model)
     rows = f"(select * from {model} where {t.where}) as model" if t.where else f"{model} as model"
@@ -422,6 +657,17 @@ def _sql(t: DataTest) -> str:
     if t.test == "expression":
         return f"select * from {rows}\nwhere not ({t.args['expression']})\n"
     raise AssertionError(t.test)
+
+
+class TestModel(str):
+    """`model` in a generic test's template, as dbt's: written as it is, the relation the test
+    reads (the view of the table or source, or its rows meeting `where:`); `model.name` and
+    `model.identifier` are its plain name."""
+
+    def __new__(cls, relation_text: str, name: str) -> "TestModel":
+        self = super().__new__(cls, relation_text)
+        self.name = self.identifier = name
+        return self
 
 
 # --- tests/*.sql ----------------------------------------------------------------------------------
@@ -459,13 +705,23 @@ def read_singular(project: Project, renderer, errors: Collector) -> list[DataTes
     return out
 
 
+_SINGULAR_SETTINGS = ("severity", "warn_if", "error_if", "description", "store_failures", "limit", "fail_calc")
+
+
 def _singular_settings(rel: str, config: Mapping[str, Any], errors: Collector) -> dict[str, Any] | None:
-    out: dict[str, Any] = {"severity": "error", "warn_if": "!= 0", "error_if": "!= 0", "description": ""}
+    out: dict[str, Any] = _without(_DEFAULTS, "where")
     for key, value in config.items():
         where = Location(rel, 1)
-        if key not in ("severity", "warn_if", "error_if", "description"):
-            errors.error(where, f"config() of test {rel}: unknown setting '{key}'", "settings: severity, warn_if, error_if, description")
+        if key not in _SINGULAR_SETTINGS:
+            errors.error(where, f"config() of test {rel}: unknown setting '{key}'", "settings: " + ", ".join(_SINGULAR_SETTINGS))
             return None
+        if key in ("store_failures", "limit", "fail_calc"):
+            value, problem = _setting(key, value)
+            if problem is not None:
+                errors.error(where, f"config() of test {rel}: {key} is {value!r}; {problem[0]}", problem[1])
+                return None
+            out[key] = value
+            continue
         if key == "severity" and (not isinstance(value, str) or value.lower() not in SEVERITIES):
             errors.error(where, f"config() of test {rel}: unknown severity {value!r}", "choose one of: error, warn")
             return None

@@ -599,9 +599,12 @@ def _load_tables(files: ProjectFiles, errors: Collector, cache=None) -> dict[str
 
 
 def read_test_files(project: Project, errors: Collector) -> list[tuple[str, str]]:
-    """(relative path, text) of every tests/**/*.sql: the project's singular data tests."""
+    """(relative path, text) of every tests/**/*.sql: the project's singular data tests. Those
+    in tests/generic/ are templates of generic tests instead (compiler/data_tests.py)."""
     out = []
     for rel in project.files.listing("tests", (".sql",)):
+        if rel.startswith("tests/generic/"):
+            continue
         text = project.files.text(rel, errors)
         if text is not None:
             out.append((rel, text))

@@ -113,6 +113,22 @@ class RenderedSource:
     env_vars: Mapping[str, str | None]
 
 
+@dataclass(frozen=True)
+class GenericTestDef:
+    """A generic test of the project's own, written as dbt writes one in tests/generic/*.sql:
+    `{% test name(model, column_name, n=3) %} select ... {% endtest %}`."""
+
+    name: str
+    location: Location
+    arguments: tuple[str, ...]  # in order, `model` first
+    required: tuple[str, ...]  # the arguments without a default
+
+
+# dbt's test tags, rewritten as macro tags in place (line numbers stay): a test is a macro
+_TEST_TAG = re.compile(r"(\{%[-+]?\s*)test(\s+)([A-Za-z_][A-Za-z0-9_]*)(\s*\()")
+_ENDTEST_TAG = re.compile(r"(\{%[-+]?\s*)endtest(\s*[-+]?%\})")
+
+
 class _This:
     """`this`, as dbt's: written as it is, the relation of the table being written (its current
     snapshot, `` `orders` ``); `this.name` and `this.identifier` are the table's plain name."""
@@ -213,6 +229,7 @@ class Renderer:
         self.env.globals.pop("lipsum", None)  # Jinja's filler text: unbounded, and no use in SQL
         self._loop_items = 0
         self.macros: dict[str, Any] = {}
+        self.generic_tests: dict[str, tuple[GenericTestDef, Any]] = {}  # load_generic_tests
         self._load_macros()
 
     def _load_template(self, name: str) -> tuple[str, str, Any] | None:
@@ -453,6 +470,74 @@ class Renderer:
     def render_source(self, source) -> RenderedSource:
         config, env_vars = self._render_config(source.config, None, source.path, node=source)
         return RenderedSource(config=config, env_vars=env_vars)
+
+    # --- generic tests of the project's own (tests/generic/*.sql) ---------------------------------
+
+    def load_generic_tests(self, files: list[tuple[str, str]]) -> list[GenericTestDef]:
+        """The `{% test %}` blocks of each file, in order. Each becomes a macro of its file's
+        module, kept apart from the macros templates call (in dbt it is `test_<name>`, never
+        called by name); other macros of the file are its helpers. A second test of one name,
+        a test without `model`, a file with no test and a template error are reported."""
+        found: list[GenericTestDef] = []
+        for rel, text in files:
+            names = [m.group(3) for m in _TEST_TAG.finditer(text)]
+            if not names:
+                self.errors.error(Location(rel, 1), f"{rel} defines no generic test",
+                                  "write it as dbt does: `{% test my_test(model, column_name) %} select ... {% endtest %}`")
+                continue
+            self.templates[rel] = _ENDTEST_TAG.sub(r"\1endmacro\2", _TEST_TAG.sub(r"\1macro\2\3\4", text))
+            try:
+                tree = self.env.parse(self.templates[rel], name=rel, filename=rel)
+            except jinja2.TemplateSyntaxError as exc:
+                self._template_error(exc, Location(rel))
+                continue
+            here = [self._generic_def(rel, node, found) for node in tree.find_all(nodes.Macro) if node.name in names]
+            here = [d for d in here if d is not None]
+            if not here:
+                continue
+            self._loop_items = 0
+            self.scope = _Scope(owner=None, file=rel, incremental=False, allow_refs=False)
+            try:
+                module = self.env.get_template(rel).module
+            except Exception as exc:  # noqa: BLE001 - any template failure is the user's to fix
+                self._template_error(exc, Location(rel))
+                continue
+            finally:
+                self.scope = None
+            for d in here:
+                self.generic_tests[d.name] = (d, getattr(module, d.name))
+                found.append(d)
+        return found
+
+    def _generic_def(self, rel: str, node: nodes.Macro, found: list[GenericTestDef]) -> GenericTestDef | None:
+        loc = Location(rel, node.lineno)
+        first = next((d for d in found if d.name == node.name), None) or self.generic_tests.get(node.name, (None,))[0]
+        if first is not None:
+            self.errors.error(loc, f"generic test '{node.name}' is defined twice (first at {first.location})", "rename one of them")
+            return None
+        arguments = tuple(a.name for a in node.args)
+        if not arguments or arguments[0] != "model":
+            self.errors.error(loc, f"generic test '{node.name}' must take `model` first (the table or source it checks)",
+                              f"e.g. `{{% test {node.name}(model, column_name) %}}`")
+            return None
+        return GenericTestDef(node.name, loc, arguments, arguments[: len(arguments) - len(node.defaults)])
+
+    def render_generic_test(self, name: str, arguments: Mapping[str, Any]) -> RenderedTest | None:
+        """A use of a generic test: its macro called with `model` and the arguments given in
+        YAML; None when it cannot be rendered (reported at the template's line)."""
+        definition, macro = self.generic_tests[name]
+        scope = _Scope(owner=None, file=definition.location.file, incremental=False, test_config={})
+        self.scope = scope
+        self._loop_items = 0
+        try:
+            sql = str(macro(**arguments))
+        except Exception as exc:  # noqa: BLE001 - reported at the template line
+            self._template_error(exc, scope.default_location or definition.location)
+            return None
+        finally:
+            self.scope = None
+        return RenderedTest(sql=sql.strip() + "\n", refs=dict(scope.refs), sources=dict(scope.sources), env_vars=dict(scope.env_vars),
+                            config=dict(scope.test_config))
 
     def set_target_lake(self, lake: str) -> None:
         """`target.lake` in templates is the lake after its own rendering."""
