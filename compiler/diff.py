@@ -243,14 +243,27 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
         else:
             out.append(Change("cdc_logging", bc.get("cdc_logging"), None, "non-breaking",
                               "undeclared, the stored table keeps the change data capture log it has"))
+    if bc.get("seed") != hc.get("seed"):
+        out.append(_seed_change(bc.get("seed"), hc.get("seed")))
     known = set(REWRITE_KEYS) | set(BREAKING_KEYS) | set(NON_BREAKING_KEYS) | {"operation", "delete_when", "partitions_to_delete", "schema",
-                                                                                  "expect", "table_version", "cdc_logging"}
+                                                                                  "expect", "table_version", "cdc_logging", "seed"}
     for key in sorted(set(bc) | set(hc)):
         if key not in known and bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "a table setting"))
     if b.action != h.action and not any(c.field == "operation" for c in out):
         out.append(Change("action", b.action, h.action, "breaking", "the timeline action of the table's writes"))
     return out
+
+
+def _seed_change(b, h) -> Change:
+    """A seed's CSV (or how it is read) changed: the next run replaces its table whole
+    (compiler/seeds.py); its columns' types are compared as `schema`."""
+    def said(seed):
+        return None if not seed else f"{seed['file']} ({seed['rows']:,} rows, sha256 {seed['sha256'][:12]})"
+    if not b or not h:
+        return Change("seed", said(b), said(h), "destructive", "the table's rows come from " + ("its CSV now" if h else "its SQL now"))
+    return Change("seed", said(b), said(h), "destructive",
+                  "the seed's file changed: the next run replaces its table whole (rows removed from the file leave the table)")
 
 
 # what an expectation's action does to the rows that fail it, and how strict that is for the table

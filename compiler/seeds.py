@@ -272,6 +272,8 @@ def _read_seed(files, rel: str, name: str, doc: Doc, path: tuple, config: dict, 
     if len(errors.errors) > before:
         return None
     _check_ragged(rel, parsed, len(names), config["delimiter"], errors)
+    if len(errors.errors) > before:
+        return None
     lower = {n.lower(): n for n in names}
     for col in config["column_types"]:
         if col.lower() not in lower:
@@ -282,9 +284,7 @@ def _read_seed(files, rel: str, name: str, doc: Doc, path: tuple, config: dict, 
             if col.lower() not in lower:
                 errors.error(doc.at(path + (setting, i)), f"{setting} column '{col}' of seed '{name}' is not a column of {rel}",
                              did_you_mean(col, names) or "its columns: " + ", ".join(names))
-    if len(errors.errors) > before:
-        return None
-    declared = {lower[c.lower()]: t for c, t in config["column_types"].items()}
+    declared = {lower[c.lower()]: t for c, t in config["column_types"].items() if c.lower() in lower}
     columns = []
     for i, col in enumerate(names):
         values = (fields[i] for _, fields in parsed.rows)
@@ -293,8 +293,8 @@ def _read_seed(files, rel: str, name: str, doc: Doc, path: tuple, config: dict, 
             columns.append({"name": col, "type": declared[col]})
         else:
             columns.append({"name": col, "type": infer_type(values)})
-    keys = [lower[c.lower()] for c in config["key"]]
-    if keys and len(errors.errors) == before:
+    keys = [lower[c.lower()] for c in config["key"] if c.lower() in lower]
+    if keys and len(keys) == len(config["key"]):  # (a key column the file lacks is reported above)
         _check_keys(rel, name, names, keys, columns, parsed, errors)
     if len(errors.errors) > before:
         return None
