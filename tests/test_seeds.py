@@ -240,7 +240,7 @@ def test_seeds_load_only_when_changed_and_a_change_replaces_the_table_whole(spar
     out = ok(capsys, root, "build")
     s = steps(root)
     assert s["table.country_codes"]["state"] == "success" and s["table.country_codes"]["rows_written"] == 3000
-    assert s["test.unique_country_codes_code"]["state"] == "pass" and s["test.unique_fx_rates_currency__day"]["state"] == "pass"
+    assert s["test.unique_country_codes_code"]["state"] == "success" and s["test.unique_fx_rates_currency_day"]["state"] == "success"
     assert s["table.eu_orders"]["state"] == "success"
     first = instants(capsys, root, "country_codes")
     assert len(first) == 1 and commits(timeline(capsys, root, "country_codes"))[0]["action"] == "replacecommit"
@@ -256,9 +256,10 @@ def test_seeds_load_only_when_changed_and_a_change_replaces_the_table_whole(spar
     # hudi-rs reads the same rows
     hrs = hudi_rows(root, "country_codes", ["code", "name", "population", "updated_ms", "notes"])
     assert hrs == sorted((r[0], r[1], r[3], r[6], r[7]) for r in stored)
-    assert sorted(hudi_rows(root, "fx_rates", ["currency", "rate"]))[0] == ("CHF", Decimal("1.050383"))
+    rates = {(c, d): Decimal(r) for c, d, r in fx(28)}
+    assert hudi_rows(root, "fx_rates", ["currency", "day", "rate"]) == sorted((c, dt.date.fromisoformat(d), r) for (c, d), r in rates.items())
     eu = pipe_rows(spark, root, "eu_orders", ["code", "rate"])
-    assert ("FR", Decimal("1.013346")) in eu and ("CH", Decimal("1.050383")) in eu
+    assert ("FR", rates["EUR", "2024-03-01"]) in eu and ("CH", rates["CHF", "2024-03-01"]) in eu and len(eu) == 3000
 
     # round 2: nothing changed: nothing written, and the step says since which commit
     out = ok(capsys, root, "run")
@@ -283,7 +284,7 @@ def test_seeds_load_only_when_changed_and_a_change_replaces_the_table_whole(spar
 
     # round 4: a declared type and the key change: the table is written again with them
     (root / "seeds/seeds.yml").write_text((root / "seeds/seeds.yml").read_text().replace(
-        "key: [code]", "key: [code, currency]\n        column_types: {population: DOUBLE}"))
+        "key: [code]", "key: [code, currency]\n    column_types: {population: DOUBLE}"))
     ok(capsys, root, "seed", "--select", "seed:country_codes")
     assert set(steps(root)) == {"table.country_codes"}
     assert steps(root)["table.country_codes"]["state"] == "success"
