@@ -489,10 +489,19 @@ def _aggregate_problem(text: Any) -> str | None:
     import sqlglot
     from sqlglot import exp
 
+    from compiler.sqlcheck import analyse
+
+    sql = f"select {text}\nfrom failures"  # the failing rows, as the runtime aggregates them
+    findings = [f for f in analyse(sql, {}).findings if f.message.startswith("SQL syntax error")]
+    if findings:
+        message = findings[0].message
+        if findings[0].line > text.count("\n") + 1:  # at the `from` added here: the expression ended too soon
+            message = message.replace(" near 'from'", " at its end")
+        return f"it does not parse as a SQL expression ({message})"
     try:
-        parsed = sqlglot.parse(f"select {text} from failures", read="spark")
-    except Exception as exc:  # noqa: BLE001 - sqlglot's parse and token errors
-        return f"it does not parse as a SQL expression ({str(exc).splitlines()[0][:120]})"
+        parsed = sqlglot.parse(sql, read="spark")
+    except Exception:  # noqa: BLE001 - what sqlcheck let through and sqlglot still refuses
+        parsed = []
     select = parsed[0] if len(parsed) == 1 else None
     if not isinstance(select, exp.Select) or len(select.expressions) != 1 or select.args.get("where") or select.args.get("group") \
             or select.args.get("joins") or select.args.get("limit") or select.args.get("order"):

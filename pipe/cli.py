@@ -786,6 +786,8 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and has_dead_letter_table(s.config)]
     # and so is the quarantine table of each table with a `quarantine` expectation
     tables += [s.name + "__quarantine" for s in plan.steps if any(e["action"] == "quarantine" for e in s.config.get("expect") or ())]
+    # and the failures table of each test with store_failures
+    tables += [s.name + "__failures" for s in plan.steps if s.kind == "test" and s.config.get("store_failures")]
     if name not in tables:
         raise ProjectError([_cli(f"no table named '{name}' in project {plan.project}", did_you_mean(name, tables) or f"tables: {', '.join(tables)}")])
     lake = RunContext(plan, result.project.root)
@@ -796,6 +798,8 @@ def _table_for(ctx: _Context, name: str, target: str | None):
             hint = "nothing has been dead-lettered yet (the table appears with the first message or object)"
         elif name.endswith("__quarantine") and name not in [s.name for s in plan.steps]:
             hint = "no row has been quarantined yet (the table appears with the first one)"
+        elif name.endswith("__failures") and name not in [s.name for s in plan.steps]:
+            hint = f"the test has not run yet: `pipe test --select test:{name[:-len('__failures')]}`"
         raise ProjectError([_cli(f"table {name} has not been built yet (nothing at {uri})", hint)])
     return lake.open_table(name), plan
 

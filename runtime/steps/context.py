@@ -55,6 +55,7 @@ class StepResult:
     inputs: dict[str, Any] = field(default_factory=dict)
     failures: int | None = None  # a test: its failing rows
     samples: list[dict[str, Any]] | None = None  # a test: a few of them
+    failures_table: str | None = None  # a test with store_failures: the table its failing rows were written to
     expectations: dict[str, Any] | None = None  # a table with `expect:`: the rows checked, failures per expectation
     catalog: dict[str, Any] | None = None  # a table in a target with a catalog: what its sync did, or its error
     traceback: str | None = None
@@ -66,6 +67,8 @@ class StepResult:
             d.pop("catalog")
         if self.kind != "test":
             d.pop("failures"), d.pop("samples")
+        if self.failures_table is None:
+            d.pop("failures_table")
         if self.expectations is None:
             d.pop("expectations")
         if self.read is None:

@@ -8,12 +8,17 @@ What a test reads (docs/testing.md, "What each test checks"):
   `accepted_values`, `expression`, `relationships`) check only the rows that write added or
   changed, a relationship against the whole parent; `unique` checks the whole table, or holds by
   construction on an upsert table whose record key it names; tests in tests/*.sql read whole
-  tables. A full refresh, a first build or a table with no new input is checked whole."""
+  tables. A full refresh, a first build or a table with no new input is checked whole.
+
+A test's settings (docs/testing.md): `limit` keeps at most that many failing rows; `fail_calc`
+is the aggregate over them that warn_if/error_if compare (default count(*)); `store_failures`
+replaces table `<test>__failures` with them on every run, empty when there are none, so its rows
+are always those of the test's latest run. The failing rows stay in Spark throughout."""
 
 from __future__ import annotations
 
 
-from compiler.data_tests import threshold_holds
+from compiler.data_tests import DEFAULT_FAIL_CALC, FAILURES_SUFFIX, threshold_holds
 from compiler.plan import Step
 from runtime import spark_api
 from runtime.sources import SourceError
@@ -57,8 +62,14 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
                 raise
             scope = _register_views(ctx, session, step, read, checked_at, since, None)
             failing = session.sql(step.sql)
-        failures = failing.count()
-        rows = failing.limit(SAMPLE_ROWS).collect() if failures else []
+        if config.get("limit"):
+            failing = failing.limit(config["limit"])
+        if config.get("store_failures"):  # counted, sampled and stored: computed once
+            failing = spark_api.local_checkpoint(failing, eager=False)
+        count, failures = _measure(failing, config.get("fail_calc", DEFAULT_FAIL_CALC), step)
+        rows = failing.limit(SAMPLE_ROWS).collect() if count else []
+        if config.get("store_failures"):
+            result.failures_table = _store_failures(ctx, session, step, failing)
     except (RunError, SourceError):
         memory.remember(step, None)
         raise
@@ -73,17 +84,76 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
             pending.release()
     result.failures = failures
     result.samples = [sample(r.asDict(recursive=True)) for r in rows]
-    rule = f"{failures:,} failing row{'s' if failures != 1 else ''}"
-    if failures:
+    rule = _rule(count, failures, config)
+    stored = f"; failing rows in table {result.failures_table}" if result.failures_table and count else ""
+    if count:
         memory.remember(step, None)  # never reused as passed
     if failures and config["severity"] == "error" and threshold_holds(config["error_if"], failures):
-        return "error", f"{rule} ({scope}){_error_rule(config)}"
+        return "error", f"{rule} ({scope}){_error_rule(config)}{stored}"
     if failures and threshold_holds(config["warn_if"], failures):
-        return "warn", f"{rule} ({scope}){_warn_rule(config)}"
-    note = f"; {rule} within the thresholds" if failures else ""
-    if not failures:
+        return "warn", f"{rule} ({scope}){_warn_rule(config)}{stored}"
+    note = f"; {rule} within the thresholds" if count else ""
+    if not count:
         _remember_pass(memory, step, checked_at, since)
-    return "success", f"passed ({scope}){note}"
+    return "success", f"passed ({scope}){note}{stored}"
+
+
+def _measure(failing, fail_calc: str, step: Step) -> tuple[int, int | float]:
+    """(failing rows, the value warn_if and error_if compare): their count, or `fail_calc`
+    computed over them in the same job. Only these two numbers reach the driver."""
+    if fail_calc == DEFAULT_FAIL_CALC:
+        n = failing.count()
+        return n, n
+    from pyspark.sql import functions as F
+
+    try:
+        row = failing.agg(F.count(F.lit(1)).alias("rows"), F.expr(fail_calc).alias("value")).collect()[0]
+    except Exception as exc:  # noqa: BLE001 - an aggregate Spark cannot compute over these rows
+        if not is_user_error(exc):
+            raise
+        raise RunError(f"{step.file}:{step.line}: test {step.name}: fail_calc {fail_calc} cannot be computed over its failing rows: {spark_message(exc)}",
+                       "fail_calc is an aggregate over the columns the test's SQL returns, e.g. sum(n_records)") from exc
+    return int(row["rows"]), _number(row["value"], fail_calc, step)
+
+
+def _number(value, fail_calc: str, step: Step) -> int | float:
+    """fail_calc's value as a number; null (a sum over no rows) is 0."""
+    from decimal import Decimal
+
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise RunError(f"{step.file}:{step.line}: test {step.name}: fail_calc {fail_calc} gave {value!r}, not a number",
+                       "fail_calc is a numeric aggregate over the failing rows, e.g. count(*) or sum(n_records)")
+    return int(value) if value == int(value) else float(value)
+
+
+def _rule(count: int, failures: int | float, config) -> str:
+    """`7 failing rows`, with the limit that cut them short and fail_calc's value when set."""
+    text = f"{count:,} failing row{'s' if count != 1 else ''}"
+    if config.get("limit") and count >= config["limit"]:
+        text += f" (limit {config['limit']:,})"
+    if config.get("fail_calc", DEFAULT_FAIL_CALC) != DEFAULT_FAIL_CALC:
+        text += f", fail_calc {config['fail_calc']} = {failures:,}"
+    return text
+
+
+def _store_failures(ctx: RunContext, session, step: Step, failing) -> str:
+    """Replaces table `<test>__failures` with the failing rows, in one insert_overwrite_table
+    of pipe's table engine (a replacecommit; the rows' schema becomes the table's). When there
+    are none it is replaced with no rows: a reader never takes an earlier run's failures for
+    this one's. The rows go from Spark to the table's files, never through the driver."""
+    from runtime.table.config import TableConfig
+    from runtime.table.table import Table, TableError
+
+    name = step.name + FAILURES_SUFFIX
+    try:
+        table = Table.create(session, ctx.table_uri(name), TableConfig(name=name), ctx.storage_options)
+        table.write(failing, operation="insert_overwrite_table", extra_metadata={"pipe.test": step.name})
+    except TableError as exc:
+        raise RunError(f"test {step.name}: its failing rows cannot be stored in table {name}: {exc}",
+                       exc.hint or f"store_failures writes the rows the test's SQL returns to {name}") from exc
+    return name
 
 
 def _latest_instants(ctx: RunContext, step: Step) -> dict[str, str] | None:
@@ -145,7 +215,7 @@ def _by_construction(ctx: RunContext, step: Step) -> str | None:
     """In a build, `unique` on the record key of an upsert table with a global index holds by
     construction once pipe has written it: no job runs. `pipe test` always checks."""
     c = step.config
-    if c["test"] != "unique" or c.get("model_kind") != "table" or c.get("where") or c["model"] not in ctx.written:
+    if c["test"] != "unique" or c.get("model_kind") != "table" or c.get("where") or c.get("store_failures") or c["model"] not in ctx.written:
         return None
     table = ctx.plan.step(f"table.{c['model']}").config
     key = [k.lower() for k in table.get("key") or []]
