@@ -308,8 +308,9 @@ def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mappi
             tags=tuple(table.tags),
             sql=r.sql,
             sql_full_refresh=r.sql_full_refresh,
-            sql_file=table.sql_file,
+            sql_file=table.sql_file or table.python_file,
             action=timeline_action(config["operation"], config["type"]),
+            python=r.python,
             env_vars=dict(sorted(r.env_vars.items())),
         ).with_fingerprint()
     return steps

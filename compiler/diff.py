@@ -169,9 +169,9 @@ def _modified(b: Step, h: Step) -> StepDiff:
         changes.append(Change("description", b.description, h.description, "metadata-only", "documentation only"))
     if tuple(b.tags) != tuple(h.tags):
         changes.append(Change("tags", list(b.tags), list(h.tags), "metadata-only", "selection tags only"))
-    if (b.sql or "") != (h.sql or "") or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):
+    if b.code != h.code or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):
         d.sql_diff = "".join(difflib.unified_diff(
-            (b.sql or "").splitlines(keepends=True), (h.sql or "").splitlines(keepends=True),
+            b.code.splitlines(keepends=True), h.code.splitlines(keepends=True),
             fromfile=f"a/{b.sql_file or b.file}", tofile=f"b/{h.sql_file or h.file}")) or None
     if b.env_vars != h.env_vars:
         changes.append(Change("env_vars", dict(b.env_vars), dict(h.env_vars), "non-breaking", "environment variables the step reads"))
@@ -220,7 +220,7 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
         elif key != "operation" and bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "breaking", "changes how incoming rows meet stored ones"))
     out += _column_changes(bc.get("schema"), hc.get("schema"), "table")
-    if (b.sql or "") != (h.sql or "") or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):
+    if b.code != h.code or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):
         if hc.get("schema"):
             why = "the query changed; its declared columns are compared separately"
         else:

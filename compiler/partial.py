@@ -109,6 +109,7 @@ def fingerprint(files: ProjectFiles, target: str | None, cli_vars: Mapping[str, 
             return None
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
+    h.update(json.dumps(files.skipped).encode())  # a file pipe does not read still gets its warning
     return h.hexdigest()
 
 

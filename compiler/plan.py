@@ -92,6 +92,15 @@ class Step:
     action: str | None = None
     env_vars: Mapping[str, str | None] = field(default_factory=dict)
     fingerprint: str = ""
+    # a Python model's code and how model() is called (compiler/python_models.py); `sql_file`
+    # then names its .py file
+    python: Mapping[str, Any] | None = None
+
+    @property
+    def code(self) -> str:
+        """The text that makes the step's rows, as a user wrote it or it rendered: the SQL, or
+        a Python model's module."""
+        return self.python["code"] if self.python is not None else (self.sql or "")
 
     @property
     def reads_table(self) -> str | None:
@@ -104,7 +113,7 @@ class Step:
     def behaviour(self) -> dict[str, Any]:
         """What the step does; the fingerprint hashes exactly this. Descriptions, tags and
         source positions are left out: changing them changes nothing that runs."""
-        return {
+        out = {
             "kind": self.kind,
             "name": self.name,
             "config": self.config,
@@ -112,6 +121,9 @@ class Step:
             "sql_full_refresh": self.sql_full_refresh,
             "action": self.action,
         }
+        if self.python is not None:  # only when set: the fingerprints of SQL tables stay as they were
+            out["python"] = self.python
+        return out
 
     def with_fingerprint(self) -> "Step":
         digest = hashlib.sha256(_canonical(self.behaviour()).encode("utf-8")).hexdigest()
@@ -133,6 +145,8 @@ class Step:
         }
         if self.kind == "write":
             d.update(sql=self.sql, sql_full_refresh=self.sql_full_refresh, sql_file=self.sql_file, action=self.action)
+            if self.python is not None:
+                d["python"] = self.python
         elif self.kind == "test":
             d.update(sql=self.sql, sql_file=self.sql_file)
         return d
@@ -155,6 +169,7 @@ class Step:
             action=d.get("action"),
             env_vars=_env_map(d.get("env_vars", ())),
             fingerprint=d["fingerprint"],
+            python=d.get("python"),
         )
 
 

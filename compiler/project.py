@@ -80,6 +80,8 @@ class Source(Node):
 class Table(Node):
     sql_file: str | None = None  # relative path of the SELECT, when there is one
     sql_text: str | None = None
+    python_file: str | None = None  # relative path of a Python model (compiler/python_models.py)
+    python_text: str | None = None
 
     @property
     def operation(self) -> str:
@@ -97,7 +99,7 @@ class MacroFile:
 # parsing (compiler/partial.py) fingerprint a compile's inputs.
 INPUT_FOLDERS = (
     ("sources", (".yml", ".yaml")),
-    ("tables", (".yml", ".yaml", ".sql")),
+    ("tables", (".yml", ".yaml", ".sql", ".py")),
     ("macros", (".sql",)),
     ("tests", (".sql",)),
     ("seeds", (".csv", ".yml", ".yaml")),  # compiler/seeds.py
@@ -111,15 +113,26 @@ class ProjectFiles:
 
     root: Path
     contents: Mapping[str, bytes | OSError]  # relative posix path -> bytes, or why it could not be read
+    # files in the folders above that pipe does not read, and folders dbt reads that pipe does
+    # not (`snapshots/`): each gets a warning (`unread`), so nothing is ignored without a word
+    skipped: tuple[str, ...] = ()
 
     @classmethod
     def read(cls, root: Path) -> "ProjectFiles":
         contents: dict[str, bytes | OSError] = {}
-        listed = [PROJECT_FILE] + [rel for folder, suffixes in INPUT_FOLDERS for rel in _files(root, folder, suffixes, contents)]
+        skipped: list[str] = [f"{name}/" for name in _OTHER_FOLDERS if os.path.isdir(os.path.join(root, name))]
+        skipped += [name for name in _OTHER_FILES if os.path.isfile(os.path.join(root, name))]
+        listed = [PROJECT_FILE] + [rel for folder, suffixes in INPUT_FOLDERS for rel in _files(root, folder, suffixes, contents, skipped)]
         for rel in listed:
             contents[rel] = _read_regular(root, rel, _SEED_LIMIT if rel.startswith("seeds/") and rel.endswith(".csv") else None)
         _links_in_target(root, contents)
-        return cls(Path(root), contents)
+        return cls(Path(root), contents, tuple(skipped))
+
+    def unread(self, errors: Collector) -> None:
+        """A warning for each file and folder of `skipped`, saying what to do with it."""
+        for rel in self.skipped:
+            message, hint = _unread_said(rel)
+            errors.warning(Location(rel, 1), message, hint)
 
     def listing(self, folder: str, suffixes: tuple[str, ...]) -> list[str]:
         """Relative paths of the files under `folder` ending in `suffixes`, sorted (not those
@@ -268,11 +281,47 @@ def _links_in_target(root: Path, refused: dict[str, bytes | OSError]) -> None:
         pass  # no target/ yet
 
 
-def _files(root: Path, folder: str, suffixes: tuple[str, ...], refused: dict[str, bytes | OSError]) -> list[str]:
+# dbt's folders and files that pipe has no counterpart for (seeds/ it reads: compiler/seeds.py)
+_OTHER_FOLDERS = ("models", "snapshots", "analyses", "analysis")
+_OTHER_FILES = ("dbt_project.yml", "profiles.yml")
+# in pipe's folders, files nobody expects pipe to read: notes, editors' and Python's leftovers
+_QUIET = (".md", ".txt", ".rst", ".gitkeep", ".keep", ".pyc", ".swp", "~", ".DS_Store")
+
+
+def _unread_said(rel: str) -> tuple[str, str]:
+    """The warning and its hint for a file or folder pipe does not read."""
+    top = rel.split("/", 1)[0]
+    if rel == "models/":
+        return ("pipe does not read models/ (dbt's folder): tables live in tables/",
+                "move each model's .sql (and its YAML, with `tables:` instead of `models:`) to tables/")
+    if rel == "snapshots/":
+        return ("pipe does not read snapshots/ (dbt snapshots)",
+                "a table's history is on its Hudi timeline: read it with time travel or its change feed (docs/tables.md); "
+                "or keep every version with a table whose operation is insert")
+    if rel in ("analyses/", "analysis/"):
+        return (f"pipe does not read {rel} (dbt analyses)", "keep such queries outside the project's folders, or make them tables")
+    if rel in _OTHER_FILES:
+        return (f"pipe does not read {rel}: its settings live in {PROJECT_FILE}",
+                "move the project's name, vars and targets to pipe_project.yml (docs/project.md)")
+    suffix = rel.rsplit(".", 1)[-1] if "." in rel.rsplit("/", 1)[-1] else ""
+    if suffix == "py":
+        return (f"pipe does not read {rel}: Python models live in tables/", "move it to tables/<name>.py, with `def model(...)` "
+                "(docs/python-models.md), or out of the project's folders if it is not a model")
+    if suffix == "csv":
+        return (f"pipe does not read {rel}: seeds live in seeds/", "move it to seeds/ to load it as a table (docs/project.md, Seeds)")
+    if suffix == "sql" and top in ("sources", "seeds"):
+        return (f"pipe does not read {rel}: SQL lives in tables/ (a table's SELECT) and tests/ (a data test)", "move it there")
+    if suffix in ("yml", "yaml") and top in ("macros", "tests"):
+        return (f"pipe does not read {rel}", "tables and their tests are declared in tables/*.yml, sources in sources/*.yml")
+    return f"pipe does not read {rel}", f"pipe reads {', '.join(f'{f}/*{s}' for f, ss in INPUT_FOLDERS if f == top for s in ss)} there"
+
+
+def _files(root: Path, folder: str, suffixes: tuple[str, ...], refused: dict[str, bytes | OSError], skipped: list[str] | None = None) -> list[str]:
     """Relative posix paths of the files under root/folder ending in `suffixes`, sorted.
     Links, to files or folders, and special files go into `refused` instead (whatever their
-    names: a linked folder could hold anything). (os.walk and plain strings: pathlib costs more
-    than the listing on large projects.)"""
+    names: a linked folder could hold anything); the other files, into `skipped` (not hidden
+    ones, notes and leftovers: `_QUIET`). (os.walk and plain strings: pathlib costs more than
+    the listing on large projects.)"""
     found = []
     base = os.path.join(root, folder)
     if os.path.islink(base):
@@ -285,6 +334,9 @@ def _files(root: Path, folder: str, suffixes: tuple[str, ...], refused: dict[str
             dirnames.remove(name)  # os.walk lists a linked folder but does not enter it
             refused[f"{rel_dir}/{name}"] = RefusedFile(f"{rel_dir}/{name}", os.readlink(os.path.join(dirpath, name)))
         found.extend(f"{rel_dir}/{name}" for name in filenames if name.endswith(suffixes))
+        if skipped is not None and not any(part.startswith(".") or part == "__pycache__" for part in rel_dir.split("/")):
+            skipped.extend(sorted(f"{rel_dir}/{name}" for name in filenames
+                                  if not name.endswith(suffixes) and not name.startswith(".") and not name.endswith(_QUIET)))
     return sorted(found)
 
 
@@ -374,6 +426,7 @@ def load_project(
         )
     files = files if files is not None else ProjectFiles.read(root)
     files.refused(errors)
+    files.unread(errors)
     text = files.text(PROJECT_FILE, errors)
     doc = load_yaml(text or "", PROJECT_FILE, errors)
     if doc is None:  # unreadable: its error is reported; go on with defaults to check the rest
@@ -562,11 +615,19 @@ def _load_tables(files: ProjectFiles, errors: Collector, cache=None) -> dict[str
     declared_sql: set[str] = set()
     sql_files = files.listing("tables", (".sql",))
     existing_sql = set(sql_files)
+    existing_py = set(files.listing("tables", (".py",)))
     for doc, name, p, config in _entries(files, "tables", "sources", errors, _check_table, cache):
         sql_rel = f"{doc.file.rsplit('/', 1)[0]}/{name}.sql"
         sql_text = files.text(sql_rel, errors) if sql_rel in existing_sql else None
         if sql_text is not None:
             declared_sql.add(sql_rel)
+        py_rel = sql_rel[: -len(".sql")] + ".py"
+        py_text = files.text(py_rel, errors) if py_rel in existing_py else None
+        if py_text is not None:
+            declared_sql.add(py_rel)
+            if sql_text is not None:
+                errors.error(Location(py_rel, 1, 1), f"table '{name}' has both {sql_rel} and {py_rel}",
+                             "keep one: a table's rows come from its SELECT or from its Python model")
         table = Table(
             name=name,
             config=_with_default_operation(config),
@@ -574,27 +635,36 @@ def _load_tables(files: ProjectFiles, errors: Collector, cache=None) -> dict[str
             path=p,
             sql_file=sql_rel if sql_text is not None else None,
             sql_text=sql_text,
+            python_file=py_rel if py_text is not None else None,
+            python_text=py_text,
         )
         if name in tables:
             errors.error(table.location, f"table '{name}' is declared twice (first at {tables[name].location})", "table names are unique across all files in tables/")
             continue
         tables[name] = table
-    # A SELECT with no YAML is a table with default settings, as a dbt model without a .yml.
-    for rel in sql_files:
+    # A SELECT (or a Python model) with no YAML is a table with default settings, as a dbt
+    # model without a .yml.
+    for rel in sorted([*sql_files, *existing_py]):
         if rel in declared_sql:
             continue
-        name = rel.rsplit("/", 1)[-1][: -len(".sql")]
+        stem, suffix = rel.rsplit(".", 1)
+        name = stem.rsplit("/", 1)[-1]
         doc = Doc(rel, None)
         if not _check_name(doc, (), name, "table", errors):
             continue
+        what = "a SQL file" if suffix == "sql" else "a Python model"
         if name in tables:
-            errors.error(Location(rel, 1, 1), f"table '{name}' has a SQL file here but is declared at {tables[name].location}", f"move the SQL to {Path(tables[name].file).parent.as_posix()}/{name}.sql, beside its YAML")
+            here = tables[name].file
+            hint = (f"keep one: {here} is its {'SQL' if tables[name].sql_file else 'Python model'}" if not tables[name].doc.value
+                    else f"move the {'SQL' if suffix == 'sql' else 'model'} to {Path(here).parent.as_posix()}/{name}.{suffix}, beside its YAML")
+            errors.error(Location(rel, 1, 1), f"table '{name}' has {what} here but is declared at {tables[name].location}", hint)
             continue
-        sql_text = files.text(rel, errors)
-        if sql_text is None:
+        text = files.text(rel, errors)
+        if text is None:
             continue
         config = schema.Checker(doc, errors).section(schema.TABLE, {}, (), f"table '{name}'")
-        tables[name] = Table(name=name, config=_with_default_operation(config), doc=doc, path=(), sql_file=rel, sql_text=sql_text)
+        code = {"sql_file": rel, "sql_text": text} if suffix == "sql" else {"python_file": rel, "python_text": text}
+        tables[name] = Table(name=name, config=_with_default_operation(config), doc=doc, path=(), **code)
     return tables
 
 

@@ -28,6 +28,7 @@ import jinja2
 from jinja2 import StrictUndefined, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
+from compiler import python_models
 from compiler.errors import Collector, Location, did_you_mean
 from compiler.project import Project, Table
 from compiler.simple_template import SimpleTemplate
@@ -96,6 +97,7 @@ class RenderedTable:
     config: Mapping[str, Any]
     # rendering reported an error, so the SQL may be cut short: it is not checked further
     failed: bool = False
+    python: Mapping[str, Any] | None = None  # a Python model: its code and signature (compiler/python_models.py)
 
 
 @dataclass(frozen=True)
@@ -440,10 +442,18 @@ class Renderer:
                             for k, v in scope2.sources.items():
                                 sources.setdefault(k, v)
                             env_vars.update(scope2.env_vars)
+        python = None
+        if table.python_file is not None:
+            model = python_models.read(table.python_file, table.python_text, self.errors)
+            if model is not None:
+                python_models.check_inputs(model, table.name, self.project.tables, self.project.sources, self.errors)
+                refs.update((i.name, i.location) for i in model.inputs if i.kind == "table" and i.name in self.project.tables and i.name != table.name)
+                sources.update((i.name, i.location) for i in model.inputs if i.kind == "source" and i.name in self.project.sources)
+                python = {"code": table.python_text, **python_models.signature(model)}
         config, config_env = self._render_config(table.config, table, table.path)
         env_vars.update(config_env)
         return RenderedTable(sql=sql, sql_full_refresh=full, refs=refs, sources=sources, env_vars=env_vars, config=config,
-                             failed=len(self.errors.errors) > reported)
+                             failed=len(self.errors.errors) > reported, python=python)
 
     def render_test(self, rel: str, text: str) -> RenderedTest | None:
         """A data test in tests/*.sql: a SELECT of its failing rows, with ref(), source() and

@@ -113,7 +113,7 @@ def _tests_by_subject(steps: Mapping[str, Step]) -> dict[str, dict[str, str]]:
 
 def _changed(part: str, before: Step, after: Step, sid: str, tests_of) -> bool:
     if part == "body":
-        return (before.sql, before.sql_full_refresh) != (after.sql, after.sql_full_refresh)
+        return (before.code, before.sql_full_refresh) != (after.code, after.sql_full_refresh)
     if part == "configs":
         strip = lambda c: {k: v for k, v in c.items() if k not in _CONTRACT_KEYS}  # noqa: E731
         return strip(before.config) != strip(after.config) or before.action != after.action or before.tags != after.tags

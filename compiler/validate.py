@@ -61,22 +61,24 @@ def _validate_table(project: Project, table: Table, errors: Collector) -> None:
     if op == "delete_partition":
         if not c["partition_by"]:
             errors.error(table.at("operation"), f"{what} uses delete_partition but has no partition_by", "add `partition_by: [column]`: only a partitioned table has partitions to delete")
-        if not c["partitions_to_delete"] and table.sql_text is None:
+        if not c["partitions_to_delete"] and table.sql_text is None and table.python_text is None:
             errors.error(table.at("operation"), f"{what} uses delete_partition but names no partitions", f"add `partitions_to_delete: [...]`, or a {name}.sql whose rows name the partitions")
     if op == "bootstrap":
         if c["bootstrap"] is None:
             errors.error(table.at("operation"), f"{what} uses operation bootstrap but has no bootstrap settings", "add `bootstrap: {path: <folder of the Parquet dataset>}`")
-        if table.sql_text is not None:
-            errors.error(table.at("operation"), f"{what} is bootstrapped from bootstrap.path, so {table.sql_file} is not used", f"remove {table.sql_file}, or choose another operation")
+        if table.sql_text is not None or table.python_text is not None:
+            code = table.sql_file or table.python_file
+            errors.error(table.at("operation"), f"{what} is bootstrapped from bootstrap.path, so {code} is not used", f"remove {code}, or choose another operation")
         if c["bootstrap"] is not None and c["bootstrap"].get("mode") == "metadata_only":
             errors.error(table.at("bootstrap", "mode"), f"{what}: metadata_only bootstrap is not supported: independent Hudi readers "
                          "(hudi-rs) cannot read skeleton files that point at the original files",
                          "use `mode: full_record` (the default), which rewrites the dataset once; see docs/services.md, Bootstrap")
     elif c["bootstrap"] is not None:
         errors.error(table.at("bootstrap"), f"{what} has bootstrap settings but operation '{op}'", "set `operation: bootstrap`, or remove `bootstrap:`")
-    if op not in _NO_SQL and table.sql_text is None and not c.get("seed"):  # a seed's rows are its CSV
+    if op not in _NO_SQL and table.sql_text is None and table.python_text is None and not c.get("seed"):  # a seed's rows are its CSV
         sql = f"{_folder(table.file)}{name}.sql"
-        errors.error(table.location, f"{what} has no SQL: {sql} does not exist", f"create {sql} with the SELECT that produces the table's rows")
+        errors.error(table.location, f"{what} has no SQL: {sql} does not exist",
+                     f"create {sql} with the SELECT that produces the table's rows (or {sql[:-4]}.py with a Python model)")
 
     # Settings that only some operations read.
     if c["precombine"] and not c["key"]:

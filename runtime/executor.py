@@ -215,7 +215,8 @@ class Executor:
                 message, hint = self._cancelled_message(step), None
             else:
                 message, hint = describe_error(exc, step)
-            if not cancelled and not isinstance(exc, (PipeError,)) and not is_user_error(exc):
+            # (a Python model's failure is the user's, but its traceback is what they debug with)
+            if not cancelled and (getattr(exc, "show_cause", False) or not isinstance(exc, PipeError) and not is_user_error(exc)):
                 result.traceback = traceback.format_exc()
             self._finish(result, "cancelled" if cancelled else "error", message, hint)
             return

@@ -27,7 +27,7 @@ from tests.test_s3_events import S3Env
 pytestmark = pytest.mark.cluster
 
 SHOP_TABLES = ("orders", "customers", "customer_revenue")
-TABLES = (*SHOP_TABLES, "readings", "landed", "returns", "paid")
+TABLES = (*SHOP_TABLES, "readings", "landed", "returns", "paid", "site_readings")
 # what differs between two writers of the same rows: when and into which file they were written
 _RUN_COLUMNS = {"_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_file_name"}
 # what differs between two buckets and queues receiving the same objects
@@ -119,10 +119,32 @@ tables:
   returns:
     key: [order_id]
     precombine: returned_at
+  site_readings:
+    key: [site]
+    operation: insert_overwrite_table
   paid:
     key: [merchant, txn_ref]
     precombine: updated_ms
     partition_by: [day]
+""",
+    # a Python model whose UDF runs on the executors, which have no copy of the project
+    "tables/site_readings.py": """
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from pipe.model import ref
+
+
+def _slug(site):
+    return None if site is None else "-".join(site.lower().replace("/", " ").split())
+
+
+slug = F.udf(_slug, StringType())
+
+
+def model(readings=ref("readings")):
+    by_site = readings.groupBy("site").agg(F.count("*").alias("readings"), F.max("ts").alias("last_ts"))
+    return by_site.withColumn("slug", slug(F.col("site")))
 """,
     "tables/returns.sql": "select * from {{ source('raw_returns') }}\n",
     "tables/readings.sql": "select device, seq, site, ts, value, seen_at, op from {{ source('raw_readings') }}\n",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from compiler.api import compile_project
-from tests.conftest import TEMPLATE, compile_errors
+from tests.conftest import TEMPLATE, compile_errors, write_project
 
 RAW = """
 sources:
@@ -1366,3 +1366,38 @@ schema:
     check(diags, "column 'my col' of table 't' is not a valid Avro name", "tables/t.yml:7:17", "`my col` as my_col")
     root = project({"sources/s.yml": RAW, **table("u", 'key: [id]\nschema: "id BIGINT, `1st` STRING"\n', sql="select 1 as id, 'x' as `1st`\n")})
     check([d for d in compile_errors(root) if "Avro" in d.message], "column '1st' of table 'u'", "tables/u.yml:4:13", "`1st` as _1st")
+
+
+def test_nothing_in_a_project_is_ignored_without_a_warning_saying_what_to_do(tmp_path):
+    """What a migrating dbt team brings (models/, snapshots/, analyses/, dbt_project.yml) and
+    files in pipe's folders that pipe does not read each get a warning at their path; notes,
+    hidden files and Python's caches do not."""
+    from compiler import compile_project
+
+    root = write_project(tmp_path / "p", {
+        "pipe_project.yml": "name: p\n",
+        "tables/t.sql": "select 1 as id\n",
+        "tables/README.md": "notes\n",
+        "tables/.hidden.txt": "x\n",
+        "tables/__pycache__/t.cpython-311.pyc": "x",
+        "tables/lookup.csv": "a,b\n1,2\n",
+        "macros/helpers.py": "x = 1\n",
+        "sources/raw.sql": "select 1\n",
+        "tests/schema.json": "{}\n",
+        "snapshots/orders_snapshot.sql": "{% snapshot s %}select 1{% endsnapshot %}\n",
+        "analyses/adhoc.sql": "select 1\n",
+        "models/m.sql": "select 1\n",
+        "dbt_project.yml": "name: p\n",
+    })
+    warnings = {d.location.file: (d.message, d.hint) for d in compile_project(root).warnings}
+    assert set(warnings) == {"tables/lookup.csv", "macros/helpers.py", "sources/raw.sql", "tests/schema.json", "snapshots/",
+                             "analyses/", "models/", "dbt_project.yml"}, warnings
+    assert warnings["macros/helpers.py"][0] == "pipe does not read macros/helpers.py: Python models live in tables/"
+    assert "tables/<name>.py" in warnings["macros/helpers.py"][1]
+    assert "seeds/" in warnings["tables/lookup.csv"][1]
+    assert warnings["snapshots/"][0] == "pipe does not read snapshots/ (dbt snapshots)" and "timeline" in warnings["snapshots/"][1]
+    assert "tables/" in warnings["models/"][1] and "pipe_project.yml" in warnings["dbt_project.yml"][0]
+    # the warnings come back with a compile that partial parsing skips (same files), and go with the file
+    assert {d.location.file for d in compile_project(root, cache_dir=root / "target").warnings} == set(warnings)
+    (root / "macros/helpers.py").unlink()
+    assert "macros/helpers.py" not in {d.location.file for d in compile_project(root).warnings}

@@ -111,11 +111,15 @@ def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
     if isinstance(exc, (RunError, SourceError)):
         return str(exc), getattr(exc, "hint", None)
     failure = worker_error(exc) if not isinstance(exc, PipeError) else None
+    in_model = _model_line(exc, step) if failure is not None and failure.kind not in PIPE_ERRORS else None
+    if in_model is not None:  # a function of the table's Python model (a UDF) failed on an executor
+        return (f"{step.sql_file}:{in_model}: {step.id}: a function of the Python model failed in a Spark task: {failure.line()}",
+                failure.hint() or "fix the model (`--debug` shows the worker's traceback)")
     if failure is not None and failure.kind not in PIPE_ERRORS and failure.hint() is not None:
         # not the SQL's fault nor the data's: the executors' Python, memory, a lost executor
         return f"{step.id}: a Spark task failed: {failure.line()}", failure.hint()
     if failure is not None and failure.kind not in PIPE_ERRORS:
-        # any other Python exception in a task runs pipe's own code (a project has no Python): not the SQL's fault
+        # any other Python exception in a task runs pipe's own code (not a Python model's): not the SQL's fault
         return f"{step.id}: internal error in a Spark task: {failure.line()}", _BUG
     if is_user_error(exc):
         where = f"{step.sql_file}: " if step.kind == "write" and step.sql_file else ""
@@ -128,6 +132,19 @@ def describe_error(exc: BaseException, step: Step) -> tuple[str, str | None]:
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", None
     return f"{step.id}: internal error: {type(exc).__name__}: {spark_message(exc)}", _BUG
+
+
+def _model_line(exc: BaseException, step: Step) -> int | None:
+    """The last line of the step's Python model in a task's traceback (`File "tables/x.py", line
+    12`), or None when the model's code is not in it."""
+    if step.kind != "write" or step.python is None or not step.sql_file:
+        return None
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a Java exception whose message cannot be fetched any more
+        return None
+    lines = re.findall(rf'File "{re.escape(step.sql_file)}", line (\d+)', text)
+    return int(lines[-1]) if lines else None
 
 
 _BUG = "this may be a bug in pipe; run with --debug for the traceback"

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from compiler.plan import Step
 from runtime import s3, spark_api
 from runtime.sources import NothingToRead, Pending
-from runtime.steps import expect, source, sync
+from runtime.steps import expect, python_model, source, sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, Stored, stored
 from runtime.steps.errors import Cancelled, RunError, spark_message
 from runtime.sample import EMPTY, SAMPLE_KEY
@@ -159,6 +159,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     views = {name: {"as_of": instant} for name, instant in refs.items()}
     if exists and not full and reads_itself([t for t in said if t], step.name):  # {{ this }}: the table's current snapshot
         views[step.name] = {}
+    if exists and not full and step.python is not None and "this" in step.python["extras"]:  # model(this=...)
+        views[step.name] = {}
     named = _names_said(sql, said[1:]) if sql is not None and views else None
     pruned = _table_views(ctx, session, step, views, named)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
@@ -169,6 +171,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     _note_inputs(result, sources, refs, origin)
     if dataset is not None:
         df = _bootstrap_frame(session, step, config, dataset)
+    elif step.python is not None:
+        df = python_model.frame(session, step, this_available=step.name in views)
     elif sql is None:  # delete_partition with partitions_to_delete only
         df = None
     else:
