@@ -332,3 +332,4 @@ def test_seeds_show_in_ls_docs_and_diff(tmp_path, capsys):
     pages = {p.name: p.read_text(encoding="utf-8") for p in (root / "target").rglob("*.html")}
     page = next(text for name, text in pages.items() if "fx_rates" in name)
     assert "Daily exchange rates, kept by finance." in page and "ISO 4217 code." in page
+    assert "rows from the seed seeds/fx_rates.csv (336 rows" in page
