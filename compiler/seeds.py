@@ -381,6 +381,12 @@ def _canonical(value: str, typ: str) -> Any:
             return Decimal(v).normalize()
         if base == "boolean":
             return v.lower() in ("true", "t", "yes", "y", "1")
+        if base in ("double", "float"):
+            return float(v)
+        if base == "date":
+            return _dt.date.fromisoformat(v)
+        if base in ("timestamp", "timestamp_ntz"):
+            return _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
     except (ValueError, InvalidOperation):
         pass
     return value

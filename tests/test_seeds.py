@@ -24,6 +24,7 @@ SEEDS_YML = """
         description: Daily exchange rates, kept by finance.
         tags: [finance]
         key: [currency, day]
+        partition_by: [currency]
         column_types: {rate: "DECIMAL(12,6)"}
         columns:
           - name: currency
@@ -174,13 +175,16 @@ def test_mistakes_in_seeds_are_reported_at_file_and_line_with_a_hint(tmp_path):
             seeds:
               typed:
                 key: [id]
-                column_types: {amount: "DECIMAL(5,2)", day: DATE, nope: INT, tags: "ARRAY<STRING>"}
+                column_types: {id: INT, amount: "DECIMAL(5,2)", day: DATE, nope: INT, tags: "ARRAY<STRING>"}
               ghost:
                 description: no file
+              events:
+                key: [at]
             """,
     })
     files = {
-        "typed.csv": b"id,amount,day,tags\n1,1.50,2024-01-01,a\n2,1.239,2024-01-02,b\n3,12345.1,2024-13-01,c\n1,2.00,2024-01-03,d\n",
+        "typed.csv": b"id,amount,day,tags\n1,1.50,2024-01-01,a\n2,1.239,2024-01-02,b\n3,12345.1,2024-13-01,c\n01,2.00,2024-01-03,d\n",
+        "events.csv": b"at,what\n2024-03-01T10:00:00Z,a\n2024-03-01 10:00:00+00:00,b\n",
         "ragged.csv": b'a,b,c\n1,2,3\n4,5\n"x, y",6,7\n',
         "empty.csv": b"",
         "dup_header.csv": b"id,Name,name\n1,a,b\n",
@@ -204,7 +208,8 @@ def test_mistakes_in_seeds_are_reported_at_file_and_line_with_a_hint(tmp_path):
     at("seeds/typed.csv", 3, "'1.239'", "amount", "decimal(5,2)", "more than 2 digits after the point")
     at("seeds/typed.csv", 4, "'2024-13-01'", "day", "date")
     at("seeds/seeds.yml", 4, "column_types", "'nope'")
-    at("seeds/typed.csv", 5, "duplicate key", "id='1'", "line 2")
+    at("seeds/typed.csv", 5, "duplicate key", "id='01'", "line 2")  # 01 and 1 are one INT
+    at("seeds/events.csv", 3, "duplicate key", "line 2")  # one instant, written two ways
     at("seeds/ragged.csv", 3, "2 fields", "header has 3")
     at("seeds/empty.csv", 1, "empty", "header")
     at("seeds/dup_header.csv", 1, "'name' twice")
@@ -258,6 +263,7 @@ def test_seeds_load_only_when_changed_and_a_change_replaces_the_table_whole(spar
     assert hrs == sorted((r[0], r[1], r[3], r[6], r[7]) for r in stored)
     rates = {(c, d): Decimal(r) for c, d, r in fx(28)}
     assert hudi_rows(root, "fx_rates", ["currency", "day", "rate"]) == sorted((c, dt.date.fromisoformat(d), r) for (c, d), r in rates.items())
+    assert sorted(p.name for p in (root / "lake/fx_rates").glob("currency=*")) == sorted(f"currency={c}" for c in CURRENCIES)
     eu = pipe_rows(spark, root, "eu_orders", ["code", "rate"])
     assert ("FR", rates["EUR", "2024-03-01"]) in eu and ("CH", rates["CHF", "2024-03-01"]) in eu and len(eu) == 3000
 
