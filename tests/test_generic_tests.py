@@ -224,6 +224,8 @@ select count(*) as n from {{ model }} having count(*) = 0
 {% endtest %}
 """,
         "tests/generic/unique.sql": "{% test unique(model, column_name) %}\nselect 1\n{% endtest %}\n",
+        "tests/generic/more.sql": "-- another at_least\n{% test at_least(model, column_name, low) %}\nselect 1\n{% endtest %}\n",
+        "tests/generic/notes.sql": "select 1 as not_a_test\n",
     })
     errors = _errors(root)
     assert errors == [
@@ -241,6 +243,8 @@ select count(*) as n from {{ model }} having count(*) = 0
         ("tables/t.yml:17:39", "'store_failures' of test 'whole_table' on table 'lines' is 'yes please'; it is true or false"),
         ("tables/t.yml:19:3", "table name 'checked__failures' is taken by the failures table of test 'checked' (store_failures, tables/t.yml:18:9)"),
         ("tests/generic/checks.sql:7", "undefined name in template: 'nothing_by_this_name' is undefined"),
+        ("tests/generic/more.sql:2", "generic test 'at_least' is defined twice (first at tests/generic/checks.sql:1)"),
+        ("tests/generic/notes.sql:1", "tests/generic/notes.sql defines no generic test"),
         ("tests/generic/unique.sql:1", "generic test 'unique' has the name of pipe's built-in test 'unique'"),
     ]
     hints = {d.message: d.hint for d in compile_errors(root)}
