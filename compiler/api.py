@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from compiler import data_tests
+from compiler import data_tests, unit_tests
 from compiler.errors import Collector, Diagnostic
 from compiler.graph import Edge, build_graph, check_cycles, source_id, table_id, test_id, topological_order
 from compiler.partial import ParseCache
@@ -109,10 +109,13 @@ def _compile(root: Path, target: str | None, cli_vars: Mapping[str, Any] | None,
         write_order = [steps[i].name for i in order if i in steps and steps[i].kind == "write"] if order is not None else sorted(project.tables)
         known_columns = check_tables_sql(project, rendered_tables, write_order, errors, cache_dir, cache_write)
     tests = data_tests.finish(declared_tests, project, known_columns, errors)
+    units = unit_tests.read(project, errors)
+    unit_tests.check(units, project, rendered_tables, known_columns, errors)
     errors.raise_if_errors()
-    if tests:
+    if tests or units:
         test_steps, test_edges = _test_steps(tests)
         steps.update(test_steps)
+        steps.update(_unit_steps(units))
         order = _order(steps, edges + test_edges, errors)
         errors.raise_if_errors()
 
@@ -262,6 +265,17 @@ def _test_steps(tests: list[data_tests.DataTest]) -> tuple[dict[str, Step], list
             env_vars=dict(sorted(t.env_vars.items())),
         ).with_fingerprint()
     return steps, edges
+
+
+def _unit_steps(units: list[unit_tests.UnitTest]) -> dict[str, Step]:
+    """A `unit` step per unit test. It reads nothing of the lake, so it depends on no step;
+    `pipe build` runs it before the table it tests, which it gates (runtime/executor.py)."""
+    steps = {}
+    for u in units:
+        uid = f"unit.{u.name}"
+        steps[uid] = Step(id=uid, kind="unit", name=u.name, depends_on=(), config=u.config(), file=u.location.file,
+                          line=u.location.line, description=u.description, tags=u.tags).with_fingerprint()
+    return steps
 
 
 def _steps(project: Project, tables: Mapping[str, RenderedTable], sources: Mapping[str, RenderedSource], edges: list[Edge],

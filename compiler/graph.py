@@ -114,12 +114,12 @@ def ordered(graph: nx.DiGraph, ids: Iterable[str] | None = None) -> list[str]:
 # --- selection ------------------------------------------------------------------------------
 
 _ATOM = re.compile(r"^(?P<at>@)?(?:(?P<up>\d*)\+)?(?P<body>[^+@]+?)(?:\+(?P<down>\d*))?$")
-METHODS = ("name", "tag", "path", "source", "table", "test", "seed", "resource_type", "config", "state", "result")
+METHODS = ("name", "tag", "path", "source", "table", "test", "unit", "seed", "resource_type", "config", "state", "result")
 # resource_type:VALUE (dbt's): what a step is; a seed is a table step whose rows are a CSV (compiler/seeds.py)
-RESOURCE_TYPES = ("seed", "table", "model", "source", "test")
+RESOURCE_TYPES = ("seed", "table", "model", "source", "test", "unit_test")
 # state:/result: compare with a reference run (compiler/state.py): (method, value) -> step ids
 StateMatcher = Callable[[str, str], set]
-_KINDS = {"source": "ingest", "table": "write", "test": "test"}
+_KINDS = {"source": "ingest", "table": "write", "test": "test", "unit": "unit"}
 _ABSENT = object()
 
 
@@ -134,8 +134,8 @@ def select(graph: nx.DiGraph, select: Iterable[str] | None = None, exclude: Iter
 
     Each argument may hold several selectors separated by spaces (union); a selector may join
     atoms with commas (intersection). An atom is `[@][N+]method:value[+N]`, where method is
-    name (the default; also a full step id), tag, path, source, table, test, seed,
-    resource_type (seed, table, model, source, test), config.KEY, or
+    name (the default; also a full step id), tag, path, source, table, test, unit, seed,
+    resource_type (seed, table, model, source, test, unit_test), config.KEY, or
     state and result (against the reference `state` of --state DIR). Nothing selected means
     everything.
 
@@ -158,7 +158,9 @@ def _with_tests(graph: nx.DiGraph, chosen: set[str]) -> set[str]:
     """Selecting (or excluding) a table or source selects (or excludes) the tests that read it,
     as dbt's eager indirect selection does: `--select orders` brings orders' tests along."""
     tests = {t for n in chosen for t in graph.successors(n) if graph.nodes[t]["kind"] == "test"}
-    return chosen | tests
+    # a unit test depends on no step: it comes with the table it tests (config `model`)
+    units = {u for u, a in graph.nodes(data=True) if a["kind"] == "unit" and f"table.{a['config'].get('model')}" in chosen}
+    return chosen | tests | units
 
 
 def _has_any(args: Iterable[str] | None) -> bool:
@@ -252,7 +254,7 @@ def _resource_type(attributes: Mapping) -> str:
     kind = attributes["kind"]
     if kind == "write":
         return "seed" if (attributes.get("config") or {}).get("seed") else "model"
-    return {"ingest": "source"}.get(kind, kind)
+    return {"ingest": "source", "unit": "unit_test"}.get(kind, kind)
 
 
 def _within(graph: nx.DiGraph, start: set[str], depth: str, upstream: bool) -> set[str]:

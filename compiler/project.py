@@ -101,7 +101,7 @@ INPUT_FOLDERS = (
     ("sources", (".yml", ".yaml")),
     ("tables", (".yml", ".yaml", ".sql", ".py")),
     ("macros", (".sql",)),
-    ("tests", (".sql",)),
+    ("tests", (".sql", ".yml", ".yaml", ".csv")),  # data tests; unit tests and their fixtures (compiler/unit_tests.py)
     ("seeds", (".csv", ".yml", ".yaml")),  # compiler/seeds.py
 )
 
@@ -349,6 +349,8 @@ def _top_level(doc: Doc, expected: str, errors: Collector, other: str) -> dict[s
         errors.error(doc.at(()), f"{doc.file} must be a mapping with a top-level '{expected}:' key")
         return {}
     for key in value:
+        if key == "unit_tests" and expected == "tables":
+            continue  # dbt's place for unit tests, beside the tables (compiler/unit_tests.py)
         if key != expected:
             hint = f"{other} are declared in {other}/*.yml" if key == other else did_you_mean(str(key), [expected]) or f"the only top-level key here is '{expected}:'"
             errors.error(doc.at((key,), key=True), f"unknown top-level key '{key}'", hint)

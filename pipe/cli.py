@@ -553,14 +553,15 @@ def _sample_arg(empty: bool, spec: str | None):
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and a one-line summary.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout.")
 @click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run the tests of this compiled plan.json.")
+@click.option("--unit", "unit_only", is_flag=True, help="Only the unit tests (tests/unit/*.yml): no table of the lake is read.")
 @_state_option
 @_common
 @click.pass_obj
-def test_cmd(ctx: _Context, select, exclude, target, vars_text, threads, fail_fast, quiet, log_format, plan_path, state_dir) -> None:
-    """Run the data tests on the tables' latest commits (and the sources' data); exit 1 when an
-    error-severity test fails."""
-    _execute(ctx, "test", select, exclude, target, vars_text, False, False, threads, fail_fast, quiet, log_format, plan_path,
-             state_dir=state_dir)
+def test_cmd(ctx: _Context, select, exclude, target, vars_text, threads, fail_fast, quiet, log_format, plan_path, unit_only, state_dir) -> None:
+    """Run the data tests on the tables' latest commits (and the sources' data) and the unit
+    tests on their given rows; exit 1 when an error-severity test fails."""
+    _execute(ctx, "test --unit" if unit_only else "test", select, exclude, target, vars_text, False, False, threads, fail_fast, quiet,
+             log_format, plan_path, state_dir=state_dir)
 
 
 @cli.command(name="retry")
@@ -611,9 +612,13 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
     if defer_as_of is not None and defer_target is None:
         raise ProjectError([_cli("--defer-as-of pins what --defer reads; it needs --defer TARGET", "add --defer prod (the target to read from)")])
     plan, graph, root = _load_plan(ctx, plan_path, target, vars_text)
+    unit_only = command == "test --unit"
+    command = "test" if unit_only else command
     chosen = [s for s in select_steps(graph, select, exclude, dev_loop.state_matcher(state_dir, plan)) if _in_command(command, plan.step(s).kind)]
     if command == "seed":  # `pipe seed`: the seeds among them (compiler/seeds.py)
         chosen = [s for s in chosen if plan.step(s).config.get("seed")]
+    if unit_only:  # `pipe test --unit` (compiler/unit_tests.py)
+        chosen = [s for s in chosen if plan.step(s).kind == "unit"]
     if not chosen:
         what = "test" if command == "test" else "step"
         output.err.print(f"[yellow]warning[/]: no {what} matches the selection; nothing to run")
@@ -655,9 +660,10 @@ def _execute(ctx: _Context, command: str, select, exclude, target, vars_text, fu
 
 
 def _in_command(command: str, kind: str) -> bool:
-    """`pipe run` runs sources and tables (seeds too), `pipe test` the tests, `pipe build` all of
-    them; `pipe seed` the seeds (filtered in `_execute`)."""
-    return command == "build" or (kind == "test") == (command == "test")
+    """`pipe run` runs sources and tables (seeds too), `pipe test` the data and unit tests,
+    `pipe build` all of them; `pipe seed` the seeds and `pipe test --unit` the unit tests
+    (filtered in `_execute`)."""
+    return command == "build" or (kind in ("test", "unit")) == (command == "test")
 
 
 @contextlib.contextmanager

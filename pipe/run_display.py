@@ -29,14 +29,14 @@ _TEST_SUMMARY = {"success": "passed", "error": "failed", "warn": "warned"}
 
 
 def _label(r: StepResult) -> str:
-    return (_TEST_LABEL.get(r.state) if r.kind == "test" else None) or _LABEL.get(r.state, r.state)
+    return (_TEST_LABEL.get(r.state) if r.kind in ("test", "unit") else None) or _LABEL.get(r.state, r.state)
 
 
 def summary(steps: list[StepResult]) -> str:
     """`2 succeeded, 1 no new input, 9 tests passed, 1 test failed`."""
     counts: dict[tuple[bool, str], int] = {}
     for r in steps:
-        key = (r.kind == "test", r.state)
+        key = (r.kind in ("test", "unit"), r.state)
         counts[key] = counts.get(key, 0) + 1
     parts = []
     for (is_test, state), n in sorted(counts.items()):
@@ -164,6 +164,13 @@ class Display:
                     self.err.print(f"[yellow]warning[/] in {escape(r.id)}: {escape(r.message or '')}")
                     if r.hint:
                         self.err.print(f"  [dim]hint:[/] {escape(r.hint)}")
+            for r in run.steps:  # a unit test's rows that differ from what it expects
+                if r.kind == "unit" and r.samples and r.state == "error":
+                    from runtime.steps.unit import diff_lines
+
+                    self.err.print(f"[bold red]fail[/] {escape(r.id)}: {escape(r.message or '')}:")
+                    for line in diff_lines(r.samples):
+                        self.err.print("  " + escape(line), soft_wrap=True)
             for r in run.steps:  # the failing rows of tests, a few each
                 if r.kind == "test" and r.samples and r.state in ("error", "warn"):
                     out = self.err if r.state == "error" else self.console

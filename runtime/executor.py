@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping
 from compiler.errors import PipeError
 from compiler.plan import Plan, Step
 from runtime import spark_api
-from runtime.steps import source, sync, test, write
+from runtime.steps import source, sync, test, unit, write
 from runtime.steps.context import DONE, FINGERPRINT_KEY, STATES, RunContext, RunOptions, StepResult
 from runtime.steps.errors import Cancelled, RunError, describe_error, is_cancellation, is_user_error
 
@@ -41,6 +41,7 @@ RUNNERS: dict[str, Callable[[RunContext, Step, StepResult], tuple[str, str]]] = 
     "ingest": source.run,
     "write": write.run,
     "test": test.run,
+    "unit": unit.run,
 }
 
 
@@ -240,16 +241,19 @@ def test_gates(plan: Plan, selected: list[str]) -> dict[str, tuple[str, ...]]:
     its downstream steps; a tests/*.sql file gates the readers of everything it reads, except
     steps it reads itself (which it runs after)."""
     in_run = set(selected)
+    gates: dict[str, set[str]] = {}
+    for u in plan.steps:  # a unit test gates the table it tests: a failing one stops its write
+        if u.kind == "unit" and u.id in in_run and f"table.{u.config['model']}" in in_run:
+            gates.setdefault(f"table.{u.config['model']}", set()).add(u.id)
     tests = [s for s in plan.steps if s.kind == "test" and s.id in in_run]
     if not tests or len(tests) == len(in_run):
-        return {}
+        return {sid: tuple(sorted(g)) for sid, g in gates.items()}
     readers: dict[str, list[str]] = {}
     for s in plan.steps:
         if s.id in in_run and s.kind != "test":
             for d in s.depends_on:
                 readers.setdefault(d, []).append(s.id)
     ancestors = _ancestors(plan)
-    gates: dict[str, set[str]] = {}
     for t in tests:
         for model in test.checked(t):
             for reader in readers.get(model, ()):
@@ -267,4 +271,5 @@ def _ancestors(plan: Plan) -> dict[str, set[str]]:
 
 def _checked(plan: Plan, tests: list[str]) -> list[str]:
     """The names of the tables and sources the `tests` check."""
-    return sorted({sid.split(".", 1)[1] for t in tests for sid in test.checked(plan.step(t))})
+    return sorted({sid.split(".", 1)[1] for t in tests
+                   for sid in (test.checked(plan.step(t)) if plan.step(t).kind == "test" else [f"table.{plan.step(t).config['model']}"])})

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -620,3 +621,26 @@ def test_a_port_another_process_took_is_never_taken_for_the_servers(tmp_path):
     finally:
         other.kill()
         mine.close()
+
+
+def test_a_python_model_with_a_udf_runs_over_a_remote_connect_server_round_after_round(server, tmp_path):
+    """model() gets Connect DataFrames; its UDF reaches the server's Python workers by value."""
+    from tests.test_python_models import CUSTOMERS, _expected, _files, _orders
+
+    _, cache, url = server
+    root = write_project(tmp_path / "p", {"pipe_project.yml": "name: py\n", **_files()})
+    write_jsonl(root / "data/customers/c.json", CUSTOMERS)
+    rounds = []
+    for round_ in (1, 2):
+        rounds.append(_orders(round_, 800))
+        write_jsonl(root / f"data/orders/o{round_}.json", rounds[-1])
+        r = ok(pipe(root, cache, "run", **_as_remote(cache, url)))
+        assert f"Spark: Spark Connect server {url}" in r.stderr
+    got = {(r[0], r[1]): r for r in hudi_rows(root, "orders", ["order_id", "line", "customer", "amount", "country", "initial"])}
+    want = _expected(rounds)
+    assert set(got) == set(want)
+    for k, r in want.items():
+        assert got[k][2:] == (r["customer"], Decimal(r["amount"]), r["country"], None if r["customer"] is None else r["customer"][0].upper()), k
+    totals = {r[0]: r for r in hudi_rows(root, "totals", ["customer", "lines", "was"])}
+    assert sum(t[1] for t in totals.values()) == sum(1 for r in want.values() if r["customer"] is not None)
+    assert {t[2] for t in totals.values()} == {len(CUSTOMERS)}  # the second round saw `this`

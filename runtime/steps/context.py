@@ -65,7 +65,7 @@ class StepResult:
         d.pop("traceback")
         if self.catalog is None:
             d.pop("catalog")
-        if self.kind != "test":
+        if self.kind not in ("test", "unit"):
             d.pop("failures"), d.pop("samples")
         if self.failures_table is None:
             d.pop("failures_table")

@@ -119,6 +119,10 @@ def pending_inputs(ctx: RunContext, step: Step, checkpoints: Mapping[str, str], 
             sources[up.name] = kafka_source.pending(up.name, config, last)
         elif kind == "jdbc":
             sources[up.name] = jdbc_source.pending(ctx.spark(), up.name, config, last, full)
+        elif kind == "given":  # a unit test's rows (runtime/steps/unit.py)
+            from runtime.sources import given
+
+            sources[up.name] = given.pending(up.name, config)
         else:
             raise RunError(f"source {up.name} of kind {kind} cannot run in this version of pipe")
     return refs

@@ -1,0 +1,57 @@
+"""Rows a unit test gives for a table's input (compiler/unit_tests.py), in place of the source or
+table the input is in the project: the runtime makes each given input a source of this kind, so
+the table step reads it as new input and registers its view under the input's name.
+
+The rows travel from the driver (`createDataFrame`): they are a test's fixture, written in the
+project, a few dozen rows, not the data of a source."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from runtime.sources import Pending
+
+
+class GivenPending(Pending):
+    def __init__(self, name: str, config: Mapping[str, Any]):
+        rows = config["rows"]
+        super().__init__(name, "given" if rows else None, len(rows))
+        self.columns = config["columns"]
+        self.given = rows
+        self.rows = len(rows)
+
+    @property
+    def is_empty(self) -> bool:
+        return False  # no rows is what the test gives: the view exists, empty
+
+    def describe(self) -> str:
+        return f"{len(self.given):,} given row{'s' if len(self.given) != 1 else ''}"
+
+    def dataframe(self, spark):
+        return frame(spark, self.columns, self.given, f"the rows given for {self.name}")
+
+
+def frame(session, columns: list[dict[str, str]], rows: list[list[str | None]], what: str):
+    """`rows` (text, None for null) as a DataFrame of `columns` and their Spark types: sent as
+    strings, cast by Spark, as seeds are (runtime/steps/seed.py)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from runtime.steps.errors import RunError, spark_message
+
+    raw = StructType([StructField(f"c{i}", StringType(), True) for i in range(len(columns))])
+    df = session.createDataFrame([tuple(r) for r in rows], raw)
+    casts = []
+    for i, c in enumerate(columns):
+        value = F.col(f"c{i}")
+        if c["type"] and c["type"].lower() != "string":
+            value = F.trim(value).cast(c["type"])
+        casts.append(value.alias(c["name"]))
+    try:
+        return df.select(*casts)
+    except Exception as exc:  # noqa: BLE001 - a type Spark refuses
+        raise RunError(f"Spark cannot cast {what}: {spark_message(exc)}", "declare the column's type in the input's `schema`") from exc
+
+
+def pending(name: str, config: Mapping[str, Any]) -> GivenPending:
+    return GivenPending(name, config)
