@@ -41,7 +41,7 @@ from compiler.yamlsrc import Doc, load_yaml
 FOLDER = "tests/unit"
 FIXTURES = "tests/fixtures"
 _KEYS = ("name", "model", "description", "given", "expect", "tags")
-_GIVEN_KEYS = ("input", "rows", "format", "fixture")
+_GIVEN_KEYS = ("input", "rows", "format", "fixture", "column_types")
 _EXPECT_KEYS = ("rows", "format", "fixture")
 _INPUT = re.compile(r"""^\s*(ref|source)\(\s*['"]([^'"]+)['"]\s*\)\s*$""")
 
@@ -159,7 +159,9 @@ def _read_one(project: Project, doc: Doc, p: tuple, body: Any, errors: Collector
             continue
         said[kind, input_name] = doc.at(gp + ("input",))
         declared = _declared(project, kind, input_name if kind != "this" else model)
-        rows = _rows(project, doc, gp, item, declared, f"{_said(kind, input_name)} in {where}", errors, infer=True)
+        what = f"{_said(kind, input_name)} in {where}"
+        typed = _column_types(doc, gp, item, declared, what, errors)
+        rows = _rows(project, doc, gp, item, declared, what, errors, infer=True, typed=typed)
         if rows is not None:
             given.append({"input": kind, "name": input_name, "columns": rows.columns, "rows": rows.rows})
     expect_item = body.get("expect")
@@ -211,8 +213,31 @@ def _declared(project: Project, kind: str, name: str) -> list[dict[str, str]] | 
     return [{"name": c["name"], "type": c["type"]} for c in columns]
 
 
+def _column_types(doc: Doc, gp: tuple, item: dict, declared, what: str, errors: Collector) -> dict[str, str]:
+    """`column_types: {col: TYPE}` of a given input whose columns are not declared (as a seed's):
+    column (lower case) -> its Spark type, checked."""
+    from compiler.columns import ColumnsError, parse_columns
+
+    raw = item.get("column_types")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        errors.error(doc.at(gp + ("column_types",)), f"{what}: column_types must map columns to Spark types", "column_types: {amount: DECIMAL(12,2)}")
+        return {}
+    if declared is not None:
+        errors.error(doc.at(gp + ("column_types",)), f"{what}: its columns and types are declared already (its `schema`)", "remove column_types")
+        return {}
+    out = {}
+    for col, typ in raw.items():
+        try:
+            out[str(col).lower()] = parse_columns(f"`{col}` {typ}")[0]["type"]
+        except ColumnsError as exc:
+            errors.error(doc.at(gp + ("column_types", col)), f"{what}: column_types of '{col}': {exc}", getattr(exc, "hint", None))
+    return out
+
+
 def _rows(project: Project, doc: Doc, gp: tuple, item: dict, declared: list[dict[str, str]] | None, what: str,
-          errors: Collector, infer: bool) -> Rows | None:
+          errors: Collector, infer: bool, typed: Mapping[str, str] | None = None) -> Rows | None:
     """The rows of a given or an expect: inline dicts (`format: dict`, the default) or CSV
     (`format: csv` with `rows: |` text or `fixture:`), as text, with their columns."""
     fmt = item.get("format", "dict")
@@ -273,7 +298,15 @@ def _rows(project: Project, doc: Doc, gp: tuple, item: dict, declared: list[dict
                 if problem:
                     errors.error(where, f"{what}: {c['name']} = {value!r} does not fit its type {c['type']}: {problem}", "correct the value")
     elif infer:
-        columns = [{"name": col, "type": seeds.infer_type([r[i] for r in texts])} for i, col in enumerate(names)]
+        typed = typed or {}
+        for col in typed:
+            if col not in {n.lower() for n in names}:
+                errors.error(doc.at(gp + ("column_types",)), f"{what}: column_types names '{col}', which no row has", "remove it, or give it in the rows")
+        columns = [{"name": col, "type": typed.get(col.lower()) or seeds.infer_type([r[i] for r in texts])} for i, col in enumerate(names)]
+        for (where, _), row in zip(records, texts):
+            for c, value in zip(columns, row):
+                if c["name"].lower() in typed and value is not None and (problem := seeds.value_problem(value, c["type"])):
+                    errors.error(where, f"{what}: {c['name']} = {value!r} does not fit its type {c['type']}: {problem}", "correct the value")
     else:
         columns = [{"name": col, "type": ""} for col in names]
     return Rows(columns, texts)

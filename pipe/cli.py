@@ -554,12 +554,25 @@ def _sample_arg(empty: bool, spec: str | None):
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", help="json: one JSON object per event on stdout.")
 @click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False), help="Run the tests of this compiled plan.json.")
 @click.option("--unit", "unit_only", is_flag=True, help="Only the unit tests (tests/unit/*.yml): no table of the lake is read.")
+@click.option("--record", "record_table", metavar="TABLE", default=None,
+              help="Write a unit test of TABLE from the lake's tables (tests/unit/<name>.yml) instead of running tests.")
+@click.option("--as-of", "record_as_of", default=None, help="With --record: read the inputs as of this instant or time (default: latest).")
+@click.option("--rows", "record_rows", type=click.IntRange(1, 1000), default=10, show_default=True, help="With --record: rows per input.")
+@click.option("--this", "record_this", is_flag=True, help="With --record: give the table's own rows too (an incremental run).")
+@click.option("--name", "record_name", default=None, help="With --record: the test's name (default: TABLE_recorded).")
 @_state_option
 @_common
 @click.pass_obj
-def test_cmd(ctx: _Context, select, exclude, target, vars_text, threads, fail_fast, quiet, log_format, plan_path, unit_only, state_dir) -> None:
+def test_cmd(ctx: _Context, select, exclude, target, vars_text, threads, fail_fast, quiet, log_format, plan_path, unit_only, record_table,
+             record_as_of, record_rows, record_this, record_name, state_dir) -> None:
     """Run the data tests on the tables' latest commits (and the sources' data) and the unit
     tests on their given rows; exit 1 when an error-severity test fails."""
+    if record_table is not None:
+        from pipe import unit_record
+
+        unit_record.record(ctx, record_table, record_as_of, record_rows, record_this, record_name, target, vars_text, _compile,
+                           lambda plan, root: _spark_factory(plan, root, ctx.debug, announce=not quiet))
+        return
     _execute(ctx, "test --unit" if unit_only else "test", select, exclude, target, vars_text, False, False, threads, fail_fast, quiet,
              log_format, plan_path, state_dir=state_dir)
 

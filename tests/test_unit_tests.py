@@ -224,3 +224,39 @@ unit_tests:
     from pipe.cli import main
 
     assert main(["compile", "--project-dir", str(root)]) == 2
+
+
+def test_record_writes_a_unit_test_from_the_lake_that_passes_and_catches_a_later_change(spark, tmp_path, capsys):
+    import yaml
+
+    files = _files()
+    del files["tests/unit/orders.yml"]
+    root = project(tmp_path, files)
+    write_jsonl(root / "data/customers/c.json", [{"customer": "Zoë", "tier": "gold"}, {"customer": "O'Brien", "tier": "silver"}])
+    orders = [{"order_id": i, "line": 1 + i % 2, "customer": ["Zoë", "O'Brien", "Ann"][i % 3], "country": ["FR", "IE", "PL"][i % 3],
+               "amount": f"{i}.{i % 100:02d}", "updated_ms": 1_700_000_000_000 + i, "placed_at": "2024-01-02T10:00:00Z", "op": "U"}
+              for i in range(1, 300)]
+    write_jsonl(root / "data/orders/o.json", orders)
+    code, out, err = pipe(capsys, root, "run")
+    assert code == 0, out + err
+    code, out, err = pipe(capsys, root, "test", "--record", "orders", "--rows", "6", "--this")
+    assert code == 0, out + err
+    assert "recorded unit test orders_recorded in tests/unit/orders_recorded.yml" in out
+    doc = yaml.safe_load((root / "tests/unit/orders_recorded.yml").read_text(encoding="utf-8"))
+    test = doc["unit_tests"][0]
+    inputs = {g["input"]: g for g in test["given"]}
+    assert set(inputs) == {"source('raw_orders')", "ref('customers')", "this"}
+    assert len(inputs["source('raw_orders')"]["rows"]) == 6 and "column_types" not in inputs["source('raw_orders')"]  # declared schema
+    assert inputs["ref('customers')"]["column_types"] == {"customer": "string", "tier": "string"}
+    assert [r["order_id"] for r in inputs["this"]["rows"]] == [1, 2, 3, 4, 5, 6]
+    assert inputs["this"]["rows"][0]["amount"] == "1.01"  # a decimal kept exact, as text
+    assert {r["order_id"] for r in test["expect"]["rows"]} == {1, 2, 3, 4, 5, 6}
+    code, out, err = pipe(capsys, root, "test", "--unit", "--select", "unit:orders_recorded")
+    assert code == 0, out + err
+    # a change to the table's SQL that changes its rows fails the recorded test
+    (root / "tables/orders.sql").write_text(ORDERS_SQL.replace("o.amount,", "o.amount * 2 as amount,"), encoding="utf-8")
+    code, out, err = pipe(capsys, root, "test", "--unit")
+    assert code == 1 and "orders after the write differs from expect: 6 expected rows missing (-), 6 rows not expected (+)" in out + err
+    # recording twice under one name is refused
+    code, out, err = pipe(capsys, root, "test", "--record", "orders")
+    assert code == 2 and "tests/unit/orders_recorded.yml exists already" in err

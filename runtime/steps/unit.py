@@ -13,6 +13,7 @@ the driver."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -34,16 +35,26 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     if ctx.options.dry_run:
         return "would_run", f"would run {model.name} on the given rows and compare"
     spark = ctx.spark()
+    with _throwaway_lake(ctx, step.name) as lake:
+        inner, session, table = _write_given(ctx, step, result, model, spark, lake)
+        return _compare(ctx, step, result, inner, session, table)
+
+
+@contextlib.contextmanager
+def _throwaway_lake(ctx: RunContext, name: str):
+    """A fresh folder under target/unit/ for one unit test's table, removed afterwards."""
     base = ctx.root / FOLDER
     base.mkdir(parents=True, exist_ok=True)
-    lake = Path(tempfile.mkdtemp(prefix=f"{step.name}-", dir=base))
+    lake = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
     try:
-        return _run(ctx, step, result, model, spark, lake)
+        yield lake
     finally:
         shutil.rmtree(lake, ignore_errors=True)
 
 
-def _run(ctx: RunContext, step: Step, result: StepResult, model: Step, spark, lake: Path) -> tuple[str, str]:
+def _write_given(ctx: RunContext, step: Step, result: StepResult, model: Step, spark, lake: Path):
+    """Runs the table's step on the given rows in a plan of its own whose lake is `lake`:
+    (its RunContext, a session, the table's step in it)."""
     from runtime.steps import write
 
     spec = step.config
@@ -71,7 +82,7 @@ def _run(ctx: RunContext, step: Step, result: StepResult, model: Step, spark, la
     result.rows_read, result.inserts, result.updates, result.deletes = written.rows_read, written.inserts, written.updates, written.deletes
     if state not in ("success", "no_input"):
         raise RunError(f"{step.file}:{step.line}: unit test {step.name}: {model.id} ended {state}: {message}")
-    return _compare(ctx, step, result, inner, session, table)
+    return inner, session, table
 
 
 def _session(spark, step: Step):
@@ -157,3 +168,122 @@ def diff_lines(samples: list[dict]) -> list[str]:
     """The differing rows as a user reads them: `- {...}` expected and missing, `+ {...}` there
     and not expected."""
     return [f"{row[''] } {json.dumps({k: v for k, v in row.items() if k != ''}, ensure_ascii=False, default=str)}" for row in samples]
+
+
+# --- recording a unit test from real tables (`pipe test --record TABLE`) -----------------------
+
+
+def record(ctx: RunContext, table_name: str, at: str | None, rows: int, name: str, with_this: bool) -> dict:
+    """A unit test of `table_name` whose given rows are the first `rows` rows of each input as
+    of `at` (an instant time; None: the latest commit) and whose expect is what the table's step
+    makes of them now (a snapshot of today's behaviour, to be read and trimmed by its author).
+    Inputs are read from pinned instants of the lake's tables, or whole from a `files` source;
+    a queue, a topic or a database is refused (its rows may not be readable again)."""
+    model = ctx.plan.step(f"table.{table_name}")
+    spark = ctx.spark()
+    session = _session(spark, model)
+    given: list[dict] = []
+    for dep in model.depends_on:
+        up = ctx.plan.step(dep)
+        if up.kind == "write":
+            df, _ = _pinned(ctx, up.name, at, f"table {table_name}", session)
+            given.append(_given("table", up.name, df, rows, declared=bool(up.config.get("schema"))))
+            continue
+        config = ctx.config(up)
+        kind = config["kind"]
+        if kind in ("table", "s3_incremental"):
+            upstream = config["table"] if kind == "table" else config["metadata_table"]
+            df, _ = _pinned(ctx, upstream, at, f"source {up.name}", session)
+        elif kind == "files":
+            from runtime.sources import files as files_source
+
+            pending = files_source.pending(up.name, {**config, "max_files_per_run": None, "max_bytes_per_run": None}, ctx.root, None)
+            df = pending.dataframe(session)  # every file, as a test of the source reads it
+        else:
+            raise RunError(f"cannot record the rows of source {up.name} (kind {kind}) for a unit test of {table_name}: "
+                           "they may not be readable again", f"record it from a table that lands the source, or write its rows by hand in {FOLDER_UNIT}")
+        given.append(_given("source", up.name, df, rows, declared=bool(config.get("schema"))))
+    if with_this:
+        if not ctx.table_exists(table_name):
+            raise RunError(f"--this: table {table_name} has no commit yet", "build it first, or record without --this")
+        df, _ = _pinned(ctx, table_name, at, f"table {table_name}", session)
+        given.append(_given("this", "this", df, rows, declared=False))
+    fake = Step(id=f"unit.{name}", kind="unit", name=name, depends_on=(), file=f"{FOLDER_UNIT}/{name}.yml", line=1,
+                config={"model": table_name, "given": [{**g, "column_types": None} for g in given], "expect": {"columns": [], "rows": []}})
+    result = StepResult(fake.id, "unit", name)
+    with _throwaway_lake(ctx, name) as lake:
+        inner, session, table = _write_given(ctx, fake, result, model, spark, lake)
+        written = inner.open_table(table.name, session).read(meta=False) if inner.table_exists(table.name) else None
+        expect = _as_yaml_rows(written.collect()) if written is not None else []
+    return {"name": name, "model": table_name, "description": f"recorded from the lake of target {ctx.plan.target.name}"
+            + (f" as of {at}" if at else "") + "; the rows expected are what the table's step made of the given rows then",
+            "given": [_yaml_given(g) for g in given], "expect": {"rows": expect}}
+
+
+FOLDER_UNIT = "tests/unit"
+
+
+def _pinned(ctx: RunContext, name: str, at: str | None, needed_by: str, session):
+    """The table `name` as of its latest commit completed by `at` (or its latest)."""
+    from runtime.defer import _pin
+
+    table = ctx.open_upstream(name, needed_by, session)
+    timeline = table.timeline()
+    pin = _pin(name, timeline, at, None)
+    if pin is None:
+        raise RunError(f"table {name} has no commit{' by ' + at if at else ''} to record from", "build it first, or choose a later --as-of")
+    return table.read(as_of=pin.instant, meta=False), pin.instant
+
+
+def _given(kind: str, name: str, df, rows: int, declared: bool) -> dict:
+    """A given input: the first `rows` rows of `df` (sorted, so a second recording gives the
+    same rows), its columns and types (written as column_types unless the project declares them)."""
+    columns = [{"name": f.name, "type": f.dataType.simpleString()} for f in df.schema.fields]
+    first = df.orderBy(*[f"`{c['name']}`" for c in columns if _sortable(c["type"])]).limit(rows).collect()
+    texts = [[_text(v) for v in r] for r in first]
+    return {"input": kind, "name": name, "columns": columns, "rows": texts, "declared": declared, "records": first}
+
+
+def _sortable(typ: str) -> bool:
+    return not typ.startswith(("map<", "array<", "struct<", "binary"))
+
+
+def _text(value) -> str | None:
+    import datetime as dt
+    import decimal
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dt.date, decimal.Decimal, int, float)):
+        return str(value)
+    return str(value)
+
+
+def _yaml_value(value):
+    """A value as the YAML a person reads: numbers and booleans as they are, decimals and times
+    as text (exact; the test casts them to the column's type)."""
+    import datetime as dt
+    import decimal
+
+    if isinstance(value, (decimal.Decimal, dt.date, dt.datetime)):
+        return _text(value)
+    if isinstance(value, float) and value != value:  # NaN
+        return "NaN"
+    return value
+
+
+def _as_yaml_rows(records) -> list[dict]:
+    return [{k: _yaml_value(v) for k, v in r.asDict().items()} for r in records]
+
+
+def _yaml_given(g: dict) -> dict:
+    said = "this" if g["input"] == "this" else f"{'ref' if g['input'] == 'table' else 'source'}('{g['name']}')"
+    out = {"input": said}
+    if not g["declared"]:
+        out["column_types"] = {c["name"]: c["type"] for c in g["columns"]}
+    out["rows"] = _as_yaml_rows(g["records"])
+    return out
