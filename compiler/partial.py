@@ -71,6 +71,8 @@ class Summary:
     sources: int
     actions: Mapping[str, int]  # write steps by the timeline action they complete, sorted
     tests: int
+    seeds: int = 0  # of the write steps (counted in `actions` too)
+    unit_tests: int = 0
 
     @classmethod
     def of(cls, plan: Plan) -> "Summary":
@@ -79,7 +81,9 @@ class Summary:
             if s.kind == "write":
                 actions[s.action] = actions.get(s.action, 0) + 1
         return cls(project=plan.project, target=plan.target.name, sources=sum(1 for s in plan.steps if s.kind == "ingest"),
-                   actions=dict(sorted(actions.items())), tests=sum(1 for s in plan.steps if s.kind == "test"))
+                   actions=dict(sorted(actions.items())), tests=sum(1 for s in plan.steps if s.kind == "test"),
+                   seeds=sum(1 for s in plan.steps if s.kind == "write" and s.config.get("seed")),
+                   unit_tests=sum(1 for s in plan.steps if s.kind == "unit"))
 
     @property
     def tables(self) -> int:
@@ -160,10 +164,11 @@ def reuse(target_dir: Path, fp: str | None) -> Reused | None:
                 return None
         warnings = warnings_from_json(record["warnings"])
         s = record["summary"]
-        summary = Summary(project=s["project"], target=s["target"], sources=s["sources"], actions=dict(s["actions"]), tests=s["tests"])
+        summary = Summary(project=s["project"], target=s["target"], sources=s["sources"], actions=dict(s["actions"]), tests=s["tests"],
+                          seeds=s.get("seeds", 0), unit_tests=s.get("unit_tests", 0))
     except (OSError, ValueError, RecursionError, KeyError, TypeError):
         return None  # no record, or a damaged one: compile in full
-    if not all(isinstance(n, int) for n in (summary.sources, summary.tests, *summary.actions.values())):
+    if not all(isinstance(n, int) for n in (summary.sources, summary.tests, summary.seeds, summary.unit_tests, *summary.actions.values())):
         return None
     return Reused(warnings, summary)
 
@@ -191,7 +196,7 @@ def remember(target_dir: Path, fp: str | None, plan_json: str, warnings: Iterabl
         "plan_sha256": hashlib.sha256(plan_json.replace("\n", os.linesep).encode("utf-8")).hexdigest(),
         "warnings": warnings_to_json(warnings),
         "summary": {"project": summary.project, "target": summary.target, "sources": summary.sources,
-                    "actions": dict(summary.actions), "tests": summary.tests},
+                    "actions": dict(summary.actions), "tests": summary.tests, "seeds": summary.seeds, "unit_tests": summary.unit_tests},
     }
     tmp = target_dir / f".{RECORD_FILE}.{os.getpid()}.tmp"
     try:

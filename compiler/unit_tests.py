@@ -65,7 +65,7 @@ class UnitTest:
 
     def config(self) -> dict[str, Any]:
         return {"model": self.model, "given": self.given,
-                "expect": {"columns": [c["name"] for c in self.expect.columns], "rows": self.expect.rows}}
+                "expected": {"columns": [c["name"] for c in self.expect.columns], "rows": self.expect.rows}}
 
 
 def read(project: Project, errors: Collector) -> list[UnitTest]:
@@ -386,6 +386,8 @@ def check(tests: list[UnitTest], project: Project, rendered: Mapping[str, Any], 
                 errors.error(where, f"unit test '{t.name}': {t.model} does not read {_said(kind, name)}",
                              "give rows only for what the model reads: " + (", ".join(_said(k, n) for k, n in sorted(reads)) or "nothing"))
         for kind, name in sorted(reads - set(t.inputs_said)):
+            if kind == "table" and project.tables[name].config.get("seed"):
+                continue  # a seed not given is read as it is in seeds/ (as dbt does)
             errors.error(t.location, f"unit test '{t.name}' gives no rows for {_said(kind, name)}, which {t.model} reads",
                          f"add `- input: {_said(kind, name)}` with its rows (`rows: []` for none)")
         known = known_columns.get(t.model)

@@ -212,7 +212,9 @@ def compile_cmd(ctx: _Context, target: str | None, vars_text: str | None) -> Non
         f"Compiled [bold]{summary.project}[/] for target [bold]{summary.target}[/]: "
         f"{summary.sources} source{'s' if summary.sources != 1 else ''}, {summary.tables} table{'s' if summary.tables != 1 else ''}"
         + (f" ({detail})" if detail else "")
+        + (f" of which {summary.seeds} seed{'s' if summary.seeds != 1 else ''}" if summary.seeds else "")
         + (f", {summary.tests} test{'s' if summary.tests != 1 else ''}" if summary.tests else "")
+        + (f", {summary.unit_tests} unit test{'s' if summary.unit_tests != 1 else ''}" if summary.unit_tests else "")
         + f" -> target/plan.json in {elapsed:.2f}s"
     )
 
@@ -804,7 +806,8 @@ def _table_for(ctx: _Context, name: str, target: str | None):
     # the dead-letter table of each s3_events and s3_incremental source (and kafka source with on_bad_record: dead_letter) is a table too
     tables += [s.name + "_dead_letter" for s in plan.steps if s.kind == "ingest" and has_dead_letter_table(s.config)]
     # and so is the quarantine table of each table with a `quarantine` expectation
-    tables += [s.name + "__quarantine" for s in plan.steps if any(e["action"] == "quarantine" for e in s.config.get("expect") or ())]
+    tables += [s.name + "__quarantine" for s in plan.steps
+               if s.kind == "write" and any(e["action"] == "quarantine" for e in s.config.get("expect") or ())]
     # and the failures table of each test with store_failures
     tables += [s.name + "__failures" for s in plan.steps if s.kind == "test" and s.config.get("store_failures")]
     if name not in tables:

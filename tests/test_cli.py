@@ -26,7 +26,7 @@ def test_compile_writes_plan_and_prints_a_summary(tmp_path, capsys):
     shutil.copytree(TEMPLATE, tmp_path / "shop")
     code, out, err = run(capsys, "--project-dir", str(tmp_path / "shop"), "compile")
     assert code == 0, err
-    assert "Compiled shop for target dev: 2 sources, 3 tables (2 commit, 1 replacecommit), 11 tests -> target/plan.json" in out
+    assert "Compiled shop for target dev: 2 sources, 4 tables (2 commit, 2 replacecommit) of which 1 seed, 13 tests, 1 unit test -> target/plan.json" in out
     plan = json.loads((tmp_path / "shop/target/plan.json").read_text())
     assert plan["project"] == "shop"
 
@@ -119,14 +119,18 @@ def test_ls_selects_like_dbt(tmp_path, capsys):
     base = ("--project-dir", str(tmp_path / "shop"), "ls")
     code, out, _ = run(capsys, *base, "--exclude", "test:*")
     assert code == 0
-    assert out.split() == ["source.raw_customers", "source.raw_orders", "table.customers", "table.orders", "table.customer_revenue"]
-    _, out, _ = run(capsys, *base, "--select", "+customer_revenue", "--exclude", "source:* test:*")
+    assert out.split() == ["source.raw_customers", "source.raw_orders", "table.customers", "table.orders", "table.customer_revenue",
+                           "table.regions", "unit.orders_keep_the_latest_version"]
+    _, out, _ = run(capsys, *base, "--select", "+customer_revenue", "--exclude", "source:* test:* unit:*")
     assert out.split() == ["table.customers", "table.orders", "table.customer_revenue"]
+    # selecting a table brings its unit tests along, as its data tests
     _, out, _ = run(capsys, *base, "-s", "orders+", "--exclude", "test:*")
-    assert out.split() == ["table.orders", "table.customer_revenue"]
+    assert out.split() == ["table.orders", "table.customer_revenue", "unit.orders_keep_the_latest_version"]
     _, out, _ = run(capsys, *base, "-s", "test:*")
-    assert len(out.split()) == 11 and all(i.startswith("test.") for i in out.split())
-    _, out, _ = run(capsys, *base, "-s", "path:tables/orders.yml", "--exclude", "test:*", "--output", "json")
+    assert len(out.split()) == 13 and all(i.startswith("test.") for i in out.split())
+    _, out, _ = run(capsys, *base, "-s", "resource_type:unit_test")
+    assert out.split() == ["unit.orders_keep_the_latest_version"]
+    _, out, _ = run(capsys, *base, "-s", "path:tables/orders.yml", "--exclude", "test:* unit:*", "--output", "json")
     row = json.loads(out)
     assert row["id"] == "table.orders" and row["action"] == "commit" and row["depends_on"] == ["source.raw_orders"]
     code, out, err = run(capsys, *base, "-s", "nothing_here")
@@ -204,7 +208,7 @@ def test_wheel_ships_the_template_and_init_works_from_it(wheel, tmp_path):
 
 
 @pytest.mark.parametrize("text", [
-    "Compiled [bold]shop[/] for target [bold]dev[/]: 2 sources, 3 tables (2 commit, 1 replacecommit), 11 tests -> target/plan.json in 0.12s",
+    "Compiled [bold]shop[/] for target [bold]dev[/]: 2 sources, 4 tables (2 commit, 2 replacecommit) of which 1 seed, 13 tests, 1 unit test -> target/plan.json in 0.12s",
     "[bold red]2 errors[/] found; nothing was written." + " and a line far longer than eighty columns" * 4,
     "",
     "plain text, no markup",

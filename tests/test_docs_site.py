@@ -90,11 +90,12 @@ def big(tmp_path_factory):
 
 def test_example_site_has_every_source_and_table_with_its_edges(shop, capsys):
     out = generate(capsys, shop)
-    assert "Wrote the docs of shop: 3 tables, 2 sources -> target/docs/index.html" in out
+    assert "Wrote the docs of shop: 4 tables, 2 sources -> target/docs/index.html" in out
     assert "nothing has been written to the lake yet" in out  # no run yet: the pages say so
     g = graph(shop)
     ids = [n[0] for n in g["nodes"]]
-    assert sorted(ids) == ["source.raw_customers", "source.raw_orders", "table.customer_revenue", "table.customers", "table.orders"]
+    assert sorted(ids) == ["source.raw_customers", "source.raw_orders", "table.customer_revenue", "table.customers", "table.orders",
+                           "table.regions"]
     edges = {(ids[a], ids[b]) for a, b in g["edges"]}
     assert edges == {("source.raw_orders", "table.orders"), ("source.raw_customers", "table.customers"),
                      ("table.orders", "table.customer_revenue"), ("table.customers", "table.customer_revenue")}
@@ -109,11 +110,11 @@ def test_the_graph_has_beside_it_a_list_of_every_table_and_source_sorted_by_name
     generate(capsys, shop)
     index = (shop / "target/docs/index.html").read_text()
     nav = re.search(r'<nav id="all-nodes".*?</nav>', index, re.S).group(0)
-    assert "All 5 sources and tables" in nav and 'id="list-filter"' in nav
+    assert "All 6 sources and tables" in nav and 'id="list-filter"' in nav
     items = re.findall(r'<li data-name="([^"]+)" class="(\w+)"><a href="([^"]+)">', nav)
     assert items == [("customer_revenue", "table", "nodes/table.customer_revenue.html"), ("customers", "table", "nodes/table.customers.html"),
                      ("orders", "table", "nodes/table.orders.html"), ("raw_customers", "source", "nodes/source.raw_customers.html"),
-                     ("raw_orders", "source", "nodes/source.raw_orders.html")]
+                     ("raw_orders", "source", "nodes/source.raw_orders.html"), ("regions", "table", "nodes/table.regions.html")]
     assert "upsert, copy-on-write" in text_of(index, "node-list")
     assert index.index('<nav id="all-nodes"') < index.index('<svg id="graph"')  # beside the graph, not below it
 
@@ -128,7 +129,7 @@ def _mor_with_quarantine(shop: Path) -> None:
 
 def test_merge_on_read_tables_are_drawn_apart_and_quarantine_tables_are_fed_by_their_table(shop, capsys):
     _mor_with_quarantine(shop)
-    assert "3 tables, 2 sources" in generate(capsys, shop, "--no-lake")
+    assert "4 tables, 2 sources" in generate(capsys, shop, "--no-lake")
     g = graph(shop)
     by_id = {n[0]: n for n in g["nodes"]}
     assert by_id["table.orders"][6] == "merge_on_read" and by_id["table.customers"][6] == "copy_on_write"
@@ -141,7 +142,7 @@ def test_merge_on_read_tables_are_drawn_apart_and_quarantine_tables_are_fed_by_t
     index = (shop / "target/docs/index.html").read_text()
     legend = " ".join(re.sub(r"<[^>]+>", " ", re.search(r'<aside class="panel legend">(.*?)</aside>', index, re.S).group(1)).split())
     assert "copy-on-write solid outline" in legend and "merge-on-read dashed outline, marked MOR" in legend and "quarantine" in legend
-    assert "All 6 sources and tables" in index and 'href="nodes/table.orders.html#quarantine">orders__quarantine</a>' in index
+    assert "All 7 sources and tables" in index and 'href="nodes/table.orders.html#quarantine">orders__quarantine</a>' in index
     assert text_of(page(shop, "table.orders"), "quarantine") == (
         "Rows failing has_customer, amount_known are written to the quarantine table orders__quarantine "
         "(a Hudi table beside this one in the lake, with the column _pipe_failed_expectations ), not to this table.")
@@ -247,11 +248,11 @@ def test_an_unchanged_project_keeps_its_site_and_any_change_makes_it_again(shop,
     revenue = shop / "tables/customer_revenue.yml"
     revenue.write_text(revenue.read_text() + "    precombine: customer_id\n")  # a warning: no effect on insert_overwrite_table
     out = generate(capsys, shop, "--no-lake")
-    assert out.startswith("Wrote the docs of shop: 3 tables, 2 sources")
+    assert out.startswith("Wrote the docs of shop: 4 tables, 2 sources")
     pages = {p.name: p.stat().st_mtime_ns for p in (shop / "target/docs/nodes").iterdir()}
 
     code, out, err = pipe(capsys, shop, "docs", "generate", "--no-lake")
-    assert code == 0 and out.startswith("The docs of shop are up to date (3 tables, 2 sources; the project has not changed)"), out
+    assert code == 0 and out.startswith("The docs of shop are up to date (4 tables, 2 sources; the project has not changed)"), out
     assert "precombine has no effect on table 'customer_revenue'" in err
     assert {p.name: p.stat().st_mtime_ns for p in (shop / "target/docs/nodes").iterdir()} == pages
 
@@ -491,7 +492,7 @@ def test_pages_show_the_latest_commits_and_the_committed_schema_read_without_spa
             "from pyspark import SparkContext; print('RC', rc, 'JVM', SparkContext._gateway is not None)")
     proc = subprocess.run([sys.executable, "-c", code, str(shop)], capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     assert "RC 0 JVM False" in proc.stdout, proc.stdout + proc.stderr
-    assert "commits of 3 tables" in proc.stdout
+    assert "commits of 4 tables" in proc.stdout
     orders = page(shop, "table.orders")
     assert re.search(r'id="last-write">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(UTC\)<', orders)
     commits = text_of(orders, "commits")

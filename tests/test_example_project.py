@@ -79,7 +79,9 @@ def test_first_run_builds_every_table(shop):
     r = shop["first_results"]
     assert {k: v["state"] for k, v in r.items()} == {
         "source.raw_orders": "success", "source.raw_customers": "success",
-        "table.orders": "success", "table.customers": "success", "table.customer_revenue": "success"}
+        "table.orders": "success", "table.customers": "success", "table.customer_revenue": "success",
+        "table.regions": "success"}  # the seed seeds/regions.csv, loaded by `pipe run` too
+    assert r["table.regions"]["message"].startswith("first load: 3 rows, replacecommit ")
     assert r["table.orders"]["rows_read"] == 12 and r["table.orders"]["inserts"] == 6
     # the expectation drops the order without a customer (order 9 of orders-0002.json)
     assert r["table.orders"]["expectations"] == {"rows": 12, "has_customer": {"action": "drop", "failed": 1}}
@@ -103,11 +105,12 @@ def test_second_run_reads_only_the_new_file(shop):
 
 def test_a_run_without_new_input_writes_nothing(shop):
     assert {v["state"] for k, v in shop["third_results"].items() if k.startswith("table.")} == {"no_input"}
-    # `pipe build` ran the example's eleven data tests on the whole tables: all pass
+    # `pipe build` ran the example's thirteen data tests on the whole tables and its unit test: all pass
     tests = {k: v for k, v in shop["third_results"].items() if k.startswith("test.")}
-    assert len(tests) == 11 and {v["state"] for v in tests.values()} == {"success"}, tests
+    assert len(tests) == 13 and {v["state"] for v in tests.values()} == {"success"}, tests
     assert tests["test.relationships_orders_customer_id"]["message"] == "passed (whole table)"
-    assert "11 tests passed" in shop["third"].stdout
+    assert shop["third_results"]["unit.orders_keep_the_latest_version"]["state"] == "success"
+    assert "14 tests passed" in shop["third"].stdout
     commits = [i for i in shop["timeline"] if i["action"] == "commit" and i["state"] == "completed"]
     assert len(commits) == 2  # two runs with input, one commit each; the third wrote nothing
     checkpoint = json.loads(commits[-1]["checkpoints"]["raw_orders"])

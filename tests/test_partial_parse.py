@@ -69,7 +69,7 @@ def test_an_unchanged_project_reuses_its_plan_and_says_the_same(shop, full_compi
     first = pipe_compile(capsys, shop)
     plan = plan_text(shop)
     assert first[0] == 0 and "warning: precombine has no effect on table 'customer_revenue'" in first[2]
-    assert first[1] == "Compiled shop for target dev: 2 sources, 3 tables (2 commit, 1 replacecommit), 11 tests -> target/plan.json in Ns"
+    assert first[1] == "Compiled shop for target dev: 2 sources, 4 tables (2 commit, 2 replacecommit) of which 1 seed, 13 tests, 1 unit test -> target/plan.json in Ns"
 
     again = pipe_compile(capsys, shop)
     assert again == first  # exit code, summary line and warnings
@@ -147,7 +147,7 @@ def test_a_damaged_record_compiles_in_full(shop, full_compiles, capsys):
     for damaged in damaged_records:
         record.write_text(damaged)
         code, out, err = pipe_compile(capsys, shop)
-        assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), err
+        assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 4 tables"), err
     assert len(full_compiles) == 1 + len(damaged_records)
 
 
@@ -284,11 +284,11 @@ def test_an_edit_reparses_only_its_file(shop, monkeypatch):
 
     parsed.clear(), split.clear()
     _edit(shop / "tables/orders.sql", "where amount >= {{ var('min_amount') }}",
-          "where amount >= {{ var('min_amount') }} and customer_id in (select customer_id from {{ ref('customers') }})")
+          "where amount >= {{ var('min_amount') }} and upper(region) in (select region from {{ ref('regions') }})")
     result = compile_project(shop, cache_dir=target)
     assert parsed == ["pipe_project.yml"] and split == ["tables/orders.sql"]
     assert result.plan.to_json() == fresh_plan(shop)
-    assert result.plan.step_ids.index("table.customers") < result.plan.step_ids.index("table.orders")
+    assert result.plan.step_ids.index("table.regions") < result.plan.step_ids.index("table.orders")
 
 
 def test_a_compile_without_a_cycle_imports_no_networkx(shop, capsys):
@@ -358,7 +358,7 @@ def test_a_damaged_file_record_is_no_record(shop, capsys, damage):
     record.write_bytes(signed(damaged))  # damaged, yet signed with this user's key
     _edit(shop / "tables/customers.yml", "latest state", "newest state")
     code, out, err = pipe_compile(capsys, shop)
-    assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), err
+    assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 4 tables"), err
     assert plan_text(shop) == fresh_plan(shop)
     assert marshal.loads(unsigned(record.read_bytes()))[0] == partial.FILES_FORMAT  # written good again
 
@@ -450,7 +450,7 @@ def test_a_committed_record_and_plan_json_are_not_taken_for_this_users_compile(s
 
     monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path / "reviewer-cache"))
     code, out, err = pipe_compile(capsys, shop)
-    assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), out + err
+    assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 4 tables"), out + err
     assert "prod.credentials" not in plan_text(shop)
     assert plan_text(shop) == fresh_plan(shop)
 
@@ -510,7 +510,7 @@ def test_without_a_usable_key_every_compile_is_in_full_and_nothing_is_kept(shop,
     monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path / "not-a-folder" / "pipe"))
     for _ in range(2):
         code, out, err = pipe_compile(capsys, shop)
-        assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 3 tables"), out + err
+        assert code == 0 and out.startswith("Compiled shop for target dev: 2 sources, 4 tables"), out + err
     assert len(full_compiles) == 2
     assert not (shop / "target" / partial.FILES_RECORD).exists() and not (shop / "target" / partial.STEPS_RECORD).exists()
     assert plan_text(shop) == fresh_plan(shop)

@@ -55,6 +55,7 @@ def test_plan_schema(tmp_path):
     assert {i: k for i, k in kinds.items() if k != "test"} == {
         "source.raw_orders": "ingest", "source.raw_customers": "ingest",
         "table.orders": "write", "table.customers": "write", "table.customer_revenue": "write",
+        "table.regions": "write", "unit.orders_keep_the_latest_version": "unit",  # a seed; a unit test
     }
     # the example's data tests: one step each, after the tables they read
     relationship = next(s for s in data["steps"] if s["id"] == "test.relationships_orders_customer_id")
@@ -65,7 +66,7 @@ def test_plan_schema(tmp_path):
     assert relationship["file"] == "tables/orders.yml" and "not exists" in relationship["sql"]
     singular = next(s for s in data["steps"] if s["id"] == "test.revenue_adds_up")
     assert singular["sql_file"] == "tests/revenue_adds_up.sql" and singular["depends_on"] == ["table.customer_revenue", "table.orders"]
-    assert sum(1 for k in kinds.values() if k == "test") == 11
+    assert sum(1 for k in kinds.values() if k == "test") == 13
     orders = next(s for s in data["steps"] if s["id"] == "table.orders")
     assert orders["action"] == "commit"
     assert orders["config"]["key"] == ["order_id"]

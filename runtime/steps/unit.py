@@ -58,7 +58,7 @@ def _write_given(ctx: RunContext, step: Step, result: StepResult, model: Step, s
     from runtime.steps import write
 
     spec = step.config
-    inputs = [g for g in spec["given"] if g["input"] != "this"]
+    inputs = [g for g in spec["given"] if g["input"] != "this"] + _seeds_not_given(ctx, model, spec["given"])
     this = next((g for g in spec["given"] if g["input"] == "this"), None)
     sources = [Step(id=f"source.{g['name']}", kind="ingest", name=g["name"], depends_on=(),
                     config={"kind": "given", "columns": g["columns"], "rows": g["rows"]}, file=step.file, line=step.line)
@@ -83,6 +83,21 @@ def _write_given(ctx: RunContext, step: Step, result: StepResult, model: Step, s
     if state not in ("success", "no_input"):
         raise RunError(f"{step.file}:{step.line}: unit test {step.name}: {model.id} ended {state}: {message}")
     return inner, session, table
+
+
+def _seeds_not_given(ctx: RunContext, model: Step, given: list[dict]) -> list[dict]:
+    """The seeds the table reads that the test gives no rows for: their rows, from seeds/ (the
+    file the plan was compiled from), as dbt reads a seed not given."""
+    from runtime.steps import seed as seed_step
+
+    named = {g["name"] for g in given if g["input"] == "table"}
+    out = []
+    for dep in model.depends_on:
+        up = ctx.plan.step(dep)
+        if up.kind == "write" and up.config.get("seed") and up.name not in named:
+            spec = up.config["seed"]
+            out.append({"input": "table", "name": up.name, "columns": spec["columns"], "rows": [list(r) for r in seed_step.read_rows(ctx, up, spec)]})
+    return out
 
 
 def _session(spark, step: Step):
@@ -127,7 +142,7 @@ def _query_types(session, table: Step, inputs: list[dict]) -> dict[str, str]:
 def _compare(ctx: RunContext, step: Step, result: StepResult, inner: RunContext, session, table: Step) -> tuple[str, str]:
     from pyspark.sql import functions as F
 
-    expect = step.config["expect"]
+    expect = step.config["expected"]
     if not inner.table_exists(table.name):  # the write wrote nothing (no input, an empty delete...)
         actual = None
         have: dict[str, str] = {}
@@ -209,7 +224,7 @@ def record(ctx: RunContext, table_name: str, at: str | None, rows: int, name: st
         df, _ = _pinned(ctx, table_name, at, f"table {table_name}", session)
         given.append(_given("this", "this", df, rows, declared=False))
     fake = Step(id=f"unit.{name}", kind="unit", name=name, depends_on=(), file=f"{FOLDER_UNIT}/{name}.yml", line=1,
-                config={"model": table_name, "given": [{**g, "column_types": None} for g in given], "expect": {"columns": [], "rows": []}})
+                config={"model": table_name, "given": [{**g, "column_types": None} for g in given], "expected": {"columns": [], "rows": []}})
     result = StepResult(fake.id, "unit", name)
     with _throwaway_lake(ctx, name) as lake:
         inner, session, table = _write_given(ctx, fake, result, model, spark, lake)
