@@ -133,11 +133,17 @@ def diff_plans(base: Plan, head: Plan, base_label: str = "base", head_label: str
             if h.kind == "test":
                 diffs[sid].cls = "metadata-only"
                 diffs[sid].changes.append(Change("test", None, h.name, "metadata-only", "a new data test; it reads tables, never writes"))
+            elif h.kind == "unit":
+                diffs[sid].cls = "metadata-only"
+                diffs[sid].changes.append(Change("unit_test", None, h.name, "metadata-only", "a new unit test; it writes only a throwaway table"))
         elif h is None:
             d = StepDiff(sid, b.kind, b.name, "removed", file=b.file)
             if b.kind == "test":
                 d.cls = "metadata-only"
                 d.changes.append(Change("test", b.name, None, "metadata-only", "the data test leaves the project; no data changes"))
+            elif b.kind == "unit":
+                d.cls = "metadata-only"
+                d.changes.append(Change("unit_test", b.name, None, "metadata-only", "the unit test leaves the project; no data changes"))
             elif b.kind == "write":
                 d.cls = "destructive"
                 d.changes.append(Change("table", b.name, None, "destructive",
@@ -163,6 +169,10 @@ def _modified(b: Step, h: Step) -> StepDiff:
                     for key in sorted(set(b.config) | set(h.config)) if b.config.get(key) != h.config.get(key)]
         if (b.sql or "") != (h.sql or ""):
             changes.append(Change("sql", None, None, "metadata-only", "the data test's query changed; tests read, never write"))
+    elif h.kind == "unit":
+        changes += [Change(key, None, None, "metadata-only", "the unit test's " + {"given": "given rows", "expected": "expected rows"}.get(key, key)
+                           + " changed; it writes only a throwaway table")
+                    for key in sorted(set(b.config) | set(h.config)) if b.config.get(key) != h.config.get(key)]
     else:
         changes += _source_changes(b, h)
     if b.description != h.description:

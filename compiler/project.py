@@ -617,7 +617,8 @@ def _load_tables(files: ProjectFiles, errors: Collector, cache=None) -> dict[str
     declared_sql: set[str] = set()
     sql_files = files.listing("tables", (".sql",))
     existing_sql = set(sql_files)
-    existing_py = set(files.listing("tables", (".py",)))
+    # a package marker is not a model
+    existing_py = {rel for rel in files.listing("tables", (".py",)) if not rel.endswith("/__init__.py")}
     for doc, name, p, config in _entries(files, "tables", "sources", errors, _check_table, cache):
         sql_rel = f"{doc.file.rsplit('/', 1)[0]}/{name}.sql"
         sql_text = files.text(sql_rel, errors) if sql_rel in existing_sql else None

@@ -46,6 +46,9 @@ def read(rel: str, text: str, errors: Collector) -> PythonModel | None:
     except SyntaxError as exc:
         errors.error(Location(rel, exc.lineno or 1, exc.offset), f"Python syntax error: {exc.msg}", "fix the file: pipe reads it as Python 3")
         return None
+    except (RecursionError, MemoryError):  # an expression nested beyond what the parser takes
+        errors.error(Location(rel, 1), "the file is nested too deeply for Python's parser", "split the expressions")
+        return None
     defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == FUNCTION]
     if not defs:
         errors.error(Location(rel, 1), f"{rel} defines no top-level `def {FUNCTION}(...)`",

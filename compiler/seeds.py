@@ -208,24 +208,31 @@ def _check_seed(doc: Doc, name: str, body: Any, p: tuple, errors: Collector) -> 
         config["delimiter"] = ","
     types = {}
     for col, typ in (config["column_types"] or {}).items():
-        at = doc.at(p + ("column_types", col))
-        if not isinstance(typ, str):
-            errors.error(at, f"type of column '{col}' in column_types of seed '{name}' must be a string such as BIGINT")
-            continue
-        try:
-            parsed = parse_columns(f"`{col}` {typ}")
-        except ColumnsError as exc:
-            errors.error(at, f"column '{col}' in column_types of seed '{name}': {exc}", exc.hint)
-            continue
-        canon = parsed[0]["type"]
-        if _base(canon) not in (*_SCALAR, "decimal", "varchar", "char"):
-            errors.error(at, f"column '{col}' of seed '{name}' has type {canon}, which a CSV value cannot hold",
-                         "seeds hold scalar columns (STRING, BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p,s), DATE, TIMESTAMP, ...): "
-                         "declare it STRING and convert it in the SQL of a table that reads the seed")
-            continue
-        types[col] = canon
+        canon = column_type(col, typ, f"seed '{name}'", doc.at(p + ("column_types", col)), errors)
+        if canon is not None:
+            types[col] = canon
     config["column_types"] = types
     return config
+
+
+def column_type(col: str, typ: Any, owner: str, at: Location, errors: Collector) -> str | None:
+    """The canonical Spark type `typ` declares for column `col` in `column_types`, or None with
+    the mistake reported: a type a value written as text can be cast to (a scalar)."""
+    if not isinstance(typ, str):
+        errors.error(at, f"type of column '{col}' in column_types of {owner} must be a string such as BIGINT")
+        return None
+    try:
+        parsed = parse_columns(f"`{col}` {typ}")
+    except ColumnsError as exc:
+        errors.error(at, f"column '{col}' in column_types of {owner}: {exc}", exc.hint)
+        return None
+    canon = parsed[0]["type"]
+    if _base(canon) not in (*_SCALAR, "decimal", "varchar", "char"):
+        errors.error(at, f"column '{col}' of {owner} has type {canon}, which a value written as text cannot hold",
+                     "use scalar columns (STRING, BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p,s), DATE, TIMESTAMP, ...): "
+                     "declare it STRING and convert it in SQL")
+        return None
+    return canon
 
 
 def _base(typ: str) -> str:

@@ -27,12 +27,12 @@ the values as seeds' are (compiler/seeds.py). Mistakes are reported at the file'
 from __future__ import annotations
 
 import datetime as dt
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Mapping
 
 from compiler import seeds
+from compiler.data_tests import _TARGET as _INPUT  # ref('x') / source('x'), as a test's `to:` is written
 from compiler.errors import Collector, Location, did_you_mean
 from compiler.project import Project
 from compiler.schema import NAME_RE
@@ -43,7 +43,6 @@ FIXTURES = "tests/fixtures"
 _KEYS = ("name", "model", "description", "given", "expect", "tags")
 _GIVEN_KEYS = ("input", "rows", "format", "fixture", "column_types")
 _EXPECT_KEYS = ("rows", "format", "fixture")
-_INPUT = re.compile(r"""^\s*(ref|source)\(\s*['"]([^'"]+)['"]\s*\)\s*$""")
 
 
 @dataclass(frozen=True)
@@ -134,6 +133,14 @@ def _read_one(project: Project, doc: Doc, p: tuple, body: Any, errors: Collector
                      hint or "name the table it tests: `model: orders`")
         return None
     table = project.tables[model]
+    if table.config.get("seed"):
+        errors.error(doc.at(p + ("model",)), f"{where}: {model} is a seed: its rows are its CSV file, there is no query to test",
+                     "test the tables that read it, or check the seed with data tests")
+        return None
+    if table.config.get("operation") == "bootstrap":
+        errors.error(doc.at(p + ("model",)), f"{where}: {model} is bootstrapped from a dataset, not made by a query from inputs",
+                     "test the tables that read it")
+        return None
     given_items = body.get("given")
     if not isinstance(given_items, list):
         errors.error(doc.at(p + ("given",)) if "given" in body else at, f"{where}: `given:` must be a list of inputs",
@@ -155,13 +162,15 @@ def _read_one(project: Project, doc: Doc, p: tuple, body: Any, errors: Collector
             continue
         kind, input_name = parsed
         if (kind, input_name) in said:
-            errors.error(doc.at(gp + ("input",)), f"{where} gives rows for {_said(kind, input_name)} twice (first at {said[kind, input_name]})", "keep one")
+            errors.error(doc.at(gp + ("input",)), f"{where} gives rows for {input_said(kind, input_name)} twice (first at {said[kind, input_name]})", "keep one")
             continue
         said[kind, input_name] = doc.at(gp + ("input",))
         declared = _declared(project, kind, input_name if kind != "this" else model)
-        what = f"{_said(kind, input_name)} in {where}"
+        what = f"{input_said(kind, input_name)} in {where}"
         typed = _column_types(doc, gp, item, declared, what, errors)
         rows = _rows(project, doc, gp, item, declared, what, errors, infer=True, typed=typed)
+        if rows is not None and kind == "this":
+            _check_this(table, rows, doc.at(gp + ("input",)), what, errors)
         if rows is not None:
             given.append({"input": kind, "name": input_name, "columns": rows.columns, "rows": rows.rows})
     expect_item = body.get("expect")
@@ -183,7 +192,22 @@ def _read_one(project: Project, doc: Doc, p: tuple, body: Any, errors: Collector
                     description=str(body.get("description") or ""), tags=tuple(str(t) for t in tags), inputs_said=said)
 
 
-def _said(kind: str, name: str) -> str:
+def _check_this(table, rows: Rows, where: Location, what: str, errors: Collector) -> None:
+    """The rows given for `this` are a stored table's: they hold its key, partition and
+    precombine columns."""
+    have = {c["name"].lower() for c in rows.columns}
+    config = table.config
+    for setting in ("key", "partition_by"):
+        for col in config.get(setting) or []:
+            if col.lower() not in have:
+                errors.error(where, f"{what}: no column '{col}', which the table's {setting} names", f"give '{col}' in the rows of this")
+    pre = config.get("precombine")
+    if pre and pre.lower() not in have:
+        errors.error(where, f"{what}: no column '{pre}', which the table's precombine names", f"give '{pre}' in the rows of this")
+
+
+def input_said(kind: str, name: str) -> str:
+    """An input as a test names it: `ref('x')`, `source('x')` or `this`."""
     return "this" if kind == "this" else f"{'ref' if kind == 'table' else 'source'}('{name}')"
 
 
@@ -215,9 +239,7 @@ def _declared(project: Project, kind: str, name: str) -> list[dict[str, str]] | 
 
 def _column_types(doc: Doc, gp: tuple, item: dict, declared, what: str, errors: Collector) -> dict[str, str]:
     """`column_types: {col: TYPE}` of a given input whose columns are not declared (as a seed's):
-    column (lower case) -> its Spark type, checked."""
-    from compiler.columns import ColumnsError, parse_columns
-
+    column -> its Spark type, checked as a seed's are (compiler/seeds.py), in the order written."""
     raw = item.get("column_types")
     if raw is None:
         return {}
@@ -229,10 +251,9 @@ def _column_types(doc: Doc, gp: tuple, item: dict, declared, what: str, errors: 
         return {}
     out = {}
     for col, typ in raw.items():
-        try:
-            out[str(col).lower()] = parse_columns(f"`{col}` {typ}")[0]["type"]
-        except ColumnsError as exc:
-            errors.error(doc.at(gp + ("column_types", col)), f"{what}: column_types of '{col}': {exc}", getattr(exc, "hint", None))
+        canon = seeds.column_type(str(col), typ, what, doc.at(gp + ("column_types", col)), errors)
+        if canon is not None:
+            out[str(col)] = canon
     return out
 
 
@@ -298,10 +319,14 @@ def _rows(project: Project, doc: Doc, gp: tuple, item: dict, declared: list[dict
                 if problem:
                     errors.error(where, f"{what}: {c['name']} = {value!r} does not fit its type {c['type']}: {problem}", "correct the value")
     elif infer:
-        typed = typed or {}
-        for col in typed:
-            if col not in {n.lower() for n in names}:
-                errors.error(doc.at(gp + ("column_types",)), f"{what}: column_types names '{col}', which no row has", "remove it, or give it in the rows")
+        typed = {c.lower(): t for c, t in (typed or {}).items()}
+        for col in typed_names(item, names):  # a column no row has (no rows at all, say): null in every row
+            names.append(col)
+            for row in texts:
+                row.append(None)
+        if not names:
+            errors.error(doc.at(gp), f"{what}: no rows and no columns, so the table's query cannot read it",
+                         "name its columns and types: `column_types: {customer_id: BIGINT, name: STRING}`")
         columns = [{"name": col, "type": typed.get(col.lower()) or seeds.infer_type([r[i] for r in texts])} for i, col in enumerate(names)]
         for (where, _), row in zip(records, texts):
             for c, value in zip(columns, row):
@@ -310,6 +335,13 @@ def _rows(project: Project, doc: Doc, gp: tuple, item: dict, declared: list[dict
     else:
         columns = [{"name": col, "type": ""} for col in names]
     return Rows(columns, texts)
+
+
+def typed_names(item: dict, names: list[str]) -> list[str]:
+    """The columns `column_types` names that no row has, in the order written."""
+    have = {n.lower() for n in names}
+    raw = item.get("column_types")
+    return [str(c) for c in raw if str(c).lower() not in have] if isinstance(raw, dict) else []
 
 
 _NESTED = object()
@@ -383,13 +415,13 @@ def check(tests: list[UnitTest], project: Project, rendered: Mapping[str, Any], 
         reads = {("table", n) for n in r.refs} | {("source", n) for n in r.sources}
         for (kind, name), where in t.inputs_said.items():
             if kind != "this" and (kind, name) not in reads:
-                errors.error(where, f"unit test '{t.name}': {t.model} does not read {_said(kind, name)}",
-                             "give rows only for what the model reads: " + (", ".join(_said(k, n) for k, n in sorted(reads)) or "nothing"))
+                errors.error(where, f"unit test '{t.name}': {t.model} does not read {input_said(kind, name)}",
+                             "give rows only for what the model reads: " + (", ".join(input_said(k, n) for k, n in sorted(reads)) or "nothing"))
         for kind, name in sorted(reads - set(t.inputs_said)):
             if kind == "table" and project.tables[name].config.get("seed"):
                 continue  # a seed not given is read as it is in seeds/ (as dbt does)
-            errors.error(t.location, f"unit test '{t.name}' gives no rows for {_said(kind, name)}, which {t.model} reads",
-                         f"add `- input: {_said(kind, name)}` with its rows (`rows: []` for none)")
+            errors.error(t.location, f"unit test '{t.name}' gives no rows for {input_said(kind, name)}, which {t.model} reads",
+                         f"add `- input: {input_said(kind, name)}` with its rows (`rows: []` for none)")
         known = known_columns.get(t.model)
         if known:
             lowered = {c.lower() for c in known}

@@ -177,7 +177,7 @@ def _in_clock(utc: str, timeline: Timeline) -> str:
     return run_record.utc_instant(at)
 
 
-def _pin(name: str, timeline: Timeline, at: str | None, written: str | None, exact: str | None = None) -> Pin | None:
+def pin_at(name: str, timeline: Timeline, at: str | None, written: str | None, exact: str | None = None) -> Pin | None:
     """The pin of table `name`: the commit the run record says was written (`written`), the
     instant `exact` (an instant time given as --defer-as-of that the table has), else its latest
     commit completed by `at` (UTC; None: now)."""
@@ -264,7 +264,7 @@ def plan_deferral(plan: Plan, selected: Iterable[str], target: str, lake: str, s
     for name in names:
         table = _open(target, lake, storage_options, name)
         timeline = table.timeline()
-        pin = _pin(name, timeline, as_of, record.written.get(name) if record else None, exact)
+        pin = pin_at(name, timeline, as_of, record.written.get(name) if record else None, exact)
         if pin is None:
             when = f" by {run_record.shown(as_of)}" if as_of else ""
             older = " (its earlier commits have been archived)" if timeline.instants else ""

@@ -311,7 +311,7 @@ def test_executors_without_pipes_packages_are_refused_before_anything_is_written
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error in")]
     where = f"{cluster_env.PYSPARK_ONLY.python} (Python 3.{os.sys.version_info[1]}.{os.sys.version_info[2]} on {os.uname().nodename})"
     assert len(errors) == 1 and errors[0].startswith(
-        "error in table.customers, table.orders, table.paid, table.readings, table.returns, table.s3_meta: the executors' Python cannot "
+        "error in table.customers, table.orders, table.paid, table.readings, table.regions, table.returns, table.s3_meta: the executors' Python cannot "
         f"run pipe's tasks: {where} lacks fastavro, boto3, confluent-kafka (pipe's tasks need fastavro>=1.9, boto3>=1.34, "
         "confluent-kafka>=2.6)"), proc.stderr
     # pyspark[sql] brought the newest pandas, which pipe does not support yet: said in the same line

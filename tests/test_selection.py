@@ -142,7 +142,7 @@ def shop(tmp_path):
 
 
 def test_several_selectors_after_one_flag_like_dbt(shop, capsys):
-    code, out, err = _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders", "customers", "--exclude", "test:*", "--output", "json")
+    code, out, err = _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders", "customers", "--exclude", "test:* unit:*", "--output", "json")
     assert code == 0, err
     assert [line.split('"id": "')[1].split('"')[0] for line in out.splitlines()] == ["table.customers", "table.orders"]
     # a table brings its tests along, and excluding one takes its tests away (dbt's eager selection)
@@ -150,8 +150,8 @@ def test_several_selectors_after_one_flag_like_dbt(shop, capsys):
     assert (code, out.split()) == (0, ["table.customers", "table.customer_revenue", "test.expression_customers_email",
                                        "test.not_null_customers_customer_id", "test.unique_customers_customer_id"])
     # the same words as one quoted argument, and as repeated flags
-    assert _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders customers", "--exclude", "test:*")[1] == \
-        _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders", "--select", "customers", "--exclude", "test:*")[1] == \
+    assert _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders customers", "--exclude", "test:* unit:*")[1] == \
+        _pipe(capsys, "--project-dir", shop, "ls", "--select", "orders", "--select", "customers", "--exclude", "test:* unit:*")[1] == \
         "table.customers\ntable.orders\n"
 
 

@@ -170,10 +170,33 @@ def test_a_python_model_is_unit_tested_the_same_way(spark, tmp_path, capsys):
               customer,tier
               Zoë,gold""")
     del files["tests/unit/orders.yml"]
+    # a second test: no customers at all, their columns named by column_types (no rows to infer them from)
+    files["tables/t.yml"] += """
+      - name: orders_without_customers
+        model: orders
+        given:
+          - input: source('raw_orders')
+            rows:
+              - {order_id: 7, line: 1, customer: Zoë, country: FR, amount: 1.50, updated_ms: 1, placed_at: 2024-01-02 10:00:00, op: U}
+          - input: ref('customers')
+            rows: []
+            column_types: {customer: STRING, tier: STRING}
+        expect:
+          rows:
+            - {order_id: 7, tier: none}
+"""
     root = project(tmp_path, files)
     code, out, err = pipe(capsys, root, "test", "--unit", "--select", "unit:orders_*")
     assert code == 0, out + err
-    assert _unit_results(root)["unit.orders_merge_the_latest_versions"]["state"] == "success"
+    assert {k: v["state"] for k, v in _unit_results(root).items()} == {
+        "unit.orders_merge_the_latest_versions": "success", "unit.orders_without_customers": "success"}
+    # a model that fails on the given rows: said at its line, as the unit test's failure
+    (root / "tables/orders.py").write_text(PY_MODEL.replace("    return orders.join", "    raise KeyError('tier')\n    return orders.join"),
+                                           encoding="utf-8")
+    code, out, err = pipe(capsys, root, "test", "--unit", "--select", "unit:orders_without_customers")
+    assert code == 1, out + err
+    assert_clean(out, err)
+    assert "unit test orders_without_customers: orders failed on the given rows: tables/orders.py:7: table orders: model() failed: KeyError: 'tier'" in err
 
 
 def test_mistakes_in_unit_tests_are_reported_at_their_line(tmp_path):
@@ -207,6 +230,17 @@ unit_tests:
   - name: t4
     model: orders
     givn: []
+  - name: t5
+    model: orders
+    given:
+      - input: this
+        rows:
+          - {line: 1, customer: a}
+      - input: source('raw_orders')
+        rows: []
+      - input: ref('customers')
+        rows: []
+    expect: {rows: []}
 """
     root = project(tmp_path, {**_files(unit=unit)})
     diags = [(str(d.location), d.message, d.hint) for d in compile_errors(root) if d.location.file == "tests/unit/orders.yml"]
@@ -220,6 +254,9 @@ unit_tests:
     assert "unit test 't2': expect names column 'totl', which orders does not have" in said
     assert "tests/unit/orders.yml:25: ref('customers') in unit test 't3': 3 values for 2 columns (customer, tier)" in said
     assert "tests/unit/orders.yml:29:5: unknown key 'givn' in a unit test (did you mean 'given'?)" in said
+    assert "this in unit test 't5': no column 'order_id', which the table's key names" in said
+    assert "this in unit test 't5': no column 'updated_ms', which the table's precombine names" in said
+    assert "ref('customers') in unit test 't5': no rows and no columns" in said
     # and the command says it without a traceback, exit 2
     from pipe.cli import main
 
@@ -231,6 +268,9 @@ def test_record_writes_a_unit_test_from_the_lake_that_passes_and_catches_a_later
 
     files = _files()
     del files["tests/unit/orders.yml"]
+    files["tables/t.yml"] = files["tables/t.yml"].replace("        delete_when:", '        schema: "order_id BIGINT, line INT, customer STRING, '
+                                                          'country STRING, amount DECIMAL(12,2), updated_ms BIGINT, placed_at TIMESTAMP, op STRING, '
+                                                          'tier STRING"\n        delete_when:')
     root = project(tmp_path, files)
     write_jsonl(root / "data/customers/c.json", [{"customer": "Zoë", "tier": "gold"}, {"customer": "O'Brien", "tier": "silver"}])
     orders = [{"order_id": i, "line": 1 + i % 2, "customer": ["Zoë", "O'Brien", "Ann"][i % 3], "country": ["FR", "IE", "PL"][i % 3],
@@ -248,7 +288,8 @@ def test_record_writes_a_unit_test_from_the_lake_that_passes_and_catches_a_later
     assert set(inputs) == {"source('raw_orders')", "ref('customers')", "this"}
     assert len(inputs["source('raw_orders')"]["rows"]) == 6 and "column_types" not in inputs["source('raw_orders')"]  # declared schema
     assert inputs["ref('customers')"]["column_types"] == {"customer": "string", "tier": "string"}
-    assert [r["order_id"] for r in inputs["this"]["rows"]] == [1, 2, 3, 4, 5, 6]
+    assert [r["order_id"] for r in inputs["this"]["rows"]] == [1, 2, 3, 4, 5, 6] and "column_types" not in inputs["this"]
+    assert inputs["this"]["rows"][0]["placed_at"] == "2024-01-02 10:00:00"  # as written, in the session's zone
     assert inputs["this"]["rows"][0]["amount"] == "1.01"  # a decimal kept exact, as text
     assert {r["order_id"] for r in test["expect"]["rows"]} == {1, 2, 3, 4, 5, 6}
     code, out, err = pipe(capsys, root, "test", "--unit", "--select", "unit:orders_recorded")
@@ -260,3 +301,26 @@ def test_record_writes_a_unit_test_from_the_lake_that_passes_and_catches_a_later
     # recording twice under one name is refused
     code, out, err = pipe(capsys, root, "test", "--record", "orders")
     assert code == 2 and "tests/unit/orders_recorded.yml exists already" in err
+
+
+def test_unit_tests_in_pipe_diff_are_metadata_only_and_a_seed_is_not_unit_tested(tmp_path):
+    from compiler import compile_project
+    from compiler.diff import diff_plans
+
+    root = project(tmp_path, _files())
+    base = compile_project(root).plan
+    (root / "tests/unit/orders.yml").write_text(UNIT.replace("amount: 12.00, tier: gold}", "amount: 12.50, tier: gold}"), encoding="utf-8")
+    head = compile_project(root).plan
+    changed = {d.id: d for d in diff_plans(base, head).steps if d.status != "unchanged"}
+    assert set(changed) == {"unit.orders_merge_the_latest_versions"}
+    d = changed["unit.orders_merge_the_latest_versions"]
+    assert d.cls == "metadata-only" and [c.field for c in d.changes] == ["expected"]
+    (root / "tests/unit/orders.yml").unlink()
+    gone = {d.id: d for d in diff_plans(base, compile_project(root).plan).steps if d.status == "removed"}
+    assert gone["unit.orders_merge_the_latest_versions"].cls == "metadata-only"
+    # a seed has no query to test
+    (root / "seeds").mkdir()
+    (root / "seeds/tiers.csv").write_text("tier,rank\ngold,1\n", encoding="utf-8")
+    (root / "tests/unit/tiers.yml").write_text("unit_tests:\n  - name: t\n    model: tiers\n    given: []\n    expect: {rows: []}\n", encoding="utf-8")
+    diags = [f"{d.location}: {d.message}" for d in compile_errors(root)]
+    assert any(m.startswith("tests/unit/tiers.yml:3:12: unit test 't': tiers is a seed") for m in diags), diags

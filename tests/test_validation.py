@@ -55,7 +55,8 @@ def test_project_template_compiles_without_errors_or_warnings():
     result = compile_project(TEMPLATE)
     assert result.warnings == ()
     assert [i for i in result.plan.step_ids if not i.startswith("test.")] == [
-        "source.raw_customers", "source.raw_orders", "table.customers", "table.orders", "table.customer_revenue",
+        "source.raw_customers", "source.raw_orders", "table.customers", "table.orders", "table.customer_revenue", "table.regions",
+        "unit.orders_keep_the_latest_version",
     ]
     assert compile_project(TEMPLATE, target="prod").plan.target.name == "prod"
 

@@ -31,9 +31,11 @@ class GivenPending(Pending):
         return frame(spark, self.columns, self.given, f"the rows given for {self.name}")
 
 
-def frame(session, columns: list[dict[str, str]], rows: list[list[str | None]], what: str):
+def frame(session, columns: list[dict[str, str]], rows: list[list[str | None]], what: str,
+          hint: str = "declare the column's type in the input's `schema`"):
     """`rows` (text, None for null) as a DataFrame of `columns` and their Spark types: sent as
-    strings, cast by Spark, as seeds are (runtime/steps/seed.py)."""
+    strings and cast by Spark (a timestamp without a zone is read in the session's time zone, as
+    a SQL literal is). Seeds (runtime/steps/seed.py) and unit tests' rows are made so."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -44,13 +46,14 @@ def frame(session, columns: list[dict[str, str]], rows: list[list[str | None]], 
     casts = []
     for i, c in enumerate(columns):
         value = F.col(f"c{i}")
-        if c["type"] and c["type"].lower() != "string":
+        typ = (c["type"] or "string").lower()
+        if typ != "string" and not typ.startswith(("varchar", "char")):  # lengths: checked by the compiler
             value = F.trim(value).cast(c["type"])
         casts.append(value.alias(c["name"]))
     try:
         return df.select(*casts)
     except Exception as exc:  # noqa: BLE001 - a type Spark refuses
-        raise RunError(f"Spark cannot cast {what}: {spark_message(exc)}", "declare the column's type in the input's `schema`") from exc
+        raise RunError(f"Spark cannot cast {what}: {spark_message(exc)}", hint) from exc
 
 
 def pending(name: str, config: Mapping[str, Any]) -> GivenPending:

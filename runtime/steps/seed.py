@@ -15,7 +15,7 @@ from compiler.plan import Step
 from runtime import spark_api
 from runtime.steps import sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, Stored, stored
-from runtime.steps.errors import Cancelled, RunError, spark_message
+from runtime.steps.errors import Cancelled, RunError
 
 
 def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
@@ -48,7 +48,7 @@ def _load(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     session = spark_api.step_session(spark, step.id, f"pipe {step.id}")
     df = frame(session, step, seed, rows)
     result.rows_read = len(rows)
-    table, recreated = write._create_table(ctx, session, step, config, uri, rebuild=exists)
+    table, recreated = write.create_table(ctx, session, step, config, uri, rebuild=exists)
     _, options = write._write_options(config, False)
     options["combine_before_insert"] = False  # keys are unique: the compiler checked the file
     if ctx.cancel.is_set():
@@ -89,22 +89,8 @@ def read_rows(ctx: RunContext, step: Step, seed) -> list[tuple]:
 
 
 def frame(session, step: Step, seed, rows: list[tuple]):
-    """The rows as a DataFrame of the seed's columns and types: sent as strings, cast by Spark
-    (a timestamp without a zone is read in the session's time zone, as a SQL literal is)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
+    """The rows as a DataFrame of the seed's columns and types (runtime/sources/given.py)."""
+    from runtime.sources.given import frame as typed_frame
 
-    columns = seed["columns"]
-    raw = StructType([StructField(f"c{i}", StringType(), True) for i in range(len(columns))])
-    df = session.createDataFrame(rows, raw)
-    casts = []
-    for i, c in enumerate(columns):
-        value = F.col(f"c{i}")
-        if c["type"] != "string" and not c["type"].startswith(("varchar", "char")):  # lengths: checked by the compiler
-            value = F.trim(value).cast(c["type"])
-        casts.append(value.alias(c["name"]))
-    try:
-        return df.select(*casts)
-    except Exception as exc:  # noqa: BLE001 - a type Spark refuses
-        raise RunError(f"{step.file}:{step.line}: Spark cannot cast seed {step.name}'s columns: {spark_message(exc)}",
-                       "declare the column STRING in column_types and convert it in SQL") from exc
+    return typed_frame(session, seed["columns"], rows, f"seed {step.name}'s columns ({step.file}:{step.line})",
+                       "declare the column STRING in column_types and convert it in SQL")

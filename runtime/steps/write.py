@@ -195,7 +195,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     if checked is not None:
         df = checked.kept
         result.expectations = checked.to_dict()
-    table, recreated = _create_table(ctx, session, step, config, uri, rebuild=full and exists)
+    table, recreated = create_table(ctx, session, step, config, uri, rebuild=full and exists)
     extra = {f"{CHECKPOINT_PREFIX}{n}": p.checkpoint for n, p in sources.items() if p.checkpoint is not None}
     for n, p in sources.items():  # a source with nothing new keeps its checkpoint
         if p.checkpoint is None and n in stored_cps and not full:
@@ -369,7 +369,7 @@ def _bootstrap_frame(session, step: Step, config: Mapping[str, Any], dataset):
     return df
 
 
-def _create_table(ctx: RunContext, spark, step: Step, config: Mapping[str, Any], uri: str, rebuild: bool):
+def create_table(ctx: RunContext, spark, step: Step, config: Mapping[str, Any], uri: str, rebuild: bool):
     from runtime.table.table import Table, TableError
 
     wanted = table_config(step, config)
