@@ -243,6 +243,43 @@ def test_quarantine_keeps_working_round_after_round_over_connect(server, tmp_pat
         assert_quarantine_round(root, round_, good, quarantined)
 
 
+def test_the_examples_unit_test_runs_on_its_pipe_server_and_leaves_nothing(server):
+    """`pipe test --unit` on the warm server: the throwaway table is written and read by the
+    server, then removed; the lake is not touched."""
+    root, cache, _ = server
+    lake_before = sorted(p.name for p in (root / "lake").iterdir()) if (root / "lake").exists() else []
+    for _ in range(2):
+        r = ok(pipe(root, cache, "test", "--unit"))
+        assert r.stderr.startswith("Spark: the pipe server of target dev"), r.stderr
+        results = {s["id"]: s for s in run_results(root)["steps"]}
+        assert set(results) == {"unit.orders_keep_the_latest_version"}
+        assert results["unit.orders_keep_the_latest_version"]["message"] == "orders after the write holds the 3 expected rows"
+    assert not list((root / "target/unit").iterdir())
+    assert (sorted(p.name for p in (root / "lake").iterdir()) if (root / "lake").exists() else []) == lake_before
+
+def test_a_python_model_with_a_udf_runs_over_a_remote_connect_server_round_after_round(server, tmp_path):
+    """model() gets Connect DataFrames; its UDF reaches the server's Python workers by value."""
+    from tests.test_python_models import CUSTOMERS, _expected, _files, _orders
+
+    _, cache, url = server
+    root = write_project(tmp_path / "p", {"pipe_project.yml": "name: py\n", **_files()})
+    write_jsonl(root / "data/customers/c.json", CUSTOMERS)
+    rounds = []
+    for round_ in (1, 2):
+        rounds.append(_orders(round_, 800))
+        write_jsonl(root / f"data/orders/o{round_}.json", rounds[-1])
+        r = ok(pipe(root, cache, "run", **_as_remote(cache, url)))
+        assert f"Spark: Spark Connect server {url}" in r.stderr
+    got = {(r[0], r[1]): r for r in hudi_rows(root, "orders", ["order_id", "line", "customer", "amount", "country", "initial"])}
+    want = _expected(rounds)
+    assert set(got) == set(want)
+    for k, r in want.items():
+        assert got[k][2:] == (r["customer"], Decimal(r["amount"]), r["country"], None if r["customer"] is None else r["customer"][0].upper()), k
+    totals = {r[0]: r for r in hudi_rows(root, "totals", ["customer", "lines", "was"])}
+    assert sum(t[1] for t in totals.values()) == sum(1 for r in want.values() if r["customer"] is not None)
+    assert {t[2] for t in totals.values()} == {len(CUSTOMERS)}  # the second round saw `this`
+
+
 def test_s3_events_flow_to_the_table_over_connect(server, tmp_path, s3env):
     from tests.test_s3_events import s3_project
 
@@ -358,7 +395,7 @@ def test_a_hive_metastore_catalog_is_synced_over_connect_by_a_jvm_of_pipes_own(s
     assert "Spark: the pipe server of target dev" in ran.stderr.splitlines()[0], ran.stderr
     assert steps(root)["table.orders"]["catalog"]["created"] == ["shop.orders"], steps(root)["table.orders"]
     tables, table, partitions = what_a_metastore_holds(root)
-    assert tables == "['customer_revenue', 'customers', 'orders']"
+    assert tables == "['customer_revenue', 'customers', 'orders', 'regions']"
     assert table == str(["hudi", "EXTERNAL", (root / "lake/orders").as_uri(), ORDERS_SCHEMA])
     assert partitions == "['APAC', 'EU', 'LATAM', 'US']"
 
@@ -379,7 +416,7 @@ def test_a_hive_metastore_catalog_is_synced_over_connect_by_a_jvm_of_pipes_own(s
     synced = ok(pipe(other, cache, "sync", **_as_remote(cache, url)))
     assert "✓ orders: registered remote_shop.orders, +3 partition(s)" in synced.stdout, synced.stdout
     tables, table, partitions = what_a_metastore_holds(tmp_path, hive_metastore.uri, "remote_shop")
-    assert tables == "['customer_revenue', 'customers', 'orders']"
+    assert tables == "['customer_revenue', 'customers', 'orders', 'regions']"
     assert table == str(["hudi", "EXTERNAL", (other / "lake/orders").as_uri(), ORDERS_SCHEMA])
     assert partitions == "['APAC', 'EU', 'US']"
 
@@ -622,25 +659,3 @@ def test_a_port_another_process_took_is_never_taken_for_the_servers(tmp_path):
         other.kill()
         mine.close()
 
-
-def test_a_python_model_with_a_udf_runs_over_a_remote_connect_server_round_after_round(server, tmp_path):
-    """model() gets Connect DataFrames; its UDF reaches the server's Python workers by value."""
-    from tests.test_python_models import CUSTOMERS, _expected, _files, _orders
-
-    _, cache, url = server
-    root = write_project(tmp_path / "p", {"pipe_project.yml": "name: py\n", **_files()})
-    write_jsonl(root / "data/customers/c.json", CUSTOMERS)
-    rounds = []
-    for round_ in (1, 2):
-        rounds.append(_orders(round_, 800))
-        write_jsonl(root / f"data/orders/o{round_}.json", rounds[-1])
-        r = ok(pipe(root, cache, "run", **_as_remote(cache, url)))
-        assert f"Spark: Spark Connect server {url}" in r.stderr
-    got = {(r[0], r[1]): r for r in hudi_rows(root, "orders", ["order_id", "line", "customer", "amount", "country", "initial"])}
-    want = _expected(rounds)
-    assert set(got) == set(want)
-    for k, r in want.items():
-        assert got[k][2:] == (r["customer"], Decimal(r["amount"]), r["country"], None if r["customer"] is None else r["customer"][0].upper()), k
-    totals = {r[0]: r for r in hudi_rows(root, "totals", ["customer", "lines", "was"])}
-    assert sum(t[1] for t in totals.values()) == sum(1 for r in want.values() if r["customer"] is not None)
-    assert {t[2] for t in totals.values()} == {len(CUSTOMERS)}  # the second round saw `this`
