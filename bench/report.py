@@ -162,9 +162,10 @@ class Load(threading.Thread):
     less the tree's, counted per process so that a process ending between samples does not
     shift its whole life's CPU onto the others)."""
 
-    def __init__(self, every: float = 5.0):
+    def __init__(self, every: float = 5.0, roots: list[int] | None = None):
         super().__init__(daemon=True)
         self.every = every
+        self.roots = [os.getpid(), *(roots or [])]  # processes whose trees are the benchmark's own (a server it started)
         self.loads: list[float] = []
         self.others = 0.0
         self.steal = 0.0
@@ -177,7 +178,7 @@ class Load(threading.Thread):
     def _own(self) -> float:
         """CPU seconds the tree used since the last call."""
         used, seen = 0.0, {}
-        for pid in tree([os.getpid()]):
+        for pid in tree(self.roots):
             st = _stat(pid, children=False)
             if st:
                 seen[pid] = st[1]

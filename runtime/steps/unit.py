@@ -181,12 +181,17 @@ def _compare(step: Step, result: StepResult, inner: RunContext, session, table: 
     wanted = given_source.frame(session, columns, expect["rows"], f"the expected rows of {step.name}")
     got = actual.select(*[F.col(f"`{c}`") for c in names]) if actual is not None else wanted.limit(0)
     try:
-        absent = wanted.exceptAll(got)
-        unexpected = got.exceptAll(wanted)
-        n_absent, n_unexpected = absent.count(), unexpected.count()
-        rows = got.count()
-        shown = ([{"": "-", **sample(r.asDict())} for r in absent.limit(SHOWN).collect()]
-                 + [{"": "+", **sample(r.asDict())} for r in unexpected.limit(SHOWN).collect()])
+        # one job counts both ways (a row as often as it differs); the rows shown only on a failure
+        side = "__pipe_side"
+        differ = (wanted.exceptAll(got).withColumn(side, F.lit("-"))
+                  .unionByName(got.exceptAll(wanted).withColumn(side, F.lit("+"))))
+        counts = {r[0]: r[1] for r in differ.groupBy(side).count().collect()}
+        n_absent, n_unexpected = counts.get("-", 0), counts.get("+", 0)
+        rows = len(expect["rows"]) - n_absent + n_unexpected
+        shown = []
+        for mark, n in (("-", n_absent), ("+", n_unexpected)):
+            if n:
+                shown += [{"": mark, **sample(r.asDict())} for r in differ.where(F.col(side) == mark).drop(side).limit(SHOWN).collect()]
     except Exception as exc:  # noqa: BLE001 - a comparison Spark refuses (a map column, say)
         if is_cancellation(exc):
             raise
