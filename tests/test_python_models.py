@@ -239,3 +239,17 @@ def test_a_failing_model_names_its_line_and_writes_nothing(spark, tmp_path, caps
     (root / "tables/orders.py").write_text(cases[0][0], encoding="utf-8")
     code, out, err = pipe(capsys, root, "--debug", "run", "--select", "orders")
     assert code == 1 and "Traceback" in out + err and "raise ValueError('no orders today')" in out + err
+
+
+def test_the_docs_page_of_a_python_model_shows_its_code_and_inputs(tmp_path, capsys):
+    import html
+
+    root = project(tmp_path, _files())
+    code, out, err = pipe(capsys, root, "docs", "generate", "--no-lake")
+    assert code == 0, out + err
+    import re
+
+    page = html.unescape(re.sub(r"<[^>]+>", "", (root / "target/docs/nodes/table.orders.html").read_text(encoding="utf-8")))
+    assert "Python model (tables/orders.py; inputs: orders = raw_orders, customers = customers)" in page
+    assert 'def model(orders=source("raw_orders"), customers=ref("customers"), spark=None):' in page
+    assert re.search(r"declared intables/orders.yml:\d+, tables/orders.py\n", page)  # its YAML, then its code
