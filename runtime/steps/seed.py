@@ -54,17 +54,9 @@ def _load(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     if ctx.cancel.is_set():
         raise Cancelled(f"{step.id}: cancelled before its write started")
     extra = {FINGERPRINT_KEY: step.fingerprint, "pipe.seed.file": seed["file"], "pipe.seed.sha256": seed["sha256"]}
-    try:
-        consumers = ctx.consumer_checkpoints(step.name)
-        w = table.write(df, operation="insert_overwrite_table", extra_metadata=extra,
-                        expect_latest=None if recreated else state.based_on,
-                        retain_from=min(consumers.values()) if consumers else None, **options)
-    except BaseException:
-        if recreated and write._is_local(uri):
-            write._delete_table(write._staging_uri(uri), ctx.storage_options)  # the old table was never touched
-        raise
-    if recreated and write._is_local(uri):
-        write._swap_in(write._staging_uri(uri), uri)
+    w = write.write_staged(ctx, uri, recreated, lambda: table.write(df, operation="insert_overwrite_table", extra_metadata=extra,
+                                                                     expect_latest=None if recreated else state.based_on,
+                                                                     retain_from=write.oldest_consumer(ctx, step.name), **options))
     ctx.written[step.name] = (None if recreated or not exists else state.based_on, w.instant)
     result.instant, result.action = w.instant, w.action
     result.inserts, result.updates, result.deletes = w.inserts, w.updates, w.deletes

@@ -223,16 +223,9 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
         extra[expect.EXTRA_KEY] = json.dumps(checked.to_dict(), sort_keys=True)
     source.write_dead_letters(ctx, step, sources)
     # refused if another run committed to this table since its checkpoints were read
-    try:
-        consumers = ctx.consumer_checkpoints(step.name)
-        w = table.write(df, operation=operation, extra_metadata=extra, expect_latest=None if recreated else based_on,
-                        retain_from=min(consumers.values()) if consumers else None, **options)
-    except BaseException:
-        if recreated and _is_local(uri):
-            _delete_table(_staging_uri(uri), ctx.storage_options)  # the old table was never touched
-        raise
-    if recreated and _is_local(uri):
-        _swap_in(_staging_uri(uri), uri)
+    w = write_staged(ctx, uri, recreated, lambda: table.write(df, operation=operation, extra_metadata=extra,
+                                                               expect_latest=None if recreated else based_on,
+                                                               retain_from=oldest_consumer(ctx, step.name), **options))
     outcome["committed"] = True
     ctx.written[step.name] = (None if full or recreated else based_on, w.instant)
     result.instant, result.action = w.instant, w.action
@@ -482,6 +475,27 @@ def _write_options(config: Mapping[str, Any], full_refresh: bool) -> tuple[str, 
         operation = "insert_overwrite_table"
         options["combine_before_insert"] = bool(config["key"]) and config["operation"] == "upsert" or config["combine_before_insert"]
     return operation, options
+
+
+def oldest_consumer(ctx: RunContext, name: str) -> str | None:
+    """The oldest instant a table that reads `name` incrementally still needs (its cleaning keeps it)."""
+    consumers = ctx.consumer_checkpoints(name)
+    return min(consumers.values()) if consumers else None
+
+
+def write_staged(ctx: RunContext, uri: str, recreated: bool, write):
+    """`write()`, the table's commit. A table `create_table` made anew beside the old one (its
+    staging folder) is swapped in once the commit stands, and removed if it failed: the old
+    table was never touched."""
+    try:
+        w = write()
+    except BaseException:
+        if recreated and _is_local(uri):
+            _delete_table(_staging_uri(uri), ctx.storage_options)
+        raise
+    if recreated and _is_local(uri):
+        _swap_in(_staging_uri(uri), uri)
+    return w
 
 
 def _is_local(uri: str) -> bool:
