@@ -257,6 +257,19 @@ class Renderer:
     def record(self, message: str, hint: str | None = None, location: Location | None = None) -> None:
         self.errors.error(location or self._call_site(), message, hint)
 
+    def _module(self, file: str):
+        """The template `file` run as a module (its macros defined), or None with the failure
+        reported at its line: macros/*.sql and tests/generic/*.sql load so."""
+        self._loop_items = 0
+        self.scope = _Scope(owner=None, file=file, incremental=False, allow_refs=False)
+        try:
+            return self.env.get_template(file).module
+        except Exception as exc:  # noqa: BLE001 - any template failure is the user's to fix
+            self._template_error(exc, Location(file))
+            return None
+        finally:
+            self.scope = None
+
     def _template_error(self, exc: Exception, fallback: Location) -> None:
         if isinstance(exc, jinja2.TemplateSyntaxError):
             loc = Location(exc.name or exc.filename or fallback.file, exc.lineno) if (exc.name or exc.filename) else Location(fallback.file, (fallback.line or 1) + exc.lineno - 1)
@@ -400,15 +413,9 @@ class Renderer:
         for name in defined:
             self.env.globals[name] = _MacroProxy(self, name)
         for file in parsed:
-            self._loop_items = 0
-            self.scope = _Scope(owner=None, file=file, incremental=False, allow_refs=False)
-            try:
-                module = self.env.get_template(file).module
-            except Exception as exc:  # noqa: BLE001 - any template failure is the user's to fix
-                self._template_error(exc, Location(file))
+            module = self._module(file)
+            if module is None:
                 continue
-            finally:
-                self.scope = None
             for name in defined:
                 if hasattr(module, name) and defined[name].file == file:
                     self.macros[name] = getattr(module, name)
@@ -505,15 +512,9 @@ class Renderer:
             here = [d for d in here if d is not None]
             if not here:
                 continue
-            self._loop_items = 0
-            self.scope = _Scope(owner=None, file=rel, incremental=False, allow_refs=False)
-            try:
-                module = self.env.get_template(rel).module
-            except Exception as exc:  # noqa: BLE001 - any template failure is the user's to fix
-                self._template_error(exc, Location(rel))
+            module = self._module(rel)
+            if module is None:
                 continue
-            finally:
-                self.scope = None
             for d in here:
                 self.generic_tests[d.name] = (d, getattr(module, d.name))
                 found.append(d)
