@@ -37,7 +37,8 @@ RESERVED = GENERIC + ("sql",)
 GENERIC_FOLDER = "tests/generic"
 FAILURES_SUFFIX = "__failures"  # store_failures: the failing rows of test x go to table x__failures
 DEFAULT_FAIL_CALC = "count(*)"
-_THRESHOLD = re.compile(r"^\s*(==|=|!=|<>|>=|<=|>|<)\s*(\d+)\s*$")
+# a number, negative or with decimals too: with fail_calc the value compared may be a sum of amounts
+_THRESHOLD = re.compile(r"^\s*(==|=|!=|<>|>=|<=|>|<)\s*(-?\d+(?:\.\d+)?)\s*$")
 _TARGET = re.compile(r"""^\s*(ref|source)\(\s*['"]([^'"]+)['"]\s*\)\s*$""")
 # sources whose whole data a test can read (a queue cannot be read again once consumed)
 TESTABLE_SOURCES = ("files", "table")
@@ -93,7 +94,7 @@ class DataTest:
 def threshold_holds(condition: str, failures: int | float) -> bool:
     """Whether `failures` meets a dbt-style condition such as `!= 0` or `> 10`."""
     m = _THRESHOLD.match(condition)
-    op, n = m.group(1), int(m.group(2))
+    op, n = m.group(1), float(m.group(2)) if "." in m.group(2) else int(m.group(2))
     return {"==": failures == n, "=": failures == n, "!=": failures != n, "<>": failures != n, ">=": failures >= n,
             "<=": failures <= n, ">": failures > n, "<": failures < n}[op]
 
@@ -410,7 +411,8 @@ class _Reader:
                 value = value.lower()
             elif key in ("warn_if", "error_if"):
                 if not isinstance(value, str) or not _THRESHOLD.match(value):
-                    self.errors.error(loc, f"'{key}' of test '{test}' on {self.what} is {value!r}; it compares the number of failing rows",
+                    self.errors.error(loc, f"'{key}' of test '{test}' on {self.what} is {value!r}; it compares the number of failing rows "
+                                      "(or the value of fail_calc) with a number",
                                       "write a comparison with a number, quoted: \">10\", \"!=0\", \">= 100\"")
                     ok = False
                     continue

@@ -170,7 +170,8 @@ def _modified(b: Step, h: Step) -> StepDiff:
         if (b.sql or "") != (h.sql or ""):
             changes.append(Change("sql", None, None, "metadata-only", "the data test's query changed; tests read, never write"))
     elif h.kind == "unit":
-        changes += [Change(key, None, None, "metadata-only", "the unit test's " + {"given": "given rows", "expected": "expected rows"}.get(key, key)
+        changes += [Change(key, _unit_said(key, b.config.get(key)), _unit_said(key, h.config.get(key)), "metadata-only",
+                           "the unit test's " + {"given": "given rows", "expected": "expected rows"}.get(key, key)
                            + " changed; it writes only a throwaway table")
                     for key in sorted(set(b.config) | set(h.config)) if b.config.get(key) != h.config.get(key)]
     else:
@@ -195,6 +196,15 @@ def _modified(b: Step, h: Step) -> StepDiff:
     if d.cls == "rewrite":
         d.command = f"pipe run --select {h.name} --full-refresh"
     return d
+
+
+def _unit_said(key: str, value):
+    """A unit test's setting as a diff line shows it: its rows counted, not listed."""
+    if key == "given" and isinstance(value, list):
+        return ", ".join(f"{len(g.get('rows') or [])} rows of {g.get('name')}" for g in value) or "nothing"
+    if key == "expected" and isinstance(value, dict):
+        return f"{len(value.get('rows') or [])} rows of {', '.join(value.get('columns') or []) or 'no column'}"
+    return value
 
 
 def _table_changes(b: Step, h: Step) -> list[Change]:
@@ -231,11 +241,12 @@ def _table_changes(b: Step, h: Step) -> list[Change]:
             out.append(Change(key, bc.get(key), hc.get(key), "breaking", "changes how incoming rows meet stored ones"))
     out += _column_changes(bc.get("schema"), hc.get("schema"), "table")
     if b.code != h.code or (b.sql_full_refresh or "") != (h.sql_full_refresh or ""):
+        what = "the Python model's code" if h.python is not None else "the query"
         if hc.get("schema"):
-            why = "the query changed; its declared columns are compared separately"
+            why = f"{what} changed; its declared columns are compared separately"
         else:
-            why = "the query changed (no declared `schema`, so removed or retyped columns cannot be told; declare one to have them checked)"
-        out.append(Change("sql", None, None, "non-breaking", why))
+            why = f"{what} changed (no declared `schema`, so removed or retyped columns cannot be told; declare one to have them checked)"
+        out.append(Change("python" if h.python is not None else "sql", None, None, "non-breaking", why))
     for key in NON_BREAKING_KEYS:
         if bc.get(key) != hc.get(key):
             out.append(Change(key, bc.get(key), hc.get(key), "non-breaking", "file layout or table services; the rows stay the same"))

@@ -315,6 +315,12 @@ class Renderer:
             self.record(f"table '{name}' refers to itself with ref('{name}')", "use {{ this }} for the table's current rows")
             return relation(name)
         if name not in self.project.tables:
+            from compiler.seeds import unreadable_seed
+
+            broken = unreadable_seed(self.project.files, name)
+            if broken is not None:
+                self.record(f"ref('{name}'): seed {broken} could not be read (its errors are reported at it)", f"fix {broken}")
+                return relation(name)
             hint = (f"'{name}' is a source: use source('{name}')" if name in self.project.sources else did_you_mean(name, self.project.tables)) or "declare it in tables/*.yml or add tables/<name>.sql"
             self.record(f"ref('{name}'): no table named '{name}'", hint)
         else:

@@ -145,6 +145,12 @@ def read_file(root, rel: str) -> bytes | OSError:
     return _read_regular(root, rel, MAX_BYTES + 1)
 
 
+def unreadable_seed(files, name: str) -> str | None:
+    """The file of seed `name` when there is one but it did not become a table (its errors are
+    reported at it): what a ref() to it says instead of "no table"."""
+    return next((rel for rel in files.listing(FOLDER, (".csv",)) if rel.rsplit("/", 1)[-1] == f"{name}.csv"), None)
+
+
 def is_seed(step) -> bool:
     """Whether a plan step (or its graph node's attributes) writes a seed."""
     config = step.get("config") if isinstance(step, Mapping) else step.config

@@ -422,6 +422,19 @@ def check(tests: list[UnitTest], project: Project, rendered: Mapping[str, Any], 
                 continue  # a seed not given is read as it is in seeds/ (as dbt does)
             errors.error(t.location, f"unit test '{t.name}' gives no rows for {input_said(kind, name)}, which {t.model} reads",
                          f"add `- input: {input_said(kind, name)}` with its rows (`rows: []` for none)")
+        for g in t.given:  # a table's columns known from its SQL: a column the rows name and it lacks is a typo
+            if g["input"] == "source":
+                continue
+            has = known_columns.get(t.model if g["input"] == "this" else g["name"])
+            if not has:
+                continue
+            lowered = {c.lower() for c in has}
+            for c in g["columns"]:
+                if c["name"].lower() not in lowered:
+                    what = input_said(g["input"], g["name"])
+                    errors.error(t.inputs_said[g["input"], g["name"]], f"unit test '{t.name}': {what} gives column '{c['name']}', "
+                                 f"which {t.model if g['input'] == 'this' else g['name']} does not have",
+                                 did_you_mean(c["name"], has) or "its columns: " + ", ".join(has))
         known = known_columns.get(t.model)
         if known:
             lowered = {c.lower() for c in known}

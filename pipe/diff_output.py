@@ -51,8 +51,8 @@ def _text_step(d: StepDiff, console: Console, show_sql: bool) -> None:
         head += f"  [dim](downstream of {escape(', '.join(d.upstream_changes))})[/]"
     console.print(head)
     for c in d.changes:
-        if c.field == "sql":
-            console.print(f"    [{_STYLE[c.cls]}]sql[/]: {escape(c.why)}")
+        if c.field in ("sql", "python"):
+            console.print(f"    [{_STYLE[c.cls]}]{c.field}[/]: {escape(c.why)}")
         else:
             console.print(f"    [{_STYLE[c.cls]}]{escape(c.field)}[/]: {escape(_value(c.before))} -> {escape(_value(c.after))}  [dim]{escape(c.why)}[/]")
     if d.command:

@@ -44,7 +44,7 @@ def record(cli_ctx, table: str, as_of: str | None, rows: int, with_this: bool, n
             "description": f"recorded from the lake of target {plan.target.name}" + (f" as of {as_of}" if as_of else "")
             + "; the expected rows are what the table's step made of the given rows then",
             "given": [_yaml_given(g) for g in given], "expect": {"rows": _yaml_rows(expect)}}
-    text = yaml.safe_dump({"unit_tests": [test]}, allow_unicode=True, sort_keys=False, default_flow_style=None, width=200)
+    text = yaml.safe_dump({"unit_tests": [test]}, allow_unicode=True, sort_keys=False, default_flow_style=None, width=100_000)  # a row a line
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -56,7 +56,7 @@ def record(cli_ctx, table: str, as_of: str | None, rows: int, with_this: bool, n
         raise
     said = ", ".join(f"{len(g['rows'])} of {input_said(g['input'], g['name'])}" for g in given)
     output.out.print(f"recorded unit test {name} in {rel}: given {said or 'nothing'}; "
-                     f"expects the {len(expect['rows'])} rows {table} holds after its step runs on them")
+                     f"expects the {len(expect['rows'])} row{'s' if len(expect['rows']) != 1 else ''} {table} holds after its step runs on them")
     output.out.print(f"run it: pipe test --unit --select unit:{name}")
 
 

@@ -209,7 +209,7 @@ def test_mistakes_in_tests_are_reported_at_their_line_with_a_hint(tmp_path):
         ("tables/t.yml:12:33", "test 'relationships' on table 'lines': 'to' names \"ref('customer')\", which is no table of the project"),
         ("tables/t.yml:13:13", "test 'relationships' on table 'lines': source 'raw_customers' has no column 'cust'"),
         ("tables/t.yml:14:54", "unknown severity 'fatal' of test 'accepted_values' on table 'lines'"),
-        ("tables/t.yml:14:70", "'warn_if' of test 'accepted_values' on table 'lines' is 10; it compares the number of failing rows"),
+        ("tables/t.yml:14:70", "'warn_if' of test 'accepted_values' on table 'lines' is 10; it compares the number of failing rows (or the value of fail_calc) with a number"),
         ("tables/t.yml:17:9", "test name 'x' is taken (by the test at tables/t.yml:16:9)"),
         ("tables/t.yml:18:9", "test 'not_null' in the `tests:` of table 'lines' needs `column:`"),
         ("tests/bad_config.sql:1", "config() of test tests/bad_config.sql: unknown severity 'loud'"),

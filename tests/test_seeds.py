@@ -314,6 +314,13 @@ def test_a_seed_edited_after_compile_is_refused_until_compiled_again(spark, tmp_
     assert not (root / "lake/tiny/.hoodie").exists() or not commits(timeline(capsys, root, "tiny"))
     ok(capsys, root, "seed")
     assert pipe_rows(spark, root, "tiny", ["id", "label"]) == [(1, "uno")]
+    # loaded, then edited after a compile: the plan's table is there, but the file is not the plan's
+    ok(capsys, root, "compile")
+    (root / "seeds/tiny.csv").write_text("id,label\n1,un\n")
+    code, out, err = pipe(capsys, root, "seed", "--plan", str(root / "target/plan.json"))
+    assert code == 1 and "seeds/tiny.csv changed after the plan was compiled" in out + err, out + err
+    ok(capsys, root, "seed")
+    assert pipe_rows(spark, root, "tiny", ["id", "label"]) == [(1, "un")]
 
 
 def test_seeds_show_in_ls_docs_and_diff(tmp_path, capsys):

@@ -241,6 +241,18 @@ unit_tests:
       - input: ref('customers')
         rows: []
     expect: {rows: []}
+  - name: t6
+    model: orders
+    given:
+      - input: this
+        rows:
+          - {order_id: 1, line: 1, updated_ms: 1, country: FR, tierr: gold}
+      - input: source('raw_orders')
+        rows: []
+      - input: ref('customers')
+        rows:
+          - {customer: a, tierr: gold}
+    expect: {rows: []}
 """
     root = project(tmp_path, {**_files(unit=unit)})
     diags = [(str(d.location), d.message, d.hint) for d in compile_errors(root) if d.location.file == "tests/unit/orders.yml"]
@@ -257,6 +269,8 @@ unit_tests:
     assert "this in unit test 't5': no column 'order_id', which the table's key names" in said
     assert "this in unit test 't5': no column 'updated_ms', which the table's precombine names" in said
     assert "ref('customers') in unit test 't5': no rows and no columns" in said
+    assert "unit test 't6': this gives column 'tierr', which orders does not have (did you mean 'tier'?)" in said
+    assert "unit test 't6': ref('customers') gives column 'tierr', which customers does not have (did you mean 'tier'?)" in said
     # and the command says it without a traceback, exit 2
     from pipe.cli import main
 

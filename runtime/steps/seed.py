@@ -34,6 +34,7 @@ def _load(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     table = ctx.open_table(step.name) if exists else None
     state = stored(table) if table is not None else Stored({}, None, None, {})
     if exists and state.fingerprint == step.fingerprint and not state.sample and not ctx.options.full_refresh:
+        _check_unchanged_since_compile(ctx, step, seed)
         if not ctx.options.dry_run:
             table.tidy()  # what a dead run left
         return "no_input", f"{seed['file']} unchanged since commit {state.based_on}"
@@ -65,7 +66,13 @@ def _load(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     return "success", f"{how}: {len(rows):,} rows, {w.action} {w.instant}{note}"
 
 
-def read_rows(ctx: RunContext, step: Step, seed) -> list[tuple]:
+def _check_unchanged_since_compile(ctx: RunContext, step: Step, seed) -> None:
+    """A seed whose table is as the plan wants it is still the file the plan was compiled from
+    (a plan run with --plan after the CSV was edited would otherwise say "unchanged")."""
+    read_rows(ctx, step, seed, parse=False)
+
+
+def read_rows(ctx: RunContext, step: Step, seed, parse: bool = True) -> list[tuple]:
     """The seed's rows (strings, None for null), read from the project folder as the compile
     read it; refused when the file is no longer the one the plan was compiled from."""
     rel = seed["file"]
@@ -76,6 +83,8 @@ def read_rows(ctx: RunContext, step: Step, seed) -> list[tuple]:
     if seeds.file_hash(data) != seed["sha256"]:
         raise RunError(f"{rel} changed after the plan was compiled (seed {step.name}): the plan holds the sha256 of another version",
                        "compile again (`pipe compile`, or `pipe run` without --plan), then run")
+    if not parse:
+        return []
     parsed = seeds.parse(seeds.decode(data), seed["delimiter"])
     return [tuple(fields) for _, fields in parsed.rows]
 

@@ -81,18 +81,19 @@ def write_given(ctx: RunContext, step: Step, result: StepResult, model: Step, sp
     inner.cancel = ctx.cancel
     session = _session(spark, step)
     written = StepResult(table.id, "write", table.name)
-    with _said_as(step, table):
+    with _said_as(step, model):
         if this is not None:
             _write_this(inner, session, table, this, inputs)
         state, message = write.run(inner, table, written)
     result.rows_read, result.inserts, result.updates, result.deletes = written.rows_read, written.inserts, written.updates, written.deletes
+    result.rows_written = written.rows_written
     if state not in ("success", "no_input"):
         raise RunError(f"{step.file}:{step.line}: unit test {step.name}: {model.name} ended {state}: {message}")
     return inner, session, table
 
 
 @contextlib.contextmanager
-def _said_as(step: Step, table: Step):
+def _said_as(step: Step, table: Step):  # `table`: the table's step as the plan has it (its own id)
     """A failure of the table's step on the given rows, said as the unit test's (its file and
     line first), as the table's step would say it; --debug still shows a model's traceback."""
     try:
