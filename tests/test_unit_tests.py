@@ -338,3 +338,46 @@ def test_unit_tests_in_pipe_diff_are_metadata_only_and_a_seed_is_not_unit_tested
     (root / "tests/unit/tiers.yml").write_text("unit_tests:\n  - name: t\n    model: tiers\n    given: []\n    expect: {rows: []}\n", encoding="utf-8")
     diags = [f"{d.location}: {d.message}" for d in compile_errors(root)]
     assert any(m.startswith("tests/unit/tiers.yml:3:12: unit test 't': tiers is a seed") for m in diags), diags
+
+
+def test_insert_duplicates_drop_is_what_a_unit_test_of_an_insert_table_sees(spark, tmp_path, capsys):
+    """An insert table that drops keys already stored: a key given in `this` keeps its stored
+    row, a new key is inserted; a SELECT-only check (dbt's) would expect both incoming rows."""
+    root = project(tmp_path, {
+        "sources/raw.yml": """
+            sources:
+              raw_events:
+                kind: files
+                path: data/events
+                format: json
+                schema: "event_id BIGINT, kind STRING, at_ms BIGINT"
+            """,
+        "tables/events.yml": """
+            tables:
+              events:
+                key: [event_id]
+                operation: insert
+                insert_duplicates: drop
+            """,
+        "tables/events.sql": "select event_id, upper(kind) as kind, at_ms from {{ source('raw_events') }}\n",
+        "tests/unit/events.yml": """
+            unit_tests:
+              - name: stored_keys_are_not_inserted_again
+                model: events
+                given:
+                  - input: this
+                    rows:
+                      - {event_id: 1, kind: OPENED, at_ms: 1700000000000}
+                  - input: source('raw_events')
+                    rows:
+                      - {event_id: 1, kind: closed, at_ms: 1700000999000}
+                      - {event_id: 2, kind: opened, at_ms: 1700000001000}
+                expect:
+                  rows:
+                    - {event_id: 1, kind: OPENED, at_ms: 1700000000000}
+                    - {event_id: 2, kind: OPENED, at_ms: 1700000001000}
+            """,
+    })
+    code, out, err = pipe(capsys, root, "test", "--unit")
+    assert code == 0, out + err
+    assert _unit_results(root)["unit.stored_keys_are_not_inserted_again"]["state"] == "success"
