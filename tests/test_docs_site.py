@@ -401,7 +401,7 @@ def test_in_chromium_clicking_a_node_opens_its_page_with_key_and_upstream(shop, 
     generate(capsys, shop)
     with Chromium() as browser:
         tab = browser.open((shop / "target/docs/index.html").as_uri())
-        assert tab.wait_for("document.body.getAttribute('data-graph-nodes')") == "5"
+        assert tab.wait_for("document.body.getAttribute('data-graph-nodes')") == "6"  # with the seed regions
 
         def centre_of(step_id):
             return tab.evaluate(f"(() => {{ const r = document.querySelector('.node[href=\"nodes/{step_id}.html\"]').getBoundingClientRect();"
@@ -425,9 +425,9 @@ def test_in_chromium_the_list_filters_by_name_and_merge_on_read_and_quarantine_n
     generate(capsys, shop, "--no-lake")
     with Chromium() as browser:
         tab = browser.open((shop / "target/docs/index.html").as_uri())
-        assert tab.wait_for("document.body.getAttribute('data-graph-nodes')") == "6"
+        assert tab.wait_for("document.body.getAttribute('data-graph-nodes')") == "7"
         shown = "[...document.querySelectorAll('#node-list li')].filter(li => !li.hidden && li.offsetParent).map(li => li.dataset.name)"
-        assert tab.evaluate(shown) == ["customer_revenue", "customers", "orders", "orders__quarantine", "raw_customers", "raw_orders"]
+        assert tab.evaluate(shown) == ["customer_revenue", "customers", "orders", "orders__quarantine", "raw_customers", "raw_orders", "regions"]
         tab.evaluate("const f = document.getElementById('list-filter'); f.value = 'ORD'; f.dispatchEvent(new Event('input')); true")
         assert tab.evaluate(shown) == ["orders", "orders__quarantine", "raw_orders"]
         dash = "(h => getComputedStyle(document.querySelector(`.node[href=\"${h}\"] rect`)).strokeDasharray)"
