@@ -256,21 +256,14 @@ class _Seed:
 
 def _read_seed(files, rel: str, name: str, doc: Doc, path: tuple, config: dict, errors: Collector) -> _Seed | None:
     data = files.contents[rel]
-    if isinstance(data, OSError):
-        errors.error(Location(rel, 1), f"cannot read seed file: {data.strerror}")
-        return None
-    if len(data) > MAX_BYTES:
+    if not isinstance(data, OSError) and len(data) > MAX_BYTES:
         errors.error(Location(rel, 1), f"seed '{name}' is larger than {MAX_BYTES // (1024 * 1024)} MB; a seed goes through the driver whole",
                      "keep large data out of seeds/: read it with a `kind: files` source (sources/*.yml), which Spark's executors read")
         return None
-    try:
-        text = decode(data)
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        col = len(data[data.rfind(b"\n", 0, exc.start) + 1: exc.start].decode("utf-8", "replace")) + 1
-        errors.error(Location(rel, line, col), f"seed file is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                     "save the file as UTF-8 (in a spreadsheet: CSV UTF-8)")
+    text = files.text(rel, errors)  # UTF-8, universal newlines; what cannot be read is reported at its line
+    if text is None:
         return None
+    text = text.removeprefix("\ufeff")  # as `decode` reads it at run time
     try:
         parsed = parse(text, config["delimiter"])
     except SeedFileError as exc:

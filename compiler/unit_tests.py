@@ -313,35 +313,25 @@ def _rows(project: Project, doc: Doc, gp: tuple, item: dict, declared: list[dict
         texts.append(out)
     if declared is not None:
         columns = list(declared)
-        for (where, _), row in zip(records, texts):
-            for c, value in zip(columns, row):
-                problem = seeds.value_problem(value, c["type"].lower()) if value is not None else None
-                if problem:
-                    errors.error(where, f"{what}: {c['name']} = {value!r} does not fit its type {c['type']}: {problem}", "correct the value")
+        checked = {c["name"].lower() for c in declared}
     elif infer:
-        typed = {c.lower(): t for c, t in (typed or {}).items()}
-        for col in typed_names(item, names):  # a column no row has (no rows at all, say): null in every row
+        have = {n.lower() for n in names}
+        for col in (c for c in typed or {} if c.lower() not in have):  # a column no row has: null in every row
             names.append(col)
             for row in texts:
                 row.append(None)
         if not names:
             errors.error(doc.at(gp), f"{what}: no rows and no columns, so the table's query cannot read it",
                          "name its columns and types: `column_types: {customer_id: BIGINT, name: STRING}`")
-        columns = [{"name": col, "type": typed.get(col.lower()) or seeds.infer_type([r[i] for r in texts])} for i, col in enumerate(names)]
-        for (where, _), row in zip(records, texts):
-            for c, value in zip(columns, row):
-                if c["name"].lower() in typed and value is not None and (problem := seeds.value_problem(value, c["type"])):
-                    errors.error(where, f"{what}: {c['name']} = {value!r} does not fit its type {c['type']}: {problem}", "correct the value")
+        checked = {c.lower(): t for c, t in (typed or {}).items()}
+        columns = [{"name": col, "type": checked.get(col.lower()) or seeds.infer_type([r[i] for r in texts])} for i, col in enumerate(names)]
     else:
-        columns = [{"name": col, "type": ""} for col in names]
+        columns, checked = [{"name": col, "type": ""} for col in names], set()
+    for (where, _), row in zip(records, texts):  # declared types: every value must fit
+        for c, value in zip(columns, row):
+            if value is not None and c["name"].lower() in checked and (problem := seeds.value_problem(value, c["type"].lower())):
+                errors.error(where, f"{what}: {c['name']} = {value!r} does not fit its type {c['type']}: {problem}", "correct the value")
     return Rows(columns, texts)
-
-
-def typed_names(item: dict, names: list[str]) -> list[str]:
-    """The columns `column_types` names that no row has, in the order written."""
-    have = {n.lower() for n in names}
-    raw = item.get("column_types")
-    return [str(c) for c in raw if str(c).lower() not in have] if isinstance(raw, dict) else []
 
 
 _NESTED = object()
@@ -390,7 +380,7 @@ def _csv_records(project: Project, doc: Doc, gp: tuple, item: dict, what: str, e
         start = doc.at(gp + ("rows",))
         file, first_line = start.file, start.line  # a block scalar starts on the next line
     try:
-        parsed = seeds.parse(seeds.decode(text.encode("utf-8")))
+        parsed = seeds.parse(text.removeprefix("\ufeff"))  # the text is decoded already (files.text, or YAML)
     except seeds.SeedFileError as exc:
         errors.error(Location(file, first_line + exc.line, exc.col), f"{what}: {exc}", exc.hint)
         return None

@@ -157,9 +157,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
     said = [sql, config.get("delete_when"), *(e.get("expression") for e in config.get("expect") or [])]
     # the tables' views: a merge-on-read table's only with the columns the SQL names (views.py)
     views = {name: {"as_of": instant} for name, instant in refs.items()}
-    if exists and not full and reads_itself([t for t in said if t], step.name):  # {{ this }}: the table's current snapshot
-        views[step.name] = {}
-    if exists and not full and step.python is not None and "this" in step.python["extras"]:  # model(this=...)
+    if exists and not full and ((step.python is not None and "this" in step.python["extras"])  # model(this=...)
+                                or reads_itself([t for t in said if t], step.name)):  # {{ this }}: the table's current snapshot
         views[step.name] = {}
     named = _names_said(sql, said[1:]) if sql is not None and views else None
     pruned = _table_views(ctx, session, step, views, named)
