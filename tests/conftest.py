@@ -278,9 +278,26 @@ def pytest_runtest_setup(item):
     _warm_if_needed_after(item)
 
 
+# seconds per test file and per worker of this run (setup, call and teardown), gathered where the
+# reports arrive (xdist's controller, or the only process): tests/durations.py keeps them
+_file_seconds: dict[str, float] = {}
+_worker_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+    _worker_seconds[worker] = _worker_seconds.get(worker, 0.0) + report.duration
+
+
 def pytest_sessionfinish(session):
     if _warm_pool is not None:
         _warm_pool.close()
+    if _file_seconds and not hasattr(session.config, "workerinput"):
+        from tests.durations import save_last
+
+        save_last(_file_seconds)
 
 
 @pytest.fixture(scope="session")
@@ -291,6 +308,9 @@ def warm_python():
 
 
 def pytest_terminal_summary(terminalreporter):
+    if len(_worker_seconds) > 1:
+        terminalreporter.write_line("test seconds per worker: " + ", ".join(
+            f"{w} {s:.0f}" for w, s in sorted(_worker_seconds.items())))
     if _warm_pool is not None and (_warm_pool.warm or _warm_pool.cold):
         why = f" ({'; '.join(sorted(set(_warm_pool.cold)))})" if _warm_pool.cold else ""
         terminalreporter.write_line(f"warm_python: {_warm_pool.warm} jobs ran in a warm child, {len(_warm_pool.cold)} cold{why}")

@@ -7,7 +7,12 @@ while the other workers wait. tests/conftest.py sorts the files by the seconds r
 (longest first: the classic longest-processing-time rule) and pyproject.toml turns xdist's own
 reordering off. A file not listed counts 3 s per test.
 
-Refresh the figures from a run with every duration printed:
+Every run of the whole suite (or a part of it) keeps its seconds per file in
+tests/.durations-last.json (git ignores it); refresh the committed figures from it with
+
+    python -m tests.durations
+
+or from the log of a run with every duration printed (a CI log):
 
     PYTEST_ADDOPTS=--durations=0 pytest > /tmp/tests.log; python -m tests.durations /tmp/tests.log
 """
@@ -20,6 +25,7 @@ import sys
 from pathlib import Path
 
 FILE = Path(__file__).with_name("durations.json")
+LAST = Path(__file__).with_name(".durations-last.json")
 _LINE = re.compile(r"^\s*([0-9.]+)s (?:setup|call|teardown)\s+(tests/[^:]+\.py)::")
 
 
@@ -40,13 +46,31 @@ def load() -> dict[str, float]:
         return {}
 
 
+def _dump(seconds: dict[str, float]) -> str:
+    return json.dumps({k: round(v) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}, indent=1) + "\n"
+
+
+def save_last(seconds: dict[str, float]) -> None:
+    """Keeps a run's seconds per file in LAST (called by tests/conftest.py at the session's end)."""
+    LAST.write_text(_dump(seconds))
+
+
 def main(argv: list[str]) -> int:
-    found = per_file(Path(argv[1]).read_text(errors="replace"))
-    if not found:
-        print(f"no `--durations=0` lines in {argv[1]}", file=sys.stderr)
-        return 2
-    FILE.write_text(json.dumps({k: round(v) for k, v in sorted(found.items(), key=lambda kv: -kv[1])}, indent=1) + "\n")
-    print(f"{len(found)} files, {sum(found.values()) / 60:.1f} test-minutes -> {FILE}")
+    """Refreshes FILE: the files a run measured take its figures, the others keep theirs."""
+    if len(argv) > 1:
+        found = per_file(Path(argv[1]).read_text(errors="replace"))
+        if not found:
+            print(f"no `--durations=0` lines in {argv[1]}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            found = {str(k): float(v) for k, v in json.loads(LAST.read_text()).items()}
+        except (OSError, ValueError):
+            print(f"no run recorded in {LAST}: run pytest first", file=sys.stderr)
+            return 2
+    merged = {**load(), **found}
+    FILE.write_text(_dump(merged))
+    print(f"{len(found)} files measured, {len(merged)} listed, {sum(merged.values()) / 60:.1f} test-minutes -> {FILE}")
     return 0
 
 
