@@ -22,7 +22,7 @@ from runtime.table import bloom_index
 from runtime.table.errors import TableError
 from runtime.table.files import STATS_SCHEMA, FileWriteSpec, _OpenFile, _Task, stats_batch
 from runtime.table.layout import BaseFile, FileSlice, LogFile, parse_base_file, parse_log_file
-from runtime.table.merge import MergeSpec, merge_slice
+from runtime.table.merge import MergeSpec, SliceDescriptor, merge_slice, slices_in
 from runtime.table.reader import slice_descriptors
 
 
@@ -119,37 +119,36 @@ def run(spark, storage, instant: str, slices: list[FileSlice], merge_spec: Merge
     files = FileWriteSpec(storage_uri=storage.spec.uri, storage_options=storage.spec.options, instant=instant,
                           data_columns=(), mode="compact")
     spec = CompactSpec(files, merge_spec)
-    descriptors = slice_descriptors(spark, slices, per_core=4)
+    numbers, descriptors = slice_descriptors(spark, slices, per_core=4)
 
     def task(batches):
-        return compact_task(spec, batches)
+        return compact_task(spec, descriptors, batches)
 
-    written = descriptors.mapInArrow(task, STATS_SCHEMA).collect()
+    written = numbers.mapInArrow(task, STATS_SCHEMA).collect()
     bloom_index.remember(storage, written)
     return written
 
 
-def compact_task(spec: CompactSpec, batches: Iterator) -> Iterator:
-    """The function given to mapInArrow: slice descriptors in, one stats row per slice out."""
+def compact_task(spec: CompactSpec, descriptors: tuple[SliceDescriptor, ...], batches: Iterator) -> Iterator:
+    """The function given to mapInArrow: slice numbers in (reader.slice_descriptors), one stats row per slice out."""
     import pyarrow as pa
 
     task = _Task(spec.files)
     stats = []
-    for batch in batches:
-        for partition, file_id, base_path, log_paths in zip(*(batch.column(c).to_pylist() for c in ("partition", "file_id", "base_path", "log_paths"))):
-            out = _OpenFile(spec.files, partition, file_id, task)
-            try:
-                for merged in merge_slice(spec.merge, task.storage, base_path, log_paths or []):
-                    if merged.num_rows:
-                        out.write(_named(pa.Table.from_batches([merged]), out.name))
-            except BaseException:
-                out.discard()
-                raise
-            if out.rows:
-                stats.append((*out.close(), 0, out.rows, 0))
-            else:
-                out.discard()
-                stats.append((file_id, partition, "", 0, 0, 0, 0, 0))
+    for partition, file_id, base_path, log_paths in slices_in(descriptors, batches):
+        out = _OpenFile(spec.files, partition, file_id, task)
+        try:
+            for merged in merge_slice(spec.merge, task.storage, base_path, list(log_paths)):
+                if merged.num_rows:
+                    out.write(_named(pa.Table.from_batches([merged]), out.name))
+        except BaseException:
+            out.discard()
+            raise
+        if out.rows:
+            stats.append((*out.close(), 0, out.rows, 0))
+        else:
+            out.discard()
+            stats.append((file_id, partition, "", 0, 0, 0, 0, 0))
     if stats:
         yield stats_batch(stats, task.key_ranges)
 

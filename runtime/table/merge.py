@@ -9,7 +9,7 @@ Only the keys the log blocks name are held in memory; the base file is streamed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from runtime.table import logfile as L
 from runtime.table.config import APPEND_ONLY, EVENT_TIME
@@ -18,8 +18,22 @@ from runtime.table.layout import InstantValidity
 
 KEY = "_hoodie_record_key"
 COMMIT_TIME = "_hoodie_commit_time"
-# Columns of the slice descriptors the driver sends to the tasks, one row per slice.
-SLICE_COLUMNS = "partition string, file_id string, base_path string, log_paths array<string>"
+
+
+class SliceDescriptor(NamedTuple):
+    """One file slice as a task reads it (reader.slice_descriptors): paths relative to the table."""
+
+    partition: str
+    file_id: str
+    base_path: str | None
+    log_paths: tuple[str, ...]
+
+
+def slices_in(descriptors: tuple[SliceDescriptor, ...], batches: Iterator) -> Iterator[SliceDescriptor]:
+    """The slices a task's batches of slice numbers (Spark's `range`, column `id`) name."""
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            yield descriptors[number]
 
 
 @dataclass(frozen=True)
@@ -49,14 +63,13 @@ class MergeSpec:
         return self.valid(instant)
 
 
-def merge_task(spec: MergeSpec, batches: Iterator) -> Iterator:
-    """The function given to mapInArrow: slice descriptors (SLICE_COLUMNS) in, merged rows out."""
+def merge_task(spec: MergeSpec, descriptors: tuple[SliceDescriptor, ...], batches: Iterator) -> Iterator:
+    """The function given to mapInArrow: slice numbers in (reader.slice_descriptors), merged rows out."""
     from runtime.storage import StorageSpec, open_storage
 
     storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
-    for batch in batches:
-        for base_path, log_paths in zip(batch.column("base_path").to_pylist(), batch.column("log_paths").to_pylist()):
-            yield from merge_slice(spec, storage, base_path, log_paths or [])
+    for piece in slices_in(descriptors, batches):
+        yield from merge_slice(spec, storage, piece.base_path, list(piece.log_paths))
 
 
 def merge_slice(spec: MergeSpec, storage, base_path: str | None, log_paths: list[str]) -> Iterator:

@@ -169,22 +169,26 @@ def _written_in(df, since: str | None, until: str | None, instants: frozenset[st
 
 def read_merged_slices(spark, storage, full, timeline: Timeline, config: TableConfig, slices: list[FileSlice],
                        since: str | None, until: str | None, instants: frozenset[str] | None = None):
-    """The merged rows of slices with log files: a DataFrame of one descriptor per slice,
-    spread over tasks, each merging its slices (merge.merge_task)."""
+    """The merged rows of slices with log files: tasks over the slices' numbers
+    (slice_descriptors), each merging its slices (merge.merge_task)."""
     from runtime.table.merge import merge_task
 
     spec = merge_spec(storage, full, timeline, config, since, until, instants)
-    return slice_descriptors(spark, slices).mapInArrow(lambda batches: merge_task(spec, batches), full)
+    numbers, descriptors = slice_descriptors(spark, slices)
+    return numbers.mapInArrow(lambda batches: merge_task(spec, descriptors, batches), full)
 
 
 def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 2):
-    """One small row per slice (partition, file id, base file and log paths), spread over up
-    to `per_core` tasks per core: what tasks that merge slices start from."""
-    from runtime.table.merge import SLICE_COLUMNS
+    """What tasks that merge slices start from: a DataFrame of the slices' numbers (Spark's
+    `range`, split into up to `per_core` tasks per core; made by the executors, so no row goes
+    through the driver and no shuffle spreads them), and the slices' descriptors (merge.
+    SliceDescriptor) by number, which travel with the task's function."""
+    from runtime.table.merge import SliceDescriptor
 
-    rows = [(s.partition, s.file_id, s.base_file.path if s.base_file else None, [lf.path for lf in s.log_files]) for s in slices]
-    tasks = max(1, min(len(rows), spark_api.default_parallelism(spark) * per_core))
-    return spark.createDataFrame(rows, SLICE_COLUMNS).repartition(tasks)
+    descriptors = tuple(SliceDescriptor(s.partition, s.file_id, s.base_file.path if s.base_file else None,
+                                        tuple(lf.path for lf in s.log_files)) for s in slices)
+    tasks = max(1, min(len(descriptors), spark_api.default_parallelism(spark) * per_core))
+    return spark.range(0, len(descriptors), 1, tasks), descriptors
 
 
 def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None,
