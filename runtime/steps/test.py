@@ -25,7 +25,7 @@ from runtime.sources import SourceError
 from runtime.sources import files as files_source
 from runtime.steps.context import RunContext, StepResult
 from runtime.steps.errors import RunError, is_user_error, sample, spark_message
-from runtime.steps.views import names_used
+from runtime.steps.views import names_used, view_filters
 
 SAMPLE_ROWS = 5
 ROW_TESTS = ("not_null", "accepted_values", "expression", "relationships")
@@ -54,11 +54,13 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
     since: dict[str, str] = {}  # table -> the instant before the rows it read, when it read only new rows
     try:
         named = names_used([step.sql])  # a merge-on-read table's view keeps only the columns the test names
-        scope = _register_views(ctx, session, step, read, checked_at, since, named)
+        # and a table's only the partitions the test's conditions can meet
+        filters = view_filters([step.sql], [d.split(".", 1)[1] for d in step.depends_on if d.startswith("table.")])
+        scope = _register_views(ctx, session, step, read, checked_at, since, named, filters)
         try:
             failing = session.sql(step.sql)
         except Exception:  # noqa: BLE001 - perhaps a column the pruned views lack: again on the full views
-            if named is None:
+            if named is None and not filters:
                 raise
             scope = _register_views(ctx, session, step, read, checked_at, since, None)
             failing = session.sql(step.sql)
@@ -225,11 +227,13 @@ def _by_construction(ctx: RunContext, step: Step) -> str | None:
 
 
 def _register_views(ctx: RunContext, session, step: Step, read: list, checked_at: dict[str, str], since: dict[str, str],
-                    named: frozenset[str] | None = None) -> str:
+                    named: frozenset[str] | None = None, filters: dict[str, tuple] | None = None) -> str:
     """Registers a view per table and source the test reads; returns what it checked. Fills
     `checked_at` with each table's instant read, and `since` with the instant before the rows
     read of a table read only in part. `named`: the names the test's SQL uses (a table's view
-    keeps only those columns when merging logs; views.py)."""
+    keeps only those columns when merging logs; views.py); `filters`: the conditions of each
+    table's rows it uses, by lower-case name (views.view_filters: a view reads only the
+    partitions that can meet them)."""
     c = step.config
     model = c.get("model")
     scope = {"table": "whole table", "source": "all of the source"}.get(c.get("model_kind"), "whole tables")
@@ -243,11 +247,11 @@ def _register_views(ctx: RunContext, session, step: Step, read: list, checked_at
                                f"build it first: `pipe build --select +{name}`")
             written = _written_incrementally(ctx, name) if name == model and c["test"] in ROW_TESTS else None
             if written is not None:
-                df = table.read(since=written[0], until=written[1], meta=False, named=named)
+                df = table.read(since=written[0], until=written[1], meta=False, named=named, where=(filters or {}).get(name.lower(), ()))
                 scope = f"the rows written by {written[1]}"
                 checked_at[name], since[name] = written[1], written[0]
             else:
-                df = table.read(meta=False, named=named)
+                df = table.read(meta=False, named=named, where=(filters or {}).get(name.lower(), ()))
                 checked_at[name] = latest.time
             spark_api.temp_view(df, name)
         else:

@@ -16,7 +16,7 @@ from runtime.steps import expect, python_model, source, sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, Stored, stored
 from runtime.steps.errors import Cancelled, RunError, spark_message
 from runtime.sample import EMPTY, SAMPLE_KEY
-from runtime.steps.views import expression_names, names_used
+from runtime.steps.views import expression_names, names_used, view_filters
 from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX
 
 
@@ -56,10 +56,13 @@ def _names_said(sql: str, expressions: list) -> frozenset[str] | None:
     return None if query is None or more is None else query | more
 
 
-def _table_views(ctx: RunContext, session, step: Step, views: dict[str, dict], named: frozenset[str] | None) -> dict[str, list[str]]:
+def _table_views(ctx: RunContext, session, step: Step, views: dict[str, dict], named: frozenset[str] | None,
+                 filters: Mapping[str, tuple] | None = None) -> dict[str, str]:
     """Registers a view of each table of `views` (name -> read options; the step's own table,
     or one it reads, deferred or not), a merge-on-read table's with only the data columns among
-    `named` (None: every column); returns the columns of the views so pruned."""
+    `named` (None: every column), and only the partitions that can hold rows meeting its
+    `filters` (views.view_filters, by lower-case name); returns what each view so pruned kept,
+    as the step line says it."""
     from runtime.table.config import MERGE_ON_READ
 
     pruned = {}
@@ -70,9 +73,15 @@ def _table_views(ctx: RunContext, session, step: Step, views: dict[str, dict], n
             whole = table.read(meta=True, **read)
             spark_api.temp_view(sample.table_rows(table, whole, [c for c in whole.columns if not c.startswith("_hoodie_")]), name)
             continue
-        df = table.read(meta=False, named=named, **read)
+        plan: list = []
+        df = table.read(meta=False, named=named, where=(filters or {}).get(name.lower(), ()), plan=plan, **read)
+        said = []
         if named is not None and table.config.table_type == MERGE_ON_READ:
-            pruned[name] = df.columns
+            said.append(_columns_said(df.columns))
+        if plan and plan[0].pruned is not None and plan[0].pruned[0] < plan[0].pruned[1]:
+            said.append(f"{plan[0].pruned[0]:,} of {plan[0].pruned[1]:,} partitions")
+        if said:
+            pruned[name] = ", ".join(said)
         spark_api.temp_view(df, name)
     return pruned
 
@@ -161,7 +170,8 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
                                 or reads_itself([t for t in said if t], step.name)):  # {{ this }}: the table's current snapshot
         views[step.name] = {}
     named = _names_said(sql, said[1:]) if sql is not None and views else None
-    pruned = _table_views(ctx, session, step, views, named)
+    filters = view_filters([sql, *(f"SELECT {t}" for t in said[1:] if t)], list(views)) if sql is not None and views else None
+    pruned = _table_views(ctx, session, step, views, named, filters)
     result.rows_read = rows_read if any(p.rows is not None for p in sources.values()) else None
     result.read = _what_was_read(sources, refs, pruned, origin)
     if sample is not None:  # what the inputs hold, of which the views keep no rows, or a sample
@@ -179,7 +189,7 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             try:
                 df = session.sql(sql)
             except Exception:  # noqa: BLE001 - perhaps a column the pruned views lack: again on the full views
-                if named is None:
+                if named is None and not filters:
                     raise
                 _table_views(ctx, session, step, views, None)
                 result.read = _what_was_read(sources, refs, None, origin)
@@ -301,7 +311,7 @@ def _moved_inputs(ctx: RunContext, step: Step, state: Stored, deferred: Mapping[
     return "its input " + "; ".join(said) if len(said) == 1 else "its inputs " + "; ".join(said)
 
 
-def _what_was_read(sources: Mapping[str, Pending], refs: Mapping[str, str], pruned: Mapping[str, list[str]] | None = None,
+def _what_was_read(sources: Mapping[str, Pending], refs: Mapping[str, str], pruned: Mapping[str, str] | None = None,
                    origin: Mapping[str, str] | None = None) -> str | None:
     """What the step line says was read when not every input counted its rows (a Parquet
     source's files, a table read by ref() at its instant, with the columns its view kept when
@@ -313,7 +323,7 @@ def _what_was_read(sources: Mapping[str, Pending], refs: Mapping[str, str], prun
         return None
     parts = [f"{p.rows:,} row{'s' if p.rows != 1 else ''}" if p.rows is not None else p.describe() for p in read]
     origin = origin or {}
-    parts += [name + (f" of {origin[name]}" if name in origin else "") + f" at {instant}" + (f" ({_columns_said(pruned[name])})" if name in pruned else "")
+    parts += [name + (f" of {origin[name]}" if name in origin else "") + f" at {instant}" + (f" ({pruned[name]})" if name in pruned else "")
               for name, instant in refs.items()]
     return " + ".join(parts) or None
 

@@ -12,6 +12,7 @@ range filter (merge.base_batches). It is for small reads on a local disk (`pipe 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from runtime import spark_api
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
@@ -33,6 +34,8 @@ class ReadPlan:
     incremental: bool
     merge_until: str | None  # the latest instant whose log blocks count
     instants: frozenset[str] | None = None  # timeline layout 2: the instants of the incremental read
+    # partition pruning: (partitions read, partitions the read had before pruning)
+    pruned: tuple[int, int] | None = None
 
 
 def completion_window(storage, timeline: Timeline, since: str | None, until: str | None) -> tuple[Timeline, frozenset[str] | None]:
@@ -56,10 +59,11 @@ def completion_window(storage, timeline: Timeline, since: str | None, until: str
 
 def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None, until: str | None,
               config: TableConfig | None, read_optimized: bool, file_groups: set[tuple[str, str]] | None = None,
-              instants: frozenset[str] | None = None) -> ReadPlan:
+              instants: frozenset[str] | None = None, partitions: Callable[[str], bool] | None = None) -> ReadPlan:
     """`file_groups`, (partition, file id) pairs: only the slices of those groups. `instants`
     (timeline layout 2, completion_window): an incremental read of the rows those instants
-    wrote, from `timeline` as completion_window gives it."""
+    wrote, from `timeline` as completion_window gives it. `partitions`: only the slices of the
+    partitions it keeps (partition_pruning.partition_filter)."""
     view = FileSystemView.load(storage, timeline)
     if instants is not None:
         incremental, since, until, merge_until = True, None, None, None
@@ -76,26 +80,33 @@ def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None,
         merge_until = until if incremental else as_of
     if file_groups is not None:
         slices = [s for s in slices if (s.partition, s.file_id) in file_groups]
+    partitions_seen = len({s.partition for s in slices})
+    if partitions is not None:
+        kept = {p for p in {s.partition for s in slices} if partitions(p)}
+        slices = [s for s in slices if s.partition in kept]
     merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
     merged = [s for s in slices if s.has_logs] if merging else []
     plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]
     return ReadPlan(plain, merged, since if incremental else None, until if incremental else None, incremental, merge_until,
-                    instants)
+                    instants, (len({s.partition for s in slices}), partitions_seen) if partitions is not None else None)
 
 
 def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
          until: str | None = None, meta: bool = True, config: TableConfig | None = None, read_optimized: bool = False,
          file_groups: set[tuple[str, str]] | None = None, instants: frozenset[str] | None = None,
-         columns: list[str] | None = None):
+         columns: list[str] | None = None, partitions: Callable[[str], bool] | None = None, plan: list | None = None):
     """Rows of the table (see Table.read), of the groups in `file_groups` only if given;
-    `instants`: see plan_read. `columns`: only these data columns (after the meta columns if
-    `meta`); the merge of slices with log files then reads and merges only them and the
-    columns it merges by (the record key, the ordering field)."""
+    `instants`, `partitions`: see plan_read. `columns`: only these data columns (after the meta
+    columns if `meta`); the merge of slices with log files then reads and merges only them and
+    the columns it merges by (the record key, the ordering field). `plan`: a list the ReadPlan
+    is appended to, for a caller that reports what was read."""
     from pyspark.sql import types as T
 
     data = list(struct.fields) if struct else []
     full = T.StructType([T.StructField(c, T.StringType(), True) for c in META_COLUMNS] + data)
-    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, file_groups, instants)
+    p = plan_read(storage, timeline, as_of, since, until, config, read_optimized, file_groups, instants, partitions)
+    if plan is not None:
+        plan.append(p)
     # the columns returned; a merge reads them and what it merges by (without the meta columns
     # a reader does not want: five strings a row)
     wanted = (list(META_COLUMNS) if meta else []) + (list(columns) if columns is not None else [f.name for f in data])

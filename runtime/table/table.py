@@ -45,6 +45,7 @@ from runtime.table.config import (
     update_properties,
 )
 from runtime.table.layout import FileSystemView, bucket_index_file_ids
+from runtime.table.partition_pruning import partition_filter
 from runtime.table.schema import META_COLUMNS, arrow_schema, avro_schema_json, invalid_avro_names, spark_struct
 from runtime.table.timeline import (
     CLEAN, COMMIT, COMPACTION, DELTACOMMIT, HOODIE, INFLIGHT, REPLACECOMMIT, RESERVED_EXTRA, REQUESTED, WRITE_ACTIONS, CommitMetadata, Instant,
@@ -1054,7 +1055,8 @@ class Table:
     # --- reading -----------------------------------------------------------------------------
 
     def read(self, as_of: str | None = None, since: str | None = None, until: str | None = None, meta: bool = True,
-             read_optimized: bool = False, columns: list[str] | None = None, named: frozenset[str] | None = None):
+             read_optimized: bool = False, columns: list[str] | None = None, named: frozenset[str] | None = None,
+             where: tuple = (), plan: list | None = None):
         """Snapshot, time travel or incremental read, with the schema as of the instant read
         (an insert_overwrite_table may have changed it since). A merge-on-read table's log
         files are merged into its base files' rows, unless `read_optimized` (base files only:
@@ -1062,18 +1064,23 @@ class Table:
         data columns (Spark cannot push a query's columns into the merge of log files, so a
         reader that needs few columns of a merge-on-read table names them). `named`: the
         lower-case names a query uses (views.names_used): a merge-on-read read takes only the
-        data columns among them."""
+        data columns among them. `where`: conditions every row the reader uses meets
+        (views.view_filters): only the partitions that can hold such rows are read
+        (partition_pruning.py); the rows are not filtered. `plan`: a list the read's
+        reader.ReadPlan is appended to."""
         self._check_readable()
         timeline = self.timeline()
         if timeline.layout >= 2 and (since is not None or until is not None):
             timeline, instants = self._completion_window(timeline, since, until, as_of)
             struct = self.schema(timeline)
             return _reader.read(self.spark, self.storage, struct, timeline, meta=meta, config=self.config,
-                                read_optimized=read_optimized, instants=instants, columns=self._columns(struct, columns, named, read_optimized))
+                                read_optimized=read_optimized, instants=instants, columns=self._columns(struct, columns, named, read_optimized),
+                                partitions=partition_filter(self.config, struct, where), plan=plan)
         self._check_not_cleaned(timeline, as_of)
         struct = self.schema(timeline, as_of=until or as_of)
         return _reader.read(self.spark, self.storage, struct, timeline, as_of=as_of, since=since, until=until, meta=meta,
-                            config=self.config, read_optimized=read_optimized, columns=self._columns(struct, columns, named, read_optimized))
+                            config=self.config, read_optimized=read_optimized, columns=self._columns(struct, columns, named, read_optimized),
+                            partitions=partition_filter(self.config, struct, where), plan=plan)
 
     def _columns(self, struct, columns: list[str] | None, named: frozenset[str] | None = None,
                  read_optimized: bool = False) -> list[str] | None:
