@@ -294,16 +294,17 @@ class PipeSide:
     def scan(self, name: str, query: str = None, **read) -> tuple[int, float]:
         """As pipe run reads a table for a model's SQL: a view with the columns the SQL names
         (runtime/steps/views.py: a merge-on-read table's merge reads only those), then the SQL."""
-        from runtime.steps.views import names_used
+        from runtime.steps.views import names_used, view_filters
         from runtime.table import Table
 
         query = query or QUERY
         named = names_used([query.format(t="t")])
+        where = view_filters([query.format(t="t")], ["t"]).get("t", ())  # partition pruning, as pipe run's views
         table = Table.open(self.spark, str(self.work / name))
         if "begin" in read:
-            df = table.read(since=read["begin"], until=read["end"], meta=False, named=named)
+            df = table.read(since=read["begin"], until=read["end"], meta=False, named=named, where=where)
         else:
-            df = table.read(meta=False, named=named)
+            df = table.read(meta=False, named=named, where=where)
         df.createOrReplaceTempView("bench_scan")
         row = self.spark.sql(query.format(t="bench_scan")).first()
         return row[0], row[1] or 0.0
@@ -479,6 +480,9 @@ def main() -> None:
             for who, side in order:
                 checks[("merge-on-read full scan", who)].append(measure("merge-on-read full scan (every column)", who, side,
                                                                         lambda: side.scan(m, FULL_QUERY)))
+            for who, side in order:
+                checks[("merge-on-read read of one partition", who)].append(measure("merge-on-read read of one partition", who, side,
+                                                                                    lambda: side.scan(m, PART_QUERY)))
             done = r + 1
             # the section after every repeat: a run cut short still leaves what it measured
             report(args, results, checks, phases, profiles, chosen, gen_seconds, time.perf_counter() - started, load, done)
@@ -500,6 +504,7 @@ def main() -> None:
 # every column, so each is read and merged.
 QUERY = "SELECT count(*), sum(amount) FROM {t}"
 FULL_QUERY = ("SELECT count(*), sum(amount), sum(id), sum(part), sum(ts), max(name), sum(qty), sum(price), max(updated_at) FROM {t}")
+PART_QUERY = "SELECT count(*), sum(amount) FROM {t} WHERE part = 3"  # one partition of ten: a reader that prunes partitions reads one
 
 # why pipe is slower than Java in a case, as the profiles of the runs show (bench/RESULTS.md)
 WHY = {
@@ -586,9 +591,9 @@ def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, lo
         *([] if final else [f"- **Partial: written after repeat {done} of {args.repeats}; the run did not finish.**"]),
         f"- Each repeat ({done}) writes its own tables per side: bulk_insert, upsert 1% in partition 3 (every file group of it), delete 1%, "
         "upsert 1% spread (every file group of the table), the incremental read of that last commit; then a merge-on-read table: bulk_insert, upsert "
-        "1% spread, snapshot read, full scan. The sides take turns going first. Reads are SQL over a view of the table made inside the timing "
-        "(Java: a temporary view `USING hudi`; pipe: `Table.read` with the names the SQL uses, as `pipe run` reads a model's inputs): "
-        f"`{QUERY.format(t='t')}` (every row produced, two columns needed), and for the full scan `{FULL_QUERY.format(t='t')}` (every column needed).",
+        "1% spread, snapshot read, full scan, read of one partition. The sides take turns going first. Reads are SQL over a view of the table made inside the timing "
+        "(Java: a temporary view `USING hudi`; pipe: `Table.read` with the names and partition conditions the SQL uses, as `pipe run` reads a model's inputs): "
+        f"`{QUERY.format(t='t')}` (every row produced, two columns needed), for the full scan `{FULL_QUERY.format(t='t')}` (every column needed), and for the read of one partition `{PART_QUERY.format(t='t')}` (pipe's view prunes the partitions by the condition, as `pipe run` does; Java's file index prunes them too).",
         f"- First write in a fresh process ({args.fresh_repeats} runs, pipe and Java with their defaults): an upsert of {args.small:,} rows into a new "
         "table; pipe: a new `python` (imports, Spark start, write, Spark stop); Java: a new driver (python, JVM, SparkSession with the Hudi bundle), "
         "the write, quit.",
