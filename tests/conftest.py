@@ -37,6 +37,10 @@ if "PYSPARK_SUBMIT_ARGS" not in os.environ:
 
     os.environ["PYSPARK_SUBMIT_ARGS"] = pyspark_submit_args()
 
+# The tests' drivers map the tests' own class archive (tests/jvm_options.py); pipe's own
+# (runtime/class_archive.py, in the user's cache folder) is only made by the tests of it
+os.environ.setdefault("PIPE_JVM_CACHE", "off")
+
 # Test credentials for the moto server, set before any SparkSession starts: Spark's Python workers
 # (which read S3 objects with boto3) take their environment from the JVM, started with this one.
 for _k, _v in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1")):
