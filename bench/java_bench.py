@@ -540,6 +540,10 @@ WHY = {
         "and precombine values, in Python workers) so that keys are looked up as readers see them; half of the time is the driver's work "
         "between the jobs (planning, py4j calls, the timeline and the commit). `pipe partition` is the counterpart of Java's partition-scoped "
         "defaults."),
+    "merge-on-read read of one partition": (
+        "a short read's fixed costs: both sides read one partition of ten (pipe's view prunes the others by the SQL's `part = 3`, "
+        "runtime/table/partition_pruning.py); pipe then loads the timeline and the listing in Python and starts a Python task per "
+        "group of slices with logs, where Java's relation plans and merges inside the JVM; the merge of 100,000 rows itself is small."),
     "snapshot read (copy-on-write)": (
         "a short read's fixed costs: pipe loads the timeline and the file listing in Python, then hands Spark the base files to scan; Java does "
         "the same in the JVM. The scan itself is Spark's Parquet reader on both sides."),

@@ -12,21 +12,33 @@ does not fully parse. The step runs the SQL on the full views if it fails on the
 
 from __future__ import annotations
 
+import functools
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str | None) -> tuple | None:
+    """sqlglot's trees of `text` (Spark dialect; none for an empty text), or None when it does
+    not parse; a step's SQL is read once for its names and its filters. The trees are only read."""
+    import sqlglot
+    from sqlglot.errors import SqlglotError
+
+    if not text or not text.strip():
+        return ()
+    try:
+        return tuple(t for t in sqlglot.parse(text, read="spark") if t is not None)
+    except (SqlglotError, ValueError, RecursionError):
+        return None
+
 
 def names_used(texts: list[str]) -> frozenset[str] | None:
     """Every identifier of the SQL `texts` (lower-case), or None when they may read columns
     they do not name."""
-    import sqlglot
     from sqlglot import exp
-    from sqlglot.errors import SqlglotError
 
     names: set[str] = set()
     for text in texts:
-        if not text or not text.strip():
-            continue
-        try:
-            trees = [t for t in sqlglot.parse(text, read="spark") if t is not None]
-        except (SqlglotError, ValueError, RecursionError):
+        trees = _parsed(text)
+        if trees is None:
             return None
         for tree in trees:
             if not isinstance(tree, exp.Query) or tree.find(exp.Command) is not None:
@@ -66,9 +78,7 @@ def view_filters(texts: list[str], views: list[str]) -> dict[str, tuple]:
     join the view is on. Nothing is taken for a view read twice (a self-join, two subqueries), a
     name a CTE shadows, a view sampled, pivoted or with renamed columns, or SQL sqlglot does not
     fully parse; no string or date is taken from SQL with a backslash or a double quote."""
-    import sqlglot
     from sqlglot import exp
-    from sqlglot.errors import SqlglotError
 
     wanted = {v.lower() for v in views}
     # a string's value is sqlglot's reading of it, which is Spark's by default; with a backslash
@@ -78,11 +88,8 @@ def view_filters(texts: list[str], views: list[str]) -> dict[str, tuple]:
     found: dict[str, list] = {}
     uses: dict[str, int] = {}
     for text in texts:
-        if not text or not text.strip():
-            continue
-        try:
-            trees = [t for t in sqlglot.parse(text, read="spark") if t is not None]
-        except (SqlglotError, ValueError, RecursionError):
+        trees = _parsed(text)
+        if trees is None:
             return {}
         for tree in trees:
             if tree.find(exp.Command) is not None:
