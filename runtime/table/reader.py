@@ -2,8 +2,9 @@
 (the rows written by commits in (since, until]), with or without the meta columns.
 
 Base files of slices without log files are read by Spark's Parquet reader. The slices of a
-merge-on-read table that have log files are merged in Spark tasks (merge.py): only one small
-descriptor row per slice goes through the driver. A read-optimized read takes base files only.
+merge-on-read table that have log files are merged in Spark tasks (merge.py), which start from
+Spark's range over the slices' numbers, their paths travelling with the task's function
+(slice_descriptors). A read-optimized read takes base files only.
 
 `read_batches` reads the same rows without Spark, in this process, with pyarrow: the same
 slices (slices_to_read), the same merging of log files (merge.merge_slice) and the same
