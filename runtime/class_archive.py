@@ -105,6 +105,7 @@ def plan(java, settings: Mapping[str, str], env: Mapping[str, str] | None = None
     except OSError:
         return None
     path = folder / f"{name}.jsa"
+    _remove_orphans(folder)
     if _private_file(path):
         return Archive(path)
     if (folder / f".{name}.failed").exists():  # this JVM could not write one (e.g. a folder of files on its class path)
@@ -124,6 +125,24 @@ def plan(java, settings: Mapping[str, str], env: Mapping[str, str] | None = None
         return None
     os.close(fd)
     return Archive(path, folder / f".{name}.{os.getpid()}.partial")
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Removes partial archives a JVM went on writing after its session gave up waiting (an
+    interrupted exit): old, and of a process that no longer runs."""
+    for partial in folder.glob(".*.partial"):
+        try:
+            pid = int(partial.name.rsplit(".", 2)[-2])
+            if time.time() - os.lstat(partial).st_mtime < _STALE_DUMP:
+                continue
+            try:
+                os.kill(pid, 0)
+                continue  # still running
+            except ProcessLookupError:
+                pass
+            partial.unlink()
+        except (ValueError, OSError):
+            continue
 
 
 def with_option(settings: dict[str, str], archive: Archive) -> dict[str, str]:

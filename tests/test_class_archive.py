@@ -60,6 +60,15 @@ def test_an_archive_is_planned_only_where_it_is_safe_and_wanted(tmp_path, monkey
         assert class_archive.plan(java, settings, _env(folder, **env)) is None, (settings, env)
     openj9 = Java(java.executable, None, java.version, java.major, "PATH", True, False)
     assert class_archive.plan(openj9, {}, _env(folder)) is None
+    # a partial archive a JVM wrote after its session stopped waiting is removed once old and orphaned
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    orphan, alive = folder / f".{made.path.stem}.{gone}.partial", folder / f".{made.path.stem}.{os.getpid()}.partial"
+    for partial in (orphan, alive):
+        partial.write_bytes(b"half")
+        os.utime(partial, (old, old))
+    class_archive.plan(java, {}, _env(folder))
+    assert not orphan.exists() and alive.exists()
+    alive.unlink()
     # a cache folder pipe cannot make private is not used (runtime/host.py refuses it)
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
