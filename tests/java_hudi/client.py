@@ -39,6 +39,8 @@ class JavaHudi:
 
     def __init__(self, bundle: Bundle, workdir: Path, timezone: str = "UTC", conf: dict[str, str] | None = None,
                  jvm_options: str = SERIAL_GC):
+        self._args = (bundle, workdir, timezone, conf, jvm_options)
+        self._lost = False  # its JVM went away: the next command starts a new driver (send)
         self.bundle = bundle
         self.timezone = timezone
         self.workdir = Path(workdir)
@@ -73,7 +75,13 @@ class JavaHudi:
         return json.loads(line)
 
     def send(self, cmd: dict) -> "Pending":
-        """Sends one command and returns at once; the answer is the Pending's wait()."""
+        """Sends one command and returns at once; the answer is the Pending's wait(). A driver
+        whose JVM went away (py4j's Py4JError or "Connection refused") is replaced first, so that
+        one lost JVM fails one test, not every later test of the session."""
+        if self._lost:
+            self.kill()
+            self.log.replace(self.log.with_name(f"driver-lost-{os.getpid()}-{next(self._count)}.log"))  # the crash's evidence
+            self.__init__(*self._args)
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
         return Pending(self, cmd.get("op", "?"))
@@ -147,6 +155,10 @@ class Pending:
     def wait(self) -> dict:
         answer = self.java._answer()
         if not answer.get("ok"):
+            error = str(answer.get("error"))
+            # py4j lost its JVM (not a Java exception, which is a Py4JJavaError)
+            if error.startswith(("Py4JError", "Py4JNetworkError", "ConnectionRefusedError")):
+                self.java._lost = True
             raise JavaError(self.op, answer)
         return answer
 
