@@ -111,20 +111,28 @@ def plan(java, settings: Mapping[str, str], env: Mapping[str, str] | None = None
     if (folder / f".{name}.failed").exists():  # this JVM could not write one (e.g. a folder of files on its class path)
         return None
     lock = folder / f".{name}.dumping"
-    try:
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        try:
-            if time.time() - os.lstat(lock).st_mtime < _STALE_DUMP:
-                return None  # another session is writing it
-            os.unlink(lock)
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except OSError:
-            return None
-    except OSError:
-        return None
-    os.close(fd)
+    if not _take(lock):
+        return None  # another session is writing it
     return Archive(path, folder / f".{name}.{os.getpid()}.partial")
+
+
+def _take(lock: Path) -> bool:
+    """Creates `lock` (this session writes the archive); a lock older than _STALE_DUMP is of a
+    session that died, and is taken over."""
+    for attempt in range(2):
+        try:
+            os.close(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            return True
+        except FileExistsError:
+            try:
+                if attempt or time.time() - os.lstat(lock).st_mtime < _STALE_DUMP:
+                    return False
+                os.unlink(lock)
+            except OSError:
+                return False
+        except OSError:
+            return False
+    return False
 
 
 def _remove_orphans(folder: Path) -> None:

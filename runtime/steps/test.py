@@ -60,9 +60,9 @@ def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:
         try:
             failing = session.sql(step.sql)
         except Exception:  # noqa: BLE001 - perhaps a column the pruned views lack: again on the full views
-            if named is None and not filters:
+            if named is None:
                 raise
-            scope = _register_views(ctx, session, step, read, checked_at, since, None)
+            scope = _register_views(ctx, session, step, read, checked_at, since, None, filters)
             failing = session.sql(step.sql)
         if config.get("limit"):
             failing = failing.limit(config["limit"])
@@ -246,12 +246,13 @@ def _register_views(ctx: RunContext, session, step: Step, read: list, checked_at
                 raise RunError(f"test {step.name} reads table {name}, which has no completed commit yet",
                                f"build it first: `pipe build --select +{name}`")
             written = _written_incrementally(ctx, name) if name == model and c["test"] in ROW_TESTS else None
+            where = (filters or {}).get(name.lower(), ())
             if written is not None:
-                df = table.read(since=written[0], until=written[1], meta=False, named=named, where=(filters or {}).get(name.lower(), ()))
+                df = table.read(since=written[0], until=written[1], meta=False, named=named, where=where)
                 scope = f"the rows written by {written[1]}"
                 checked_at[name], since[name] = written[1], written[0]
             else:
-                df = table.read(meta=False, named=named, where=(filters or {}).get(name.lower(), ()))
+                df = table.read(meta=False, named=named, where=where)
                 checked_at[name] = latest.time
             spark_api.temp_view(df, name)
         else:

@@ -189,9 +189,9 @@ def _write_step(ctx: RunContext, step: Step, result: StepResult, sources: dict[s
             try:
                 df = session.sql(sql)
             except Exception:  # noqa: BLE001 - perhaps a column the pruned views lack: again on the full views
-                if named is None and not filters:
+                if named is None:
                     raise
-                _table_views(ctx, session, step, views, None)
+                _table_views(ctx, session, step, views, None, filters)
                 result.read = _what_was_read(sources, refs, None, origin)
                 df = session.sql(sql)
         except Exception as exc:  # noqa: BLE001 - an analysis error is a mistake in the SQL

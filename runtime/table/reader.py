@@ -81,15 +81,17 @@ def plan_read(storage, timeline: Timeline, as_of: str | None, since: str | None,
         merge_until = until if incremental else as_of
     if file_groups is not None:
         slices = [s for s in slices if (s.partition, s.file_id) in file_groups]
-    partitions_seen = len({s.partition for s in slices})
+    pruned = None
     if partitions is not None:
-        kept = {p for p in {s.partition for s in slices} if partitions(p)}
+        seen = {s.partition for s in slices}
+        kept = {p for p in seen if partitions(p)}
         slices = [s for s in slices if s.partition in kept]
+        pruned = (len(kept), len(seen))
     merging = config is not None and config.table_type == MERGE_ON_READ and not read_optimized
     merged = [s for s in slices if s.has_logs] if merging else []
     plain = [s for s in slices if s.base_file is not None and not (merging and s.has_logs)]
     return ReadPlan(plain, merged, since if incremental else None, until if incremental else None, incremental, merge_until,
-                    instants, (len({s.partition for s in slices}), partitions_seen) if partitions is not None else None)
+                    instants, pruned)
 
 
 def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, since: str | None = None,
