@@ -286,11 +286,26 @@ def pytest_runtest_setup(item):
 # reports arrive (xdist's controller, or the only process): tests/durations.py keeps them
 _file_seconds: dict[str, float] = {}
 _worker_seconds: dict[str, float] = {}
+_test_seconds: dict[str, float] = {}
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, all) jiffies of the machine's CPUs so far (Linux' /proc/stat), None elsewhere."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+_cpu_at_start = _cpu_times()
 
 
 def pytest_runtest_logreport(report):
     path = report.nodeid.split("::", 1)[0]
     _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
     _worker_seconds[worker] = _worker_seconds.get(worker, 0.0) + report.duration
 
@@ -301,7 +316,7 @@ def pytest_sessionfinish(session):
     if _file_seconds and not hasattr(session.config, "workerinput"):
         from tests.durations import save_last
 
-        save_last(_file_seconds)
+        save_last(_file_seconds, _test_seconds)
 
 
 @pytest.fixture(scope="session")
@@ -315,6 +330,12 @@ def pytest_terminal_summary(terminalreporter):
     if len(_worker_seconds) > 1:
         terminalreporter.write_line("test seconds per worker: " + ", ".join(
             f"{w} {s:.0f}" for w, s in sorted(_worker_seconds.items())))
+    now = _cpu_times()
+    if now and _cpu_at_start and now[1] > _cpu_at_start[1]:
+        # how busy the machine's CPUs were while the session ran: below ~90% the workers waited
+        # (on services, sleeps, one long file at the end) and another worker could use the slack
+        busy = (now[0] - _cpu_at_start[0]) / (now[1] - _cpu_at_start[1])
+        terminalreporter.write_line(f"CPU busy over the session: {busy:.0%} of {os.cpu_count()} CPUs")
     if _warm_pool is not None and (_warm_pool.warm or _warm_pool.cold):
         why = f" ({'; '.join(sorted(set(_warm_pool.cold)))})" if _warm_pool.cold else ""
         terminalreporter.write_line(f"warm_python: {_warm_pool.warm} jobs ran in a warm child, {len(_warm_pool.cold)} cold{why}")

@@ -8,7 +8,7 @@ while the other workers wait. tests/conftest.py sorts the files by the seconds r
 reordering off. A file not listed counts 3 s per test.
 
 Every run of the whole suite (or a part of it) keeps its seconds per file in
-tests/.durations-last.json (git ignores it); refresh the committed figures from it with
+tests/.durations-last.json and per test in tests/.durations-tests-last.json (git ignores both); refresh the committed figures from it with
 
     python -m tests.durations
 
@@ -26,6 +26,7 @@ from pathlib import Path
 
 FILE = Path(__file__).with_name("durations.json")
 LAST = Path(__file__).with_name(".durations-last.json")
+LAST_TESTS = Path(__file__).with_name(".durations-tests-last.json")
 _LINE = re.compile(r"^\s*([0-9.]+)s (?:setup|call|teardown)\s+(tests/[^:]+\.py)::")
 
 
@@ -46,13 +47,16 @@ def load() -> dict[str, float]:
         return {}
 
 
-def _dump(seconds: dict[str, float]) -> str:
-    return json.dumps({k: round(v) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}, indent=1) + "\n"
+def _dump(seconds: dict[str, float], digits: int | None = None) -> str:
+    return json.dumps({k: round(v, digits) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}, indent=1) + "\n"
 
 
-def save_last(seconds: dict[str, float]) -> None:
-    """Keeps a run's seconds per file in LAST (called by tests/conftest.py at the session's end)."""
+def save_last(seconds: dict[str, float], tests: dict[str, float] | None = None) -> None:
+    """Keeps a run's seconds per file in LAST, and per test in LAST_TESTS (to see what to make
+    cheaper; called by tests/conftest.py at the session's end)."""
     LAST.write_text(_dump(seconds))
+    if tests:
+        LAST_TESTS.write_text(_dump(tests, 1))
 
 
 def main(argv: list[str]) -> int:
