@@ -5,8 +5,9 @@ would hand the compiler a parsed YAML document that was never checked, or a plan
 project does not give. So whatever a compile keeps there is signed (HMAC-SHA256) or looked up
 under a keyed digest, with a key only this user can read: 32 random bytes in `compile.key` of
 pipe's cache folder ($PIPE_CACHE_DIR, else $XDG_CACHE_HOME/pipe, else ~/.cache/pipe; the folder
-runtime/host.py names), made 0600 in a 0700 folder on first use. A record written by anyone
-else, or with another key, is not used: the compile reads and checks everything again.
+runtime/host.py names), made 0600 on first use, and only in a folder no one else can read
+(0700). A record written by anyone else, or with another key, is not used: the compile reads
+and checks everything again.
 
 Standard library only: the compiler does not import the runtime."""
 
@@ -40,6 +41,11 @@ def _key_in(folder: str) -> bytes | None:
         return key
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
+        st = os.stat(folder)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            # a folder others may read (a home or shared folder named by mistake, which
+            # runtime/host.py refuses) gets no key of ours: compiles then keep nothing
+            return None
         tmp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:

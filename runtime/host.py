@@ -25,20 +25,43 @@ class UnsafeFolder(PermissionError):
         return self.args[0]
 
 
+# what pipe keeps at the top of its cache folder (runtime/cluster.py, spark_api.py, server.py,
+# class_archive.py, compiler/cache_key.py), and the cache directory tag it leaves there
+CACHE_ENTRIES = frozenset({"pyfiles", "envs", "spark-schemas", "servers", "jvm", "compile.key", "CACHEDIR.TAG"})
+_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+        "# This file is a cache directory tag created by pipe: what is here is rebuilt when removed.\n"
+        "# For information about cache directory tags see https://bford.info/cachedir/\n")
+
+
 def cache_dir() -> Path:
     """Where pipe keeps what it builds for clusters and what it knows of its local servers:
     $PIPE_CACHE_DIR, else $XDG_CACHE_HOME/pipe, else ~/.cache/pipe; created readable by this user
-    only, or checked (private_dir). Raises UnsafeFolder."""
+    only, or checked (private_dir). A folder named in PIPE_CACHE_DIR that others may read is made
+    private only when it holds nothing but pipe's own entries (never a home or a shared folder
+    given by mistake). Raises UnsafeFolder."""
     if os.environ.get("PIPE_CACHE_DIR"):
-        return private_dir(Path(os.environ["PIPE_CACHE_DIR"]))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return private_dir(Path(base) / "pipe")
+        folder = private_dir(Path(os.environ["PIPE_CACHE_DIR"]), adopt=CACHE_ENTRIES)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = private_dir(Path(base) / "pipe")
+    tag = folder / "CACHEDIR.TAG"  # backup and sync tools skip a tagged folder
+    if not tag.exists():
+        try:
+            fd = private_file(tag, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except OSError:
+            return folder  # another process wrote it, or the folder is read-only: the tag is a courtesy
+        with os.fdopen(fd, "w") as out:
+            out.write(_TAG)
+    return folder
 
 
-def private_dir(path: Path) -> Path:
+def private_dir(path: Path, adopt: frozenset[str] | None = None) -> Path:
     """`path`, a folder of this user's that no one else may read or write (0700): created so, or
     made so when it is this user's and nothing in it is another user's. Raises UnsafeFolder when
-    another user owns it, or when others could write into it and did."""
+    another user owns it, or when others could write into it and did. With `adopt`, a folder
+    that existed and others could read is made private only when every entry at its top is
+    named in `adopt`; otherwise it is refused and left as it was."""
+    existed = os.path.isdir(path)
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.stat(path)
     hint = "set PIPE_CACHE_DIR to a folder of your own (pipe creates it, readable by you only)"
@@ -48,6 +71,12 @@ def private_dir(path: Path) -> Path:
         raise UnsafeFolder(f"pipe's cache folder {path} belongs to another user (uid {st.st_uid}): pipe keeps its servers' "
                            "tokens and sockets there and trusts only a folder of its own", hint)
     if st.st_mode & 0o077:
+        foreign = sorted(set(os.listdir(path)) - adopt) if existed and adopt is not None else []
+        if foreign:
+            raise UnsafeFolder(f"pipe's cache folder {path} can be read by other users (mode {stat.S_IMODE(st.st_mode):o}) and holds "
+                               f"{path / foreign[0]}, which is not pipe's: pipe makes private only a folder of its own, and left "
+                               "this one as it was", f"name a new folder in PIPE_CACHE_DIR (pipe creates it, readable by you only), "
+                               f"or make this one private yourself (chmod 700 {path})")
         if st.st_mode & 0o022:  # others could write into it: nothing of theirs may be in it
             stranger = _owned_by_another(path)
             if stranger is not None:

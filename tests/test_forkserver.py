@@ -228,6 +228,35 @@ def test_a_cache_folder_others_may_write_into_is_made_private_or_refused(forked,
     assert f"remove {loose}" in said
 
 
+def test_a_cache_folder_named_by_mistake_is_refused_and_left_as_it_was(forked, tmp_path, monkeypatch):
+    """PIPE_CACHE_DIR pointed at a home or a shared folder (readable by others, holding what is
+    not pipe's) is not made private: its mode stays, nothing is written into it, and the error
+    says what to do. A folder the user made private, or an empty one, is used and tagged."""
+    from runtime import host
+
+    home = tmp_path / "home"
+    (home / "projects").mkdir(parents=True)
+    (home / ".bashrc").write_text("alias ll='ls -l'\n")
+    os.chmod(home, 0o755)
+    r = forked.pipe("server", "status", PIPE_CACHE_DIR=str(home))
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode != 0 and "Traceback" not in said, said
+    assert f"pipe's cache folder {home} can be read by other users (mode 755) and holds {home / '.bashrc'}, which is not pipe's" in said
+    assert f"chmod 700 {home}" in said and "PIPE_CACHE_DIR" in said, said
+    assert stat.S_IMODE(home.stat().st_mode) == 0o755 and sorted(p.name for p in home.iterdir()) == [".bashrc", "projects"]
+    # made private by its user: used, and tagged as a cache (backup tools skip it)
+    os.chmod(home, 0o700)
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(home))
+    assert host.cache_dir() == home and (home / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    assert stat.S_IMODE((home / "CACHEDIR.TAG").stat().st_mode) == 0o600
+    # an empty folder made for the purpose is pipe's to make private
+    empty = tmp_path / "made-for-pipe"
+    empty.mkdir(mode=0o775)
+    os.chmod(empty, 0o775)
+    monkeypatch.setenv("PIPE_CACHE_DIR", str(empty))
+    assert host.cache_dir() == empty and stat.S_IMODE(empty.stat().st_mode) == 0o700
+
+
 def test_the_client_hands_nothing_to_a_fork_server_socket_of_another_user(monkeypatch, tmp_path, capsys):
     import socket
 
