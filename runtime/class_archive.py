@@ -87,9 +87,11 @@ def _key(java_executable: str, settings: Mapping[str, str], env: Mapping[str, st
     return f"spark-driver-{pyspark.__version__}-{key.hexdigest()[:16]}"
 
 
-def plan(java, settings: Mapping[str, str], env: Mapping[str, str] | None = None) -> Archive | None:
+def plan(java, settings: Mapping[str, str], env: Mapping[str, str] | None = None, *, make: bool = True) -> Archive | None:
     """The archive a driver started by `java` with `settings` uses or makes; None when it
-    neither uses nor makes one (see the module's docstring)."""
+    neither uses nor makes one (see the module's docstring). `make=False`: only one that exists
+    (pipe's Connect server, runtime/server.py, whose JVM is stopped by a signal, not at a
+    session's exit where the archive is written)."""
     env = os.environ if env is None else env
     if java is None or os.name == "nt" or not getattr(java, "hotspot", False):
         return None
@@ -108,7 +110,7 @@ def plan(java, settings: Mapping[str, str], env: Mapping[str, str] | None = None
     _remove_orphans(folder)
     if _private_file(path):
         return Archive(path)
-    if (folder / f".{name}.failed").exists():  # this JVM could not write one (e.g. a folder of files on its class path)
+    if not make or (folder / f".{name}.failed").exists():  # this JVM could not write one (e.g. a folder of files on its class path)
         return None
     lock = folder / f".{name}.dumping"
     if not _take(lock):

@@ -363,9 +363,16 @@ def _supervise() -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     deadline = time.monotonic() + START_TIMEOUT_S
+    from runtime import class_archive
+
+    # the classes of Spark's driver mapped from the archive a classic session made (class_archive.py)
+    archive = class_archive.plan(java, settings, make=False)
     for attempt in range(1, _START_ATTEMPTS + 1):
         port = _free_port()
-        with spark_properties_file(_server_settings(settings, port)) as properties:  # removed once the server has read it
+        launched = _server_settings(settings, port)
+        if archive is not None:
+            launched = class_archive.with_option(launched, archive)
+        with spark_properties_file(launched) as properties:  # removed once the server has read it
             server = subprocess.Popen(_server_command(settings, properties), stdin=subprocess.DEVNULL, env=env)
             while not _listening_by(server.pid, port):
                 if server.poll() is not None or stopping or time.monotonic() > deadline:

@@ -98,7 +98,7 @@ print(json.dumps({"mapped": [line.split()[-1] for line in maps.splitlines() if l
 
 
 @pytest.mark.spark
-def test_the_first_session_writes_the_archive_and_the_next_one_maps_it(tmp_path):
+def test_the_first_session_writes_the_archive_and_the_next_one_and_the_server_map_it(tmp_path):
     folder = tmp_path / "cache" / "jvm"
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}  # not the tests' own archive
     env.update(PIPE_JVM_CACHE="on", PIPE_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
@@ -120,4 +120,24 @@ def test_the_first_session_writes_the_archive_and_the_next_one_maps_it(tmp_path)
     second = fresh(2)
     assert second["rows"] == 200
     assert str(archive) in second["mapped"], second  # the driver JVM maps the archive's classes
+    assert sorted(folder.iterdir()) == archives
+
+    # pipe's Spark Connect server maps it too (and never writes one: a signal stops its JVM)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pipe_project.yml").write_text("name: archived\n")
+
+    def pipe(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipe", "--project-dir", str(project), *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    started = pipe("server", "start", "--no-warmup")
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        state = json.loads(next((tmp_path / "cache" / "servers").glob("*.json")).read_text())
+        maps = Path(f"/proc/{state['server_pid']}/maps").read_text()
+        assert str(archive) in maps, [line for line in maps.splitlines() if ".jsa" in line]
+    finally:
+        stopped = pipe("server", "stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert sorted(folder.iterdir()) == archives

@@ -28,6 +28,11 @@ def test_conditions_are_taken_from_the_one_select_that_reads_a_view_and_only_whe
     # qualified by the alias in a join, whichever side (the condition is false for a null-extended row)
     assert view_filters(["select * from u left join t as e on e.k = u.k where e.day >= '2026-12-03' and u.x = 1 and k = 2"],
                         ["t", "u"]) == {"t": (("day", ">=", (("string", "2026-12-03"),)),), "u": (("x", "=", (("number", "1"),)),)}
+    # IS NULL holds for an outer join's null-extended rows: not taken beside an outer join (either
+    # side), taken beside an inner one
+    for join in ("left join", "right outer join", "full join"):
+        assert view_filters([f"select * from u {join} t as e on e.k = u.k where e.day is null and u.x is null"], ["t", "u"]) == {}, join
+    assert view_filters(["select * from u join t on t.k = u.k where t.day is null"], ["t", "u"]) == {"t": (("day", "is null", ()),)}
     # in a subquery: that SELECT's conditions, not the outer one's
     assert view_filters(["select * from (select * from t where p = 1) s where p = 2"], ["t"]) == {"t": (("p", "=", (("number", "1"),)),)}
     refused = [
@@ -118,6 +123,7 @@ PROJECT = {
           one_day: {operation: insert_overwrite_table}
           late: {operation: insert_overwrite_table}
           cafe: {operation: insert_overwrite_table}
+          unmatched: {operation: insert_overwrite_table}
         """,
     "tables/events.sql": "select id, day, shard, ts, amount, gone from {{ source('raw') }}",
     "tables/orders.sql": "select id, region, ts, amount, gone from {{ source('raw') }}",
@@ -130,6 +136,10 @@ PROJECT = {
         where e.day >= '2026-12-04'
         """,
     "tables/cafe.sql": "select id, amount from {{ ref('orders') }} where region = 'naïve café'",
+    # an anti-join: pruning the events to a null day's partition would leave every order unmatched
+    "tables/unmatched.sql": """
+        select o.id from {{ ref('orders') }} o left join {{ ref('events') }} e on e.id = o.id where e.day is null
+        """,
     "tests/no_negative_day.sql": "select id from {{ ref('events') }} where day = '2026-12-01' and amount < -1000000",
 }
 
@@ -171,6 +181,8 @@ def test_models_read_only_the_partitions_their_conditions_meet_and_get_the_rows_
         said = steps["table.late"]["read"]
         assert re.search(rf"(^| \+ )events at \d{{17}} \(columns id, day, {late_parts} of {len(events)} partitions\)( \+ |$)", said), said
         assert re.search(r"(^| \+ )orders at \d{17}( \+ |$)", said), said
+        said = steps["table.unmatched"]["read"]
+        assert re.search(r"(^| \+ )events at \d{17}( \(columns id, day\))?( \+ |$)", said), said  # every partition read
         said = steps["table.cafe"]["read"]
         assert re.fullmatch(rf"orders at \d{{17}} \(1 of {len(orders)} partitions\)", said), said
 
@@ -189,5 +201,6 @@ def test_models_read_only_the_partitions_their_conditions_meet_and_get_the_rows_
                                                              key=repr)
         assert read("cafe", "id", "amount") == sorted(((i, Decimal(r["amount"])) for i, r in model.items() if r["region"] == "naïve café"),
                                                       key=repr)
+        assert read("unmatched", "id") == []  # every order has its event (both tables take every raw row)
         logs.append(any(s.has_logs for s in Table.open(spark, str(root / "lake/events")).view().latest_slices()))
     assert any(logs), "the pruned reads merged log files in some round"

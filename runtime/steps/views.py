@@ -75,7 +75,7 @@ def view_filters(texts: list[str], views: list[str]) -> dict[str, tuple]:
     top-level conjuncts comparing one of its columns (qualified by its name or alias, or
     unqualified when it is that SELECT's only relation) with literals. Such a condition is false
     for a null, so it drops the same rows before a join as after it, whichever side of an outer
-    join the view is on. Nothing is taken for a view read twice (a self-join, two subqueries), a
+    join the view is on; IS NULL, true for a null, is taken only from a SELECT without outer joins. Nothing is taken for a view read twice (a self-join, two subqueries), a
     name a CTE shadows, a view sampled, pivoted or with renamed columns, or SQL sqlglot does not
     fully parse; no string or date is taken from SQL with a backslash or a double quote."""
     from sqlglot import exp
@@ -117,11 +117,14 @@ def _conditions(exp, table) -> list:
     if not isinstance(select, exp.Select) or select.args.get("where") is None:
         return []
     alone = not select.args.get("joins") and not select.args.get("laterals")
+    # IS NULL is true for the null-extended rows of an outer join: on its null-supplying side,
+    # fewer rows read would mean more rows without a match, which the condition keeps
+    outer = any((j.args.get("side") or "") for j in select.args.get("joins") or [])
     qualifier = table.alias_or_name.lower()
     out = []
     for cond in _conjuncts(exp, select.args["where"].this):
         said = _condition(exp, cond)
-        if said is None:
+        if said is None or (said[1] == "is null" and outer):
             continue
         column, op, values = said
         named_by = column.table.lower() if column.table else None

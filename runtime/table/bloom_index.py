@@ -162,7 +162,8 @@ def bloom_candidates(probe, storage, slices: list[FileSlice], partition_scoped: 
         return slices
     check = BloomCheck(storage.spec.uri, tuple(storage.spec.options),
                        tuple((s.partition, s.file_id, s.base_file.path, s.base_file.size) for s in files), partition_scoped)
-    hits = probe.mapInArrow(lambda batches: bloom_task(check, batches), "partition string, file_id string").distinct().collect()
+    # each task yields its distinct candidates (at most tasks x files rows): no shuffle for a distinct
+    hits = probe.mapInArrow(lambda batches: bloom_task(check, batches), "partition string, file_id string").collect()
     maybe = {(p, f) for p, f in hits}
     return [s for s in slices if s.base_file is None or s.has_logs or (s.partition, s.file_id) in maybe]
 

@@ -505,7 +505,9 @@ def lookup(spark, spec: IndexSpec, keys) -> set[tuple[str, str]]:
     def run(batches):
         return lookup_task(spec, batches)
 
-    found = _grouped(spark, spec, keys.select("_k").where("_k is not null")).mapInArrow(run, LOOKUP_SCHEMA).distinct().collect()
+    # each task yields its distinct places: at most tasks x file groups rows, made a set here
+    # (no shuffle stage for a distinct)
+    found = _grouped(spark, spec, keys.select("_k").where("_k is not null")).mapInArrow(run, LOOKUP_SCHEMA).collect()
     return {(r[0], r[1]) for r in found}
 
 
