@@ -178,7 +178,10 @@ def parquet_schema(spark, path: str, key: str):
     if version is None:
         version = _versions[_session_key(spark)] = spark.version
     settings = json.dumps([version, *[_conf(spark, k) for k in _PARQUET_SCHEMA_SETTINGS]])
-    file = cache_dir() / "spark-schemas" / (hashlib.sha256(f"{settings}\0{key}".encode()).hexdigest()[:32] + ".json")
+    try:  # a cache folder pipe may not use (runtime/host.py) only costs the analysis
+        file = cache_dir() / "spark-schemas" / (hashlib.sha256(f"{settings}\0{key}".encode()).hexdigest()[:32] + ".json")
+    except OSError:
+        return spark.read.parquet(path).schema
     try:
         return T.StructType.fromJson(json.loads(file.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
