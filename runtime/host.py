@@ -31,6 +31,7 @@ CACHE_ENTRIES = frozenset({"pyfiles", "envs", "spark-schemas", "servers", "jvm",
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# This file is a cache directory tag created by pipe: what is here is rebuilt when removed.\n"
         "# For information about cache directory tags see https://bford.info/cachedir/\n")
+_tagged: set[Path] = set()  # cache folders this process found tagged or tagged
 
 
 def cache_dir() -> Path:
@@ -44,12 +45,12 @@ def cache_dir() -> Path:
     else:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         folder = private_dir(Path(base) / "pipe")
-    tag = folder / "CACHEDIR.TAG"  # backup and sync tools skip a tagged folder
-    if not tag.exists():
+    if folder not in _tagged:  # backup and sync tools skip a tagged folder
+        _tagged.add(folder)
         try:
-            fd = private_file(tag, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            fd = private_file(folder / "CACHEDIR.TAG", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         except OSError:
-            return folder  # another process wrote it, or the folder is read-only: the tag is a courtesy
+            return folder  # there already, or the folder is read-only: the tag is a courtesy
         with os.fdopen(fd, "w") as out:
             out.write(_TAG)
     return folder

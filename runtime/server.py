@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from runtime import class_archive
 from runtime.host import UnsafeFolder, alive, cache_dir, private_dir, private_file
 from runtime.steps.errors import RunError
 
@@ -362,11 +363,9 @@ def _supervise() -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    from runtime import class_archive
-
     # the classes of Spark's driver mapped from the archive a classic session made (class_archive.py)
     archive = class_archive.plan(java, settings, make=False)
+    deadline = time.monotonic() + START_TIMEOUT_S
     for attempt in range(1, _START_ATTEMPTS + 1):
         port = _free_port()
         launched = _server_settings(settings, port)

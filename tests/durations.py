@@ -8,7 +8,8 @@ while the other workers wait. tests/conftest.py sorts the files by the seconds r
 reordering off. A file not listed counts 3 s per test.
 
 Every run of the whole suite (or a part of it) keeps its seconds per file in
-tests/.durations-last.json and per test in tests/.durations-tests-last.json (git ignores both); refresh the committed figures from it with
+tests/.durations-last.json and per test in tests/.durations-tests-last.json (git ignores
+both); refresh the committed figures from the first with
 
     python -m tests.durations
 

@@ -16,7 +16,7 @@ from runtime.storage import StorageSpec, open_storage
 from runtime.table import Table
 from runtime.table import record_index as ri
 from runtime.table.metadata_table import MetadataTable
-from runtime.table.timeline import Timeline
+from runtime.table.timeline import COMMIT, Timeline
 from tests.java_hudi.client import hudi_rs
 from tests.test_java_takeover import Expected, all_agree, events, java_opts, pipe_df
 
@@ -110,11 +110,9 @@ def assert_index_exact(path: Path, version: int) -> dict[str, tuple[str, str]]:
     return index
 
 
-def _compactions(path: Path) -> int:
-    """The metadata table's completed compactions (commit instants on its timeline)."""
-    timeline = path / ".hoodie" / "metadata" / ".hoodie"
-    folder = timeline / "timeline" if (timeline / "timeline").is_dir() else timeline
-    return sum(1 for p in folder.iterdir() if p.name.endswith(".commit"))
+def _compactions(path: Path, version: int) -> int:
+    """The metadata table's completed compactions (commit instants on its active timeline)."""
+    return len(MetadataTable(open_storage(StorageSpec(str(path), ())), version).timeline().completed((COMMIT,)))
 
 
 def record_index_logs(path: Path) -> list[Path]:
@@ -170,7 +168,7 @@ def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, monkey
             table.write(pipe_df(spark, new), "insert")
             expected.apply(new)
             assert_index_exact(path, version)
-        compactions.append(_compactions(path))
+        compactions.append(_compactions(path, version))
     assert len(record_index_logs(path)) > logs_before, "pipe wrote no record index log"
     groups = len({(p, f) for p, f in table_locations(path).values()})
     # every upsert and delete asked the index (an insert looks nothing up); a delete of 40 neighbouring keys named few groups

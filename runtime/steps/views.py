@@ -75,9 +75,10 @@ def view_filters(texts: list[str], views: list[str]) -> dict[str, tuple]:
     top-level conjuncts comparing one of its columns (qualified by its name or alias, or
     unqualified when it is that SELECT's only relation) with literals. Such a condition is false
     for a null, so it drops the same rows before a join as after it, whichever side of an outer
-    join the view is on; IS NULL, true for a null, is taken only from a SELECT without outer joins. Nothing is taken for a view read twice (a self-join, two subqueries), a
-    name a CTE shadows, a view sampled, pivoted or with renamed columns, or SQL sqlglot does not
-    fully parse; no string or date is taken from SQL with a backslash or a double quote."""
+    join the view is on; IS NULL, true for a null, is taken only from a SELECT without outer
+    joins. Nothing is taken for a view read twice (a self-join, two subqueries), a name a CTE
+    shadows, a view sampled, pivoted or with renamed columns, or SQL sqlglot does not fully
+    parse; no string or date is taken from SQL with a backslash or a double quote."""
     from sqlglot import exp
 
     wanted = {v.lower() for v in views}
