@@ -40,7 +40,7 @@ def serve(rows: int) -> None:
     is the tree on PYTHONPATH."""
     sys.path.remove(str(REPO))
     import runtime
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table, TableConfig
     from table_bench import source
 

@@ -184,8 +184,8 @@ def table_side(args) -> None:
     bulk_insert and the two 1% upserts, each measured; prints one JSON line."""
     from java_bench import PipeSide
 
-    from runtime import cluster
-    from runtime.session import get_spark
+    from runtime.spark import cluster
+    from runtime.spark.session import get_spark
 
     data = Path(args.data)
     workers = [int(p) for p in args.workers.split(",") if p]
@@ -244,7 +244,7 @@ def table_round(r: int, work: Path, data: Path, cluster, conf: dict[str, dict[st
 
 def code_zip(work: Path) -> dict:
     """The zip of pipe's code built into an empty folder, then again (found by its content hash)."""
-    from runtime.cluster import code_archive
+    from runtime.spark.cluster import code_archive
 
     folder = work / "zip-cache"
     t0 = time.perf_counter()
@@ -508,7 +508,7 @@ def main() -> None:
         data = work / "data"
         if "tables" not in args.skip:
             gen = subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:3]; from java_bench import generate; "
-                                  "from runtime.session import get_spark; s = get_spark('local[2]', {'spark.driver.memory': '3g'}); "
+                                  "from runtime.spark.session import get_spark; s = get_spark('local[2]', {'spark.driver.memory': '3g'}); "
                                   "generate(s, __import__('pathlib').Path(sys.argv[3]), int(sys.argv[4]), 1000); s.stop()",
                                   str(BENCH_DIR), str(REPO), str(data), str(args.rows)], cwd=REPO, env=env, capture_output=True, text=True)
             if gen.returncode:

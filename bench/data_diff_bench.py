@@ -90,7 +90,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from runtime.data_diff import compare
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table, TableConfig
 
     spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"}, app_name="pipe-bench")

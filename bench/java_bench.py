@@ -324,7 +324,7 @@ FRESH_PIPE = """
 import time
 marks = [time.time()]
 import json, sys
-from runtime.session import get_spark
+from runtime.spark.session import get_spark
 from runtime.table import Table, TableConfig
 marks.append(time.time())
 src, path, conf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -342,7 +342,7 @@ print(json.dumps([marks, [j for j in jobs if j[2] >= marks[2]]]))
 """
 # the phases of a fresh process, by side
 PHASES = {
-    "pipe": ("python start", "imports (runtime.session, runtime.table)", "Spark start (get_spark)", "the write", "Spark stop", "exit"),
+    "pipe": ("python start", "imports (runtime.spark.session, runtime.table)", "Spark start (get_spark)", "the write", "Spark stop", "exit"),
     "Java": ("driver start (python, JVM, SparkSession, Hudi bundle)", "the write", "quit and exit"),
 }
 
@@ -368,7 +368,7 @@ def main() -> None:
     from tests.java_hudi.client import JavaHudi
     from tests.java_hudi.env import HUDI_015, ensure
 
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
 
     ensure((HUDI_015,))
     load = Load(every=5.0)
@@ -415,7 +415,7 @@ def main() -> None:
         # the first write of a small batch in a fresh process, process start-up included: each side's defaults
         env = {**os.environ, "PIPE_JVM_CACHE": "on", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         # a machine's first pipe session writes the class archive every later one maps
-        # (runtime/class_archive.py): made here, outside the measurements, as a user's first run would
+        # (runtime/spark/class_archive.py): made here, outside the measurements, as a user's first run would
         subprocess.run([sys.executable, "-c", FRESH_PIPE, str(data["small"]), str(work / "pipe" / "fresh-archive"), json.dumps(PIPE_CONF)],
                        cwd=REPO, env=env, capture_output=True, text=True, check=True)
         for r in range(args.fresh_repeats):
@@ -607,7 +607,7 @@ def report(args, results, checks, phases, profiles, whos, gen_seconds, whole, lo
         f"`{QUERY.format(t='t')}` (every row produced, two columns needed), for the full scan `{FULL_QUERY.format(t='t')}` (every column needed), and for the read of one partition `{PART_QUERY.format(t='t')}` (pipe's view prunes the partitions by the condition, as `pipe run` does; Java's file index prunes them too).",
         f"- First write in a fresh process ({args.fresh_repeats} runs, pipe and Java with their defaults): an upsert of {args.small:,} rows into a new "
         "table; pipe: a new `python` (imports, Spark start, write, Spark stop), after one unmeasured session that wrote the Spark driver's class "
-        "archive (runtime/class_archive.py: a machine's first pipe session does, once); Java: a new driver (python, JVM, SparkSession with the Hudi bundle), "
+        "archive (runtime/spark/class_archive.py: a machine's first pipe session does, once); Java: a new driver (python, JVM, SparkSession with the Hudi bundle), "
         "the write, quit.",
         "- Peak RSS: the process tree of each side (pipe: this process, its JVM and the JVM's Python workers; Java: the driver and its JVM), sampled "
         "every 100 ms; a JVM keeps the heap it grew, so later cases carry earlier peaks. CPU: user + system seconds of the same tree. "

@@ -76,7 +76,7 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("JAVA_HUDI_MEMORY", MEMORY)
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from tests.java_hudi.client import JavaHudi
     from tests.java_hudi.env import HUDI_11, ensure
 

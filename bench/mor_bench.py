@@ -42,7 +42,7 @@ def main() -> None:
 
     from pyspark.sql import functions as F
 
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table, TableConfig
     from runtime.table.config import MERGE_ON_READ
 

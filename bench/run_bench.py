@@ -7,7 +7,7 @@ and the same pipeline written for SDP in bench/sdp_shop/:
                 bench/sdp_shop (both read the same JSON files); wall time from launch to exit of
                 the command, JVM start included
   warm no-op    a second `pipe run` with no new input (pipe starts no Spark)  vs  the bare cost of
-                starting Spark and stopping it (`runtime.session.get_spark('local[*]')` in a
+                starting Spark and stopping it (`runtime.spark.session.get_spark('local[*]')` in a
                 subprocess)  vs  a second `spark-pipelines run` with no new input
   incremental   one new orders file, then `pipe run`  vs  `spark-pipelines run`
 
@@ -113,7 +113,7 @@ def _env() -> dict[str, str]:
 
 
 def _local_conf() -> dict[str, str]:
-    """The settings pipe's runtime.session.get_spark uses for local[*], given to SDP too, so that
+    """The settings pipe's runtime.spark.session.get_spark uses for local[*], given to SDP too, so that
     both run Spark alike: UI off, 2g driver, shuffle partitions sized to the cores, UTC."""
     cores = os.cpu_count() or 2
     return {
@@ -148,7 +148,7 @@ def sdp_command(spec: Path) -> list[str]:
     return [str(BIN / "spark-pipelines"), "run", "--spec", str(spec)]
 
 
-BASELINE_CODE = "from runtime.session import get_spark; get_spark('local[*]').stop()"
+BASELINE_CODE = "from runtime.spark.session import get_spark; get_spark('local[*]').stop()"
 
 
 # --- checks of what each run did ----------------------------------------------------------------
@@ -586,7 +586,7 @@ def render(res: Results, meta: dict, repeats: int) -> tuple[str, str]:
       "supporting MERGE and fails on Parquet with `AUTOCDC_TARGET_DOES_NOT_SUPPORT_MERGE`.")
     w("- Both read the same JSON files (the SDP copy's spec points at `../shop/data`). The incremental run adds "
       "`orders-0003.json` (4 rows: a stale version of order 1, order 3 cancelled, order 5 updated, order 8 new).")
-    w("- **baseline**: `python -c \"from runtime.session import get_spark; get_spark('local[*]').stop()\"`: the "
+    w("- **baseline**: `python -c \"from runtime.spark.session import get_spark; get_spark('local[*]').stop()\"`: the "
       "least any run that uses Spark pays (interpreter, JVM, SparkSession, stop).")
     w("- Times are wall-clock seconds of the command as a subprocess, from launch to exit (JVM start included). "
       "*CPU s* is user + system CPU of the command and all its descendants (JVMs, Python workers). In each "

@@ -24,7 +24,7 @@ boto3 and Spark baselines in the same run, on local[2]:
                                table with the same key (what the S3 path adds to pipe's own cost)
 
 pipe runs in-process (compile + Executor.run, as `pipe run` does, on one SparkSession from
-runtime.session.get_spark('local[2]')); a warm-up round (both parts, small) runs first, so JVM
+runtime.spark.session.get_spark('local[2]')); a warm-up round (both parts, small) runs first, so JVM
 start, class loading and the Python workers' imports are not counted. Each pipe case writes a
 fresh table. After each case the tables are read back (row counts) and the queue must be empty.
 
@@ -847,7 +847,7 @@ def render(args, env: dict, a_cases: list[Case], calib: list, b_sets: list[Objec
     if info["code_before"] != info["code_after"]:
         w(f"- **WARNING: pipe's code changed during the run** (hash {info['code_before']} at the start, {info['code_after']} at the end); the run used the code imported at the start.")
     w("- pipe runs in-process: `compile_project` + `Executor.run` (what `pipe run` does) on one SparkSession "
-      "(`runtime.session.get_spark('local[2]')`). A warm-up round of both parts (small) ran first: JVM start, class loading and the "
+      "(`runtime.spark.session.get_spark('local[2]')`). A warm-up round of both parts (small) ran first: JVM start, class loading and the "
       "Python workers' imports are not counted. Every pipe case writes fresh tables; one repetition per case.")
     w("- CPU columns: seconds of CPU over the case — *moto*: the server process; *driver*: the bench's Python process (pipe's driver code, boto3 "
       "calls, py4j); *JVM+workers*: the Spark JVM and its Python workers (live processes, read from /proc).")
@@ -1114,7 +1114,7 @@ def main() -> None:
     try:
         s3, sqs = clients(moto.url)
         template = event_template(s3, sqs)
-        from runtime.session import get_spark
+        from runtime.spark.session import get_spark
 
         print(f"moto at {moto.url}; starting Spark", flush=True)
         spark = get_spark("local[2]", {}, app_name="pipe-s3-bench")

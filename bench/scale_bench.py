@@ -106,7 +106,7 @@ def main() -> None:
         ap.error("--index takes global, record or global,record")
     kinds = [(t, i) for t in TYPES for i in indexes]  # (table type, index)
 
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
 
     spark = get_spark("local[2]", CONF, app_name="scale-bench")
     work = Path(tempfile.mkdtemp(prefix="pipe-scale-", dir=os.environ.get("BENCH_TMP")))

@@ -3,7 +3,7 @@
 into a copy-on-write and a merge-on-read table of 10,000 rows, on local[2], in a warm session.
 Two sessions side by side, each a fresh process, in turns:
 
-  pipe's session     the settings pipe starts every session with (runtime/session.py)
+  pipe's session     the settings pipe starts every session with (runtime/spark/settings.py)
   Spark's default    the same, but PySpark's DataFrame debugging on (Spark's default): the
                      Python call site of every DataFrame and Column function is recorded
 
@@ -44,7 +44,7 @@ import json, sys, tempfile, time
 from decimal import Decimal
 sys.path.insert(0, sys.argv[1])
 import py4j.clientserver as cs
-from runtime.session import get_spark
+from runtime.spark.session import get_spark
 from runtime.table import Table, TableConfig
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ
 

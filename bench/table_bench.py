@@ -139,7 +139,8 @@ def main() -> None:
     args = ap.parse_args()
     section = "table" if args.master == "local[2]" else "table-" + "-".join(filter(None, re.split(r"[^a-z0-9*]+", args.master))).replace("*", "all")
 
-    from runtime.session import get_spark, local_cores
+    from runtime.spark.session import get_spark
+    from runtime.spark.settings import local_cores
     from runtime.table import Table, TableConfig
 
     spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"}, app_name="pipe-bench")

@@ -209,7 +209,7 @@ def main() -> None:
 
     from compiler.api import compile_project
     from runtime.executor import Executor, RunOptions
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.steps import expect
     from runtime.steps.write import _write_options
     from runtime.table import Table, TableConfig

@@ -365,7 +365,7 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
     from runtime.executor import RunError
 
     def start():
-        from runtime import connect, session
+        from runtime.spark import connect, session
 
         try:
             conf = {k: resolve_env_placeholders(str(v), os.environ) for k, v in plan.target.spark_conf.items()}
@@ -379,7 +379,7 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
             if not debug:
                 _quiet_query_loggers()
             if own is not None:
-                from runtime import server
+                from runtime.spark import server
 
                 server.lease(own)
                 spark = session.get_spark(master, conf, reads_s3=_reads_s3(plan), reads_kafka=_reads_kafka(plan), remote=own.url,
@@ -390,7 +390,7 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
             if announce:
                 from rich.markup import escape
 
-                from runtime import cluster
+                from runtime.spark import cluster
 
                 if own is not None:
                     output.err.print(f"[dim]Spark: the pipe server of target {plan.target.name} at {own.url} "
@@ -401,7 +401,7 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
                     output.err.print(f"[dim]{escape(cluster.shipment.describe())}[/]")
             return spark
         except Exception as exc:  # noqa: BLE001 - Spark could not start: say why, once
-            from runtime.cluster import ExecutorPythonError
+            from runtime.spark.cluster import ExecutorPythonError
 
             if isinstance(exc, PipeError):
                 raise
@@ -414,7 +414,7 @@ def _spark_factory(plan, root: Path, debug: bool = False, announce: bool = True)
 
 def _own_server(plan, root: Path, master: str, conf: dict):
     """The running `pipe server` of this project and target, if it has the target's settings."""
-    from runtime import server
+    from runtime.spark import server
 
     state = server.read_state(root, plan.target.name)
     if state is None:
@@ -849,7 +849,7 @@ def pack_env_cmd(ctx: _Context, output_path, rebuild) -> None:
     """Pack the Python packages pipe's tasks need into an archive for a cluster's executors, and print the target settings that ship it."""
     import shutil
 
-    from runtime.cluster import ExecutorPythonError, pack_env
+    from runtime.spark.cluster import ExecutorPythonError, pack_env
     from runtime.executor import RunError
 
     started = time.perf_counter()
@@ -880,7 +880,7 @@ def server_group() -> None:
 
 def _server_target(ctx: _Context, target: str | None):
     from compiler.render import resolve_env_placeholders
-    from runtime import connect
+    from runtime.spark import connect
 
     result = _compile(ctx, target, None)
     plan = result.plan
@@ -910,7 +910,7 @@ def _age(seconds: float) -> str:
 @click.pass_obj
 def server_start(ctx: _Context, target: str | None, idle_timeout: str, no_warmup: bool) -> None:
     """Start a Spark Connect server with the target's Spark settings; pipe run, show and test use it."""
-    from runtime import server
+    from runtime.spark import server
 
     match = re.fullmatch(r"\s*(\d+)\s*([smh]?)\s*", idle_timeout)
     if match is None:
@@ -946,7 +946,7 @@ def server_start(ctx: _Context, target: str | None, idle_timeout: str, no_warmup
 @click.pass_obj
 def server_stop(ctx: _Context, target: str | None) -> None:
     """Stop the target's Spark Connect server."""
-    from runtime import server
+    from runtime.spark import server
 
     plan, root, _, _ = _server_target(ctx, target)
     state = server.stop(root, plan.target.name)
@@ -962,7 +962,7 @@ def server_stop(ctx: _Context, target: str | None) -> None:
 @click.pass_obj
 def server_status(ctx: _Context, target: str | None) -> None:
     """Say whether the target's Spark Connect server runs, and whether commands use it."""
-    from runtime import server
+    from runtime.spark import server
 
     plan, root, master, conf = _server_target(ctx, target)
     state = server.read_state(root, plan.target.name)
@@ -1747,7 +1747,7 @@ def _cancel_on_sigterm():
         return None
 
     def on_sigterm(signum, frame):  # noqa: ARG001 - signal handler
-        from runtime.steps.errors import Terminated
+        from runtime.errors import Terminated
 
         raise Terminated()
 

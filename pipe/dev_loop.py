@@ -53,7 +53,7 @@ def _lake_of(root: Path, target: str, vars_text: str | None, plan) -> tuple[str,
     from compiler.api import compile_project
     from compiler.project import parse_cli_vars
     from runtime.steps.context import RunContext
-    from runtime.steps.errors import RunError
+    from runtime.errors import RunError
 
     if target == plan.target.name:
         raise _cli(f"--defer {target} names the target this run builds", "defer to another target: `--target dev --defer prod`")

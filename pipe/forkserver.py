@@ -38,7 +38,7 @@ from runtime.host import alive, private_file
 # What commands on a pipe server import (a failure leaves the command to import, and report, it).
 PRELOAD = (
     "pipe.cli", "pipe.output", "pipe.run_display", "compiler.api", "compiler.sqlcheck", "sqlglot", "networkx",
-    "runtime.executor", "runtime.connect", "runtime.session", "runtime.server", "runtime.spark_api", "runtime.run_lock",
+    "runtime.executor", "runtime.spark.connect", "runtime.spark.session", "runtime.spark.server", "runtime.spark.api", "runtime.run_lock",
     "runtime.run_record", "runtime.defer", "pipe.dev_loop", "compiler.state",
     "runtime.steps.context", "runtime.steps.source", "runtime.steps.write", "runtime.steps.expect", "runtime.steps.test",
     "runtime.steps.sync", "runtime.steps.views", "runtime.steps.seed", "runtime.steps.unit", "runtime.sources.given", "compiler.seeds",
@@ -47,7 +47,7 @@ PRELOAD = (
     "runtime.table.reader", "runtime.table.services", "runtime.table.compaction", "runtime.table.merge",
     "pyspark.sql.connect.session", "pyspark.sql.connect.functions", "pyspark.sql.functions", "pyspark.sql.types",
     "runtime.table.bloom", "runtime.table.cdc_log", "runtime.table.metadata_table", "runtime.table.record_index", "pyspark.sql.connect.catalog", "pyspark.sql.connect.window", "grpc._channel",
-    "grpc._auth", "grpc._plugin_wrapping",  # the token of pipe's own server (runtime/server.py)
+    "grpc._auth", "grpc._plugin_wrapping",  # the token of pipe's own server (runtime/spark/server.py)
     "pandas", "pyarrow", "pyarrow.parquet", "pyarrow.pandas_compat", "pyarrow.vendored.version", "fastavro", "boto3", "rich.live", "rich._emoji_codes",
     "encodings.idna",
 )

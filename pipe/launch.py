@@ -54,7 +54,7 @@ def main() -> None:
 
 
 def state_dir() -> Path:
-    """Where pipe servers are remembered (runtime.server.state_dir): a folder of this user's only.
+    """Where pipe servers are remembered (runtime.spark.server.state_dir): a folder of this user's only.
     Raises runtime.host.UnsafeFolder (an OSError) when it is not."""
     return private_dir(cache_dir() / "servers")
 

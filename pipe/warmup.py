@@ -1,6 +1,6 @@
 """`pipe server start` warms its new server up before it returns: a small project of pipe's own,
 in a temporary folder, run on the server through the very sessions the project's commands take
-next (runtime/connect.py).
+next (runtime/spark/connect.py).
 
 A new JVM interprets Spark's and Hudi-writing code paths until its JIT has compiled them, and a
 new Python worker imports pipe's task packages: a user's first runs on a fresh server took 4 to 6
@@ -42,7 +42,7 @@ def warm_up(state, conf: Mapping[str, Any] | None) -> float:
     """Runs pipe's warm-up project on the server of `state`; its wall time. Raises RunError when
     a step fails (the server is then no good for pipe's runs either)."""
     from compiler.api import compile_project
-    from runtime import session
+    from runtime.spark import session
     from runtime.executor import Executor, RunError, RunOptions
 
     started = time.perf_counter()

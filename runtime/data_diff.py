@@ -162,7 +162,7 @@ def compare(spark, name: str, base, head, partition_scoped: bool = False, sample
     except PipeError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark failed: say what we were doing
-        from runtime.steps.errors import is_cancellation, spark_message
+        from runtime.errors import is_cancellation, spark_message
 
         if is_cancellation(exc):
             raise
@@ -373,7 +373,7 @@ def _changed_row(r, keys: list[str], common) -> dict[str, Any]:
 def json_value(v: Any) -> Any:
     """A sample's value as JSON holds it: numbers, text and booleans as they are, a changed
     column's {"base", "head"} pair as such, anything else (decimals, timestamps, ...) as text."""
-    from runtime.steps.errors import sample
+    from runtime.errors import sample
 
     if isinstance(v, dict) and set(v) == {"base", "head"}:
         return sample(v)

@@ -28,10 +28,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from compiler.errors import PipeError
 from compiler.plan import Plan, Step
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.steps import source, sync, test, unit, write
 from runtime.steps.context import DONE, FINGERPRINT_KEY, STATES, RunContext, RunOptions, StepResult
-from runtime.steps.errors import Cancelled, RunError, describe_error, is_cancellation, is_user_error
+from runtime.errors import Cancelled, RunError, is_cancellation, is_user_error
+from runtime.steps.errors import describe_error
 
 __all__ = ["Cancelled", "Executor", "FINGERPRINT_KEY", "RUNNERS", "RunError", "RunOptions", "RunResult", "STATES",
            "StepResult", "describe_error", "is_cancellation"]

@@ -25,7 +25,7 @@ class UnsafeFolder(PermissionError):
         return self.args[0]
 
 
-# what pipe keeps at the top of its cache folder (runtime/cluster.py, spark_api.py, server.py,
+# what pipe keeps at the top of its cache folder (runtime/spark/cluster.py, api.py, server.py,
 # class_archive.py, compiler/cache_key.py), and the cache directory tag it leaves there
 CACHE_ENTRIES = frozenset({"pyfiles", "envs", "spark-schemas", "servers", "jvm", "compile.key", "CACHEDIR.TAG"})
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"

@@ -123,7 +123,7 @@ def _can_read(spark, scheme: str) -> bool:
     """Whether Spark's Hadoop configuration has a file system for `scheme` (one set by the
     target, by the cluster's core-site.xml - EMRFS on EMR - or found on the classpath). For
     `s3` with none, S3A is mapped to it when Spark has S3A."""
-    from runtime import spark_api
+    from runtime.spark import api as spark_api
 
     if spark_api.is_connect(spark):
         return _connect_can_read(spark, scheme)
@@ -179,7 +179,7 @@ def _has_file_system(jvm, conf, scheme: str) -> bool:
 
 
 def hadoop_version(spark) -> str | None:
-    from runtime import spark_api
+    from runtime.spark import api as spark_api
 
     if spark_api.is_connect(spark):
         return None

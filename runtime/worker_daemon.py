@@ -1,4 +1,4 @@
-"""The Python worker daemon of pipe's own Spark Connect server (runtime/server.py): PySpark's
+"""The Python worker daemon of pipe's own Spark Connect server (runtime/spark/server.py): PySpark's
 own daemon, with the packages pipe's tasks import already imported before it forks a worker.
 
 Spark forks each Python worker from its daemon, and stops a worker idle for a minute; a new

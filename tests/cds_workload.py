@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from runtime.session import get_spark
+from runtime.spark.session import get_spark
 from runtime.table import Table, TableConfig
 from runtime.table.config import MERGE_ON_READ
 

@@ -38,7 +38,7 @@ if "PYSPARK_SUBMIT_ARGS" not in os.environ:
     os.environ["PYSPARK_SUBMIT_ARGS"] = pyspark_submit_args()
 
 # The tests' drivers map the tests' own class archive (tests/jvm_options.py); pipe's own
-# (runtime/class_archive.py, in the user's cache folder) is only made by the tests of it
+# (runtime/spark/class_archive.py, in the user's cache folder) is only made by the tests of it
 os.environ.setdefault("PIPE_JVM_CACHE", "off")
 
 # Test credentials for the moto server, set before any SparkSession starts: Spark's Python workers
@@ -79,7 +79,7 @@ def project(tmp_path):
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for every integration test (2 cores, quiet)."""
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
 
     session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "4"}, app_name="pipe-tests")
     yield session

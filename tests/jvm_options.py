@@ -31,7 +31,7 @@ def _archive_path() -> Path | None:
     """Where the archive for this java and this pyspark lives; None without a usable java."""
     import pyspark
 
-    from runtime.session import SparkStartError, find_java
+    from runtime.spark.java import SparkStartError, find_java
 
     try:
         java = find_java()

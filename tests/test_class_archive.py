@@ -1,4 +1,4 @@
-"""Class-data sharing for the Spark driver pipe starts (runtime/class_archive.py): the first
+"""Class-data sharing for the Spark driver pipe starts (runtime/spark/class_archive.py): the first
 session that finds no archive writes one at its exit, the next ones map it; never from a folder
 or file another user could write, never over the user's own choice of archive or sharing."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime import class_archive
-from runtime.session import Java, find_java
+from runtime.spark import class_archive
+from runtime.spark.java import Java, find_java
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,7 +84,7 @@ def test_java_version_probe_tells_hotspot():
 # driver JVM's pid, whether the archive is mapped in it, and the rows written
 FRESH = r"""
 import json, sys
-from runtime.session import get_spark
+from runtime.spark.session import get_spark
 from runtime.table import Table, TableConfig
 spark = get_spark("local[2]", {}, app_name="pipe-archive-test")
 pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()

@@ -1,4 +1,4 @@
-"""What pipe ships to a cluster's executors (runtime/cluster.py), without a cluster: the zip of its
+"""What pipe ships to a cluster's executors (runtime/spark/cluster.py), without a cluster: the zip of its
 code, built once per content, and the requirements the probe checks, which must be pipe's own."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 import tomllib
 import zipfile
 
-from runtime import cluster
-from runtime.cluster import ExecutorPython, problems
+from runtime.spark import cluster
+from runtime.spark.cluster import ExecutorPython, problems
 from tests.conftest import REPO
 
 

@@ -136,7 +136,7 @@ import json, os
 os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
 from pathlib import Path
 from pyspark.sql.connect.session import SparkSession
-from runtime.server import read_state
+from runtime.spark.server import read_state
 state = read_state(Path({str(root)!r}), "dev")
 out = {{}}
 for name in {sessions!r}:
@@ -495,7 +495,7 @@ def test_pipe_server_stop_ends_it_and_commands_go_back_to_embedded_spark(server)
 
 
 def test_a_server_is_idle_only_when_no_command_holds_a_lease_and_none_used_it_lately(tmp_path, monkeypatch):
-    from runtime import server
+    from runtime.spark import server
 
     monkeypatch.setenv("PIPE_CACHE_DIR", str(tmp_path))
     state = server.ServerState(project=str(tmp_path), target="dev", fingerprint="f", url="sc://127.0.0.1:1", port=1,
@@ -642,7 +642,7 @@ def test_a_port_another_process_took_is_never_taken_for_the_servers(tmp_path):
     readiness is the server's own process listening (the CI failure of f336af4's first run)."""
     import socket
 
-    from runtime.server import _listening, _listening_by
+    from runtime.spark.server import _listening, _listening_by
 
     mine = socket.socket()
     mine.bind(("127.0.0.1", 0))

@@ -226,7 +226,7 @@ def test_pending_table_services_of_java_are_not_rolled_back_but_a_clustering_blo
 
 CHILD = textwrap.dedent("""
     import decimal, sys
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     df = spark.createDataFrame([(1, "São Paulo", 1700000000005, decimal.Decimal("12.00"), "crash"),

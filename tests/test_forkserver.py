@@ -176,7 +176,7 @@ def test_commands_run_in_their_own_process_when_they_cannot_be_handed_over(forke
 
 def test_the_client_finds_servers_where_runtime_remembers_them(monkeypatch, tmp_path):
     from pipe import launch
-    from runtime import server
+    from runtime.spark import server
 
     for env in ({"PIPE_CACHE_DIR": str(tmp_path / "c")}, {"XDG_CACHE_HOME": str(tmp_path / "x")}, {"HOME": str(tmp_path / "h")}):
         for k in ("PIPE_CACHE_DIR", "XDG_CACHE_HOME"):

@@ -298,7 +298,7 @@ def test_twenty_commits_alternating_java_and_pipe_with_archival_on_both_sides(sp
 
 CRASHING_PIPE = """
 import sys
-from runtime.session import get_spark
+from runtime.spark.session import get_spark
 from runtime.table import Table
 spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
 rows = [(i, "plain", 1_732_000_000_000 + i, f"crash-{i}") for i in range(5000, 5050)]

@@ -250,7 +250,7 @@ def test_view_keeps_log_only_groups_and_logs_named_with_a_pending_compaction(tmp
 def test_a_damaged_log_file_found_in_a_spark_task_is_reported_without_the_traceback(spark, tmp_path):
     import zipfile
 
-    from runtime.steps.errors import spark_message
+    from runtime.errors import spark_message
     from runtime.table import Table
     from tests.conftest import REPO
 

@@ -167,7 +167,7 @@ def test_the_files_partition_lists_exactly_the_committed_files_after_every_opera
 
 CHILD = textwrap.dedent("""
     import sys
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     table = Table.open(spark, sys.argv[1])

@@ -159,7 +159,7 @@ def test_a_merge_on_read_table_migrated_from_6_to_9_and_back_is_read_and_written
 
 CHILD = textwrap.dedent("""
     import sys
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     Table.open(spark, sys.argv[1]).migrate(int(sys.argv[2]))

@@ -135,7 +135,7 @@ def test_archived_deltacommits_keep_their_log_blocks_visible(spark, tmp_path):
 
 CHILD = textwrap.dedent("""
     import sys
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     Table.open(spark, sys.argv[1]).compact()

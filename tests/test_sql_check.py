@@ -339,7 +339,7 @@ def test_delete_when_is_checked_against_the_columns_the_sql_selects(project):
 
 @pytest.mark.spark
 def test_spark_errors_keep_sparks_line_and_position(spark):
-    from runtime.steps.errors import spark_message
+    from runtime.errors import spark_message
 
     spark.range(3).createOrReplaceTempView("three")
     for sql, where in [("select id\nfrom three\nwhere id >", "line 3, pos 10"), ("select id,\n  idd\nfrom three", "line 2, pos 2")]:

@@ -19,7 +19,7 @@ CONFIG = TableConfig(name="orders", record_key_fields=("id",), partition_fields=
 
 CHILD = textwrap.dedent("""
     import sys
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     table = Table.open(spark, sys.argv[1])
@@ -155,7 +155,7 @@ def test_a_task_killed_while_writing_leaves_a_temp_file_that_rollback_removes(sp
 
 MOR_CHILD = textwrap.dedent("""
     import sys
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     rows = [(int(i), r, 1_717_000_000_000 + int(sys.argv[2]), f"{r}-{i}-v{sys.argv[2]}") for i, r in ((1, "EU"), (2, "US"), (5, "EU"))]

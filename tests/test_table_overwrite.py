@@ -265,7 +265,7 @@ def test_pattern_errors_name_the_unmatched_pattern(spark, tmp_path):
 
 CHILD = textwrap.dedent("""
     import sys
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
     from runtime.table import Table
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     table = Table.open(spark, sys.argv[1])

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from compiler.plan import Step
-from runtime.steps.errors import describe_error, is_user_error
+from runtime.errors import is_user_error
+from runtime.steps.errors import describe_error
 from runtime.task_errors import worker_error
 
 ORDERS = Step(id="table.orders", kind="write", name="orders", depends_on=(), config={}, file="tables/orders.yml", line=2,
@@ -63,7 +64,7 @@ def test_a_source_read_cut_short_by_ctrl_c_is_a_cancellation_not_an_unreadable_f
     import time
 
     from runtime.sources import SourceError
-    from runtime.steps.errors import is_cancellation
+    from runtime.errors import is_cancellation
 
     caught: list[BaseException] = []
 

@@ -6,7 +6,7 @@ Spark and on its first write (class loading, JIT), which is the same for every c
 
 `warm_python.run([sys.executable, "-c", SCRIPT, *args], env=..., ...)` (a session fixture,
 tests/conftest.py) takes the place of `subprocess.run`: it hands the job to a child process that
-has already imported pipe's runtime, started its local Spark (`runtime.session.get_spark
+has already imported pipe's runtime, started its local Spark (`runtime.spark.session.get_spark
 ("local[1]")`, as the crash scripts do; their own `get_spark`, and `pipe run`'s, then return that
 session and set its runtime settings; a `pipe run` whose target asks local[2] gets one core, which
 no crash test depends on) and written a throwaway table. The job runs in that process
@@ -75,7 +75,7 @@ def serve() -> None:
 
     control = int(sys.argv[1])
     import runtime
-    from runtime.session import get_spark
+    from runtime.spark.session import get_spark
 
     spark = get_spark("local[1]", {"spark.sql.shuffle.partitions": "2"})
     _warm_up(spark)

@@ -33,7 +33,7 @@ def read_histories(plan: Plan, root: Path, names: Iterable[str]) -> tuple[dict[s
     when the lake cannot be read ("" when it was)."""
     from runtime import s3
     from runtime.steps.context import RunContext
-    from runtime.steps.errors import RunError
+    from runtime.errors import RunError
 
     try:
         lake = RunContext(plan, root)

@@ -39,7 +39,7 @@ def frame(session, columns: list[dict[str, str]], rows: list[list[str | None]], 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from runtime.steps.errors import RunError, spark_message
+    from runtime.errors import RunError, spark_message
 
     raw = StructType([StructField(f"c{i}", StringType(), True) for i in range(len(columns))])
     df = session.createDataFrame([tuple(r) for r in rows], raw)

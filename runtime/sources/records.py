@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.sources import SourceError
 
 FILE, LINE_NO, RECORD_NO, TEXT, IS_HEADER, MISSING = "_pipe_file", "_pipe_line", "_pipe_record", "_pipe_text", "_pipe_is_header", "_pipe_missing"

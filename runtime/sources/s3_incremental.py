@@ -27,7 +27,8 @@ import io
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from runtime import s3, spark_api
+from runtime import s3
+from runtime.spark import api as spark_api
 from runtime.sources import NothingToRead, Pending, SourceError, columns_ddl, human_bytes, records
 from runtime.sources.files import _first_line, _read_hint, read_with_spark
 from runtime.sources.table import lost_checkpoint

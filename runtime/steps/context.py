@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 from compiler.plan import Plan, Step
 from compiler.render import resolve_env_placeholders
 from runtime import s3
-from runtime.steps.errors import RunError
+from runtime.errors import RunError
 from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX, SAMPLE_KEY
 
 FINGERPRINT_KEY = "pipe.step.fingerprint"
@@ -222,8 +222,8 @@ class RunContext:
 
     def _check_reachable(self) -> None:
         """Before Spark starts on a cluster: the executors can reach the lake and the input
-        folders (runtime/cluster.py)."""
-        from runtime import cluster
+        folders (runtime/spark/cluster.py)."""
+        from runtime.spark import cluster
         from runtime.sources.files import base_and_pattern
 
         try:

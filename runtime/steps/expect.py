@@ -20,9 +20,9 @@ from typing import Any, Mapping
 
 from compiler.data_tests import QUARANTINE_SUFFIX
 from compiler.plan import Step
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.steps.context import RunContext
-from runtime.steps.errors import RunError, sample, spark_message
+from runtime.errors import RunError, sample, spark_message
 
 EXTRA_KEY = "pipe.expectations"
 FAILED_COLUMN = "_pipe_failed_expectations"

@@ -14,7 +14,7 @@ import traceback
 from typing import Any
 
 from compiler.plan import Step
-from runtime.steps.errors import RunError, is_cancellation, spark_message
+from runtime.errors import RunError, is_cancellation, spark_message
 
 
 def frame(session, step: Step, this_available: bool):

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from compiler import seeds
 from compiler.plan import Step
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.steps import sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, Stored, stored
-from runtime.steps.errors import Cancelled, RunError
+from runtime.errors import Cancelled, RunError
 
 
 def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:

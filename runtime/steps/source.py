@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from compiler.plan import Step
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.sources import Pending, human_bytes
 from runtime.sources import files as files_source
 from runtime.sources import jdbc as jdbc_source
@@ -16,7 +16,7 @@ from runtime.sources import s3_events as s3_events_source
 from runtime.sources import s3_incremental as s3_incremental_source
 from runtime.sources import table as table_source
 from runtime.steps.context import RunContext, StepResult
-from runtime.steps.errors import RunError
+from runtime.errors import RunError
 
 
 def run(ctx: RunContext, step: Step, result: StepResult) -> tuple[str, str]:

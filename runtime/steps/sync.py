@@ -34,7 +34,7 @@ def _open(ctx: RunContext):
         from runtime.sync.glue import GlueCatalog
 
         return GlueCatalog(_resolved(ctx, spec.get("region")), _resolved(ctx, spec.get("endpoint_url")))
-    from runtime import cluster, connect, spark_api
+    from runtime.spark import api as spark_api, cluster, connect
     from runtime.sync.hive import HiveMetastore
 
     needed_by = f"the Spark settings of target {ctx.plan.target.name} need it"

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from compiler.data_tests import DEFAULT_FAIL_CALC, FAILURES_SUFFIX, threshold_holds
 from compiler.plan import Step
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.sources import SourceError
 from runtime.sources import files as files_source
 from runtime.steps.context import RunContext, StepResult
-from runtime.steps.errors import RunError, is_user_error, sample, spark_message
+from runtime.errors import RunError, is_user_error, sample, spark_message
 from runtime.steps.views import names_used, view_filters
 
 SAMPLE_ROWS = 5

@@ -25,7 +25,8 @@ from pathlib import Path
 from compiler.plan import Plan, Step, TargetSpec
 from runtime.sources import given as given_source
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, RunOptions, StepResult
-from runtime.steps.errors import RunError, describe_error, is_cancellation, sample, spark_message
+from runtime.errors import RunError, is_cancellation, sample, spark_message
+from runtime.steps.errors import describe_error
 
 FOLDER = "target/unit"
 SHOWN = 10  # differing rows shown, each way
@@ -123,7 +124,7 @@ def _seeds_not_given(ctx: RunContext, model: Step, given: list[dict]) -> list[di
 
 
 def _session(spark, step: Step):
-    from runtime import spark_api
+    from runtime.spark import api as spark_api
 
     return spark_api.step_session(spark, step.id, f"pipe {step.id}")
 
@@ -146,7 +147,7 @@ def _query_types(session, table: Step, inputs: list[dict]) -> dict[str, str]:
     """Column (lower case) -> Spark type of what the table's query returns on the given inputs
     (Spark's analysis only: no job runs); empty when it cannot tell (a query that reads the
     table itself, say): the types inferred from the rows are used then."""
-    from runtime import spark_api
+    from runtime.spark import api as spark_api
     from runtime.steps import python_model
 
     for g in inputs:
@@ -228,7 +229,7 @@ def record(ctx: RunContext, table_name: str, at: str | None, rows: int, name: st
     or whole from a `files` source; a queue, a topic, a database or the objects of an
     s3_incremental source are refused (their rows may not be readable again). Values are turned
     into text by Spark, in the session's time zone, as the unit test reads them back."""
-    from runtime import spark_api
+    from runtime.spark import api as spark_api
 
     model = ctx.plan.step(f"table.{table_name}")
     spark = ctx.spark()

@@ -10,11 +10,12 @@ import re
 from typing import Any, Mapping
 
 from compiler.plan import Step
-from runtime import s3, spark_api
+from runtime import s3
+from runtime.spark import api as spark_api
 from runtime.sources import NothingToRead, Pending
 from runtime.steps import expect, python_model, source, sync
 from runtime.steps.context import FINGERPRINT_KEY, RunContext, StepResult, Stored, stored
-from runtime.steps.errors import Cancelled, RunError, spark_message
+from runtime.errors import Cancelled, RunError, spark_message
 from runtime.sample import EMPTY, SAMPLE_KEY
 from runtime.steps.views import expression_names, names_used, view_filters
 from runtime.table.timeline import CHECKPOINT_PREFIX, DEFERRED_PREFIX

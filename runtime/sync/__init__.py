@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
 
-from runtime.steps.errors import RunError
+from runtime.errors import RunError
 from runtime.table.schema import META_COLUMNS
 
 LAST_SYNC = "last_commit_time_sync"

@@ -4,7 +4,7 @@
 database in the project folder, `metastore_db/`, where a Spark session started in the project
 folder with Hive support finds it. pipe's own session needs no Hive support for this. Over Spark
 Connect the driver's JVM is the server's: the client then runs in a JVM of pipe's own with the
-same jars (runtime/session.py java_gateway).
+same jars (runtime/spark/java.py java_gateway).
 
 Thrift objects are built directly, so Hudi's input format classes, which pipe's JVM does not
 have, are stored by name (Spark's own catalog API would load them)."""
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from runtime.session import java_message
+from runtime.spark.java import java_message
 from runtime.sync import Definition, Stored, SyncError
 
 _DERBY_DEFAULT = "jdbc:derby:;databaseName=metastore_db;create=true"
@@ -23,12 +23,12 @@ _DERBY_DEFAULT = "jdbc:derby:;databaseName=metastore_db;create=true"
 def _jvm_of(spark):
     """The JVM that holds the metastore client, and the Hadoop configuration it starts from: the
     classic session's own driver JVM, or, over Spark Connect (whose JVM is the server's, out of
-    pipe's reach), a JVM of pipe's own with the same jars (runtime/session.py java_gateway),
+    pipe's reach), a JVM of pipe's own with the same jars (runtime/spark/java.py java_gateway),
     started with the first sync of the process."""
     jvm = getattr(spark, "_jvm", None)
     if jvm is not None:
         return jvm, spark._jsc.hadoopConfiguration()
-    from runtime.session import SparkStartError, java_gateway
+    from runtime.spark.java import SparkStartError, java_gateway
 
     try:
         jvm = java_gateway().jvm

@@ -4,6 +4,6 @@ slices), schema, files (executor-side write I/O), writer (the write path), reade
 
 from runtime.table.config import COPY_ON_WRITE, MERGE_ON_READ, TableConfig
 from runtime.table.table import LockTimeout, Table, TableError, WriteResult
-from runtime.table.writer import WriteError
+from runtime.table.errors import WriteError
 
 __all__ = ["COPY_ON_WRITE", "MERGE_ON_READ", "LockTimeout", "Table", "TableConfig", "TableError", "WriteError", "WriteResult"]

@@ -14,3 +14,7 @@ class TableError(Exception):
 
 class LockTimeout(TableError):
     pass
+
+
+class WriteError(Exception):
+    """A write that cannot go ahead; nothing was committed."""

@@ -484,7 +484,7 @@ def _refuse_keyless(batch) -> None:
     missing = pc.sum(keyless).as_py() if len(keys) else 0
     if not missing:
         return
-    from runtime.table.writer import WriteError
+    from runtime.table.errors import WriteError
 
     row = batch.filter(keyless).slice(0, 1).to_pylist()[0]
     shown = json.dumps({k: v for k, v in row.items() if not k.startswith(("_hoodie_", "_pipe_"))}, default=str, ensure_ascii=False)
@@ -504,7 +504,7 @@ def _refuse_unsafe_partition(spec: FileWriteSpec, partition: str, rows) -> None:
     reason = unsafe_partition(partition)
     if reason is None:
         return
-    from runtime.table.writer import WriteError
+    from runtime.table.errors import WriteError
 
     row = rows.slice(0, 1).to_pylist()[0] if rows.num_rows else {}
     shown = json.dumps({k: v for k, v in row.items() if k not in (FILE_ID, KIND) and not k.startswith(("_hoodie_", "_pipe_"))},

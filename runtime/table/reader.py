@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
 from runtime.table.errors import TableError
 from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants, writes_archived_after

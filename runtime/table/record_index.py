@@ -488,7 +488,7 @@ def with_group(spark, df, key: str, groups: int):
 # --- the driver's side -----------------------------------------------------------------------
 
 def _tasks(spark, spec: IndexSpec) -> int:
-    from runtime import spark_api
+    from runtime.spark import api as spark_api
 
     return max(1, min(spec.groups, spark_api.default_parallelism(spark) * 2))
 

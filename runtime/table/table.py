@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.storage import Storage, StorageSpec, open_storage
 from runtime.table import avro as _avro
 from runtime.table import bucket_index as _bucket_index

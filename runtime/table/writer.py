@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
-from runtime import spark_api
+from runtime.spark import api as spark_api
 from runtime.table import bloom_index as _bloom_index
 from runtime.table import bucket_index as _bucket_index
 from runtime.table import keygen as _keygen
@@ -24,6 +24,7 @@ from runtime.table import reader as _reader
 from runtime.table import markers
 from runtime.table import tombstones as _tombstones
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
+from runtime.table.errors import WriteError
 from runtime.table.files import FILE_ID, KIND, STATS_SCHEMA, Derived, FileWriteSpec, LogTarget, write_task
 from runtime.table.layout import FileSlice, new_file_id
 from runtime.table.schema import IS_DELETED, META_COLUMNS, SchemaChangeError, arrow_schema, avro_schema_json
@@ -44,10 +45,6 @@ OPERATION_TYPES = {
 }
 # Operations completed as a replacecommit (partitionToReplaceFileIds) instead of a commit.
 REPLACE_OPERATIONS = ("insert_overwrite", "insert_overwrite_table", "delete_partition")
-
-
-class WriteError(Exception):
-    """A write that cannot go ahead; nothing was committed."""
 
 
 @dataclass(frozen=True)
@@ -822,7 +819,7 @@ def partition_task_threads(master: str, parallelism: int, python_memory: str | N
     threads, up to MAX_GROUP_THREADS (one when spark.executor.pyspark.memory caps each Python
     worker). On a cluster, as many tasks as cores write their groups themselves; fewer would
     leave executors idle while one of them rewrites a partition's groups one after the other."""
-    from runtime.session import local_cores
+    from runtime.spark.settings import local_cores
 
     if master.startswith("local"):
         return 1 if python_memory else max(1, min(MAX_GROUP_THREADS, local_cores(master) // tasks))

@@ -1,6 +1,6 @@
 """A real Spark standalone cluster for the tests: one Master and two Workers (1 core, 1 GiB each)
 started from the installed pyspark's `bin/spark-class` on 127.0.0.1 with free ports. The nodes'
-Python is a venv that holds only `pyspark[sql]`: pipe ships its own code (runtime/cluster.py)
+Python is a venv that holds only `pyspark[sql]`: pipe ships its own code (runtime/spark/cluster.py)
 and the tests ship the other packages of its tasks (fastavro, boto3) with `pipe pack-env`.
 
 The executors' Python environments live under <repo>/.cluster (git ignores it), built once and
@@ -169,7 +169,7 @@ def _spark_home() -> Path:
 
 def start(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g", timeout: float = 120) -> Cluster:
     """Starts a Master and `workers` Workers on 127.0.0.1; returns when every Worker has registered."""
-    from runtime.session import _home_for_spark, find_java
+    from runtime.spark.java import find_java, home_for_spark
 
     java = find_java()
     home = _spark_home()
@@ -178,7 +178,7 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g", t
                 "SPARK_LOG_DIR": str(workdir), "SPARK_NO_DAEMONIZE": "1",
                 # the Master and Workers mostly wait: the first JIT tier and the serial collector
                 "SPARK_DAEMON_JAVA_OPTS": SHORT_LIVED})
-    java_home = _home_for_spark(java)
+    java_home = home_for_spark(java)
     if java_home:
         env["JAVA_HOME"] = java_home
     workdir.mkdir(parents=True, exist_ok=True)

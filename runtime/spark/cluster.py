@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.host import cache_dir
+from runtime.spark import info
 
 # The packages of pipe that executor tasks import (runtime.table.*, runtime.sources.* and the
 # compiler's error types they use). The command line (pipe/) never runs on an executor.
@@ -180,7 +181,7 @@ def code_archive(folder: Path | None = None) -> Path:
 # The probe
 
 # Run on the executors. It is compiled from this text (not defined in this module) so that Spark
-# ships the function itself rather than a reference to runtime.cluster: the probe must run even
+# ships the function itself rather than a reference to runtime.spark.cluster: the probe must run even
 # where pipe's code did not arrive, and say so.
 _PROBE_SOURCE = '''
 def probe(_partition):
@@ -253,9 +254,8 @@ def probe_connect(spark, requirements: tuple[Requirement, ...]) -> list[Executor
 
     from pyspark.sql.functions import udf
 
-    from runtime import spark_api
 
-    slices = max(2, spark_api.default_parallelism(spark))
+    slices = max(2, info.default_parallelism(spark))
     fn = udf(_probe_function(requirements, "probe_json"), "string", useArrow=False)
     rows = spark.range(0, slices, 1, slices).select(fn("id").alias("report")).collect()
     return _distinct([json.loads(r["report"]) for r in rows])
@@ -348,13 +348,12 @@ def ship_connect(spark, needs_boto3: bool = False, needs_kafka: bool = False) ->
     """`ship` over Spark Connect: pipe's code as an artifact of the session (its clones, one per
     step, have it too), and the server's Python workers checked."""
     global shipment
-    from runtime import spark_api
 
     started = time.perf_counter()
     archive = code_archive()
     spark.addArtifacts(str(archive), pyfile=True)
     requirements = requirements_for(needs_boto3, needs_kafka)
-    python = spark_api.setting(spark, "spark.pyspark.python") or "python3"
+    python = info.setting(spark, "spark.pyspark.python") or "python3"
     try:
         reports = probe_connect(spark, requirements)
     except Exception as exc:  # noqa: BLE001 - the probe's job itself failed: say why in one line

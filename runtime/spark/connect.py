@@ -1,12 +1,12 @@
 """pipe's session as a Spark Connect client: of a server the target names (`spark.remote:
 sc://host:port` in its Spark settings, or SPARK_REMOTE), or of the project's own local server
-(`pipe server start`, runtime/server.py).
+(`pipe server start`, runtime/spark/server.py).
 
-Over Connect pipe has no JVM and no SparkContext in its process: runtime/spark_api.py gives the
+Over Connect pipe has no JVM and no SparkContext in its process: runtime/spark/api.py gives the
 steps what they need in Connect's terms. The session's settings are the runtime-settable ones of
 the target (SQL settings); settings the server fixes when it starts (memory, master, jars) are
 the server's. pipe's own code reaches the server's Python workers as an artifact of the session
-(`addArtifacts`, the zip runtime/cluster.py builds), and their Python is checked once, as on a
+(`addArtifacts`, the zip runtime/spark/cluster.py builds), and their Python is checked once, as on a
 cluster, unless the server is pipe's own (its workers run this very Python)."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import socket
 import threading
 from typing import Any, Mapping
 
-from runtime import cluster
-from runtime.steps.errors import RunError
+from runtime.spark import cluster
+from runtime.errors import RunError
 
 # Runtime settings every Connect session of pipe gets (the target's own win): the SQL settings of
-# the classic defaults (runtime/session.py).
+# the classic defaults (runtime/spark/session.py).
 CONNECT_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -55,7 +55,7 @@ def remote_of(conf: Mapping[str, Any] | None, environ: Mapping[str, str]) -> str
 
 def get_session(url: str, conf: Mapping[str, Any] | None = None, *, reads_s3: bool = False, reads_kafka: bool = False, own=None):
     """A Connect session with the server at `url` (sc://host:port): the same one on later calls.
-    `own`: the server is pipe's own local one (its runtime/server.py ServerState): its Python
+    `own`: the server is pipe's own local one (its runtime/spark/server.py ServerState): its Python
     workers are this Python and import pipe as this process does, and the sessions are its fixed
     ones, whose workers stay warm between commands. Raises ConnectError when the server cannot be
     reached, cluster.ExecutorPythonError when its Python workers cannot run pipe's tasks."""
@@ -130,7 +130,7 @@ class _Pool:
         self.lock = threading.Lock()
 
     def claim(self, prefix: str):
-        from runtime import server
+        from runtime.spark import server
 
         folder = server.lease_dir(self.state)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # in servers/, this user's only
@@ -201,7 +201,7 @@ def is_own_server() -> bool:
 
 
 def step_session(spark, tag: str):
-    """A session of its own for a step (runtime/spark_api.py), tagged `tag`: a fixed one on pipe's
+    """A session of its own for a step (runtime/spark/api.py), tagged `tag`: a fixed one on pipe's
     own server, else a clone of `spark` (its settings and shipped code)."""
     if _pool is not None:
         session = _pool.checkout()

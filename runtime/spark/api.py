@@ -17,11 +17,11 @@ import sys
 import threading
 from typing import Any
 
+from runtime.spark.info import conf_value, default_parallelism, is_connect, master, setting  # noqa: F401 - the API of this module
+
 # The step sessions of Connect sessions, by tag: what a cancellation interrupts.
 _tagged: dict[str, object] = {}
 _tagged_lock = threading.Lock()
-# The default parallelism of Connect sessions, by server session id (asked once).
-_parallelism: dict[str, int] = {}
 # Spark's version, by session (asked once).
 _versions: dict[Any, str] = {}
 # Spark's settings that change the schema it reads from a Parquet file.
@@ -29,9 +29,6 @@ _PARQUET_SCHEMA_SETTINGS = ("spark.sql.parquet.binaryAsString", "spark.sql.parqu
                             "spark.sql.parquet.inferTimestampNTZ.enabled", "spark.sql.legacy.parquet.nanosAsLong")
 
 
-def is_connect(spark) -> bool:
-    """Whether `spark` is a Spark Connect session (a client of a server)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def new_session(spark):
@@ -39,7 +36,7 @@ def new_session(spark):
     over Connect, the code shipped to it."""
     if not is_connect(spark):
         return spark.newSession()
-    from runtime import connect
+    from runtime.spark import connect
 
     return connect.clone(spark)
 
@@ -51,7 +48,7 @@ def step_session(spark, tag: str, description: str):
     if not is_connect(spark):
         spark.sparkContext.setJobGroup(tag, description, interruptOnCancel=True)
         return spark.newSession()
-    from runtime import connect
+    from runtime.spark import connect
 
     with _tagged_lock:
         taken = _tagged.get(tag)
@@ -66,21 +63,21 @@ def step_session(spark, tag: str, description: str):
 def temp_view(df, name: str) -> None:
     """`df.createOrReplaceTempView(name)` in the session of `df`. Over Connect, the name is kept
     with the session: a fixed session of pipe's own server outlives the step, and its views are
-    dropped when the step gives it back (runtime/connect.py), not left to shadow a table of the
+    dropped when the step gives it back (runtime/spark/connect.py), not left to shadow a table of the
     same name in the next step that takes it."""
     df.createOrReplaceTempView(name)
     if is_connect(df.sparkSession):
-        from runtime import connect
+        from runtime.spark import connect
 
         connect.remember_view(df.sparkSession, name)
 
 
 def end_step(spark, tag: str) -> None:
-    """A step is over: over Connect, its session is given back (runtime/connect.py)."""
+    """A step is over: over Connect, its session is given back (runtime/spark/connect.py)."""
     with _tagged_lock:
         session = _tagged.pop(tag, None)
     if session is not None:
-        from runtime import connect
+        from runtime.spark import connect
 
         connect.end_step_session(session)
 
@@ -98,24 +95,11 @@ def cancel(spark, tag: str) -> None:
 
 
 def server_lost(exc: BaseException) -> bool:
-    """Whether `exc` is the loss of this process's Spark Connect server (runtime/connect.py)."""
-    connect = sys.modules.get("runtime.connect")  # imported by a run over Spark Connect only
+    """Whether `exc` is the loss of this process's Spark Connect server (runtime/spark/connect.py)."""
+    connect = sys.modules.get("runtime.spark.connect")  # imported by a run over Spark Connect only
     return connect is not None and connect.lost_server(exc) is not None
 
 
-def default_parallelism(spark) -> int:
-    """The cores Spark offers to a job: the number of tasks pipe splits a small job into."""
-    if not is_connect(spark):
-        return spark.sparkContext.defaultParallelism
-    key = spark.client._session_id
-    if key not in _parallelism:
-        value = spark.conf.get("spark.default.parallelism", None)
-        if not value:
-            # spark.range without a partition count makes one partition per core the server's
-            # SparkContext offers (its defaultParallelism); one small job, once per session
-            value = spark.range(0, 1 << 16).selectExpr("spark_partition_id() AS p").agg({"p": "max"}).first()[0] + 1
-        _parallelism[key] = max(1, int(value))
-    return _parallelism[key]
 
 
 _LOCAL_ROWS = 2_000
@@ -177,7 +161,7 @@ def parquet_schema(spark, path: str, key: str):
     version = _versions.get(_session_key(spark))
     if version is None:
         version = _versions[_session_key(spark)] = spark.version
-    settings = json.dumps([version, *[_conf(spark, k) for k in _PARQUET_SCHEMA_SETTINGS]])
+    settings = json.dumps([version, *[conf_value(spark, k) for k in _PARQUET_SCHEMA_SETTINGS]])
     try:  # a cache folder pipe may not use (runtime/host.py) only costs the analysis
         file = cache_dir() / "spark-schemas" / (hashlib.sha256(f"{settings}\0{key}".encode()).hexdigest()[:32] + ".json")
     except OSError:
@@ -201,26 +185,6 @@ def _session_key(spark):
     return spark.client._session_id if is_connect(spark) else id(spark.sparkContext)
 
 
-def _conf(spark, key: str) -> str | None:
-    """A setting of the session itself (a SQL setting set at run time too), None when unset."""
-    try:
-        return spark.conf.get(key, None)
-    except Exception:  # noqa: BLE001 - a server that keeps the setting to itself
-        return None
 
 
-def setting(spark, key: str) -> str | None:
-    """A Spark setting of the session (or of its Spark context), None when unset."""
-    if not is_connect(spark):
-        return spark.sparkContext.getConf().get(key, None)
-    try:
-        return spark.conf.get(key, None)
-    except Exception:  # noqa: BLE001 - a server that keeps the setting to itself
-        return None
 
-
-def master(spark) -> str:
-    """The master of the Spark that runs the jobs (over Connect: the server's)."""
-    if not is_connect(spark):
-        return spark.sparkContext.master
-    return setting(spark, "spark.master") or ""

@@ -90,7 +90,7 @@ def _key(java_executable: str, settings: Mapping[str, str], env: Mapping[str, st
 def plan(java, settings: Mapping[str, str], env: Mapping[str, str] | None = None, *, make: bool = True) -> Archive | None:
     """The archive a driver started by `java` with `settings` uses or makes; None when it
     neither uses nor makes one (see the module's docstring). `make=False`: only one that exists
-    (pipe's Connect server, runtime/server.py, whose JVM is stopped by a signal, not at a
+    (pipe's Connect server, runtime/spark/server.py, whose JVM is stopped by a signal, not at a
     session's exit where the archive is written)."""
     env = os.environ if env is None else env
     if java is None or os.name == "nt" or not getattr(java, "hotspot", False):

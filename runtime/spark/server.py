@@ -16,14 +16,14 @@ What keeps it safe and private:
   (runtime/host.py cache_dir), with a fingerprint of the Spark settings it was started with:
   a command uses it only when the project folder, the target and the settings all match, so two
   projects, or a target whose settings changed, never share a server by accident.
-- A supervisor process (this module run as `python -m runtime.server`) owns the JVM: it stops it
+- A supervisor process (this module run as `python -m runtime.spark.server`) owns the JVM: it stops it
   on `pipe server stop` (SIGTERM), when it has been idle for the idle timeout (no command has
   used it, and none that uses it is running), and forgets it if the JVM dies.
 
 Python workers: Spark starts one set of Python worker processes per Connect session, and a new
 session would import pandas and pyarrow again in each (seconds). pipe's commands therefore use a
 fixed set of sessions on its own server (ids derived from the server's, one per concurrent
-step), which keep their workers warm from one command to the next (runtime/connect.py)."""
+step), which keep their workers warm from one command to the next (runtime/spark/connect.py)."""
 
 from __future__ import annotations
 
@@ -41,9 +41,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from runtime import class_archive
+from runtime.errors import RunError
 from runtime.host import UnsafeFolder, alive, cache_dir, private_dir, private_file
-from runtime.steps.errors import RunError
+from runtime.spark import class_archive
+from runtime.spark.cluster import SHIPPED_PACKAGES
+from runtime.spark.java import find_java, home_for_spark
+from runtime.spark.settings import spark_properties_file, spark_settings
 
 IDLE_TIMEOUT_S = 3600  # an idle server stops after an hour (`pipe server start --idle-timeout`)
 START_TIMEOUT_S = 180
@@ -94,9 +97,8 @@ def fingerprint(settings: Mapping[str, str]) -> str:
 
 def code_stamp() -> str:
     """The names, sizes and modification times of the Python files of the packages the server's
-    workers import (runtime/cluster.py ships the same to clusters): a few milliseconds, no
+    workers import (runtime/spark/cluster.py ships the same to clusters): a few milliseconds, no
     file read."""
-    from runtime.cluster import SHIPPED_PACKAGES
 
     base = Path(__file__).resolve().parent.parent  # the folder holding runtime/ and compiler/
     digest = hashlib.sha256()
@@ -224,8 +226,7 @@ def _listening_by(pid: int, port: int) -> bool:
 
 
 def server_settings(master: str, conf: Mapping[str, Any] | None, project_name: str) -> dict[str, str]:
-    """The settings of the server's Spark: those of an embedded session (runtime/session.py)."""
-    from runtime.session import spark_settings
+    """The settings of the server's Spark: those of an embedded session (runtime/spark/settings.py)."""
 
     settings = spark_settings(master, {k: v for k, v in (conf or {}).items() if k != "spark.remote"}, f"pipe server {project_name}")
     settings.setdefault("spark.pyspark.python", this_python())
@@ -266,7 +267,7 @@ def start(project: Path, project_name: str, target: str, master: str, conf: Mapp
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", _TOKEN_ENV)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")) if p)
     with open(private_file(log), "ab") as out:
-        supervisor = subprocess.Popen([sys.executable, "-m", "runtime.server"], stdin=subprocess.PIPE,
+        supervisor = subprocess.Popen([sys.executable, "-m", "runtime.spark.server"], stdin=subprocess.PIPE,
                                       stdout=out, stderr=out, env=env, start_new_session=True, cwd=str(project))
     with supervisor.stdin:
         supervisor.stdin.write(json.dumps(request).encode())
@@ -315,7 +316,7 @@ def _last_error(log: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# The supervisor (python -m runtime.server REQUEST)
+# The supervisor (python -m runtime.spark.server REQUEST)
 
 
 def _server_settings(settings: Mapping[str, str], port: int) -> dict[str, str]:
@@ -338,14 +339,13 @@ def _server_command(settings: Mapping[str, str], properties: str) -> list[str]:
 
 
 def _supervise() -> int:
-    from runtime.session import _home_for_spark, find_java, spark_properties_file
 
     request = json.loads(sys.stdin.buffer.read())
     settings, path = request["settings"], Path(request["state"])
     token = secrets.token_urlsafe(32)
     java = find_java()
     env = dict(os.environ)
-    home = _home_for_spark(java)
+    home = home_for_spark(java)
     if home:
         env["JAVA_HOME"] = home
     import pyspark
