@@ -7,7 +7,7 @@ Setup (not measured): `pipe init shop` in a temporary folder, `pipe run` there. 
 each measured as a fresh process from launch to exit (what a user waits for):
 
   pipe show      `pipe show orders` (a local table: read in-process)
-  spark show     the same rows through Spark: `pipe.cli._rows_with_spark` (the path `pipe show`
+  spark show     the same rows through Spark: `pipe.commands.tables.rows_with_spark` (the path `pipe show`
                  takes for a table on S3) in a fresh Python process that starts Spark
 
 Both outputs are compared row by row before the figures are reported. Results go to the `show`
@@ -40,10 +40,12 @@ from report import write_section  # noqa: E402
 
 SPARK_SHOW = """
 import json, sys
-from pipe.cli import _Context, _rows_with_spark, _spark_factory, _table_for
-table, plan = _table_for(_Context(False, sys.argv[1]), "orders", None)
-table.spark = _spark_factory(plan)()
-columns, rows = _rows_with_spark(table.read(meta=False), list(table.config.record_key_fields), 21)
+from pipe.commands.common import Context
+from pipe.commands.sessions import spark_factory, table_for
+from pipe.commands.tables import rows_with_spark
+table, plan = table_for(Context(False, sys.argv[1]), "orders", None)
+table.spark = spark_factory(plan)()
+columns, rows = rows_with_spark(table.read(meta=False), list(table.config.record_key_fields), 21)
 for r in rows[:20]:
     print(json.dumps(dict(zip(columns, r)), sort_keys=True, default=str))
 """

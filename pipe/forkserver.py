@@ -1,4 +1,4 @@
-"""pipe's fork server: the server half of handing commands over (pipe/launch.py is the client).
+"""pipe's fork server: the server half of handing commands over (pipe/handover.py is the client).
 
 `pipe server start` starts it (`ensure_started`) once per Python, version of pipe's code and cache
 folder. It imports pipe and what a command on a pipe server imports (PySpark's Connect client,
@@ -32,8 +32,8 @@ import time
 import traceback
 from pathlib import Path
 
-from pipe import launch
-from runtime.host import alive, private_file
+from pipe import handover
+from runtime.host import private_file
 
 # What commands on a pipe server import (a failure leaves the command to import, and report, it).
 PRELOAD = (
@@ -61,7 +61,7 @@ def serves(name: str | None = None) -> bool:
     """Whether the fork server of this Python and pipe's code (its socket `name`, if known)
     takes commands."""
     try:
-        launch.connect(launch.state_dir(), name or launch.socket_name(launch.stamp()), timeout_s=2).close()
+        handover.connect(handover.state_dir(), name or handover.socket_name(handover.stamp()), timeout_s=2).close()
     except OSError:
         return False
     return True
@@ -71,10 +71,10 @@ def ensure_started() -> bool:
     """Starts the fork server of this Python and pipe's code unless one runs; whether one was
     started. Returns at once: it imports for a second or two before it serves, and commands run
     in their own process until then."""
-    name = launch.socket_name(launch.stamp())
+    name = handover.socket_name(handover.stamp())
     if serves(name):
         return False
-    folder = launch.state_dir()  # this user's only (runtime/host.py private_dir)
+    folder = handover.state_dir()  # this user's only (runtime/host.py private_dir)
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
     with open(private_file(folder / LOG_NAME), "ab") as log:
         subprocess.Popen([sys.executable, "-m", "pipe.forkserver", str(folder), name], stdin=subprocess.DEVNULL, stdout=log,
@@ -103,7 +103,7 @@ def serve(folder: Path, name: str) -> int:
         names_used(["select a from t"])
     except Exception:  # noqa: BLE001, S110 - best effort, as the imports
         pass
-    if launch.socket_name(launch.stamp()) != name:
+    if handover.socket_name(handover.stamp()) != name:
         _log(f"pipe's code changed while it was imported: not serving {name}")
         return 0
     listener = _listen(folder, name)
@@ -140,10 +140,10 @@ def serve(folder: Path, name: str) -> int:
             now = time.monotonic()
             if now - last_check >= CHECK_EVERY_S:
                 last_check = now
-                if launch.socket_name(launch.stamp()) != name:
+                if handover.socket_name(handover.stamp()) != name:
                     reason = "pipe's code or the installed libraries changed"
                     break
-                if launch.server_runs_for(None, folder):
+                if handover.server_runs_for(None, folder):
                     last_server = now
                 elif now - last_server > IDLE_EXIT_S:
                     reason = "no pipe server runs"
@@ -200,14 +200,14 @@ def _accept(listener: socket.socket, selector, children: dict[int, socket.socket
         if not _same_user(conn):
             conn.close()
             return 0
-        header, fds, _, _ = socket.recv_fds(conn, launch._HEADER.size, 3)
+        header, fds, _, _ = socket.recv_fds(conn, handover.HEADER.size, 3)
         if not header and not fds:  # a probe (`serves`): connected, then closed
             conn.close()
             return 0
-        if len(header) != launch._HEADER.size or len(fds) != 3:
+        if len(header) != handover.HEADER.size or len(fds) != 3:
             raise ValueError("a request without its header or its three streams")
-        (length,) = launch._HEADER.unpack(header)
-        request = json.loads(launch._read(conn, length))
+        (length,) = handover.HEADER.unpack(header)
+        request = json.loads(handover.read_exact(conn, length))
     except (OSError, ValueError) as exc:
         _log(f"refused a request: {exc}")
         for fd in fds:
@@ -224,7 +224,7 @@ def _accept(listener: socket.socket, selector, children: dict[int, socket.socket
     for fd in fds:
         os.close(fd)
     try:
-        conn.sendall(launch._REPLY.pack(b"P", pid))
+        conn.sendall(handover.REPLY.pack(b"P", pid))
     except OSError:
         _signal_group(pid, signal.SIGINT)
     conn.setblocking(False)
@@ -236,7 +236,7 @@ def _accept(listener: socket.socket, selector, children: dict[int, socket.socket
 
 def _same_user(conn: socket.socket) -> bool:
     """Whether the client runs as this user (the socket's permissions say so already)."""
-    uid = launch.peer_uid(conn)
+    uid = handover.peer_uid(conn)
     return uid is None or uid == os.getuid()
 
 
@@ -260,7 +260,7 @@ def _reap(children: dict[int, socket.socket], selector) -> None:
         try:
             conn.setblocking(True)
             conn.settimeout(2)
-            conn.sendall(launch._REPLY.pack(b"X", code))
+            conn.sendall(handover.REPLY.pack(b"X", code))
         except OSError:
             pass
         conn.close()
@@ -303,7 +303,7 @@ def _child(request: dict, fds: list[int], inherited: list, selector) -> None:
         for fd in fds:
             if fd > 2:
                 os.close(fd)
-        for sig in (*launch.FORWARDED_SIGNALS, signal.SIGCHLD):
+        for sig in (*handover.FORWARDED_SIGNALS, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
@@ -319,8 +319,8 @@ def _child(request: dict, fds: list[int], inherited: list, selector) -> None:
         sys.stderr = sys.__stderr__ = _stream(2, "w", streams[2])
         sys.argv = list(request["argv"])
         preloaded = set(sys.modules)
-        from pipe.cli import main
-
+        module, _, function = handover.COMMAND.partition(":")
+        main = getattr(importlib.import_module(module), function)
         try:
             code = main(sys.argv[1:])
         finally:

@@ -42,8 +42,9 @@ def warm_up(state, conf: Mapping[str, Any] | None) -> float:
     """Runs pipe's warm-up project on the server of `state`; its wall time. Raises RunError when
     a step fails (the server is then no good for pipe's runs either)."""
     from compiler.api import compile_project
+    from runtime.errors import RunError
+    from runtime.executor import Executor, RunOptions
     from runtime.spark import session
-    from runtime.executor import Executor, RunError, RunOptions
 
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="pipe-server-warmup-"))

@@ -6,7 +6,7 @@ unchanged, mismatches per column, and a few sample rows of each kind. Only that 
 aggregates (with the samples) reaches the driver. A table without a record key is compared as
 whole rows instead. `compare_inputs` reads, from each side's latest pipe commit, the
 upstream instants and source checkpoints it was built from. `parse_gates` and `Gate.tripped`
-are the `--fail-on-data` rules. The command line and the outputs are pipe/cli.py's and
+are the `--fail-on-data` rules. The command line and the outputs are pipe/commands/diff.py's and
 pipe/data_diff_output.py's; docs/diff.md ("Data diff") describes what a user sees."""
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_commands_run_in_their_own_process_when_they_cannot_be_handed_over(forke
 
 
 def test_the_client_finds_servers_where_runtime_remembers_them(monkeypatch, tmp_path):
-    from pipe import launch
+    from pipe import handover
     from runtime.spark import server
 
     for env in ({"PIPE_CACHE_DIR": str(tmp_path / "c")}, {"XDG_CACHE_HOME": str(tmp_path / "x")}, {"HOME": str(tmp_path / "h")}):
@@ -183,7 +183,7 @@ def test_the_client_finds_servers_where_runtime_remembers_them(monkeypatch, tmp_
             monkeypatch.delenv(k, raising=False)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        assert launch.state_dir() == server.state_dir()
+        assert handover.state_dir() == server.state_dir()
 
 
 def test_the_cache_folder_socket_lock_and_log_are_the_users_alone(forked):
@@ -260,7 +260,7 @@ def test_a_cache_folder_named_by_mistake_is_refused_and_left_as_it_was(forked, t
 def test_the_client_hands_nothing_to_a_fork_server_socket_of_another_user(monkeypatch, tmp_path, capsys):
     import socket
 
-    from pipe import launch
+    from pipe import handover, launch
 
     project = tmp_path / "p"
     project.mkdir()
@@ -274,7 +274,7 @@ def test_the_client_hands_nothing_to_a_fork_server_socket_of_another_user(monkey
     if os.getuid() != 0:  # another user's process cannot be stood in for: the check itself
         left, right = socket.socketpair(socket.AF_UNIX)
         with left, right:
-            assert launch.peer_uid(left) == os.getuid()
+            assert handover.peer_uid(left) == os.getuid()
         return
     # a stand-in fork server that listens as another user (root may become one), and says what it was sent
     told_r, told_w = os.pipe()
@@ -284,7 +284,7 @@ def test_the_client_hands_nothing_to_a_fork_server_socket_of_another_user(monkey
             os.close(told_r)
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             os.chdir(servers)
-            listener.bind(launch.socket_name(launch.stamp()))
+            listener.bind(handover.socket_name(handover.stamp()))
             os.setgid(12345)
             os.setuid(12345)
             listener.listen(1)
@@ -331,4 +331,4 @@ def test_the_pipe_command_imports_nothing_of_pipe_before_it_hands_a_command_over
     code = ("import sys, pipe.launch; print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pipe', 'runtime', 'compiler', 'click', 'rich', 'yaml', 'jinja2', 'pyspark', 'pandas', 'pyarrow')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
-    assert r.stdout.strip() == "['pipe', 'pipe.launch', 'runtime', 'runtime.host']"
+    assert r.stdout.strip() == "['pipe', 'pipe.handover', 'pipe.launch', 'runtime', 'runtime.host']"
