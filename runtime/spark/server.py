@@ -100,7 +100,7 @@ def code_stamp() -> str:
     workers import (runtime/spark/cluster.py ships the same to clusters): a few milliseconds, no
     file read."""
 
-    base = Path(__file__).resolve().parent.parent  # the folder holding runtime/ and compiler/
+    base = Path(__file__).resolve().parents[2]  # the folder holding runtime/ and compiler/
     digest = hashlib.sha256()
     for name in SHIPPED_PACKAGES:
         for path in sorted((base / name).rglob("*.py")):
@@ -265,7 +265,7 @@ def start(project: Path, project_name: str, target: str, master: str, conf: Mapp
     request = {"project": str(project), "target": target, "fingerprint": print_, "settings": settings,
                "idle_timeout_s": idle_timeout_s, "log": str(log), "state": str(path)}
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", _TOKEN_ENV)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")) if p)
     with open(private_file(log), "ab") as out:
         supervisor = subprocess.Popen([sys.executable, "-m", "runtime.spark.server"], stdin=subprocess.PIPE,
                                       stdout=out, stderr=out, env=env, start_new_session=True, cwd=str(project))
