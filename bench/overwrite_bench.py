@@ -199,7 +199,7 @@ def main() -> int:
             samples[SPARK_WHOLE].append(Sample(peak, dir_bytes(Path(plain), newer_than=t0), len(list(Path(plain).rglob("*.parquet")))))
             check(spark.read.parquet(plain), args.rows, part_rows, marker[SPARK_WHOLE], f"round {rnd} {SPARK_WHOLE}")
 
-            # plain Spark: dynamic partition overwrite of the one partition (runtime/spark/session.py sets it)
+            # plain Spark: dynamic partition overwrite of the one partition (runtime/spark/settings.py sets it)
             def spark_part():
                 news[SPARK_PART].write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy("part").parquet(plain)
 

@@ -17,7 +17,11 @@ import sys
 import threading
 from typing import Any
 
-from runtime.spark.info import conf_value, default_parallelism, is_connect, master, setting  # noqa: F401 - the API of this module
+from runtime.spark.info import conf_value, default_parallelism, is_connect, master, setting
+
+# what the rest of pipe asks of a session: this module's own, and the session facts of info.py
+__all__ = ["cancel", "default_parallelism", "end_step", "is_connect", "local_checkpoint", "local_rows", "master", "new_session",
+           "parquet_schema", "server_lost", "setting", "step_session", "temp_view"]
 
 # The step sessions of Connect sessions, by tag: what a cancellation interrupts.
 _tagged: dict[str, object] = {}

