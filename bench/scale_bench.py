@@ -13,7 +13,10 @@ it, so the data it touches is the same at both sizes; the lookup's range pruning
 space, nothing is pruned by ranges, and the bloom filters are asked instead. With
 `--index record` the tables keep Hudi's record index in their metadata table (`index: record`,
 runtime/table/record_index.py; built by the unmeasured warm-up upsert): the lookup reads only the
-file groups the index names for the batch's keys, whatever the keys look like.
+file groups the index names for the batch's keys, whatever the keys look like. `--index
+global,global-general` races the global index against itself with its partition tasks turned
+off (`writer._keys_stay_put` answering no): the general path's joins, as every global upsert
+took before a batch whose keys stay put was decided in partition tasks.
 
 Repeats are interleaved (1M, 16M, 1M, ...), each after one unmeasured warm-up upsert per
 table. Wall and CPU seconds (the process tree: the driver and its JVM) and peak memory; the
@@ -28,6 +31,7 @@ the machine is marked as no result. Results go to the `scale` section of bench/R
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -81,6 +85,20 @@ def build(spark, root: Path, size: int, table_type: str, keys: str, index: str =
     return table
 
 
+@contextlib.contextmanager
+def general_path(on: bool):
+    """With `on`: global upserts take the general path even when their keys stay put."""
+    from runtime.table import writer
+
+    real = writer._keys_stay_put
+    if on:
+        writer._keys_stay_put = lambda *args: False
+    try:
+        yield
+    finally:
+        writer._keys_stay_put = real
+
+
 def upsert(spark, table, size: int, round_: int, keys: str):
     """25,000 updates of the latest day's keys (a different quarter each round) and 25,000 new keys."""
     last_day = (size - 1) // PER_DAY * PER_DAY
@@ -97,13 +115,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,16000000")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--keys", choices=("sequence", "random"), default="sequence")
-    ap.add_argument("--index", default="global", help="global, record, or both (global,record), raced side by side")
+    ap.add_argument("--index", default="global",
+                    help="global, record, global-general (global without its partition tasks), or several (global,record), raced side by side")
     ap.add_argument("--section", default="scale")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     indexes = args.index.split(",")
-    if not set(indexes) <= {"global", "record"}:
-        ap.error("--index takes global, record or global,record")
+    if not set(indexes) <= {"global", "record", "global-general"}:
+        ap.error("--index takes global, record, global-general or several of them (global,record)")
     kinds = [(t, i) for t in TYPES for i in indexes]  # (table type, index)
 
     from runtime.spark.session import get_spark
@@ -118,7 +137,7 @@ def main() -> None:
                     tables[(size, table_type, index)] = build(spark, work, size, table_type, args.keys, index)
                 built[(size, table_type, index)] = m
                 print(f"built {size:>10,} {table_type:<14} {index:<7} {m.seconds:7.1f} s", flush=True)
-                with Measure(lambda: tree([os.getpid()])) as m:  # warm-up, unmeasured (it builds a record index)
+                with general_path(index == "global-general"), Measure(lambda: tree([os.getpid()])) as m:  # warm-up, unmeasured (it builds a record index)
                     upsert(spark, tables[(size, table_type, index)], size, 0, args.keys)
                 print(f"warm-up {size:>10,} {table_type:<14} {index:<7} {m.seconds:7.1f} s", flush=True)
         load = Load(every=2.0)
@@ -127,7 +146,7 @@ def main() -> None:
         for r in range(1, args.repeats + 1):
             for size in (sizes if r % 2 else sizes[::-1]):
                 for table_type, index in (kinds if r % 2 else kinds[::-1]):
-                    with Measure(lambda: tree([os.getpid()])) as m:
+                    with general_path(index == "global-general"), Measure(lambda: tree([os.getpid()])) as m:
                         upsert(spark, tables[(size, table_type, index)], size, r, args.keys)
                     times[(size, table_type, index)].append(m)
                     print(f"upsert {size:>10,} {table_type:<14} {index:<7} {m.seconds:6.2f} s  cpu {m.cpu:6.1f} s  peak {m.peak:6.0f} MB",

@@ -1,7 +1,8 @@
 """Upserts and deletes with `index: partition` settled in one task per partition
 (runtime/table/partition_upsert.py) write exactly what the general path (dedupe and lookup
 joins in Spark) writes: the same rows, as hudi-rs reads them, the same counts and the same
-file groups per partition, on copy-on-write and merge-on-read tables."""
+file groups per partition, on copy-on-write and merge-on-read tables. So do global-index
+upserts whose keys cannot be in another partition (writer._keys_stay_put)."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def spy(monkeypatch):
 class Pair:
     """Two identical tables: one written by the general path, one by partition tasks."""
 
-    def __init__(self, spark, tmp_path, monkeypatch, table_type, **options):
-        self.spark, self.monkeypatch, self.options = spark, monkeypatch, options
+    def __init__(self, spark, tmp_path, monkeypatch, table_type, index="partition", **options):
+        self.spark, self.monkeypatch, self.options, self.index = spark, monkeypatch, options, index
         config = dict(record_key_fields=("id",), partition_fields=("region",), precombine_field="ts", table_type=table_type)
         self.general = Table.create(spark, str(tmp_path / "general"), TableConfig(name="general", **config))
         self.tasks = Table.create(spark, str(tmp_path / "tasks"), TableConfig(name="tasks", **config))
@@ -58,8 +59,8 @@ class Pair:
         df = self.spark.createDataFrame(rows, schema)
         with self.monkeypatch.context() as m:
             m.setattr(partition_upsert, "PARTITION_TASK_ROWS", 0)  # no partition fits: the general path
-            a = self.general.write(df, operation, index="partition", **self.options)
-        b = self.tasks.write(df, operation, index="partition", **self.options)
+            a = self.general.write(df, operation, index=self.index, **self.options)
+        b = self.tasks.write(df, operation, index=self.index, **self.options)
         assert (b.inserts, b.updates, b.deletes) == (a.inserts, a.updates, a.deletes)
         assert hudi_rows(self.tasks.storage.full_path("")) == hudi_rows(self.general.storage.full_path(""))
         assert groups_per_partition(self.tasks) == groups_per_partition(self.general)
@@ -115,6 +116,56 @@ def test_partition_tasks_fill_small_files_then_open_groups_like_the_general_path
     assert len(spy) == 3
 
 
+@pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_a_global_upsert_whose_keys_stay_put_is_decided_in_partition_tasks(spark, tmp_path, monkeypatch, spy, table_type):
+    """The global index (pipe's default) in a table partitioned by day whose keys grow: when the
+    batch's key range in each partition meets no other partition's range nor any stored file of
+    another partition, no key can be stored elsewhere, and partition tasks decide the batch with
+    the general path's rows, counts and groups. A batch that moves a key, or whose partitions'
+    ranges interleave, goes the general way; so does every batch once a merge-on-read slice has
+    log files (their keys are in no footer). Each key stays once in the table."""
+    pair = Pair(spark, tmp_path, monkeypatch, table_type, index="global")
+    took = []
+
+    def write(rows, schema=SCHEMA, operation="upsert"):
+        before = len(spy)
+        result = pair.write(rows, schema, operation)
+        took.append(len(spy) - before)
+        return result
+
+    def day(d, ns, ts=1, v="v"):
+        return [(d * 100_000 + n, f"d{d}", ts, f"{v}{n}") for n in ns]
+
+    first = write(day(1, range(1000)) + day(2, range(1000)))
+    assert (first.inserts, first.updates) == (2000, 0)
+    # updates of day 2 (every fifth one stale: older than stored), new keys of day 3
+    second = write([(k, r, 0 if k % 5 == 0 else 2, v) for k, r, _, v in day(2, range(500), v="u")] + day(3, range(1000)))
+    assert (second.inserts, second.updates) == (1000, 400)
+    # deletes as rows in day 1, new keys of day 4
+    third = write([(k, r, 5, None, True) for k, r, _, _ in day(1, range(100))] + [(k, r, 1, v, False) for k, r, _, v in day(4, range(300))],
+                  DELETES)
+    assert (third.inserts, third.deletes) == (300, 100)
+    # key 100500 of day 1 comes in under day 3: a move (day 3's range now meets day 1's file)
+    fourth = write([(100_500, "d3", 9, "moved")] + day(3, range(0, 1000, 10), ts=3, v="w"))
+    assert (fourth.inserts, fourth.updates, fourth.deletes) == (1, 100, 1)
+    # days 5 and 6 interleave: keys 500050..500099 arrive under both, the larger ts wins, once
+    fifth = write(day(5, range(100), ts=1) + [(500_000 + n, "d6", 2, f"six{n}") for n in range(50, 150)])
+    assert fifth.inserts == 150
+    # after the move, day 3's file spans days 1 to 3; updates of day 4 and new keys of day 7 meet none of them
+    sixth = write(day(4, range(0, 300, 3), ts=4, v="x") + day(7, range(200)))
+    assert (sixth.inserts, sixth.updates) == (200, 100)
+    pair.write([(400_000 + n, "d4") for n in range(0, 300, 2)], "id long, region string", operation="delete")
+    rows = pair.rows()
+    ids = [r[0] for r in rows]
+    assert len(ids) == len(set(ids)) == 2000 + 1000 - 100 + 300 + 150 + 200 - 150
+    assert [r for r in rows if r[0] == 100_500] == [(100_500, "d3", 9, "moved", "region=d3")]
+    assert {r[1] for r in rows if 500_050 <= r[0] < 500_100} == {"d6"}
+    if table_type == COPY_ON_WRITE:
+        assert took == [1, 1, 1, 0, 0, 1]
+    else:  # day 2's updates went to a log file: no later batch is decided in partition tasks
+        assert took == [1, 1, 0, 0, 0, 0]
+
+
 def test_a_partition_too_large_for_one_task_goes_the_general_way(spark, tmp_path, monkeypatch, spy):
     table = Table.create(spark, str(tmp_path / "t"), TableConfig(name="t", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts"))
     monkeypatch.setattr(partition_upsert, "PARTITION_TASK_ROWS", 3)
@@ -122,10 +173,15 @@ def test_a_partition_too_large_for_one_task_goes_the_general_way(spark, tmp_path
     assert spy == ["t"]
     table.write(spark.createDataFrame([(i, "EU", 2, "x") for i in range(4)], SCHEMA), "upsert", index="partition")
     assert spy == ["t"]  # 4 rows in region=EU: more than a task takes
-    table.write(spark.createDataFrame([(1, "EU", 3, "y")], SCHEMA), "upsert")  # the global index never takes it
+    # the global index takes the partition tasks only when no key can be in another partition:
+    # key 2 may be in region=US (whose file holds keys 2 and 3), key 1 may not
+    table.write(spark.createDataFrame([(2, "EU", 3, "z")], SCHEMA), "upsert")
     assert spy == ["t"]
-    assert hudi_rows(str(tmp_path / "t")) == [(0, "EU", 2, "x", "region=EU"), (1, "EU", 3, "y", "region=EU"), (2, "EU", 2, "x", "region=EU"),
-                                              (2, "US", 1, "b", "region=US"), (3, "EU", 2, "x", "region=EU"), (3, "US", 1, "c", "region=US")]
+    table.write(spark.createDataFrame([(1, "EU", 3, "y")], SCHEMA), "upsert")
+    assert spy == ["t", "t"]
+    # (the global upsert of key 2 also removed its region=US copy: keys are unique across the table)
+    assert hudi_rows(str(tmp_path / "t")) == [(0, "EU", 2, "x", "region=EU"), (1, "EU", 3, "y", "region=EU"), (2, "EU", 3, "z", "region=EU"),
+                                              (3, "EU", 2, "x", "region=EU"), (3, "US", 1, "c", "region=US")]
 
 
 def test_new_file_ids_are_the_same_when_a_task_runs_again():

@@ -423,11 +423,14 @@ def test_inserts_fill_small_files_unless_small_file_limit_is_zero(spark, tmp_pat
 
 
 
+@pytest.mark.parametrize("index", ["global", "partition"])
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
-def test_inserts_go_to_the_small_file_the_batch_rewrites_anyway(spark, tmp_path, table_type):
+def test_inserts_go_to_the_small_file_the_batch_rewrites_anyway(spark, tmp_path, table_type, index):
     """Of two small files, the one the batch's updates touch takes its inserts, though the other
-    is smaller: one group rewritten per round, not two (Hudi's sizing picks the smallest)."""
-    table, path = make_table(spark, tmp_path, f"pref_{table_type.lower()}", record_key_fields=("id",), partition_fields=("region",),
+    is smaller: one group rewritten per round, not two (Hudi's sizing picks the smallest). The
+    same with the partition index, whose upserts are decided inside partition tasks
+    (runtime/table/partition_upsert.py)."""
+    table, path = make_table(spark, tmp_path, f"pref_{table_type.lower()}_{index}", record_key_fields=("id",), partition_fields=("region",),
                              table_type=table_type)
     big = [(i, "EU", f"big {i}") for i in range(1, 201)]
     table.write(spark.createDataFrame(big, IDX), "insert", small_file_limit=0)
@@ -441,7 +444,8 @@ def test_inserts_go_to_the_small_file_the_batch_rewrites_anyway(spark, tmp_path,
     expected = {**{i: f"big {i}" for i in range(1, 201)}, 1001: "small"}
     for n in range(1, 11):  # the tenth round as the first
         batch = [(n, "EU", f"round {n} update"), (5000 + n, "EU", f"round {n} insert")]
-        result = table.write(spark.createDataFrame(batch, IDX), "upsert", max_file_size=64 * 1024 * 1024, small_file_limit=32 * 1024 * 1024)
+        result = table.write(spark.createDataFrame(batch, IDX), "upsert", max_file_size=64 * 1024 * 1024, small_file_limit=32 * 1024 * 1024,
+                             index=index)
         expected.update({i: v for i, _, v in batch})
         (stat,) = write_stats(path, result.instant)
         assert (stat["fileId"], stat["numInserts"], stat["numUpdateWrites"]) == (with_big, 1, 1), stat

@@ -159,8 +159,8 @@ def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
         yield file_id, pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     inserts = rows.filter(pa.array(~found))
     inserts = inserts.filter(pc.invert(inserts.column(DELETE)))  # a delete of an unknown key does nothing
-    if inserts.num_rows:
-        yield from _route_inserts(spec, partition, slices, inserts)
+    if inserts.num_rows:  # a small file the updates rewrite anyway takes them first, as on the general path
+        yield from _route_inserts(spec, partition, slices, inserts, rewritten={(partition, file_id) for file_id in written})
 
 
 def newer_or_equal(new, old):
@@ -216,17 +216,19 @@ def _to_write(rows, kinds):
     return rows.drop_columns([DELETE, SEQ]).append_column(KIND, kinds)
 
 
-def _route_inserts(spec: TagSpec, partition: str, slices, inserts) -> Iterator:
-    """(file id, rows) per group taking inserts: they fill the partition's small files, then
-    new file groups (writer.plan_buckets), in key order, so the same rows go to the same groups
-    if the task runs again."""
+def _route_inserts(spec: TagSpec, partition: str, slices, inserts, rewritten: set[tuple[str, str]]) -> Iterator:
+    """(file id, rows) per group taking inserts: they fill the partition's small files (first
+    those among `rewritten`, the groups the partition's updates and deletes touch), then new file
+    groups (writer.plan_buckets), in key order, so the same rows go to the same groups if the
+    task runs again."""
     import pyarrow as pa
 
     from runtime.table.writer import plan_buckets
 
     n = inserts.num_rows
     ids = iter(range(1 << 30))
-    buckets = plan_buckets({partition: n}, list(slices), spec, spec.record_size, new_id=lambda: new_file_id(spec.instant, partition, next(ids)))
+    buckets = plan_buckets({partition: n}, list(slices), spec, spec.record_size, new_id=lambda: new_file_id(spec.instant, partition, next(ids)),
+                           rewritten=rewritten)
     for b in buckets:
         start, end = round(b.lo * n), round(b.hi * n)
         if end > start:

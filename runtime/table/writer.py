@@ -22,6 +22,7 @@ from runtime.table import keygen as _keygen
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
 from runtime.table import markers
+from runtime.table import metadata_table as _metadata_table
 from runtime.table import tombstones as _tombstones
 from runtime.table.config import EVENT_TIME, MERGE_ON_READ
 from runtime.table.errors import WriteError
@@ -140,6 +141,38 @@ def _refuse_nulls(config, rows, ordering: str | None, null_keys: int, null_order
 
 def _key_range(lo, hi) -> tuple[bytes, bytes] | None:
     return None if lo is None else (bytes(lo), bytes(hi))
+
+
+def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[bytes, bytes] | None]) -> bool:
+    """Whether a global-index upsert or delete may be decided partition by partition, as with
+    `index: partition` (partition_upsert.py): no key of the batch can be stored in another
+    partition than the one it comes in, nor come in two. `ranges`: the batch's least and
+    greatest key per partition (Java's order). True when those ranges are disjoint and every
+    stored base file's key range (from its footer, bloom_index.key_ranges) meets only the range
+    of its own partition's batch, if any; a slice with logs or without a base file (its keys are
+    not in a footer) or a footer without a range says no. This is the daily upsert of a table
+    partitioned by time whose keys grow: its keys are found with no join, in one stage."""
+    from bisect import bisect_right
+
+    if None in ranges:  # deletes that name no partition (prepare): their keys may be anywhere
+        return False
+    spans = sorted((r[0], r[1], p) for p, r in ranges.items() if r is not None)
+    if not spans or any(b[0] <= a[1] for a, b in zip(spans, spans[1:])):
+        return False
+    if any(s.base_file is None or s.has_logs for s in slices):
+        return False
+    stored = _bloom_index.key_ranges(storage, slices)
+    lows = [lo for lo, _, _ in spans]
+    for s in slices:
+        found = stored.get((s.partition, s.file_id))
+        if found is None:
+            return False
+        i = bisect_right(lows, found[1]) - 1  # the last batch range starting at or below the file's greatest key
+        while i >= 0 and spans[i][1] >= found[0]:  # ranges that meet the file's, the later ones first
+            if spans[i][2] != s.partition:
+                return False
+            i -= 1
+    return True
 
 
 def no_key_message(config, count: int, keyless) -> str:
@@ -520,13 +553,26 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         # and the batch's key range (per partition for a partition-scoped lookup), which
         # prunes the stored files the lookup reads (bloom_index)
         low, high = _bloom_index.batch_range_columns(F, F.col(KEY))
-        if opts.index == "partition":
+        # a global upsert counts per partition too: its partitions' key ranges may show that no
+        # key can be anywhere else (_keys_stay_put)
+        in_place = opts.index == "global" and opts.operation in ("upsert", "delete") and not bucketed and \
+            not _metadata_table.keeps_record_index(config.properties or {})
+        if opts.index == "partition" or in_place:
             per_partition = {p: (n, nulls, no, lo, hi)
                              for p, n, nulls, no, lo, hi in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).collect()}
-            partitions = {p: n for p, (n, *_) in per_partition.items()}
-            batch_rows, null_keys = sum(partitions.values()), sum(v[1] for v in per_partition.values())
+            counts = {p: n for p, (n, *_) in per_partition.items()}
+            batch_rows, null_keys = sum(counts.values()), sum(v[1] for v in per_partition.values())
             null_orders = sum(v[2] for v in per_partition.values())
             key_range = {p: _key_range(lo, hi) for p, (_, _, _, lo, hi) in per_partition.items()}
+            if opts.index == "partition":
+                partitions = counts
+            else:
+                if _keys_stay_put(storage, slices, key_range) and _partition_upsert.fits(counts, slices):
+                    _refuse_nulls(config, rows, ordering, null_keys, null_orders)
+                    return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns,
+                                                counts, present)
+                known = [r for r in key_range.values() if r is not None]
+                key_range = {None: (min(r[0] for r in known), max(r[1] for r in known)) if known else None}
         else:
             batch_rows, null_keys, null_orders, lo, hi = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).first()
             key_range = {None: _key_range(lo, hi)}
@@ -764,9 +810,10 @@ def _murmur3_int(value: int, seed: int = 42) -> int:
 
 def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], struct, stored_struct,
                          data_columns: list[str], partitions: dict[str, int], present) -> StagedWrite:
-    """An upsert or delete with `index: partition` whose partitions each fit a task
-    (partition_upsert.py): deduplication, lookup, stale rows and insert routing happen in one
-    task per partition, which then writes the file groups it touched."""
+    """An upsert or delete with `index: partition`, or with the global index when its keys stay
+    put (_keys_stay_put), whose partitions each fit a task (partition_upsert.py): deduplication,
+    lookup, stale rows and insert routing happen in one task per partition, which then writes
+    the file groups it touched."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
