@@ -352,7 +352,11 @@ def test_a_thousand_tables_give_a_thousand_pages_and_a_layered_graph(big):
 
 
 FORKED_DOCS = """
-import sys
+import faulthandler, os, signal, sys
+# a hang (one in CI at f35b5eb): every thread's stack on stderr at 240 s, then exit 3, before the
+# test's 300 s timeout; an alarm and a signal handler start no thread (a thread would stop the fork)
+signal.signal(signal.SIGALRM, lambda *_: (faulthandler.dump_traceback(all_threads=True), os._exit(3)))
+signal.alarm(240)
 from pipe.docs import site
 from pipe.cli import main
 assert site._single_threaded(), "a process with one thread"
