@@ -546,6 +546,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     if opts.operation in REPLACE_OPERATIONS:  # its rows are materialised first, then checked and counted at once
         return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns, present)
     batch_rows, partitions, key_range = None, None, None
+    by_partition = None  # rows per partition, when partition tasks decide the write (partition_upsert.py)
     if config.record_key_fields:
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         ordering = _null_ordering(config, opts, present)
@@ -555,9 +556,9 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         low, high = _bloom_index.batch_range_columns(F, F.col(KEY))
         # a global upsert counts per partition too: its partitions' key ranges may show that no
         # key can be anywhere else (_keys_stay_put)
-        in_place = opts.index == "global" and opts.operation in ("upsert", "delete") and not bucketed and \
+        may_stay_put = opts.index == "global" and opts.operation in ("upsert", "delete") and not bucketed and \
             not _metadata_table.keeps_record_index(config.properties or {})
-        if opts.index == "partition" or in_place:
+        if opts.index == "partition" or may_stay_put:
             per_partition = {p: (n, nulls, no, lo, hi)
                              for p, n, nulls, no, lo, hi in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).collect()}
             counts = {p: n for p, (n, *_) in per_partition.items()}
@@ -565,12 +566,10 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             null_orders = sum(v[2] for v in per_partition.values())
             key_range = {p: _key_range(lo, hi) for p, (_, _, _, lo, hi) in per_partition.items()}
             if opts.index == "partition":
-                partitions = counts
-            else:
-                if _keys_stay_put(storage, slices, key_range) and _partition_upsert.fits(counts, slices):
-                    _refuse_nulls(config, rows, ordering, null_keys, null_orders)
-                    return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns,
-                                                counts, present)
+                partitions = by_partition = counts
+            elif _keys_stay_put(storage, slices, key_range) and _partition_upsert.fits(counts, slices):
+                by_partition = counts
+            else:  # the general path's global lookup: one range
                 known = [r for r in key_range.values() if r is not None]
                 key_range = {None: (min(r[0] for r in known), max(r[1] for r in known)) if known else None}
         else:
@@ -579,8 +578,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         _refuse_nulls(config, rows, ordering, null_keys, null_orders)
 
     keyed = bool(config.record_key_fields)
-    if keyed and not bucketed and opts.operation in ("upsert", "delete") and partitions is not None and _partition_upsert.fits(partitions, slices):
-        return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, partitions,
+    if keyed and not bucketed and opts.operation in ("upsert", "delete") and by_partition is not None and _partition_upsert.fits(by_partition, slices):
+        return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, by_partition,
                                     present)
     batch = rows  # the batch's keys, before the window that deduplicates them
     if keyed and (opts.operation in ("upsert", "delete") or opts.combine_before_insert):
