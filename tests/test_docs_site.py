@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -353,28 +354,75 @@ def test_a_thousand_tables_give_a_thousand_pages_and_a_layered_graph(big):
 
 FORKED_DOCS = """
 import faulthandler, os, signal, sys
-# a hang (one in CI at f35b5eb): every thread's stack on stderr at 240 s, then exit 3, before the
-# test's 300 s timeout; an alarm and a signal handler start no thread (a thread would stop the fork)
-signal.signal(signal.SIGALRM, lambda *_: (faulthandler.dump_traceback(all_threads=True), os._exit(3)))
-signal.alarm(240)
+# SIGUSR1 prints every thread's stack on stderr (C's handler, which forked children inherit and
+# which answers in a deadlock too, from whichever thread takes the signal): _run_or_dump sends it
+# to this process and its children when they hang (one did, in CI at f35b5eb)
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 from pipe.docs import site
 from pipe.cli import main
 assert site._single_threaded(), "a process with one thread"
 site._workers = lambda: 2
 site._FORK_FROM = int(sys.argv[2])
-calls, render = [], site._render
-site._render = lambda *args: calls.append(1) or render(*args)  # in the children when they render
+calls, render, parent = [], site._render, os.getpid()
+
+def counted(*args):  # counts the renders of this process (a child's count stays in the child)
+    if os.getpid() != parent and sys.argv[3] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # a page writer killed (by the OOM killer, say)
+    calls.append(1)
+    return render(*args)
+
+site._render = counted
 code = main(["docs", "generate", "--no-lake", "--project-dir", sys.argv[1]])
 print(f"rendered here: {len(calls)}")
 sys.exit(code)
 """
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes `pid` forked, and theirs (Linux' /proc)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for child in children:
+            out += [child, *_descendants(child)]
+    return out
+
+
+def _run_or_dump(args: list[str], timeout: float, env: dict):
+    """subprocess.run(args, capture_output=True, text=True); a process that has not ended after
+    `timeout` s (with its children) is asked for every thread's stack (SIGUSR1, which the child
+    code gives to faulthandler), then killed: the test fails with the stacks, saying where it hung."""
+    import subprocess
+
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+            time.sleep(0.5)
+        for pid in [*_descendants(proc.pid), proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out, err = proc.communicate()
+        pytest.fail(f"hung for {timeout} s; every thread's stack, the parent's and its children's:\n{err[-20000:]}\n{out[-2000:]}")
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
 def test_pages_written_by_a_process_per_core_equal_those_written_by_one(big, tmp_path):
     """A site of 1,000 pages is rendered by forked processes (site._write_pages) in a `pipe docs
     generate` of one thread; one process writes the same files, byte for byte, and the manifest
-    lists each once. A process with more threads (this test's: pytest's, py4j's) never forks: a
-    child forked while another thread holds a lock hangs (one did, in a CI run)."""
+    lists each once; so does a generate whose forked children are killed. A process with more
+    threads (this test's: pytest's, py4j's) never forks: a child forked while another thread holds
+    a lock hangs (one did, in a CI run)."""
     import subprocess
     import sys
 
@@ -384,18 +432,19 @@ def test_pages_written_by_a_process_per_core_equal_those_written_by_one(big, tmp
     assert docs_site._FORK_FROM <= 1006  # so the first generate below forks, on any number of cores
     assert not docs_site._single_threaded()
     sites = {}
-    for how, fork_from in (("forked", docs_site._FORK_FROM), ("one", 10**9)):
+    # forked; forked, its children killed as they start rendering (this process then renders
+    # every page itself: no wait for a child that died); one process
+    for how, fork_from, renders_here in (("forked", docs_site._FORK_FROM, 0), ("kill", docs_site._FORK_FROM, 1), ("one", 10**9, 1)):
         copy = tmp_path / how
         shutil.copytree(root, copy, ignore=shutil.ignore_patterns("target"))
-        done = subprocess.run([sys.executable, "-c", FORKED_DOCS, str(copy), str(fork_from)], capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "PIPE_NO_FORKSERVER": "1"})
+        done = _run_or_dump([sys.executable, "-c", FORKED_DOCS, str(copy), str(fork_from), how], 240, {**os.environ, "PIPE_NO_FORKSERVER": "1"})
         assert done.returncode == 0, done.stdout + done.stderr
-        assert f"rendered here: {0 if how == 'forked' else 1}" in done.stdout, done.stdout
+        assert f"rendered here: {renders_here}" in done.stdout, done.stdout
         sites[how] = copy / "target/docs"
-    forked, alone = (json.loads((sites[h] / ".pages.json").read_text()) for h in ("forked", "one"))
-    assert alone == forked and len([k for k in alone if k.startswith("nodes/")]) == 1006
+    forked, killed, alone = (json.loads((sites[h] / ".pages.json").read_text()) for h in ("forked", "kill", "one"))
+    assert alone == forked == killed and len([k for k in alone if k.startswith("nodes/")]) == 1006
     for rel in ("nodes/table.t500.html", "nodes/table.t0.html", "nodes/source.raw_0.html"):
-        assert (sites["one"] / rel).read_bytes() == (sites["forked"] / rel).read_bytes()
+        assert (sites["one"] / rel).read_bytes() == (sites["forked"] / rel).read_bytes() == (sites["kill"] / rel).read_bytes()
 
 
 # --- in a real browser ----------------------------------------------------------------------------

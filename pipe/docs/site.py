@@ -309,11 +309,16 @@ def _write_pages(site: Site, template, writer: _Writer) -> dict[str, str]:
     if len(ids) < _FORK_FROM or workers < 2 or sys.platform != "linux" or not _single_threaded():
         return _render(site, template, writer, ids)
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     _job = (site, template, writer)
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            parts = pool.map(_render_part, [ids[i::workers] for i in range(workers)])
+        # (not multiprocessing's Pool, whose map waits forever for a child that died)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(_render_part, [ids[i::workers] for i in range(workers)]))
+    except BrokenProcessPool:  # a child died (killed, out of memory): this process writes the pages
+        return _render(site, template, writer, ids)
     finally:
         _job = None
     return {rel: digest for part in parts for rel, digest in part.items()}
