@@ -97,34 +97,6 @@ def test_pipe_reads_hudi_written_tables_like_hudi_rs(spark, tmp_path, name):
         assert incremental == rows_of(expected["incremental_after_first_instant"], drop_meta=no_meta)
 
 
-@pytest.mark.parametrize("name", MOR)
-def test_merge_on_read_fixtures_read_alike_when_spark_reads_their_base_files(spark, tmp_path, name, monkeypatch):
-    """The other way pipe merges slices with log files (reader.merged_in_spark, which large
-    tables take: Spark reads the base files, Python tasks merge only the keys the logs touch):
-    the snapshot and the time travel hudi-rs saw, with every column and with one."""
-    from runtime.table import reader
-
-    monkeypatch.setattr(reader, "MERGE_IN_SPARK_FROM", 0)
-    taken = []
-    merged_in_spark = reader.merged_in_spark
-    monkeypatch.setattr(reader, "merged_in_spark", lambda *a: taken.append(1) or merged_in_spark(*a))
-    path, expected = unpack(name, tmp_path)
-    table = Table.open(spark, path)
-    no_meta = "no_metafields" in name
-    assert rows_of(ours(table.read()), drop_meta=no_meta) == rows_of(expected["snapshot"], drop_meta=no_meta)
-    if expected["completed_instants"]:
-        first = expected["completed_instants"][0][0]
-        assert rows_of(ours(table.read(as_of=first)), drop_meta=no_meta) == \
-            rows_of(expected["time_travel_as_of_first_instant"], drop_meta=no_meta)
-    if table.schema() is not None:
-        one = table.read(columns=[table.schema().fields[-1].name]).toArrow()
-        assert sorted(map(repr, one.to_pylist())) == sorted(map(repr, ours(table.read()).select(one.column_names).to_pylist()))
-    # a table with log files and record keys merges this way (one without meta fields appends its logs)
-    if no_meta:
-        assert not taken
-    elif any(s.has_logs for s in table.view().latest_slices()):
-        assert taken
-
 def test_merge_on_read_snapshot_merges_log_files(spark, tmp_path):
     """The rows each log file changes: an Avro update replaces its key's base row, a delete
     block removes its keys, a rolled-back update stays hidden."""

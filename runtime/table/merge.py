@@ -95,60 +95,6 @@ def merge_slice(spec: MergeSpec, storage, base_path: str | None, log_paths: list
     yield from _winners(spec, stored, steps)
 
 
-# --- the touched keys only (reader.merged_in_spark) -------------------------------------------
-
-DROP_FILE = "_pipe_drop_file"  # a row of touched_task's that names a stored key the winners replace
-
-
-def touched_task(spec: MergeSpec, descriptors: tuple[SliceDescriptor, ...], batches: Iterator) -> Iterator:
-    """The function given to mapInArrow when Spark reads the base files itself
-    (reader.merged_in_spark): slice numbers in; out, of each slice, the winners of the keys its
-    log blocks touch (rows of `spec.schema` plus DROP_FILE, null), and a row per touched key its
-    base file holds (the key and DROP_FILE, the group's file id; the other columns null): Spark
-    leaves those base rows out. The same rows as merge_task, but the untouched ones."""
-    from runtime.storage import StorageSpec, open_storage
-
-    storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
-    for piece in slices_in(descriptors, batches):
-        yield from touched_slice(spec, storage, piece)
-
-
-def touched_slice(spec: MergeSpec, storage, piece: SliceDescriptor) -> Iterator:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    steps = log_steps(visible_blocks(read_log_blocks(storage, list(piece.log_paths)), spec), spec.schema)
-    touched = _touched_keys(steps)
-    if not len(touched):
-        return
-    stored = list(_touched_base_rows(storage, piece.base_path, spec, touched)) if piece.base_path else []
-    out = pa.schema([*spec.schema, pa.field(DROP_FILE, pa.string())])
-    for batch in _winners(spec, stored, steps):
-        yield pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=out)
-    if stored:
-        keys = pc.unique(pa.concat_arrays([b.column(KEY).cast(pa.string()) for b in stored]))
-        n = len(keys)
-        yield pa.RecordBatch.from_arrays([keys if f.name == KEY else pa.nulls(n, f.type) for f in spec.schema]
-                                         + [pa.repeat(pa.scalar(piece.file_id, pa.string()), n)], schema=out)
-
-
-def _touched_base_rows(storage, rel_path: str, spec: MergeSpec, touched) -> Iterator:
-    """The base file's rows whose key is in `touched`, with `spec.schema`: the key column read
-    first, the others only for the row groups holding such a key."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    source = storage.full_path(rel_path) if hasattr(storage, "root") else pa.BufferReader(storage.read_bytes(rel_path))
-    stored = pq.ParquetFile(source)
-    columns = [f.name for f in spec.schema if f.name in stored.schema_arrow.names]
-    for group in range(stored.num_row_groups):
-        hit = pc.fill_null(pc.is_in(stored.read_row_group(group, columns=[KEY]).column(KEY), value_set=touched), False)
-        if pc.any(hit).as_py():
-            rows = conform(stored.read_row_group(group, columns=columns).filter(hit), spec.schema)
-            yield from rows.to_batches()
-
-
 # --- log blocks ---------------------------------------------------------------------------------
 
 

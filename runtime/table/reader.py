@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from runtime.spark import api as spark_api
-from runtime.table.config import COMMIT_TIME, EVENT_TIME, MERGE_ON_READ, TableConfig
+from runtime.table.config import EVENT_TIME, MERGE_ON_READ, TableConfig
 from runtime.table.errors import TableError
 from runtime.table.layout import FileSlice, FileSystemView, InstantValidity, completed_write_instants, writes_archived_after
 from runtime.table.schema import META_COLUMNS, arrow_schema
@@ -119,59 +119,9 @@ def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, s
     df = df.select(*[f"`{c}`" for c in wanted])
     if p.merged:
         merging = _merge_struct(full, wanted, config, p.incremental)
-        if merges_in_spark(p, config):
-            merged = merged_in_spark(spark, storage, merging, timeline, config, p.merged, p.merge_until)
-        else:
-            merged = read_merged_slices(spark, storage, merging, timeline, config, p.merged, p.since, p.merge_until, p.instants)
+        merged = read_merged_slices(spark, storage, merging, timeline, config, p.merged, p.since, p.merge_until, p.instants)
         df = df.unionByName(merged.select(*[f"`{c}`" for c in wanted]))
     return df
-
-
-# A snapshot (or time travel) whose slices with log files hold at least this many bytes of base
-# files, and at most MERGE_IN_SPARK_LOGS of log files, has Spark read those base files too:
-# Python tasks merge only the keys the log blocks touch, and Spark's vectorized Parquet reader
-# takes the other rows (the most, usually) without their passing through Python and Arrow.
-# Below it, the one Python job of read_merged_slices costs less than the jobs this takes.
-MERGE_IN_SPARK_FROM = 32 * 1024 * 1024
-MERGE_IN_SPARK_LOGS = 256 * 1024 * 1024  # the keys the logs touch are broadcast to the base files' tasks
-
-
-def merges_in_spark(p: ReadPlan, config: TableConfig) -> bool:
-    """Whether `read` merges `p.merged` with merged_in_spark."""
-    if p.incremental or config.read_merge_mode() not in (EVENT_TIME, COMMIT_TIME):
-        return False
-    base = sum(s.base_file.size for s in p.merged if s.base_file is not None)
-    logs = sum(lf.size for s in p.merged for lf in s.log_files)
-    return base >= MERGE_IN_SPARK_FROM and logs <= MERGE_IN_SPARK_LOGS
-
-
-def merged_in_spark(spark, storage, merging, timeline: Timeline, config: TableConfig, slices: list[FileSlice], until: str | None):
-    """The merged rows of slices with log files, as read_merged_slices gives them, in two parts:
-    Python tasks (merge.touched_task) read the log blocks and give the winners of the keys they
-    touch, and which stored keys those replace (computed once, kept in Spark's block store); Spark reads
-    the base files with its own reader, leaves out the replaced keys (a broadcast anti-join on key
-    and file id) and adds the winners. Base rows are matched to their group by the file they are
-    read from (Spark's `_metadata.file_name`), never by `_hoodie_file_name`, which a writer that
-    preserves meta fields (Java's clustering) leaves naming an older group."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from runtime.table.merge import DROP_FILE, KEY, touched_task
-
-    spec = merge_spec(storage, merging, timeline, config, None, until)
-    numbers, descriptors = slice_descriptors(spark, slices)
-    out = T.StructType([T.StructField(f.name, f.dataType, True) for f in merging.fields] + [T.StructField(DROP_FILE, T.StringType(), True)])
-    # computed once, by the first job that needs it (the broadcast's), kept for the second part
-    touched = spark_api.local_checkpoint(numbers.mapInArrow(lambda batches: touched_task(spec, descriptors, batches), out), eager=False)
-    winners = touched.where(F.col(DROP_FILE).isNull()).drop(DROP_FILE)
-    based = [s for s in slices if s.base_file is not None]
-    if not based:
-        return winners
-    drops = touched.where(F.col(DROP_FILE).isNotNull()).select(F.col(KEY).alias("_pipe_drop_key"), F.col(DROP_FILE))
-    base = read_base_files(spark, storage, merging, based).select("*", F.col("_metadata.file_name").alias("_pipe_base_file"))
-    replaced = (F.col(KEY) == F.col("_pipe_drop_key")) & (F.substring_index(F.col("_pipe_base_file"), "_", 1) == F.col(DROP_FILE))
-    kept = base.join(F.broadcast(drops), replaced, "left_anti").drop("_pipe_base_file")
-    return kept.unionByName(winners)
 
 
 def _merge_struct(full, wanted: list[str], config: TableConfig, incremental: bool):
