@@ -395,8 +395,6 @@ def _run_or_dump(args: list[str], timeout: float, env: dict):
     """subprocess.run(args, capture_output=True, text=True); a process that has not ended after
     `timeout` s (with its children) is asked for every thread's stack (SIGUSR1, which the child
     code gives to faulthandler), then killed: the test fails with the stacks, saying where it hung."""
-    import subprocess
-
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -423,9 +421,6 @@ def test_pages_written_by_a_process_per_core_equal_those_written_by_one(big, tmp
     lists each once; so does a generate whose forked children are killed. A process with more
     threads (this test's: pytest's, py4j's) never forks: a child forked while another thread holds
     a lock hangs (one did, in a CI run)."""
-    import subprocess
-    import sys
-
     from pipe.docs import site as docs_site
 
     root, _ = big

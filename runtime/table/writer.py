@@ -546,7 +546,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     if opts.operation in REPLACE_OPERATIONS:  # its rows are materialised first, then checked and counted at once
         return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns, present)
     batch_rows, partitions, key_range = None, None, None
-    by_partition = None  # rows per partition, when partition tasks decide the write (partition_upsert.py)
+    by_partition = None  # rows per partition, when partition tasks may decide the write (each small enough for one: partition_upsert.fits)
     if config.record_key_fields:
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         ordering = _null_ordering(config, opts, present)
@@ -566,7 +566,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             null_orders = sum(v[2] for v in per_partition.values())
             key_range = {p: _key_range(lo, hi) for p, (_, _, _, lo, hi) in per_partition.items()}
             if opts.index == "partition":
-                partitions = by_partition = counts
+                partitions = counts
+                by_partition = counts if _partition_upsert.fits(counts, slices) else None
             elif _keys_stay_put(storage, slices, key_range) and _partition_upsert.fits(counts, slices):
                 by_partition = counts
             else:  # the general path's global lookup: one range
@@ -578,7 +579,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         _refuse_nulls(config, rows, ordering, null_keys, null_orders)
 
     keyed = bool(config.record_key_fields)
-    if keyed and not bucketed and opts.operation in ("upsert", "delete") and by_partition is not None and _partition_upsert.fits(by_partition, slices):
+    if not bucketed and opts.operation in ("upsert", "delete") and by_partition is not None:
         return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, by_partition,
                                     present)
     batch = rows  # the batch's keys, before the window that deduplicates them
