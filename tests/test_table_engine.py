@@ -422,6 +422,39 @@ def test_inserts_fill_small_files_unless_small_file_limit_is_zero(spark, tmp_pat
     assert_rows(table, path, rows_of(IDX, [(1, "EU", "a"), (2, "EU", "b"), (3, "EU", "c"), (4, "EU", "d")]))
 
 
+def _keys_per_file(path: Path) -> dict[str, list[frozenset]]:
+    """partition -> the sets of keys its base files hold (file ids aside: new ones are random)."""
+    out: dict[str, list[frozenset]] = {}
+    for (partition, _), s in slices(path).items():
+        keys = pq.read_table(path / s.base_file_relative_path(), columns=["_hoodie_record_key"]).column(0).to_pylist()
+        out.setdefault(partition, []).append(frozenset(keys))
+    return {p: sorted(v, key=sorted) for p, v in out.items()}
+
+
+@pytest.mark.parametrize("per_file, buckets", [(100, 12), (25, 48)])
+def test_inserts_spread_over_new_file_groups_by_their_sizes(spark, tmp_path, monkeypatch, per_file, buckets):
+    """A batch of inserts larger than a file goes to new file groups of max_file_size each, a
+    share of the batch by weight to each (writer.plan_buckets), every row to exactly one. Up to
+    writer._ROUTE_BRANCHES groups of a partition are chosen by a CASE, more by a lambda: both
+    send every key to the same group."""
+    from runtime.table import writer
+
+    rows = [(i, "EU" if i % 4 else "US", f"v{i}\u00e9") for i in range(1, 4 * per_file * buckets // 3 + 1)]
+    opts = dict(max_file_size=per_file * 64, small_file_limit=0, record_size_estimate=64)
+    written = {}
+    for branches in (writer._ROUTE_BRANCHES, 0):
+        monkeypatch.setattr(writer, "_ROUTE_BRANCHES", branches)
+        table, path = make_table(spark, tmp_path, f"spread{branches}", record_key_fields=("id",), partition_fields=("region",))
+        result = table.write(spark.createDataFrame(rows, IDX), "insert", **opts)
+        assert result.inserts == len(rows)
+        assert_rows(table, path, rows_of(IDX, rows))
+        written[branches] = _keys_per_file(path)
+    eu = written[0]["region=EU"]
+    assert len(eu) == buckets  # 3/4 of the rows in EU: `buckets` files of per_file rows
+    assert sum(len(k) for k in eu) == len(rows) * 3 // 4 and min(len(k) for k in eu) > per_file // 3
+    assert written[writer._ROUTE_BRANCHES] == written[0]
+
+
 
 @pytest.mark.parametrize("index", ["global", "partition"])
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])

@@ -20,7 +20,7 @@ from typing import Any
 from runtime.spark.info import conf_value, default_parallelism, is_connect, master, setting
 
 # what the rest of pipe asks of a session: this module's own, and the session facts of info.py
-__all__ = ["cancel", "default_parallelism", "end_step", "is_connect", "local_checkpoint", "local_rows", "master", "new_session",
+__all__ = ["cancel", "default_parallelism", "end_step", "is_connect", "local_checkpoint", "master", "new_session",
            "parquet_schema", "server_lost", "setting", "step_session", "temp_view"]
 
 # The step sessions of Connect sessions, by tag: what a cancellation interrupts.
@@ -102,35 +102,6 @@ def server_lost(exc: BaseException) -> bool:
     """Whether `exc` is the loss of this process's Spark Connect server (runtime/spark/connect.py)."""
     connect = sys.modules.get("runtime.spark.connect")  # imported by a run over Spark Connect only
     return connect is not None and connect.lost_server(exc) is not None
-
-
-
-
-_LOCAL_ROWS = 2_000
-
-
-def local_rows(spark, rows, columns: str):
-    """A small DataFrame of `rows` (tuples of str, int, float or None) with `columns` ("name type,
-    ..."), held in the query plan itself (an inline table: Spark's LocalRelation): unlike
-    createDataFrame of a list, which becomes an RDD, a broadcast of it runs no Spark job, and it
-    is one round trip to the driver's JVM. Text goes into the statement as hex of its UTF-8
-    bytes, so no value is ever read as SQL. Beyond a few thousand rows, where parsing the
-    statement would cost more than the job, createDataFrame's RDD it is."""
-    if not rows or len(rows) > _LOCAL_ROWS:
-        return spark.createDataFrame(rows, columns)
-    names, types = zip(*(c.split() for c in columns.split(",")))
-
-    def literal(value, dtype: str) -> str:
-        if value is None:
-            return f"CAST(NULL AS {dtype})"
-        if isinstance(value, str):
-            return f"CAST(X'{value.encode('utf-8').hex()}' AS STRING)"
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"local_rows takes text and numbers, not {type(value).__name__}")
-        return f"CAST('{value!r}' AS {dtype})"  # the repr of a number: digits, '.', 'e', '-', inf, nan
-
-    tuples = ", ".join(f"({', '.join(literal(v, types[j]) for j, v in enumerate(row))})" for row in rows)
-    return spark.sql(f"SELECT * FROM VALUES {tuples} AS t({', '.join(names)})")
 
 
 def local_checkpoint(df, eager: bool = True):

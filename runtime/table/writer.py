@@ -213,6 +213,9 @@ def dedupe(df, config, opts: WriteOptions, present):
 # Batches up to this many keys are broadcast to the tasks scanning the stored keys, so the
 # (large) index is filtered where it is read instead of shuffled.
 BROADCAST_KEYS = 200_000
+# A batch of up to this many rows goes through the write's steps in one task (writer._write):
+# the shuffles a larger batch spreads its work with cost more than they spread
+ONE_TASK_ROWS = 20_000
 
 
 def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None,
@@ -399,14 +402,34 @@ def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: W
 
 
 def assign_file_groups(spark, inserts, buckets: list[Bucket]):
-    """Routes each insert to a bucket by a hash of its key (stable, and spread by weight)."""
+    """Routes each insert to a bucket by a hash of its key (stable, and spread by weight). The
+    buckets are a literal of the query (partition -> its buckets' upper bounds and file ids, in
+    order), not a table joined in: a broadcast join would cost a Spark job of its own."""
+    import json
+
     from pyspark.sql import functions as F
 
-    table = spark_api.local_rows(spark, [(b.partition, b.file_id, b.lo, b.hi) for b in buckets], "bp string, bf string, lo double, hi double")
-    h = (F.pmod(F.xxhash64(F.col(KEY), F.col(_SEQ)), F.lit(1 << 30)) / float(1 << 30)).alias("_pipe_h")
-    cond = (F.col(PART) == F.col("bp")) & (F.col("_pipe_h") >= F.col("lo")) & (F.col("_pipe_h") < F.col("hi"))
-    routed = inserts.select("*", h).join(F.broadcast(table), cond, "inner")
-    return routed.withColumn(FILE_ID, F.col("bf")).drop("bp", "bf", "lo", "hi", "_pipe_h")
+    by_partition: dict[str, list[dict]] = {}
+    for b in buckets:  # a partition's buckets cover [0, 1) in order: the first whose hi exceeds h takes the row
+        by_partition.setdefault(b.partition, []).append({"hi": b.hi, "f": b.file_id})
+    routes = F.try_element_at(F.from_json(F.lit(json.dumps(by_partition)), "map<string,array<struct<hi:double,f:string>>>"), F.col(PART))
+    h = F.pmod(F.xxhash64(F.col(KEY), F.col(_SEQ)), F.lit(1 << 30)) / float(1 << 30)
+    most = max(len(v) for v in by_partition.values())
+    if most > _ROUTE_BRANCHES:
+        chosen = F.element_at(F.filter(routes, lambda b: h < b["hi"]), 1)["f"]
+    else:
+        # a CASE of `most` branches: the bounds stay in the literal, so the generated code is
+        # the same for every write with as many buckets per partition and Spark compiles it once
+        # (a lambda, or bounds written into the query, would be compiled anew each write)
+        chosen = None
+        for i in range(1, most + 1):
+            bucket = F.try_element_at(routes, F.lit(i))
+            chosen = (F if chosen is None else chosen).when(h < bucket["hi"], bucket["f"])
+    return inserts.withColumn(FILE_ID, chosen).where(F.col(FILE_ID).isNotNull())
+
+
+# assign_file_groups: up to this many buckets in a partition are chosen by a CASE
+_ROUTE_BRANCHES = 32
 
 
 # --- 4. write_file_groups ----------------------------------------------------------------------
@@ -414,12 +437,18 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
 
 def route_to_buckets(spark, inserts, to_buckets: dict[tuple[str, int], str]):
     """Routes each insert to the file group of its bucket (`to_buckets`: (partition, bucket)
-    -> file id, a stored group's or a new one's)."""
+    -> file id, a stored group's or a new one's), a literal of the query as in
+    assign_file_groups."""
+    import json
+
     from pyspark.sql import functions as F
 
-    table = spark_api.local_rows(spark, [(p, b, fid) for (p, b), fid in sorted(to_buckets.items())], "bp string, bb int, bf string")
-    routed = inserts.join(F.broadcast(table), (F.col(PART) == F.col("bp")) & (F.col(_BUCKET) == F.col("bb")), "inner")
-    return routed.withColumn(FILE_ID, F.col("bf")).drop("bp", "bb", "bf", _BUCKET)
+    by_partition: dict[str, dict[str, str]] = {}
+    for (p, b), fid in sorted(to_buckets.items()):
+        by_partition.setdefault(p, {})[str(b)] = fid
+    routes = F.from_json(F.lit(json.dumps(by_partition)), "map<string,map<string,string>>")
+    chosen = F.try_element_at(F.try_element_at(routes, F.col(PART)), F.col(_BUCKET).cast("string"))
+    return inserts.withColumn(FILE_ID, chosen).where(F.col(FILE_ID).isNotNull()).drop(_BUCKET)
 
 
 def write_file_groups(storage, rows, spec: FileWriteSpec):
@@ -548,6 +577,9 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     batch_rows, partitions, key_range = None, None, None
     by_partition = None  # rows per partition, when partition tasks may decide the write (each small enough for one: partition_upsert.fits)
     if config.record_key_fields:
+        # the batch is computed once, by the first job that reads it (the summary below): the
+        # lookup and the write read it again (its `_pipe_seq` numbers stay the same too)
+        prepared, rows = rows, spark_api.local_checkpoint(rows, eager=False)
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         ordering = _null_ordering(config, opts, present)
         null_order = F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)
@@ -576,12 +608,18 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         else:
             batch_rows, null_keys, null_orders, lo, hi = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).first()
             key_range = {None: _key_range(lo, hi)}
-        _refuse_nulls(config, rows, ordering, null_keys, null_orders)
+        _refuse_nulls(config, prepared, ordering, null_keys, null_orders)  # (which still knows the rows' files)
 
     keyed = bool(config.record_key_fields)
     if not bucketed and opts.operation in ("upsert", "delete") and by_partition is not None:
         return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, by_partition,
                                     present)
+    one_task = batch_rows is not None and batch_rows <= ONE_TASK_ROWS
+    if one_task:
+        # a small batch (computed, in parallel, by the summary above) read as one partition:
+        # the windows below (deduplication, a key's one insert) and the summary of what it
+        # changes need no shuffle, each a Spark job, of their own
+        rows = rows.coalesce(1)
     batch = rows  # the batch's keys, before the window that deduplicates them
     if keyed and (opts.operation in ("upsert", "delete") or opts.combine_before_insert):
         rows = dedupe(rows, config, opts, present)
@@ -614,6 +652,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         rows = rows.withColumn(_BUCKET, _bucket_index.bucket_expr(F, config, opts.buckets, F.col(KEY)))
     # one materialised batch, computed by the summary below: later steps must see the same rows
     rows = spark_api.local_checkpoint(rows, eager=False)
+    if one_task:  # (Spark does not know the checkpoint is one partition: the summary would shuffle)
+        rows = rows.coalesce(1)
 
     same_place = F.col(_OLD_FILE).isNotNull() & ((F.col(_OLD_PART) == F.col(PART)) | F.col(PART).isNull())
     moved = F.col(_OLD_FILE).isNotNull() & F.col(PART).isNotNull() & (F.col(_OLD_PART) != F.col(PART))
