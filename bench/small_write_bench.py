@@ -34,7 +34,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from report import write_section  # noqa: E402
+from report import Load, write_section  # noqa: E402
 
 SESSIONS = {"pipe": {}, "spark-default": {"spark.python.sql.dataFrameDebugging.enabled": "true"}}
 
@@ -152,6 +152,8 @@ def main() -> None:
         return
 
     results: dict[str, dict[str, dict[str, list]]] = {name: {} for name in SESSIONS}
+    load = Load()
+    load.start()
     for _ in range(args.rounds):
         for name in SESSIONS:
             for kind, got in run_session(name, args.writes, args.table_rows).items():
@@ -159,6 +161,7 @@ def main() -> None:
                 for k in ("walls", "calls", "jobs"):
                     slot[k] += got[k]
                 slot["rows"].append(got["rows"])
+    load.stop()
     for kind in results["pipe"]:
         rows = {tuple(results[name][kind]["rows"]) for name in SESSIONS}
         if len(rows) != 1:
@@ -175,6 +178,8 @@ def main() -> None:
              "- *pipe's session*: the settings pipe starts every session with; *Spark's default*: the same with "
              "`spark.python.sql.dataFrameDebugging.enabled: true` (PySpark's default), which records the Python call site "
              "of every DataFrame and Column function",
+             f"- load: 1-minute load average {min(load.loads, default=load.before[0]):.1f}–{max(load.loads, default=load.after[0]):.1f} "
+             f"(before {load.before[0]:.1f}, after {load.after[0]:.1f}); other processes' CPU {load.others:.0f} s, steal {load.steal:.0f} s",
              "- *py4j calls*: round trips from the driver's Python to its JVM during one write; *jobs*: Spark jobs one write runs", "",
              "| table | session | median s / write | best s | py4j calls / write | Spark jobs / write |",
              "|---|---|---:|---:|---:|---:|"]
