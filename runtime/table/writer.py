@@ -401,18 +401,29 @@ def plan_buckets(insert_counts: dict[str, int], slices: list[FileSlice], opts: W
     return buckets
 
 
-def assign_file_groups(spark, inserts, buckets: list[Bucket]):
+# assign_file_groups: up to this many buckets in a partition are chosen by a CASE
+_ROUTE_BRANCHES = 32
+
+
+def _map_literal(F, value: dict, ddl: str):
+    """`value` as one literal of the query, of Spark type `ddl` (a map): folded once by the
+    optimizer and referenced by the generated code, so a new value each write compiles nothing
+    new; two py4j calls, however many entries."""
+    import json
+
+    return F.from_json(F.lit(json.dumps(value)), ddl)
+
+
+def assign_file_groups(inserts, buckets: list[Bucket]):
     """Routes each insert to a bucket by a hash of its key (stable, and spread by weight). The
     buckets are a literal of the query (partition -> its buckets' upper bounds and file ids, in
     order), not a table joined in: a broadcast join would cost a Spark job of its own."""
-    import json
-
     from pyspark.sql import functions as F
 
     by_partition: dict[str, list[dict]] = {}
     for b in buckets:  # a partition's buckets cover [0, 1) in order: the first whose hi exceeds h takes the row
         by_partition.setdefault(b.partition, []).append({"hi": b.hi, "f": b.file_id})
-    routes = F.try_element_at(F.from_json(F.lit(json.dumps(by_partition)), "map<string,array<struct<hi:double,f:string>>>"), F.col(PART))
+    routes = F.try_element_at(_map_literal(F, by_partition, "map<string,array<struct<hi:double,f:string>>>"), F.col(PART))
     h = F.pmod(F.xxhash64(F.col(KEY), F.col(_SEQ)), F.lit(1 << 30)) / float(1 << 30)
     most = max(len(v) for v in by_partition.values())
     if most > _ROUTE_BRANCHES:
@@ -428,25 +439,19 @@ def assign_file_groups(spark, inserts, buckets: list[Bucket]):
     return inserts.withColumn(FILE_ID, chosen).where(F.col(FILE_ID).isNotNull())
 
 
-# assign_file_groups: up to this many buckets in a partition are chosen by a CASE
-_ROUTE_BRANCHES = 32
-
-
 # --- 4. write_file_groups ----------------------------------------------------------------------
 
 
-def route_to_buckets(spark, inserts, to_buckets: dict[tuple[str, int], str]):
+def route_to_buckets(inserts, to_buckets: dict[tuple[str, int], str]):
     """Routes each insert to the file group of its bucket (`to_buckets`: (partition, bucket)
     -> file id, a stored group's or a new one's), a literal of the query as in
     assign_file_groups."""
-    import json
-
     from pyspark.sql import functions as F
 
     by_partition: dict[str, dict[str, str]] = {}
-    for (p, b), fid in sorted(to_buckets.items()):
+    for (p, b), fid in to_buckets.items():
         by_partition.setdefault(p, {})[str(b)] = fid
-    routes = F.from_json(F.lit(json.dumps(by_partition)), "map<string,map<string,string>>")
+    routes = _map_literal(F, by_partition, "map<string,map<string,string>>")
     chosen = F.try_element_at(F.try_element_at(routes, F.col(PART)), F.col(_BUCKET).cast("string"))
     return inserts.withColumn(FILE_ID, chosen).where(F.col(FILE_ID).isNotNull()).drop(_BUCKET)
 
@@ -691,11 +696,11 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     changes = in_place.unionByName(moved_out, allowMissingColumns=True)
     if bucketed:
         receiving = {(p, fid) for (p, _), fid in to_buckets.items()}
-        routed = route_to_buckets(spark, rows.where(is_insert), to_buckets)
+        routed = route_to_buckets(rows.where(is_insert), to_buckets)
     else:
         buckets = plan_buckets(insert_counts, slices, opts, table.record_size_estimate(opts.record_size_estimate, timeline), rewritten=touched)
         receiving = {(b.partition, b.file_id) for b in buckets}
-        routed = assign_file_groups(spark, rows.where(is_insert), buckets) if buckets else None
+        routed = assign_file_groups(rows.where(is_insert), buckets) if buckets else None
     if routed is not None:
         changes = changes.unionByName(routed.select(*[F.col(f"`{c}`") for c in data_columns if c in present], KEY, PART, FILE_ID, F.lit("I").alias(_KIND)),
                                       allowMissingColumns=True)
@@ -809,11 +814,9 @@ def _in_turns(F, df, column: str, values: list[str], tasks: int):
     Spark's hash decides."""
     if not values or len(values) > _SPREAD_GROUPS:
         return df.repartition(tasks, column)
-    import json
-
     numbers = spread_values(tasks)
-    # one literal, folded once by the optimizer, instead of two py4j calls per value
-    turns = F.from_json(F.lit(json.dumps({v: numbers[i % tasks] for i, v in enumerate(values)})), "map<string,int>")
+    # one literal instead of two py4j calls per value
+    turns = _map_literal(F, {v: numbers[i % tasks] for i, v in enumerate(values)}, "map<string,int>")
     return df.repartition(tasks, F.coalesce(F.try_element_at(turns, F.col(column)), F.hash(F.col(column))))
 
 
@@ -1096,7 +1099,7 @@ def _overwrite(spark, table, rows, opts: WriteOptions, instant: str, timeline, s
     stats, totals = [], WriteCounts()
     if counts:
         buckets = plan_buckets(counts, [], opts, table.record_size_estimate(opts.record_size_estimate, timeline))
-        routed = assign_file_groups(spark, rows, buckets)
+        routed = assign_file_groups(rows, buckets)
         out = routed.select(*_data_select(F, present, struct, data_columns), KEY, PART, FILE_ID)
         n = max(1, min(len(buckets), spark_api.default_parallelism(spark) * 4))
         out = out.repartition(n, FILE_ID).sortWithinPartitions(FILE_ID, KEY)  # a group's rows in one run
