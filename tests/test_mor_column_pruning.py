@@ -123,6 +123,11 @@ def test_named_columns_prune_merge_on_read_tables_only_and_unknown_columns_are_r
         t.write(spark.createDataFrame(rows[:5], SCHEMA), "upsert")
     named = frozenset({"amount", "qty", "t", "sum"})  # names a query uses: columns and others
     assert mor.read(meta=False, named=named).columns == ["amount", "qty"]
+    # the merge's Python tasks hand Spark only those columns, not the key and ordering field
+    # they merge by: Spark cannot prune a Python task's output
+    plan = mor.read(meta=False, named=named)._jdf.queryExecution().executedPlan().toString()
+    handed = re.search(r"MapInArrow [^\n]*?, \[([^\]]*)\]", plan)
+    assert handed and [c.split("#")[0] for c in handed.group(1).split(", ")] == ["amount", "qty"], plan
     assert cow.read(meta=False, named=named).columns == COLUMNS  # Spark prunes base files by itself
     assert mor.read(meta=False, named=None).columns == COLUMNS
     assert mor.read(meta=False, named=named, read_optimized=True).columns == COLUMNS

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from compiler.columns import KAFKA_COLUMNS
 from runtime.sources import NothingToRead, Pending, SourceError, avro, change_events, columns_ddl, debezium, records
+from runtime.spark import api as spark_api
 
 META_COLUMNS = KAFKA_COLUMNS
 TOPIC, PARTITION, OFFSET, TIMESTAMP, KEY = META_COLUMNS
@@ -508,7 +509,7 @@ def read(spark, p: KafkaPending):
                                 "declare the messages' columns in the source's `schema`")
         p.rows = 0
         cdc = f"{change_events.CDC_DDL}, " if config.get("format") in change_events.FORMATS else ""
-        return spark.createDataFrame([], f"{columns_ddl(declared)}, {cdc}{META_DDL}")
+        return spark_api.empty_frame(spark, f"{columns_ddl(declared)}, {cdc}{META_DDL}")
     client = client_config(config)
     timeout_s = float(config.get("fetch_timeout_s") or 120)
     ranges = [(r.topic, r.partition, r.start, r.end) for r in p.ranges]

@@ -202,7 +202,7 @@ class S3IncrementalPending(Pending):
                                     "offer the table; its checkpoint moves on when an object arrives",
                                     "declare the objects' columns in the source's `schema`")
             self.rows = 0
-            return spark.createDataFrame([], columns_ddl(declared))
+            return spark_api.empty_frame(spark, columns_ddl(declared))
         if s3.has_s3a(spark):
             self.read_through = "s3a"
             df, self.rows, self.bad_records, self.bad_samples = read_with_spark(spark, [f"s3a://{o.name}" for o in objects], self.config,

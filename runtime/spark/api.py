@@ -20,7 +20,7 @@ from typing import Any
 from runtime.spark.info import conf_value, default_parallelism, is_connect, master, setting
 
 # what the rest of pipe asks of a session: this module's own, and the session facts of info.py
-__all__ = ["cancel", "default_parallelism", "end_step", "is_connect", "local_checkpoint", "master", "new_session",
+__all__ = ["cancel", "default_parallelism", "empty_frame", "end_step", "is_connect", "local_checkpoint", "master", "new_session",
            "parquet_schema", "server_lost", "setting", "step_session", "temp_view"]
 
 # The step sessions of Connect sessions, by tag: what a cancellation interrupts.
@@ -102,6 +102,17 @@ def server_lost(exc: BaseException) -> bool:
     """Whether `exc` is the loss of this process's Spark Connect server (runtime/spark/connect.py)."""
     connect = sys.modules.get("runtime.spark.connect")  # imported by a run over Spark Connect only
     return connect is not None and connect.lost_server(exc) is not None
+
+
+def empty_frame(spark, schema):
+    """A DataFrame of no rows with `schema` (a StructType, or a DDL string such as "a string, b
+    int"), made in the JVM: one empty range task. `spark.createDataFrame([], schema)` makes a
+    Python RDD instead, and a query over it starts a Python worker per core for no row (on this
+    machine 100 ms or more a query). The columns are nullable."""
+    from pyspark.sql import functions as F
+
+    struct = spark.createDataFrame([], schema).schema if isinstance(schema, str) else schema
+    return spark.range(0, 0, 1, 1).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
 
 
 def local_checkpoint(df, eager: bool = True):

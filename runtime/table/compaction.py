@@ -129,8 +129,8 @@ def run(spark, storage, instant: str, slices: list[FileSlice], merge_spec: Merge
     return written
 
 
-def compact_task(spec: CompactSpec, descriptors: tuple[SliceDescriptor, ...], batches: Iterator) -> Iterator:
-    """The function given to mapInArrow: slice numbers in (reader.slice_descriptors), one stats row per slice out."""
+def compact_task(spec: CompactSpec, descriptors: tuple[tuple[SliceDescriptor, ...], ...], batches: Iterator) -> Iterator:
+    """The function given to mapInArrow: task numbers in (reader.slice_descriptors), one stats row per slice out."""
     import pyarrow as pa
 
     task = _Task(spec.files)

@@ -29,11 +29,12 @@ class SliceDescriptor(NamedTuple):
     log_paths: tuple[str, ...]
 
 
-def slices_in(descriptors: tuple[SliceDescriptor, ...], batches: Iterator) -> Iterator[SliceDescriptor]:
-    """The slices a task's batches of slice numbers (Spark's `range`, column `id`) name."""
+def slices_in(descriptors: tuple[tuple[SliceDescriptor, ...], ...], batches: Iterator) -> Iterator[SliceDescriptor]:
+    """The slices of the tasks a task's batches of task numbers (Spark's `range`, column `id`)
+    name (reader.slice_descriptors)."""
     for batch in batches:
         for number in batch.column(0).to_pylist():
-            yield descriptors[number]
+            yield from descriptors[number]
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,16 @@ class MergeSpec:
         return self.valid(instant)
 
 
-def merge_task(spec: MergeSpec, descriptors: tuple[SliceDescriptor, ...], batches: Iterator) -> Iterator:
-    """The function given to mapInArrow: slice numbers in (reader.slice_descriptors), merged rows out."""
+def merge_task(spec: MergeSpec, descriptors: tuple[tuple[SliceDescriptor, ...], ...], batches: Iterator,
+               output: tuple[str, ...] | None = None) -> Iterator:
+    """The function given to mapInArrow: task numbers in (reader.slice_descriptors), the merged
+    rows of their slices out, with only the `output` columns if given."""
     from runtime.storage import StorageSpec, open_storage
 
     storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
     for piece in slices_in(descriptors, batches):
-        yield from merge_slice(spec, storage, piece.base_path, list(piece.log_paths))
+        for batch in merge_slice(spec, storage, piece.base_path, list(piece.log_paths)):
+            yield batch if output is None else batch.select(list(output))
 
 
 def merge_slice(spec: MergeSpec, storage, base_path: str | None, log_paths: list[str]) -> Iterator:

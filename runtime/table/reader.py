@@ -3,7 +3,7 @@
 
 Base files of slices without log files are read by Spark's Parquet reader. The slices of a
 merge-on-read table that have log files are merged in Spark tasks (merge.py), which start from
-Spark's range over the slices' numbers, their paths travelling with the task's function
+Spark's range over task numbers, the paths of each task's slices travelling with the task's function
 (slice_descriptors). A read-optimized read takes base files only.
 
 `read_batches` reads the same rows without Spark, in this process, with pyarrow: the same
@@ -113,15 +113,17 @@ def read(spark, storage, struct, timeline: Timeline, as_of: str | None = None, s
     # the columns returned; a merge reads them and what it merges by (without the meta columns
     # a reader does not want: five strings a row)
     wanted = (list(META_COLUMNS) if meta else []) + (list(columns) if columns is not None else [f.name for f in data])
-    df = read_base_files(spark, storage, full, p.plain)
-    if p.incremental:
-        df = _written_in(df, p.since, p.until, p.instants)
-    df = df.select(*[f"`{c}`" for c in wanted])
+    parts = []  # a part without files is left out: Spark would still start its tasks
+    if p.plain or not p.merged:
+        df = read_base_files(spark, storage, full, p.plain)
+        if p.incremental:
+            df = _written_in(df, p.since, p.until, p.instants)
+        parts.append(df.select(*[f"`{c}`" for c in wanted]))
     if p.merged:
         merging = _merge_struct(full, wanted, config, p.incremental)
-        merged = read_merged_slices(spark, storage, merging, timeline, config, p.merged, p.since, p.merge_until, p.instants)
-        df = df.unionByName(merged.select(*[f"`{c}`" for c in wanted]))
-    return df
+        parts.append(read_merged_slices(spark, storage, merging, timeline, config, p.merged, p.since, p.merge_until, p.instants,
+                                        output=wanted))
+    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
 
 def _merge_struct(full, wanted: list[str], config: TableConfig, incremental: bool):
@@ -165,7 +167,7 @@ def _groups_written(timeline: Timeline, instants) -> set[tuple[str, str]]:
 def read_base_files(spark, storage, full, slices: list[FileSlice]):
     paths = [storage.full_path(s.base_file.path) for s in slices]
     if not paths:
-        return spark.createDataFrame([], full)
+        return spark_api.empty_frame(spark, full)
     return spark.read.schema(full).parquet(*paths)
 
 
@@ -182,27 +184,53 @@ def _written_in(df, since: str | None, until: str | None, instants: frozenset[st
 
 
 def read_merged_slices(spark, storage, full, timeline: Timeline, config: TableConfig, slices: list[FileSlice],
-                       since: str | None, until: str | None, instants: frozenset[str] | None = None):
+                       since: str | None, until: str | None, instants: frozenset[str] | None = None,
+                       output: list[str] | None = None):
     """The merged rows of slices with log files: tasks over the slices' numbers
-    (slice_descriptors), each merging its slices (merge.merge_task)."""
+    (slice_descriptors), each merging its slices (merge.merge_task). `output`: the columns of
+    `full` the tasks hand to Spark, in that order (all if None). Spark cannot prune a Python
+    task's output, so a read names them: the columns a merge only merges by (the record key,
+    the ordering field) then never cross from the Python workers to the JVM, which costs more
+    than the merge itself (a million string keys)."""
+    from pyspark.sql import types as T
+
     from runtime.table.merge import merge_task
 
     spec = merge_spec(storage, full, timeline, config, since, until, instants)
     numbers, descriptors = slice_descriptors(spark, slices)
-    return numbers.mapInArrow(lambda batches: merge_task(spec, descriptors, batches), full)
+    if output is None:
+        return numbers.mapInArrow(lambda batches: merge_task(spec, descriptors, batches), full)
+    names = tuple(output)
+    out = T.StructType([full[c] for c in names])
+    return numbers.mapInArrow(lambda batches: merge_task(spec, descriptors, batches, names), out)
 
 
-def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 2):
-    """What tasks that merge slices start from: a DataFrame of the slices' numbers (Spark's
-    `range`, split into up to `per_core` tasks per core; made by the executors, so no row goes
-    through the driver and no shuffle spreads them), and the slices' descriptors (merge.
-    SliceDescriptor) by number, which travel with the task's function."""
+def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 1):
+    """What tasks that merge slices start from: a DataFrame of task numbers (Spark's `range`, one
+    number a task, up to `per_core` tasks per core; made by the executors, so no row goes through
+    the driver and no shuffle spreads them), and by task number the descriptors (merge.
+    SliceDescriptor) of the slices that task merges, which travel with the task's function.
+
+    Slices go to tasks by their bytes (base file and log files), the largest first to the task
+    with the fewest, so the tasks end together. A read takes one task per core: a Python task
+    costs 50 to 100 ms to start and hand back here, more than balancing by bytes leaves to gain."""
+    import heapq
+
     from runtime.table.merge import SliceDescriptor
 
-    descriptors = tuple(SliceDescriptor(s.partition, s.file_id, s.base_file.path if s.base_file else None,
-                                        tuple(lf.path for lf in s.log_files)) for s in slices)
-    tasks = max(1, min(len(descriptors), spark_api.default_parallelism(spark) * per_core))
-    return spark.range(0, len(descriptors), 1, tasks), descriptors
+    tasks = max(1, min(len(slices), spark_api.default_parallelism(spark) * per_core))
+    loads = [(0, n) for n in range(tasks)]
+    groups: list[list[SliceDescriptor]] = [[] for _ in range(tasks)]
+    for s in sorted(slices, key=_slice_bytes, reverse=True):
+        load, n = heapq.heappop(loads)
+        groups[n].append(SliceDescriptor(s.partition, s.file_id, s.base_file.path if s.base_file else None,
+                                         tuple(lf.path for lf in s.log_files)))
+        heapq.heappush(loads, (load + _slice_bytes(s), n))
+    return spark.range(0, tasks, 1, tasks), tuple(tuple(g) for g in groups)
+
+
+def _slice_bytes(s: FileSlice) -> int:
+    return (s.base_file.size if s.base_file else 0) + sum(lf.size for lf in s.log_files)
 
 
 def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None,

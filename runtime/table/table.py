@@ -573,7 +573,7 @@ class Table:
                                  "rebuild the table once with `pipe run --select TABLE --full-refresh` (which keeps one row per key), "
                                  "or declare `index: global`")
         else:
-            rows, keys = self.spark.createDataFrame([], "_k string, _pipe_part string, _pipe_file string"), 0
+            rows, keys = spark_api.empty_frame(self.spark, "_k string, _pipe_part string, _pipe_file string"), 0
         t = mdt.initialize_record_index(self.spark, read_properties(self.storage), timeline, rows, keys)
         log.info("built the record index of %s from its %d keys (metadata table instant %s)", self.config.name, keys, t)
         self.config = TableConfig.from_properties_map(read_properties(self.storage))

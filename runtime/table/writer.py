@@ -635,8 +635,10 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             # only the meta columns and the precombine field are read and merged
             narrow = with_meta_struct(T.StructType([f for f in stored_struct.fields if f.name == config.precombine_field]))
 
-            def merged(with_logs):
-                return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None)
+            def merged(with_logs):  # what tag_locations indexes by: key, partition, file name, ordering value
+                return _reader.read_merged_slices(spark, storage, narrow, timeline, config, with_logs, None, None,
+                                                  output=[f.name for f in narrow.fields if f.name in (KEY, PART, "_hoodie_file_name")
+                                                          or f.name == config.precombine_field])
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
                              stored_struct, probe=batch, key_range=key_range, located=_record_index_lookup(spark, table, timeline, opts))
         rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
