@@ -521,20 +521,22 @@ WHY = {
         "starts the Python workers (mapInArrow), each importing pyarrow and pipe's runtime before it encodes a row. Java's driver starts Spark 3.5 "
         "with the Hudi bundle and writes inside the JVM, with no Python worker to start."),
     "merge-on-read snapshot read": (
-        "the merge of base and log files runs in Python workers (mapInArrow over the file slices: pyarrow reads each base file and its log "
-        "files and merges them by key); pipe's view reads and merges only the columns the SQL names (amount) with the key and precombine "
-        "field, as Java's relation does (`MergeOnReadSnapshotRelation`, `ReadSchema: struct<amount:double>`), but its rows still cross from "
-        "the Python workers to the JVM as Arrow batches, where Java's merge runs inside the JVM on Spark's vectorized Parquet reader."),
+        "the merge of base and log files runs in Python workers (mapInArrow, one task per core over the file slices: pyarrow reads each "
+        "base file and its log files and merges them by key); pipe's view reads and merges only the column the SQL names (amount) with the "
+        "key and precombine field, as Java's relation does (`MergeOnReadSnapshotRelation`, `ReadSchema: struct<amount:double>`), and hands "
+        "Spark only that column, but its rows still cross from the Python workers to the JVM as Arrow batches, and each Python task costs "
+        "50 to 100 ms to start, where Java's merge runs inside the JVM on Spark's vectorized Parquet reader."),
     "merge-on-read full scan (every column)": (
         "every column of every row is read by pyarrow in the Python workers, merged, and handed to the JVM as Arrow batches, which Spark "
         "converts to its rows; Java reads the base files with Spark's vectorized Parquet reader and merges the log records in the JVM."),
     "upsert 1% in 1 partition": (
-        "pipe's default index is global: it looks the batch's keys up among every stored key, in all ten partitions' files (the keys' text "
-        "gives every file a key range that spans the batch's, and the files, about 70 MB in all, are below the size at which pipe asks their "
-        "bloom filters, `bloom_index.BLOOM_CHECK_BYTES`), where Java's default, SIMPLE, is partition-scoped and reads one partition's keys; "
-        "pipe's own partition-scoped index (`pipe partition`) is the counterpart, at about a third of Java's time. Against RECORD_INDEX (a "
-        "point lookup per key in the metadata table) pipe has no record-level index yet. Most of pipe's time is the broadcasts of the lookup "
-        "and the driver's work between its jobs (below)."),
+        "pipe's default index is global: it looks the batch's keys up in all ten partitions' files (the keys' text gives every file a key "
+        "range that spans the batch's), so it first asks the files' bloom filters (about 70 MB of files, above "
+        "`bloom_index.BLOOM_CHECK_BYTES`) in one Spark job, which leaves partition 3's files, where Java's default, SIMPLE, is "
+        "partition-scoped and reads one partition's keys without asking; pipe's own partition-scoped index (`pipe partition`) is the "
+        "counterpart. Against RECORD_INDEX (a point lookup per key in the metadata table): pipe's record index (`index: record`) is not "
+        "raced here, as pipe's bulk_insert drops it and the first upsert builds it. Most of pipe's time is the driver's work between its "
+        "jobs (below)."),
     "merge-on-read upsert 1%": (
         "as for the upsert in one partition: the global lookup reads every stored key, and the slices with log files are merged (their keys "
         "and precombine values, in Python workers) so that keys are looked up as readers see them; half of the time is the driver's work "
