@@ -7,6 +7,7 @@ layout, Java features it does not reproduce); and Hudi's crash-safe update of th
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -406,7 +407,13 @@ def store_properties(props: Mapping[str, str], comment: str, now: dt.datetime | 
 def parse_properties(text: str) -> dict[str, str]:
     """java.util.Properties.load: `key=value`, `key:value` or `key value` lines, `#` and `!`
     comments, lines continued by a trailing backslash, and every escape (\\uXXXX, \\t, \\n, \\r,
-    \\f, and a backslash before any other character stands for that character)."""
+    \\f, and a backslash before any other character stands for that character). A write
+    reads the file about ten times: the same text is parsed once (a copy each time)."""
+    return dict(_parsed_properties(text))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_properties(text: str) -> tuple[tuple[str, str], ...]:
     props: dict[str, str] = {}
     lines = text.splitlines()
     i = 0
@@ -434,7 +441,7 @@ def parse_properties(text: str) -> dict[str, str]:
         if rest[:1] in ("=", ":"):
             rest = rest[1:].lstrip(" \t\f")
         props[_unescape(line[:key_end])] = _unescape(rest)
-    return props
+    return tuple(props.items())
 
 
 def _continues(line: str) -> bool:
@@ -442,6 +449,8 @@ def _continues(line: str) -> bool:
 
 
 def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
     out, j = [], 0
     while j < len(text):
         ch = text[j]
