@@ -549,8 +549,9 @@ WHY = {
         "converts to its rows; Java reads the base files with Spark's vectorized Parquet reader and merges the log records in the JVM."),
     "upsert 1% in 1 partition": (
         "pipe's default index is global: it looks the batch's keys up in all ten partitions' files (the keys' text gives every file a key "
-        "range that spans the batch's), so it first asks the files' bloom filters (about 70 MB of files, above "
-        "`bloom_index.BLOOM_CHECK_BYTES`) in one Spark job, which leaves partition 3's files, where Java's default, SIMPLE, is "
+        "range that spans the batch's), so it first asks the files' bloom filters (above `bloom_index.BLOOM_CHECK_BYTES` of files) in one "
+        "Spark job; for keys that are numbers as text their MurmurHash values collide often enough that most files stay candidates "
+        "(docs/tables.md), where Java's default, SIMPLE, is "
         "partition-scoped and reads one partition's keys without asking; pipe's own partition-scoped index (`pipe partition`) is the "
         "counterpart, and `pipe record` (its record index) the counterpart of Java's RECORD_INDEX. Most of pipe's time is the driver's "
         "work between its jobs (below)."),
