@@ -301,13 +301,12 @@ class PipeSide:
         return Table.create(self.spark, str(self.work / name), self.configs[self.types[table_type]])
 
     def write(self, name: str, table_type: str, operation: str, source: Path) -> None:
-        df = self.spark.read.parquet(str(source))
-        if self.index != "record":
-            self.table(name, table_type).write(df, operation, index=self.index)
-        elif operation == "bulk_insert":  # (refused with a record index: SIDES)
-            self.table(name, table_type).write(df, "insert", index="global", insert_duplicates="drop")
-        else:
-            self.table(name, table_type).write(df, operation, index="global")
+        options = {"index": self.index}
+        if self.index == "record":  # the global index, kept by the table's record index
+            options["index"] = "global"
+            if operation == "bulk_insert":  # (refused with a record index: SIDES)
+                operation, options["insert_duplicates"] = "insert", "drop"
+        self.table(name, table_type).write(self.spark.read.parquet(str(source)), operation, **options)
 
     def scan(self, name: str, query: str = None, **read) -> tuple[int, float]:
         """As pipe run reads a table for a model's SQL: a view with the columns the SQL names

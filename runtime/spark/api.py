@@ -110,8 +110,9 @@ def empty_frame(spark, schema):
     Python RDD instead, and a query over it starts a Python worker per core for no row (on this
     machine 100 ms or more a query). The columns are nullable."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
-    struct = spark.createDataFrame([], schema).schema if isinstance(schema, str) else schema
+    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
     return spark.range(0, 0, 1, 1).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
 
 

@@ -71,9 +71,10 @@ def merge_task(spec: MergeSpec, descriptors: tuple[tuple[SliceDescriptor, ...], 
     from runtime.storage import StorageSpec, open_storage
 
     storage = open_storage(StorageSpec(spec.storage_uri, spec.storage_options))
+    columns = list(output) if output is not None else None
     for piece in slices_in(descriptors, batches):
         for batch in merge_slice(spec, storage, piece.base_path, list(piece.log_paths)):
-            yield batch if output is None else batch.select(list(output))
+            yield batch if columns is None else batch.select(columns)
 
 
 def merge_slice(spec: MergeSpec, storage, base_path: str | None, log_paths: list[str]) -> Iterator:

@@ -198,10 +198,8 @@ def read_merged_slices(spark, storage, full, timeline: Timeline, config: TableCo
 
     spec = merge_spec(storage, full, timeline, config, since, until, instants)
     numbers, descriptors = slice_descriptors(spark, slices)
-    if output is None:
-        return numbers.mapInArrow(lambda batches: merge_task(spec, descriptors, batches), full)
-    names = tuple(output)
-    out = T.StructType([full[c] for c in names])
+    names = tuple(output) if output is not None else None
+    out = full if names is None else T.StructType([full[c] for c in names])
     return numbers.mapInArrow(lambda batches: merge_task(spec, descriptors, batches, names), out)
 
 
@@ -221,16 +219,15 @@ def slice_descriptors(spark, slices: list[FileSlice], per_core: int = 1):
     tasks = max(1, min(len(slices), spark_api.default_parallelism(spark) * per_core))
     loads = [(0, n) for n in range(tasks)]
     groups: list[list[SliceDescriptor]] = [[] for _ in range(tasks)]
-    for s in sorted(slices, key=_slice_bytes, reverse=True):
+    sized = sorted((((s.base_file.size if s.base_file else 0) + sum(lf.size for lf in s.log_files), i) for i, s in enumerate(slices)),
+                   reverse=True)
+    for size, i in sized:
+        s = slices[i]
         load, n = heapq.heappop(loads)
         groups[n].append(SliceDescriptor(s.partition, s.file_id, s.base_file.path if s.base_file else None,
                                          tuple(lf.path for lf in s.log_files)))
-        heapq.heappush(loads, (load + _slice_bytes(s), n))
+        heapq.heappush(loads, (load + size, n))
     return spark.range(0, tasks, 1, tasks), tuple(tuple(g) for g in groups)
-
-
-def _slice_bytes(s: FileSlice) -> int:
-    return (s.base_file.size if s.base_file else 0) + sum(lf.size for lf in s.log_files)
 
 
 def merge_spec(storage, full, timeline: Timeline, config: TableConfig, since: str | None = None, until: str | None = None,
