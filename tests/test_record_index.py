@@ -84,6 +84,37 @@ def test_entries_are_written_byte_for_byte_as_fastavro_writes_them():
             assert ri.location_of(fastavro.schemaless_reader(io.BytesIO(buf.getvalue()), parsed)["recordIndexMetadata"]) == (partition, fid)
 
 
+
+def test_a_lookup_finds_the_same_cells_however_many_rows_a_block_holds():
+    """hfile.read with rows finds a few rows of a block by their bytes and walks the cells of
+    a block many rows fall in: both give exactly the cells a full read holds for those rows,
+    over many blocks, with keys of several lengths, accents, and rows the file does not hold.
+    A damaged cell is an HFileError either way, never a wrong answer."""
+    import random
+
+    from runtime.table import hfile
+
+    rnd = random.Random(42)
+    keys = sorted({f"{rnd.choice(['order-', 'Zoë-', 'k'])}{rnd.randrange(10 ** rnd.randrange(3, 12)):d}".encode("utf-8") for _ in range(20_000)})
+    cells = [(k, ri.encode_entry("day=2026-01-0%d" % (i % 7), f"4f6d1c1e-95bd-4b5e-9a2c-0d9f3f1b2a{i % 99:02d}-0", 1796519541830 + i, 9))
+             for i, k in enumerate(keys)]
+    data = hfile.write(cells, {"schema": b"{}"})
+    full = dict(hfile.read(data).cells)
+    assert len(full) == len(keys)
+    absent = [f"absent-{i}".encode() for i in range(300)]
+    for wanted in (rnd.sample(keys, 15), rnd.sample(keys, 4_000), keys, rnd.sample(keys, 2_000) + absent):
+        rows = sorted(wanted)
+        found = hfile.read(data, rows).cells
+        assert dict(found) == {r: full[r] for r in rows if r in full}
+        assert len(found) == len({r for r in rows if r in full})
+    # a cell whose row length runs past its block: damaged, said so
+    broken = bytearray(hfile.write(cells[:50], {"schema": b"{}"}, codec=hfile.NONE))
+    at = broken.index(hfile.DATA) + hfile.HEADER
+    broken[at + 8:at + 10] = (0x7FFF).to_bytes(2, "big")
+    for rows in (None, sorted(k for k, _ in cells[:50])):
+        with pytest.raises(hfile.HFileError, match="damaged"):
+            hfile.read(bytes(broken), rows)
+
 # --- against Java ------------------------------------------------------------------------------
 
 def index_of(path: Path, version: int) -> dict[str, tuple[str, str]]:

@@ -33,6 +33,10 @@ TRAILER_SIZE = 4096
 BYTES_PER_CHECKSUM = 16384
 GZ, NONE = 1, 2
 BLOCK_SIZE = 64 * 1024
+# a lookup of up to this many rows in a block finds each by its key's bytes (a scan of the
+# block a row); more, and the block's cells are walked once (a 64 KiB block of record-index
+# entries holds about 400 cells: walking them costs about as much as 8 scans)
+FIND_ROWS = 8
 COMPARATOR = "org.apache.hudi.io.storage.HoodieHBaseKVComparator"
 _LATEST = 0x7FFFFFFFFFFFFFFF
 _PUT = 4
@@ -308,21 +312,24 @@ def read(data: bytes, rows: list[bytes] | None = None) -> HFile:
             if i >= 0:
                 per_block.setdefault(blocks[i][0], []).append(r)
         blocks = [b for b in blocks if b[0] in per_block]
+    unpack = struct.Struct(">iih").unpack_from
     for off, _ in blocks:
         block, _ = _read_block(data, off, codec, DATA)
-        if wanted is not None and _ours(block):  # found by their keys' bytes, not by parsing every cell
+        if wanted is not None and len(per_block[off]) <= FIND_ROWS and _ours(block):
+            # a few rows: found by their keys' bytes, not by parsing every cell
             out.cells.extend(_find_cells(block, per_block[off]))
             continue
-        at = 0
-        while at < len(block):
-            klen, vlen = struct.unpack(">ii", block[at:at + 8])
-            rlen = struct.unpack(">h", block[at + 8:at + 10])[0]
-            if klen < rlen + 2 or vlen < 0 or at + 9 + klen + vlen > len(block):
+        at, end = 0, len(block)
+        while at < end:
+            if at + 10 > end:
+                raise HFileError(f"a damaged cell in the HFile data block at offset {off}")
+            klen, vlen, rlen = unpack(block, at)
+            if rlen < 0 or klen < rlen + 2 or vlen < 0 or at + 9 + klen + vlen > end:
                 raise HFileError(f"a damaged cell in the HFile data block at offset {off}")
             row = block[at + 10:at + 10 + rlen]
             if wanted is None or row in wanted:
                 out.cells.append((row, block[at + 8 + klen:at + 8 + klen + vlen]))
-            at += 8 + klen + vlen + 1
+            at += 9 + klen + vlen
     if wanted is None and len(out.cells) != trailer.get(7, 0):
         raise HFileError(f"the HFile holds {len(out.cells)} cells, its trailer says {trailer.get(7, 0)}")
     return out

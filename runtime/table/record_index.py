@@ -268,7 +268,14 @@ def _storage(spec: IndexSpec):
 
 def read_slice(storage, s: Slice, validity: Validity, keys: list[str] | None = None) -> dict[str, tuple[str, str]]:
     """key -> (partition, file id) of the live keys a slice holds (only `keys`, when given)."""
-    return {k: location_of(info) for k, info in read_infos(storage, s, validity, keys).items()}
+    places: dict[int, tuple[str, str]] = {}  # entries of a place and instant share one info (read_infos)
+    out = {}
+    for k, info in read_infos(storage, s, validity, keys).items():
+        place = places.get(id(info))
+        if place is None:
+            place = places[id(info)] = location_of(info)
+        out[k] = place
+    return out
 
 
 def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = None, raw_schema: bytes | None = None) -> dict[str, dict | bytes]:
@@ -285,6 +292,7 @@ def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = N
     wanted = set(keys) if keys is not None else None
     out: dict[str, dict] = {}
     parsed_cache: dict[bytes, object] = {}
+    decoded_cache: dict[bytes, dict[bytes, dict | None]] = {}
 
     def apply(h) -> None:
         text = h.file_info.get("schema")
@@ -296,12 +304,17 @@ def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = N
         if text not in parsed_cache:
             parsed_cache[text] = fastavro.parse_schema(json.loads(text))
         parsed = parsed_cache[text]
+        # an entry's datum depends on its place and instant only: a slice has few distinct
+        # ones, each decoded once (the decoded infos are shared, never changed)
+        decoded = decoded_cache.setdefault(text, {})
         for row, value in h.cells:
             if not value:
                 continue
-            rec = fastavro.schemaless_reader(io.BytesIO(value), parsed)
-            info = rec.get("recordIndexMetadata")
-            if rec.get("type") == RECORD_INDEX and info:
+            info = decoded.get(value, decoded)
+            if info is decoded:
+                rec = fastavro.schemaless_reader(io.BytesIO(value), parsed)
+                info = decoded[value] = rec.get("recordIndexMetadata") if rec.get("type") == RECORD_INDEX else None
+            if info:
                 out[row.decode("utf-8")] = info
 
     if s.base is not None:
