@@ -42,6 +42,16 @@ def test_keys_hash_to_the_file_group_javas_string_hashcode_gives():
             "polygenelubricants"]  # the last hashes to Integer.MIN_VALUE, whose abs stays negative in Java
     assert java_hash("polygenelubricants") == -(1 << 31)
     assert [int(h) for h in ri.java_hashes(keys)] == [java_hash(k) for k in keys]
+    # a task's Arrow column (a slice of a larger array), ASCII keys of many lengths hashed a
+    # length at once among others hashed one by one
+    import random
+
+    import pyarrow as pa
+
+    rnd = random.Random(7)
+    many = keys + [f"{rnd.choice(['order-', 'Zoë-', ''])}{rnd.randrange(10 ** rnd.randrange(1, 14))}" for _ in range(3_000)]
+    column = pa.array(["before"] * 5 + many)[5:]
+    assert [int(h) for h in ri.java_hashes(column)] == [java_hash(k) for k in many]
     def java_abs(h: int) -> int:
         return h if h == -(1 << 31) else abs(h)
 

@@ -47,29 +47,50 @@ def file_group_number(file_id: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def java_hashes(keys: list[str]):
-    """Java's String.hashCode of each key (a signed 32-bit int), vectorised by key length over
-    their UTF-16 code units (numpy int64 arrays)."""
+def java_hashes(keys):
+    """Java's String.hashCode of each key (a signed 32-bit int) over its UTF-16 code units, as
+    a numpy int64 array. `keys`: a list of str or an Arrow string array (a task's column). The
+    ASCII keys (a code unit a byte) are hashed column by column over all keys of a length at
+    once; others one by one."""
     import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    out = np.zeros(len(keys), dtype=np.int64)
-    units = [np.frombuffer(k.encode("utf-16-be"), dtype=">u2") for k in keys]
-    by_length: dict[int, list[int]] = {}
-    for i, u in enumerate(units):
-        by_length.setdefault(len(u), []).append(i)
-    mask = (1 << 32) - 1
-    for length, idx in by_length.items():
+    arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type != pa.large_string():
+        arr = arr.cast(pa.large_string())  # 64-bit offsets, whatever the column's size
+    n = len(arr)
+    out = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return out
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    ascii = pc.fill_null(pc.string_is_ascii(arr), False).to_numpy(zero_copy_only=False)
+    for length in np.unique(lengths[ascii]):
         if length == 0:
             continue
-        grid = np.stack([units[i] for i in idx]).astype(np.int64)
-        h = np.zeros(len(idx), dtype=np.int64)
-        for j in range(length):
-            h = (h * 31 + grid[:, j]) & mask
-        out[idx] = np.where(h >= 1 << 31, h - (1 << 32), h)
+        idx = np.nonzero(ascii & (lengths == length))[0]
+        grid = data[offsets[idx][:, None] + np.arange(length)]  # one row of bytes a key
+        h = np.zeros(len(idx), dtype=np.uint32)
+        for j in range(int(length)):
+            h = h * np.uint32(31) + grid[:, j]  # uint32 arithmetic wraps as Java's int does
+        out[idx] = h.view(np.int32)
+    mask = (1 << 32) - 1
+    for i in np.nonzero(~ascii)[0]:
+        key = arr[int(i)].as_py()
+        if key is None:
+            continue
+        h = 0
+        for unit in np.frombuffer(key.encode("utf-16-be"), dtype=">u2").tolist():
+            h = (h * 31 + unit) & mask
+        out[i] = h - (1 << 32) if h >= 1 << 31 else h
     return out
 
 
-def file_groups_of(keys: list[str], n: int):
+def file_groups_of(keys, n: int):
     """The record-index file group (0..n-1) of each key (Java's mapRecordKeyToFileGroupIndex:
     abs(abs(h) % n), where abs of Integer.MIN_VALUE stays negative)."""
     import numpy as np
@@ -340,18 +361,28 @@ LOOKUP_SCHEMA = "_pipe_part string, _pipe_file string"
 DELTA_STATS_SCHEMA = "number int, path string, size long, upserts long, deletes long"
 
 
-def _by_group(batches: Iterator, column: str = "_pipe_ri_group") -> Iterator[tuple[int, list[dict]]]:
-    """(group number, rows as dicts) from batches sorted by the group column."""
-    current, rows = None, []
+def _by_group(batches: Iterator, names: tuple[str, ...], column: str = "_pipe_ri_group") -> Iterator[tuple[int, dict[str, list]]]:
+    """(group number, {name: values}) of the `names` columns, from batches sorted by the
+    group column (a group's rows may span batches)."""
+    import numpy as np
+
+    current, cols = None, {n: [] for n in names}
     for batch in batches:
-        for row in batch.to_pylist():
-            if row[column] != current and rows:
-                yield current, rows
-                rows = []
-            current = row[column]
-            rows.append(row)
-    if rows:
-        yield current, rows
+        if batch.num_rows == 0:
+            continue
+        groups = batch.column(batch.schema.get_field_index(column)).to_numpy(zero_copy_only=False)
+        values = {n: batch.column(batch.schema.get_field_index(n)).to_pylist() for n in names}
+        starts = [0, *(np.nonzero(groups[1:] != groups[:-1])[0] + 1).tolist(), len(groups)]
+        for lo, hi in zip(starts, starts[1:]):
+            g = int(groups[lo])
+            if g != current and current is not None and cols[names[0]]:
+                yield current, cols
+                cols = {n: [] for n in names}
+            current = g
+            for n in names:
+                cols[n].extend(values[n][lo:hi])
+    if current is not None and cols[names[0]]:
+        yield current, cols
 
 
 def lookup_task(spec: IndexSpec, batches: Iterator) -> Iterator:
@@ -361,8 +392,8 @@ def lookup_task(spec: IndexSpec, batches: Iterator) -> Iterator:
 
     storage = _storage(spec)
     found: set[tuple[str, str]] = set()
-    for number, rows in _by_group(batches):
-        found.update(read_slice(storage, spec.slices[number], spec.validity, sorted({r["_k"] for r in rows})).values())
+    for number, cols in _by_group(batches, ("_k",)):
+        found.update(read_slice(storage, spec.slices[number], spec.validity, sorted(set(cols["_k"]))).values())
     if found:
         parts, files = zip(*sorted(found))
         yield pa.RecordBatch.from_pydict({"_pipe_part": list(parts), "_pipe_file": list(files)})
@@ -379,11 +410,12 @@ def delta_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     storage = _storage(spec)
     token = TOKEN  # a retried task writes the same file again, never a second one
     stats = []
-    for number, rows in _by_group(batches):
+    for number, cols in _by_group(batches, ("_k", "_pipe_part", "_pipe_file")):
         s = spec.slices[number]
-        places = {r["_k"]: (r["_pipe_part"], r["_pipe_file"]) for r in rows if r["_pipe_file"] is not None}  # one place a key
+        rows = list(zip(cols["_k"], cols["_pipe_part"], cols["_pipe_file"]))
+        places = {k: (p, f) for k, p, f in rows if f is not None}  # one place a key
         upserts = [(k, p, f) for k, (p, f) in places.items()]
-        deletes = sorted({r["_k"] for r in rows if r["_pipe_file"] is None} - set(places))
+        deletes = sorted({k for k, _, f in rows if f is None} - set(places))
         blocks = []
         if upserts:
             cells = upsert_cells(upserts, spec.instant_ms, spec.table_version)
@@ -447,9 +479,9 @@ def build_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     sorted by group; each group's base file at `spec.instant` (the index's init instant).
     Out: one stats row a group."""
     storage = _storage(spec)
-    stats = [_write_base(storage, spec, number, upsert_cells([(r["_k"], r["_pipe_part"], r["_pipe_file"]) for r in rows],
+    stats = [_write_base(storage, spec, number, upsert_cells(list(zip(cols["_k"], cols["_pipe_part"], cols["_pipe_file"])),
                                                              spec.instant_ms, spec.table_version))
-             for number, rows in _by_group(batches)]
+             for number, cols in _by_group(batches, ("_k", "_pipe_part", "_pipe_file"))]
     yield from _base_stats(stats)
 
 
@@ -492,7 +524,7 @@ def with_group(spark, df, key: str, groups: int):
 
     def assign(batches):
         for batch in batches:
-            keys = batch.column(batch.schema.get_field_index(key)).to_pylist()
+            keys = batch.column(batch.schema.get_field_index(key))
             yield batch.append_column("_pipe_ri_group", pa.array(file_groups_of(keys, groups), pa.int32()))
 
     return df.mapInArrow(assign, schema)
