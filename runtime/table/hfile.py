@@ -263,10 +263,52 @@ def _find_cells(block: bytes, rows: list[bytes]) -> list[tuple[bytes, bytes]]:
     return found
 
 
+class _Ranges:
+    """A stored HFile read in ranges (Storage.read_range): its slices are taken from the ranges
+    fetched so far; a slice none holds is fetched on its own."""
+
+    def __init__(self, fetch, size: int):
+        self.fetch, self.size = fetch, size
+        self.parts: list[tuple[int, bytes]] = []
+
+    def __len__(self) -> int:
+        return self.size
+
+    def load(self, start: int, end: int) -> None:
+        start, end = max(0, start), min(self.size, end)
+        if start < end:
+            self.parts.append((start, self.fetch(start, end)))
+
+    def __getitem__(self, key):
+        if isinstance(key, int):
+            return self[key:key + 1 if key != -1 else None][0]
+        start, stop, _ = key.indices(self.size)
+        for at, part in self.parts:
+            if at <= start and stop <= at + len(part):
+                return part[start - at:stop - at]
+        self.load(start, stop)
+        return self.parts[-1][1] if self.parts and self.parts[-1][0] == start else b""
+
+
+# wanted data blocks closer than this are fetched in one range (a stored file: fewer requests)
+RANGE_GAP = 1 << 20
+
+
+def read_stored(fetch, size: int, rows: list[bytes]) -> HFile:
+    """read(..., rows) of a stored HFile of `size` bytes, fetching only its trailer, its index
+    and file info, and the data blocks that may hold `rows` (`fetch(start, end)`: the bytes
+    [start, end), as Storage.read_range), as Hudi's readers seek."""
+    return read(_Ranges(fetch, size), rows)
+
+
 def read(data: bytes, rows: list[bytes] | None = None) -> HFile:
     """Every cell, the file info and the meta blocks of an HFile (HFileError if it is not one).
     `rows` (sorted): only the cells with those rows, from only the data blocks that may hold
-    them (the root index names each block's first row), as a reader looking keys up does."""
+    them (the root index names each block's first row), as a reader looking keys up does;
+    the meta blocks (a base file's bloom filter) are then not read."""
+    ranged = isinstance(data, _Ranges)
+    if ranged:
+        data.load(data.size - TRAILER_SIZE, data.size)
     if len(data) < TRAILER_SIZE or data[-TRAILER_SIZE:-TRAILER_SIZE + 8] != TRAILER or data[-3:] != b"\x00\x00\x03":
         raise HFileError("not an HFile of version 3 (no trailer)")
     size, pos = _read_pb_varint(data, len(data) - TRAILER_SIZE + 8)
@@ -277,8 +319,10 @@ def read(data: bytes, rows: list[bytes] | None = None) -> HFile:
     if trailer.get(8, 1) != 1:
         raise HFileError("a multi-level HFile index is not read")
     offset = trailer.get(2)
-    if not isinstance(offset, int):
+    if not isinstance(offset, int) or not 0 <= offset < len(data):
         raise HFileError("the HFile trailer has no load-on-open offset")
+    if ranged:  # the root index, the meta index and the file info, up to the trailer
+        data.load(offset, data.size - TRAILER_SIZE)
     root, offset = _read_block(data, offset, codec, ROOT_INDEX)
     metas, offset = _read_block(data, offset, codec, ROOT_INDEX)
     info_payload, _ = _read_block(data, offset, codec, FILE_INFO)
@@ -291,20 +335,22 @@ def read(data: bytes, rows: list[bytes] | None = None) -> HFile:
         if isinstance(kv.get(1), bytes) and isinstance(kv.get(2), bytes):
             out.file_info[kv[1].decode("utf-8", "replace")] = kv[2]
     pos = 0
-    for _ in range(trailer.get(6, 0)):
+    for _ in range(trailer.get(6, 0) if rows is None else 0):
         off, _size = struct.unpack(">qi", metas[pos:pos + 12])
         n, pos = _read_vint(metas, pos + 12)
         name, pos = metas[pos:pos + n].decode("utf-8", "replace"), pos + n
         out.meta[name] = _read_block(data, off, codec, META)[0]
     pos = 0
     blocks = []  # (offset, first row)
+    sizes = {}  # offset -> the block's size on disk, with its header
     for _ in range(trailer.get(5, 0)):
-        off, _size = struct.unpack(">qi", root[pos:pos + 12])
+        off, sizes_on_disk = struct.unpack(">qi", root[pos:pos + 12])
         n, pos = _read_vint(root, pos + 12)
         entry = root[pos:pos + n]
         pos += n
         first = entry[2:2 + struct.unpack(">h", entry[:2])[0]] if len(entry) >= 2 else b""
         blocks.append((off, first))
+        sizes[off] = sizes_on_disk
     wanted = None
     per_block: dict[int, list[bytes]] = {}  # block offset -> the rows it may hold
     if rows is not None:
@@ -317,6 +363,18 @@ def read(data: bytes, rows: list[bytes] | None = None) -> HFile:
             if i >= 0:
                 per_block.setdefault(blocks[i][0], []).append(r)
         blocks = [b for b in blocks if b[0] in per_block]
+    if ranged:  # the blocks to read, in as few ranges as their gaps allow
+        run = None
+        for off, _ in sorted(blocks):
+            end = off + max(sizes[off], HEADER)
+            if run is not None and off - run[1] <= RANGE_GAP:
+                run = (run[0], max(run[1], end))
+                continue
+            if run is not None:
+                data.load(*run)
+            run = (off, end)
+        if run is not None:
+            data.load(*run)
     unpack = struct.Struct(">iih").unpack_from
     for off, _ in blocks:
         block, _ = _read_block(data, off, codec, DATA)

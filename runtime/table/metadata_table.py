@@ -264,7 +264,8 @@ class MetadataTable:
         for i in range(len(numbers)):
             bases, logs = groups[numbers[i]]
             base_instant, base, chosen, next_version = self.slice_of(mdt, valid, bases, logs)
-            slices.append(record_index.Slice(i, base, tuple(chosen), base_instant, next_version))
+            size = next((n for _, p, n in bases if p == base), None)
+            slices.append(record_index.Slice(i, base, tuple(chosen), base_instant, next_version, size))
         text, _ = record_schema(self.version)
         return record_index.IndexSpec(self.storage.spec.uri, self.storage.spec.options, self.version, tuple(slices), valid, instant,
                                       epoch_ms_of(instant, timeline_is_local(self.data)) if instant else 0, text)

@@ -261,6 +261,7 @@ class Slice:
     logs: tuple[str, ...]
     base_instant: str | None  # the slice's base instant (on 6, new log versions are named with it)
     next_version: int  # on 6: the version of the slice's next log file
+    base_size: int | None = None  # the base file's bytes, as listed (a lookup reads it in ranges)
 
 
 @dataclass(frozen=True)
@@ -338,7 +339,10 @@ def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = N
             if info:
                 out[row.decode("utf-8")] = info
 
-    if s.base is not None:
+    if s.base is not None and rows is not None and s.base_size:
+        # a lookup reads the index and the blocks its keys may be in, not the whole file
+        apply(hfile.read_stored(lambda start, end: storage.read_range(s.base, start, end), s.base_size, rows))
+    elif s.base is not None:
         apply(hfile.read(storage.read_bytes(s.base), rows))
     from runtime.table.metadata_table import applied_blocks
 
