@@ -62,6 +62,21 @@ def test_keys_hash_to_the_file_group_javas_string_hashcode_gives():
         assert [int(g) for g in ri.file_groups_of(keys, n)] == [abs(java_rem(java_abs(java_hash(k)), n)) for k in keys]
 
 
+def test_tasks_put_keys_in_the_groups_javas_hash_gives(spark):
+    """with_group asks the executors' JVM for String.hashCode: the same groups as the Python
+    reference above, for accents, a character past U+FFFF, Integer.MIN_VALUE's key and
+    thousands of keys of many lengths, at several group counts."""
+    import random
+
+    rnd = random.Random(11)
+    keys = ["", "a", "Zoë's café", "emoji \U0001F600 key", "polygenelubricants", "x" * 300] + \
+        [f"{rnd.choice(['order-', 'Zoë-', 'id:'])}{rnd.randrange(10 ** rnd.randrange(1, 14))}" for _ in range(4_000)]
+    df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "i long, _k string")
+    for n in (1, 10, 37):
+        got = {r[0]: r[1] for r in ri.with_group(spark, df, "_k", n).select("i", "_pipe_ri_group").collect()}
+        assert [got[i] for i in range(len(keys))] == [int(g) for g in ri.file_groups_of(keys, n)], n
+
+
 def test_locations_encode_as_java_encodes_them():
     """A UUID file id with its -N index round-trips through the two longs; a bare UUID (Hudi
     0.x's older ids) and any other id (encoding 1, as text) too."""

@@ -53,7 +53,9 @@ def bucket_reason(config) -> str | None:
     return None
 
 
-def _java_string_hash(F, col):
+def java_string_hash(F, col):
+    """Java's String.hashCode of a string column (a bigint column), computed by the JVM itself
+    in the executors (`reflect` of java.util.Objects.hashCode); null stays null."""
     return F.call_function("reflect", F.lit("java.util.Objects"), F.lit("hashCode"), col).cast("bigint")
 
 
@@ -83,7 +85,7 @@ def bucket_expr(F, config, buckets: int, key):
     """The bucket of each row's record key `key`, as Java's BucketIdentifier.getBucketId."""
     h = F.lit(1).cast("bigint")
     for part in hash_keys(F, config, key):
-        element = F.coalesce(_java_string_hash(F, part), F.lit(0).cast("bigint"))
+        element = F.coalesce(java_string_hash(F, part), F.lit(0).cast("bigint"))
         h = F.pmod(h * 31 + element, F.lit(1 << 32).cast("bigint"))  # 32-bit arithmetic, kept unsigned
     return F.pmod(h.bitwiseAND(F.lit(0x7FFFFFFF).cast("bigint")), F.lit(buckets)).cast("int")
 

@@ -49,7 +49,8 @@ def file_group_number(file_id: str) -> int | None:
 
 def java_hashes(keys):
     """Java's String.hashCode of each key (a signed 32-bit int) over its UTF-16 code units, as
-    a numpy int64 array. `keys`: a list of str or an Arrow string array (a task's column). The
+    a numpy int64 array, in Python (checks and tests; tasks ask the JVM, with_group). `keys`: a
+    list of str or an Arrow string array. The
     ASCII keys (a code unit a byte) are hashed column by column over all keys of a length at
     once; others one by one."""
     import numpy as np
@@ -520,18 +521,15 @@ def build(spark, spec: IndexSpec, located) -> list:
 
 
 def with_group(spark, df, key: str, groups: int):
-    """`df` with `_pipe_ri_group`, its key's record-index file group, computed in the tasks."""
-    import pyarrow as pa
-    from pyspark.sql import types as T
+    """`df` with `_pipe_ri_group`, its key's record-index file group (file_groups_of), computed
+    by the JVM in the executors: no Python stage."""
+    from pyspark.sql import functions as F
 
-    schema = T.StructType(list(df.schema.fields) + [T.StructField("_pipe_ri_group", T.IntegerType())])
+    from runtime.table.bucket_index import java_string_hash
 
-    def assign(batches):
-        for batch in batches:
-            keys = batch.column(batch.schema.get_field_index(key))
-            yield batch.append_column("_pipe_ri_group", pa.array(file_groups_of(keys, groups), pa.int32()))
-
-    return df.mapInArrow(assign, schema)
+    # Java's abs(abs(h) % n) in 64 bits: abs of Integer.MIN_VALUE, negative in Java, gives the
+    # same remainder's absolute value
+    return df.withColumn("_pipe_ri_group", F.abs(F.abs(java_string_hash(F, F.col(key))) % F.lit(groups)).cast("int"))
 
 
 # --- the driver's side -----------------------------------------------------------------------
