@@ -49,41 +49,15 @@ def file_group_number(file_id: str) -> int | None:
 
 def java_hashes(keys):
     """Java's String.hashCode of each key (a signed 32-bit int) over its UTF-16 code units, as
-    a numpy int64 array, in Python (checks and tests; tasks ask the JVM, with_group). `keys`: a
-    list of str or an Arrow string array. The
-    ASCII keys (a code unit a byte) are hashed column by column over all keys of a length at
-    once; others one by one."""
+    a numpy int64 array: the Python reference (checks and tests; tasks ask the JVM, with_group).
+    `keys`: a list of str or an Arrow string array."""
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
-    arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.string())
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if arr.type != pa.large_string():
-        arr = arr.cast(pa.large_string())  # 64-bit offsets, whatever the column's size
-    n = len(arr)
-    out = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return out
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
-    lengths = np.diff(offsets)
-    ascii = pc.fill_null(pc.string_is_ascii(arr), False).to_numpy(zero_copy_only=False)
-    for length in np.unique(lengths[ascii]):
-        if length == 0:
-            continue
-        idx = np.nonzero(ascii & (lengths == length))[0]
-        grid = data[offsets[idx][:, None] + np.arange(length)]  # one row of bytes a key
-        h = np.zeros(len(idx), dtype=np.uint32)
-        for j in range(int(length)):
-            h = h * np.uint32(31) + grid[:, j]  # uint32 arithmetic wraps as Java's int does
-        out[idx] = h.view(np.int32)
+    if hasattr(keys, "to_pylist"):
+        keys = keys.to_pylist()
+    out = np.zeros(len(keys), dtype=np.int64)
     mask = (1 << 32) - 1
-    for i in np.nonzero(~ascii)[0]:
-        key = arr[int(i)].as_py()
-        if key is None:
-            continue
+    for i, key in enumerate(keys):
         h = 0
         for unit in np.frombuffer(key.encode("utf-16-be"), dtype=">u2").tolist():
             h = (h * 31 + unit) & mask
