@@ -166,6 +166,68 @@ def test_a_global_upsert_whose_keys_stay_put_is_decided_in_partition_tasks(spark
         assert took == [1, 1, 0, 0, 0, 0]
 
 
+def test_a_global_upsert_whose_keys_the_bloom_filters_keep_in_place_is_decided_in_partition_tasks(spark, tmp_path, monkeypatch, spy):
+    """Keys numbered across partitions (part = id % 4, as many tables are): by their text every
+    file's key range spans every partition's batch, so only the files' bloom filters can show
+    that no key of the batch is stored in another partition. Such a batch (updates, stale rows,
+    deletes, new keys, thousands of rows, round after round) is decided in partition tasks;
+    one that moves a key goes the general way, which the asked filters still prune. Each key
+    stays once, and both paths write the same rows."""
+    from runtime.table import bloom_index
+
+    asked = []
+    real = bloom_index.crossing_candidates
+
+    def counted(*args, **kwargs):
+        out = real(*args, **kwargs)
+        asked.append(out)
+        return out
+
+    monkeypatch.setattr(bloom_index, "crossing_candidates", counted)
+    pair = Pair(spark, tmp_path, monkeypatch, COPY_ON_WRITE, index="global")
+    took = []
+
+    def write(rows, schema=SCHEMA, operation="upsert"):
+        before = len(spy)
+        result = pair.write(rows, schema, operation)
+        took.append(len(spy) - before)
+        return result
+
+    def part(i):
+        return f"p{i % 4}"
+
+    write([(i, part(i), 1, f"v{i}") for i in range(4000)])
+    for round_ in range(2, 5):  # updates (every third one stale), new keys, all in p1 or p2
+        rows = [(i, part(i), round_ if i % 3 else 0, f"r{round_}-{i}") for i in range(1, 4000, 4)]
+        rows += [(i, part(i), round_, f"r{round_}-{i}") for i in range(2, 4000, 8)]
+        rows += [(10_000 * round_ + i, part(i), round_, "new") for i in range(1, 400, 4)]
+        result = write(rows)
+        fresh = sum(1 for i in range(1, 4000, 4) if i % 3) + 500  # the stale rows change nothing
+        assert (result.inserts, result.updates) == (100, fresh)
+    # deletes as rows in p3
+    result = write([(i, part(i), 9, None, True) for i in range(3, 600, 4)], DELETES)
+    assert result.deletes == 150
+    # a new key comes in both p1 and p2: the shuffle by key sees it, and it is inserted once
+    result = write([(90_001, "p1", 1, "a"), (90_001, "p2", 2, "b")] + [(i, part(i), 8, "u") for i in range(1, 200, 4)])
+    assert (result.inserts, result.updates) == (1, 50)
+    # key 5 (stored in p1) comes in under p2: its file's filter says it may move
+    result = write([(5, "p2", 9, "moved")] + [(i, part(i), 9, "w") for i in range(2, 200, 4)])
+    assert (result.inserts, result.updates, result.deletes) == (1, 50, 1)
+    assert took == [0, 1, 1, 1, 1, 0, 0]  # (the first write, into an empty table, goes the general way)
+    assert len(asked) == 6 and all(crossing == set() and not twice for _, crossing, twice in asked[:4])
+    assert asked[4][2] and not asked[4][1] and asked[5][1] and not asked[5][2]
+    # the general way read only the files the filters named: those of p1 and p2
+    assert {p for p, _ in asked[-1][0]} == {"region=p1", "region=p2"}
+    rows = pair.rows()
+    ids = [r[0] for r in rows]
+    assert len(ids) == len(set(ids)) == 4000 + 300 - 150 + 1
+    assert [r for r in rows if r[0] == 90_001] == [(90_001, "p2", 2, "b", "region=p2")]
+    assert [r for r in rows if r[0] == 5] == [(5, "p2", 9, "moved", "region=p2")]
+    # (201 % 3 == 0: stale in every round)
+    assert [r for r in rows if r[0] in (1, 201, 205)] == [(1, "p1", 8, "u", "region=p1"), (201, "p1", 1, "v201", "region=p1"), (205, "p1", 4, "r4-205", "region=p1")]
+    assert not [r for r in rows if r[0] in (3, 7, 599)]  # deleted
+
+
 def test_a_partition_too_large_for_one_task_goes_the_general_way(spark, tmp_path, monkeypatch, spy):
     table = Table.create(spark, str(tmp_path / "t"), TableConfig(name="t", record_key_fields=("id",), partition_fields=("region",), precombine_field="ts"))
     monkeypatch.setattr(partition_upsert, "PARTITION_TASK_ROWS", 3)

@@ -203,6 +203,68 @@ def bloom_task(check: BloomCheck, batches):
                                          names=["partition", "file_id"])
 
 
+def crossing_candidates(probe, storage, slices: list[FileSlice], by_key: bool = False) -> tuple[set[tuple[str, str]], set[tuple[str, str]], bool]:
+    """For a global lookup whose batch brings each key to a partition (`probe`: `_k`, the keys,
+    and `_p`, the partition each goes to), of the base-only `slices`: the (partition, file id)
+    whose bloom filter may hold one of the keys, those whose filter may hold a key the batch
+    brings to another partition (so that key may move), and, with `by_key` (the batch's keys
+    are shuffled by key first), whether a key comes in two partitions of the batch. One Spark
+    job (two with the shuffle), whatever the files' size; only file ids reach the driver."""
+    files = [s for s in slices if s.base_file is not None and not s.has_logs]
+    check = BloomCheck(storage.spec.uri, tuple(storage.spec.options),
+                       tuple((s.partition, s.file_id, s.base_file.path, s.base_file.size) for s in files), False)
+    if by_key:
+        from runtime.spark import api as spark_api
+
+        probe = probe.repartition(max(1, spark_api.default_parallelism(probe.sparkSession)), "_k")
+    elif not files:
+        return set(), set(), False
+    hits = probe.mapInArrow(lambda batches: crossing_task(check, by_key, batches), "partition string, file_id string, crossing boolean").collect()
+    maybe = {(p, f) for p, f, _ in hits if f is not None}
+    return maybe, {(p, f) for p, f, crossing in hits if crossing and f is not None}, any(f is None for _, f, _ in hits)
+
+
+def crossing_task(check: BloomCheck, by_key: bool, batches):
+    """The function given to mapInArrow by crossing_candidates: the task's keys and their
+    partitions in (a small batch's share: taken together); out, each candidate file one of them
+    may be in, whether a key going to another partition than the file's may be, and with
+    `by_key` (all rows of a key in this task) a row of nulls when a key comes in two partitions."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from runtime.storage import StorageSpec, open_storage
+
+    batches = list(batches)
+    if not batches:
+        return
+    rows = pa.Table.from_batches(batches).combine_chunks()
+    keys, parts = rows.column("_k").cast(pa.string()), pc.fill_null(rows.column("_p").cast(pa.string()), "")
+    out = []
+    if by_key and len(rows):
+        pairs = pa.table({"k": keys, "p": parts}).group_by("k").aggregate([("p", "count_distinct")])
+        if pc.max(pairs.column("p_count_distinct")).as_py() > 1:
+            out.append((None, None, True))
+    storage = open_storage(StorageSpec(check.storage_uri, check.storage_options))
+    valid = pc.is_valid(keys).to_numpy(zero_copy_only=False)
+    hashed = pc.fill_null(keys, "")  # a null key matches no file: masked by `valid`
+    positions: dict = {}  # (hash count, vector size) -> the keys' bit positions, hashed once for all files
+    for partition, file_id, path, size in check.files:
+        bloom = _worker_filter(storage, path, size)
+        if bloom is None:
+            out.append((partition, file_id, True))
+            continue
+        at = (bloom.hash_count, bloom.vector_size)
+        if at not in positions:
+            positions[at] = key_positions(hashed, *at)
+        hit = bloom.might_contain_at(positions[at]) & valid if len(hashed) else np.zeros(0, dtype=bool)
+        if hit.any():
+            elsewhere = pc.not_equal(parts, partition).to_numpy(zero_copy_only=False)
+            out.append((partition, file_id, bool((hit & elsewhere).any())))
+    if out:
+        yield pa.RecordBatch.from_arrays([pa.array([r[0] for r in out], pa.string()), pa.array([r[1] for r in out], pa.string()),
+                                          pa.array([r[2] for r in out], pa.bool_())], names=["partition", "file_id", "crossing"])
+
+
 def _worker_filter(storage, path: str, size: int):
     """The bloom filter of a base file's footer (None: none, or unreadable), kept by the worker
     process for its next tasks (a base file never changes under its name)."""

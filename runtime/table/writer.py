@@ -143,36 +143,60 @@ def _key_range(lo, hi) -> tuple[bytes, bytes] | None:
     return None if lo is None else (bytes(lo), bytes(hi))
 
 
-def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[bytes, bytes] | None]) -> bool:
+def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[bytes, bytes] | None], probe=None) \
+        -> tuple[bool, set[tuple[str, str]] | None]:
     """Whether a global-index upsert or delete may be decided partition by partition, as with
     `index: partition` (partition_upsert.py): no key of the batch can be stored in another
     partition than the one it comes in, nor come in two. `ranges`: the batch's least and
-    greatest key per partition (Java's order). True when those ranges are disjoint and every
-    stored base file's key range (from its footer, bloom_index.key_ranges) meets only the range
-    of its own partition's batch, if any; a slice with logs or without a base file (its keys are
-    not in a footer) or a footer without a range says no. This is the daily upsert of a table
-    partitioned by time whose keys grow: its keys are found with no join, in one stage."""
+    greatest key per partition (Java's order).
+
+    By the key ranges alone: the batch's ranges are disjoint, and every stored base file's key
+    range (from its footer, bloom_index.key_ranges) meets only the range of its own
+    partition's batch, if any. This is the daily upsert of a table partitioned by time whose
+    keys grow: its keys are found with no join, in one stage. Else, with `probe` (the batch's
+    keys `_k` and partitions `_p`), the base files' bloom filters are asked whether they may
+    hold a key going to another partition, and when the batch's ranges meet, its keys are
+    shuffled by key to see whether one comes in two partitions (bloom_index.crossing_candidates:
+    one Spark job, two with the shuffle): the upsert of one partition's keys, or several, when
+    keys are numbered across partitions. A slice with logs or without a base file (its keys are
+    in no footer) or a footer without a range says no.
+
+    Also returns, when the bloom filters were asked, the files they say may hold a key of the
+    batch (for the global lookup when the answer is no), else None."""
     from bisect import bisect_right
 
     if None in ranges:  # deletes that name no partition (prepare): their keys may be anywhere
-        return False
+        return False, None
     spans = sorted((r[0], r[1], p) for p, r in ranges.items() if r is not None)
-    if not spans or any(b[0] <= a[1] for a, b in zip(spans, spans[1:])):
-        return False
-    if any(s.base_file is None or s.has_logs for s in slices):
-        return False
+    meet = any(b[0] <= a[1] for a, b in zip(spans, spans[1:]))  # (a key may come in two partitions)
+    if not spans or (meet and (probe is None or not slices)) or any(s.base_file is None or s.has_logs for s in slices):
+        return False, None  # (an empty table's lookup costs nothing: no job to ask whether a key comes twice)
     stored = _bloom_index.key_ranges(storage, slices)
+    if any(stored.get((s.partition, s.file_id)) is None for s in slices):
+        return False, None
     lows = [lo for lo, _, _ in spans]
+    doubtful = set()  # files whose key range meets another partition's batch (with ranges that meet: every file)
     for s in slices:
-        found = stored.get((s.partition, s.file_id))
-        if found is None:
-            return False
+        found = stored[(s.partition, s.file_id)]
         i = bisect_right(lows, found[1]) - 1  # the last batch range starting at or below the file's greatest key
-        while i >= 0 and spans[i][1] >= found[0]:  # ranges that meet the file's, the later ones first
-            if spans[i][2] != s.partition:
-                return False
+        while i >= 0 and (meet or spans[i][1] >= found[0]):  # ranges that meet the file's, the later ones first
+            if spans[i][2] != s.partition and spans[i][1] >= found[0]:
+                doubtful.add((s.partition, s.file_id))
+                break
             i -= 1
-    return True
+    if not doubtful and not meet:
+        return True, None
+    if probe is None or sum(s.base_file.size for s in slices if (s.partition, s.file_id) in doubtful) < STAY_PUT_CHECK_BYTES:
+        return False, None
+    asked = _bloom_index.prune(storage, slices, {None: (spans[0][0], max(hi for _, hi, _ in spans))})  # the global lookup's files
+    maybe, crossing, twice = _bloom_index.crossing_candidates(probe, storage, asked, by_key=meet)
+    return not twice and not (crossing & doubtful), maybe
+
+
+# A global-index batch whose keys' text ranges meet stored files of other partitions asks those
+# files' bloom filters whether a key may move (_keys_stay_put) when they hold at least this many
+# bytes: below it, the global lookup reads their keys about as fast as the job asks the filters
+STAY_PUT_CHECK_BYTES = 0
 
 
 def no_key_message(config, count: int, keyless) -> str:
@@ -220,7 +244,8 @@ ONE_TASK_ROWS = 20_000
 
 def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice], storage, batch_rows: int | None = None,
                   partitions: set[str] | None = None, merged=None, stored_struct=None, probe=None,
-                  key_range: dict[str | None, tuple[bytes, bytes] | None] | None = None, located=None):
+                  key_range: dict[str | None, tuple[bytes, bytes] | None] | None = None, located=None,
+                  bloom_known: set[tuple[str, str]] | None = None):
     """Joins incoming keys to the keys stored in the latest file slices; adds the stored
     partition, file id and precombine value (null for new keys). With `index: partition`,
     only the slices of `partitions` (the batch's, found when not given) are read.
@@ -233,7 +258,9 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     partition or {None: range}: base files outside it are not read, nor (a batch of up to
     BROADCAST_KEYS keys, files large enough) those whose bloom filters hold none of its keys.
     `located` (a table with a record index, global index): keys (`_k`) -> the set of (partition,
-    file id) holding any of them (record_index.lookup); only those slices are read."""
+    file id) holding any of them (record_index.lookup); only those slices are read.
+    `bloom_known`: the base files whose bloom filters may hold a key of the batch, when they
+    were asked already (_keys_stay_put): no other base-only slice is read."""
     from pyspark.sql import functions as F
 
     if not slices:
@@ -254,7 +281,9 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
             return tag_locations(spark, df, config, opts, [], storage)
     elif key_range is not None:
         slices = _bloom_index.prune(storage, slices, key_range)
-        if small and slices:
+        if bloom_known is not None:
+            slices = [s for s in slices if s.base_file is None or s.has_logs or (s.partition, s.file_id) in bloom_known]
+        elif small and slices:
             slices = _bloom_index.bloom_candidates(probe, storage, slices, opts.index == "partition")
         if not slices:
             return tag_locations(spark, df, config, opts, [], storage)
@@ -581,6 +610,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns, present)
     batch_rows, partitions, key_range = None, None, None
     by_partition = None  # rows per partition, when partition tasks may decide the write (each small enough for one: partition_upsert.fits)
+    bloom_known = None  # the files whose bloom filters may hold a key of the batch, when _keys_stay_put asked them
     if config.record_key_fields:
         # the batch is computed once, by the first job that reads it (the summary below): the
         # lookup and the write read it again (its `_pipe_seq` numbers stay the same too)
@@ -605,15 +635,18 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             if opts.index == "partition":
                 partitions = counts
                 by_partition = counts if _partition_upsert.fits(counts, slices) else None
-            elif _keys_stay_put(storage, slices, key_range) and _partition_upsert.fits(counts, slices):
-                by_partition = counts
-            else:  # the general path's global lookup: one range
-                known = [r for r in key_range.values() if r is not None]
-                key_range = {None: (min(r[0] for r in known), max(r[1] for r in known)) if known else None}
         else:
             batch_rows, null_keys, null_orders, lo, hi = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).first()
             key_range = {None: _key_range(lo, hi)}
         _refuse_nulls(config, prepared, ordering, null_keys, null_orders)  # (which still knows the rows' files)
+        if may_stay_put and opts.index != "partition":
+            probe = rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")) if batch_rows <= BROADCAST_KEYS else None
+            stays, bloom_known = _keys_stay_put(storage, slices, key_range, probe) if _partition_upsert.fits(counts, slices) else (False, None)
+            if stays:
+                by_partition = counts
+            else:  # the general path's global lookup: one range
+                known = [r for r in key_range.values() if r is not None]
+                key_range = {None: (min(r[0] for r in known), max(r[1] for r in known)) if known else None}
 
     keyed = bool(config.record_key_fields)
     if not bucketed and opts.operation in ("upsert", "delete") and by_partition is not None:
@@ -640,7 +673,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                                                   output=[f.name for f in narrow.fields if f.name in (KEY, PART, "_hoodie_file_name")
                                                           or f.name == config.precombine_field])
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
-                             stored_struct, probe=batch, key_range=key_range, located=_record_index_lookup(spark, table, timeline, opts))
+                             stored_struct, probe=batch, key_range=key_range, located=_record_index_lookup(spark, table, timeline, opts),
+                             bloom_known=bloom_known)
         rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
     else:
         rows = rows.select("*", F.lit(None).cast("string").alias(_OLD_PART), F.lit(None).cast("string").alias(_OLD_FILE), F.lit(None).alias(_OLD_ORDER))
