@@ -186,17 +186,11 @@ def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[byt
             i -= 1
     if not doubtful and not meet:
         return True, None
-    if probe is None or sum(s.base_file.size for s in slices if (s.partition, s.file_id) in doubtful) < STAY_PUT_CHECK_BYTES:
+    if probe is None:
         return False, None
     asked = _bloom_index.prune(storage, slices, {None: (spans[0][0], max(hi for _, hi, _ in spans))})  # the global lookup's files
     maybe, crossing, twice = _bloom_index.crossing_candidates(probe, storage, asked, by_key=meet)
     return not twice and not (crossing & doubtful), maybe
-
-
-# A global-index batch whose keys' text ranges meet stored files of other partitions asks those
-# files' bloom filters whether a key may move (_keys_stay_put) when they hold at least this many
-# bytes: below it, the global lookup reads their keys about as fast as the job asks the filters
-STAY_PUT_CHECK_BYTES = 0
 
 
 def no_key_message(config, count: int, keyless) -> str:
