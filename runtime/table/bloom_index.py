@@ -205,12 +205,13 @@ def bloom_task(check: BloomCheck, batches):
 
 def crossing_candidates(probe, storage, slices: list[FileSlice], by_key: bool = False) -> tuple[set[tuple[str, str]], set[tuple[str, str]], bool]:
     """For a global lookup whose batch brings each key to a partition (`probe`: `_k`, the keys,
-    and `_p`, the partition each goes to), of the base-only `slices`: the (partition, file id)
+    and `_p`, the partition each goes to), of the `slices` with a base file (whose log files,
+    if any, hold no key their base file does not: the caller knows): the (partition, file id)
     whose bloom filter may hold one of the keys, those whose filter may hold a key the batch
     brings to another partition (so that key may move), and, with `by_key` (the batch's keys
     are shuffled by key first), whether a key comes in two partitions of the batch. One Spark
     job (two with the shuffle), whatever the files' size; only file ids reach the driver."""
-    files = [s for s in slices if s.base_file is not None and not s.has_logs]
+    files = [s for s in slices if s.base_file is not None]
     check = BloomCheck(storage.spec.uri, tuple(storage.spec.options),
                        tuple((s.partition, s.file_id, s.base_file.path, s.base_file.size) for s in files), False)
     if by_key:

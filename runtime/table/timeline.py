@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -272,6 +273,54 @@ class Timeline:
 
     def commit_metadata(self, instant: Instant) -> "CommitMetadata":
         return CommitMetadata.from_json(self.read_json(instant))
+
+    def log_inserts(self, since: str) -> set[tuple[str, str]] | None:
+        """The (partition, file id) of the file groups whose log files took new keys in the
+        completed deltacommits at or after `since` (requested or completed then), by their
+        write stats: what Java's indexes that index log files, Flink and pipe's bucket index
+        write. A log file's stat without `numInserts` counts as inserts. None when more than
+        LOG_INSERT_INSTANTS such deltacommits are not yet known to this process (a completed
+        instant's file never changes: each is read once), or when `since` is older than the
+        active timeline (archived deltacommits' stats are not at hand)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self.instants and since < self.instants[0].time:  # logs of archived deltacommits: their stats are not at hand
+            return None
+        instants = [i for i in self.completed((DELTACOMMIT,)) if max(i.time, i.completed_at) >= since]
+        at = {i: self.storage.full_path(self.path(i)) for i in instants}
+        with _log_inserts_lock:
+            known = {i: _log_inserts[at[i]] for i in instants if at[i] in _log_inserts}
+        missing = [i for i in instants if i not in known]
+        if len(missing) > LOG_INSERT_INSTANTS:
+            return None
+
+        def read(instant):
+            out = set()
+            for partition, stats in (self.read_json(instant).get("partitionToWriteStats") or {}).items():
+                for stat in stats or ():
+                    path = stat.get("path") or ""
+                    if ".log." in path.rsplit("/", 1)[-1] and (stat.get("numInserts") is None or int(stat["numInserts"]) > 0):
+                        out.add((stat.get("partitionPath") or partition or "", stat.get("fileId") or ""))
+            return frozenset(out)
+
+        if missing:
+            with ThreadPoolExecutor(max_workers=min(8, len(missing))) as pool:
+                read_now = dict(zip(missing, pool.map(read, missing)))
+            with _log_inserts_lock:
+                for i, found in read_now.items():
+                    _log_inserts[at[i]] = found
+                while len(_log_inserts) > _LOG_INSERTS_KEPT:
+                    _log_inserts.popitem(last=False)
+            known.update(read_now)
+        return set().union(*known.values()) if known else set()
+
+
+# Timeline.log_inserts: deltacommits read at most for one answer, and the answers kept per
+# process (an instant file's full path -> the groups whose logs it gave new keys)
+LOG_INSERT_INSTANTS = 64
+_LOG_INSERTS_KEPT = 100_000
+_log_inserts: "OrderedDict[str, frozenset[tuple[str, str]]]" = OrderedDict()
+_log_inserts_lock = threading.Lock()
 
 
 def layout_of(storage) -> int:

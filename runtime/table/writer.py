@@ -143,7 +143,7 @@ def _key_range(lo, hi) -> tuple[bytes, bytes] | None:
     return None if lo is None else (bytes(lo), bytes(hi))
 
 
-def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[bytes, bytes] | None], probe=None) \
+def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[bytes, bytes] | None], probe=None, timeline=None) \
         -> tuple[bool, set[tuple[str, str]] | None]:
     """Whether a global-index upsert or delete may be decided partition by partition, as with
     `index: partition` (partition_upsert.py): no key of the batch can be stored in another
@@ -158,8 +158,10 @@ def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[byt
     hold a key going to another partition, and when the batch's ranges meet, its keys are
     shuffled by key to see whether one comes in two partitions (bloom_index.crossing_candidates:
     one Spark job, two with the shuffle): the upsert of one partition's keys, or several, when
-    keys are numbered across partitions. A slice with logs or without a base file (its keys are
-    in no footer) or a footer without a range says no.
+    keys are numbered across partitions. A slice without a base file or a footer without a
+    range says no; so does a slice with log files, unless `timeline` shows that none of them
+    took new keys (Timeline.log_inserts: then every key of the slice is in its base file's
+    footer, as with pipe's and Java's bloom and simple indexes, which update logs only).
 
     Also returns, when the bloom filters were asked, the files they say may hold a key of the
     batch (for the global lookup when the answer is no), else None."""
@@ -169,8 +171,14 @@ def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[byt
         return False, None
     spans = sorted((r[0], r[1], p) for p, r in ranges.items() if r is not None)
     meet = any(b[0] <= a[1] for a, b in zip(spans, spans[1:]))  # (a key may come in two partitions)
-    if not spans or (meet and (probe is None or not slices)) or any(s.base_file is None or s.has_logs for s in slices):
+    if not spans or (meet and (probe is None or not slices)) or any(s.base_file is None for s in slices):
         return False, None  # (an empty table's lookup costs nothing: no job to ask whether a key comes twice)
+    logged = [s for s in slices if s.has_logs]
+    if logged:
+        since = min(min(s.base_instant, *(lf.base_instant for lf in s.log_files)) for s in logged)
+        inserted = timeline.log_inserts(since) if timeline is not None else None
+        if inserted is None or any((s.partition, s.file_id) in inserted for s in logged):
+            return False, None
     stored = _bloom_index.key_ranges(storage, slices)
     if any(stored.get((s.partition, s.file_id)) is None for s in slices):
         return False, None
@@ -635,7 +643,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         _refuse_nulls(config, prepared, ordering, null_keys, null_orders)  # (which still knows the rows' files)
         if may_stay_put and opts.index != "partition":
             probe = rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")) if batch_rows <= BROADCAST_KEYS else None
-            stays, bloom_known = _keys_stay_put(storage, slices, key_range, probe) if _partition_upsert.fits(counts, slices) else (False, None)
+            stays, bloom_known = _keys_stay_put(storage, slices, key_range, probe, timeline) if _partition_upsert.fits(counts, slices) else (False, None)
             if stays:
                 by_partition = counts
             else:  # the general path's global lookup: one range
