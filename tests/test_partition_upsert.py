@@ -70,6 +70,19 @@ class Pair:
         return hudi_rows(self.tasks.storage.full_path(""))
 
 
+def counted_writes(pair, spy):
+    """A write into `pair`, and the list it fills: per write, 1 when the partition tasks took it."""
+    took = []
+
+    def write(rows, schema=SCHEMA, operation="upsert"):
+        before = len(spy)
+        result = pair.write(rows, schema, operation)
+        took.append(len(spy) - before)
+        return result
+
+    return write, took
+
+
 @pytest.mark.parametrize("table_type", [COPY_ON_WRITE, MERGE_ON_READ])
 def test_partition_tasks_write_what_the_general_path_writes(spark, tmp_path, monkeypatch, spy, table_type):
     pair = Pair(spark, tmp_path, monkeypatch, table_type)
@@ -126,13 +139,7 @@ def test_a_global_upsert_whose_keys_stay_put_is_decided_in_partition_tasks(spark
     new key (pipe's, as Java's bloom and simple indexes write them) keep every key in their base
     file's footer. Each key stays once in the table."""
     pair = Pair(spark, tmp_path, monkeypatch, table_type, index="global")
-    took = []
-
-    def write(rows, schema=SCHEMA, operation="upsert"):
-        before = len(spy)
-        result = pair.write(rows, schema, operation)
-        took.append(len(spy) - before)
-        return result
+    write, took = counted_writes(pair, spy)
 
     def day(d, ns, ts=1, v="v"):
         return [(d * 100_000 + n, f"d{d}", ts, f"{v}{n}") for n in ns]
@@ -185,13 +192,7 @@ def test_a_global_upsert_whose_keys_the_bloom_filters_keep_in_place_is_decided_i
 
     monkeypatch.setattr(bloom_index, "crossing_candidates", counted)
     pair = Pair(spark, tmp_path, monkeypatch, COPY_ON_WRITE, index="global")
-    took = []
-
-    def write(rows, schema=SCHEMA, operation="upsert"):
-        before = len(spy)
-        result = pair.write(rows, schema, operation)
-        took.append(len(spy) - before)
-        return result
+    write, took = counted_writes(pair, spy)
 
     def part(i):
         return f"p{i % 4}"
@@ -238,13 +239,7 @@ def test_log_files_that_took_new_keys_send_a_global_upsert_the_general_way(spark
     from runtime.table.timeline import Timeline
 
     pair = Pair(spark, tmp_path, monkeypatch, MERGE_ON_READ, index="global")
-    took = []
-
-    def write(rows):
-        before = len(spy)
-        result = pair.write(rows)
-        took.append(len(spy) - before)
-        return result
+    write, took = counted_writes(pair, spy)
 
     write([(i, f"p{i % 4}", 1, f"v{i}") for i in range(2000)])
     write([(i, f"p{i % 4}", 2, f"u{i}") for i in range(1, 2000, 4)])  # updates of p1: a log file per group
