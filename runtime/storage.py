@@ -12,6 +12,7 @@ A Storage is described by a picklable `StorageSpec`, so Spark executors can open
 from __future__ import annotations
 
 import errno
+import io
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -115,6 +116,38 @@ def open_storage(spec: StorageSpec) -> Storage:
     if spec.is_s3:
         return S3Storage(spec)
     return LocalStorage(spec)
+
+
+class RangedFile(io.RawIOBase):
+    """A stored file of known size read as a seekable, read-only file, each read one
+    `read_range` (one ranged GET on S3): pyarrow reads a Parquet file's footer and only the
+    column chunks it wants through it."""
+
+    def __init__(self, storage: Storage, path: str, size: int):
+        super().__init__()
+        self.storage, self.path, self.size, self.pos = storage, path, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.pos = max(0, offset if whence == os.SEEK_SET else self.pos + offset if whence == os.SEEK_CUR else self.size + offset)
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        end = min(self.size, self.pos + len(buffer))
+        if end <= self.pos:
+            return 0
+        data = self.storage.read_range(self.path, self.pos, end)
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
 
 
 def _drop_checksum(full: str) -> None:

@@ -229,6 +229,32 @@ def test_a_global_upsert_whose_keys_the_bloom_filters_keep_in_place_is_decided_i
     assert not [r for r in rows if r[0] in (3, 7, 599)]  # deleted
 
 
+def test_a_bloom_filters_false_positive_is_checked_against_the_files_keys(spark, tmp_path, monkeypatch, spy):
+    """Hudi's bloom filters answer yes for keys they do not hold far more often than their
+    nominal rate (1 in 10^9) when keys differ in a few digits. A batch whose new key is such a
+    false positive for another partition's file still stays in partition tasks: the crossing
+    task reads that file's keys (bloom_index._stored_keys) and finds the key is not there."""
+    import pyarrow.parquet as pq
+
+    from runtime.table.bloom import footer_bloom_filter, key_positions
+
+    pair = Pair(spark, tmp_path, monkeypatch, COPY_ON_WRITE, index="global")
+    write, took = counted_writes(pair, spy)
+    # 50,000 keys in region a (2, 22, 42, ...), 3,000 in region b (3, 23, 43, ...)
+    write([(i, "a", 1, f"v{i}") for i in range(2, 1_000_000, 20)] + [(i, "b", 1, f"v{i}") for i in range(3, 60_000, 20)])
+    a_file = next(s for s in pair.tasks.view().latest_slices() if s.partition == "region=a").base_file
+    bloom = footer_bloom_filter(pq.read_metadata(pair.tasks.storage.full_path(a_file.path)).metadata)
+    others = pa.array([str(i) for i in range(60_003, 3_000_000, 10)])  # keys in no file
+    hits = bloom.might_contain_at(key_positions(others, bloom.hash_count, bloom.vector_size))
+    assert hits.sum() >= 1  # (a few of these 294,000)
+    fake = int(others[int(hits.nonzero()[0][0])].as_py())  # the first false positive of region a's filter
+    result = write([(fake, "b", 2, "false positive")] + [(i, "b", 2, "u") for i in range(3, 20_003, 20)])
+    assert (result.inserts, result.updates) == (1, 1000)
+    assert took == [0, 1]
+    rows = pair.rows()
+    assert len(rows) == 53_001 and [r for r in rows if r[0] == fake] == [(fake, "b", 2, "false positive", "region=b")]
+
+
 def test_log_files_that_took_new_keys_send_a_global_upsert_the_general_way(spark, tmp_path, monkeypatch, spy):
     """A merge-on-read slice whose log files took new keys (Java's indexes that index logs and
     Flink write them; their deltacommit's write stats say so) has keys its base file's footer

@@ -123,3 +123,36 @@ def test_a_path_that_leaves_the_root_is_refused_before_any_io(storage, tmp_path)
     # what stays inside the root is still served: a leading / is the root, `.` parts are ignored
     assert storage.read_bytes("/p=a/./f1.parquet") == b"abc"
     assert [f.path for f in storage.list_files("")] == ["p=a/f1.parquet"]
+
+
+def test_a_parquet_files_key_column_is_read_in_ranges_on_both_storages(storage):
+    """bloom_index reads a base file's record keys only, through RangedFile on S3: a few ranged
+    reads of the footer and the key column's chunk, never the whole file."""
+    import io
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runtime.storage import RangedFile
+    from runtime.table import bloom_index
+
+    keys = [f"k-{i:06d}-é'\"" for i in range(20_000)]
+    table = pa.table({"_hoodie_record_key": keys, "payload": [os.urandom(100).hex() for _ in range(20_000)]})  # 4 MB that do not compress
+    out = io.BytesIO()
+    pq.write_table(table, out, compression="snappy")
+    data = out.getvalue()
+    storage.write_atomic("p=1/base.parquet", data)
+    assert bloom_index._stored_keys(storage, "p=1/base.parquet", len(data)).to_pylist() == keys
+    reads = []
+    real = storage.read_range
+
+    def counted(path, start, end):
+        reads.append(end - start)
+        return real(path, start, end)
+
+    storage.read_range = counted
+    got = pq.read_table(RangedFile(storage, "p=1/base.parquet", len(data)), columns=["_hoodie_record_key"]).column(0).to_pylist()
+    assert got == keys
+    assert 0 < sum(reads) < len(data) / 3 and len(reads) <= 6  # the payload column is never read
+    assert bloom_index._stored_keys(storage, "p=1/missing.parquet", 100) is None
