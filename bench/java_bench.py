@@ -547,18 +547,17 @@ WHY = {
         "every column of every row is read by pyarrow in the Python workers, merged, and handed to the JVM as Arrow batches, which Spark "
         "converts to its rows; Java reads the base files with Spark's vectorized Parquet reader and merges the log records in the JVM."),
     "upsert 1% in 1 partition": (
-        "pipe's default index is global: it looks the batch's keys up in all ten partitions' files (the keys' text gives every file a key "
-        "range that spans the batch's), so it first asks the files' bloom filters (above `bloom_index.BLOOM_CHECK_BYTES` of files) in one "
-        "Spark job; for keys that are numbers as text their MurmurHash values collide often enough that most files stay candidates "
-        "(docs/tables.md), where Java's default, SIMPLE, is "
-        "partition-scoped and reads one partition's keys without asking; pipe's own partition-scoped index (`pipe partition`) is the "
-        "counterpart, and `pipe record` (its record index) the counterpart of Java's RECORD_INDEX. Most of pipe's time is the driver's "
-        "work between its jobs (below)."),
+        "pipe's default index is global, and the keys' text gives every file a key range that spans the batch's: one Spark job asks the "
+        "files' bloom filters whether a key going to partition 3 may be in another partition's file, and reads the key column of any file "
+        "whose filter says yes (numbers as keys give false positives far above the nominal rate); when none can, partition tasks decide "
+        "the batch as with `index: partition` (writer._keys_stay_put, docs/tables.md). `pipe record` keeps Hudi's record index instead: "
+        "its lookup and the index's new log files are two Spark jobs of their own (a shuffle by index file group, then a Python stage "
+        "reading or writing HFile blocks), with the general path's joins between them, and the metadata table's deltacommit after."),
     "merge-on-read upsert 1%": (
-        "as for the upsert in one partition: the global lookup reads every stored key, and the slices with log files are merged (their keys "
-        "and precombine values, in Python workers) so that keys are looked up as readers see them; half of the time is the driver's work "
-        "between the jobs (planning, py4j calls, the timeline and the commit). `pipe partition` is the counterpart of Java's partition-scoped "
-        "defaults."),
+        "as for the upsert in one partition: with the global index the batch's ten partitions' key ranges meet, so the bloom filters' job "
+        "first shuffles the keys by key (a key coming in two partitions would show), and the logs the table's slices have took no new key "
+        "(their deltacommits' write stats), so partition tasks decide the batch, each merging its partition's slices; `pipe record` pays "
+        "its record index's two jobs and the general path's merge of the slices with logs."),
     "merge-on-read read of one partition": (
         "a short read's fixed costs: both sides read one partition of ten (pipe's view prunes the others by the SQL's `part = 3`, "
         "runtime/table/partition_pruning.py); pipe then loads the timeline and the listing in Python and starts a Python task per "
