@@ -297,10 +297,10 @@ class Timeline:
         def read(instant):
             out = set()
             for partition, stats in (self.read_json(instant).get("partitionToWriteStats") or {}).items():
-                for stat in stats or ():
-                    path = stat.get("path") or ""
-                    if ".log." in path.rsplit("/", 1)[-1] and (stat.get("numInserts") is None or int(stat["numInserts"]) > 0):
-                        out.add((stat.get("partitionPath") or partition or "", stat.get("fileId") or ""))
+                for raw in stats or ():
+                    stat = WriteStat.from_json(raw)
+                    if stat.path and stat.is_log and (raw.get("numInserts") is None or stat.num_inserts > 0):
+                        out.add((stat.partition_path or partition or "", stat.file_id))
             return frozenset(out)
 
         if missing:

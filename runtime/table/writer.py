@@ -184,7 +184,7 @@ def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[byt
     if any(stored.get((s.partition, s.file_id)) is None for s in slices):
         return False, None
     lows = [lo for lo, _, _ in spans]
-    doubtful = set()  # files whose key range meets another partition's batch (with ranges that meet: every file)
+    doubtful = set()  # files whose key range meets the range of another partition's batch
     for s in slices:
         found = stored[(s.partition, s.file_id)]
         i = bisect_right(lows, found[1]) - 1  # the last batch range starting at or below the file's greatest key
