@@ -70,14 +70,23 @@ def expected(model: dict, batch, delete: bool = False) -> list[tuple]:
 
 
 # (table version, type, supplemental-logging mode, who creates the table: Java, or pipe from a
-# TableConfig with the mode, as a project's `cdc_logging:` asks)
-CASES = [(6, COPY_ON_WRITE, "DATA_BEFORE_AFTER", "java"), (9, COPY_ON_WRITE, "OP_KEY_ONLY", "java"), (6, MERGE_ON_READ, "DATA_BEFORE", "java"),
-         (9, MERGE_ON_READ, "DATA_BEFORE_AFTER", "java"), (6, COPY_ON_WRITE, "DATA_BEFORE", "pipe"), (9, MERGE_ON_READ, "OP_KEY_ONLY", "pipe")]
+# TableConfig with the mode, as a project's `cdc_logging:` asks; pipe's index: global, its
+# default, or partition)
+CASES = [(6, COPY_ON_WRITE, "DATA_BEFORE_AFTER", "java", "global"), (9, COPY_ON_WRITE, "OP_KEY_ONLY", "java", "global"),
+         (6, MERGE_ON_READ, "DATA_BEFORE", "java", "global"), (9, MERGE_ON_READ, "DATA_BEFORE_AFTER", "java", "global"),
+         (6, COPY_ON_WRITE, "DATA_BEFORE", "pipe", "global"), (9, MERGE_ON_READ, "OP_KEY_ONLY", "pipe", "global"),
+         (9, MERGE_ON_READ, "DATA_BEFORE", "java", "partition")]
 
 
 @pytest.mark.java_hudi
-@pytest.mark.parametrize("version,table_type,mode,creator", CASES, ids=[f"v{v}-{t.lower()}-{m.lower()}-{c}" for v, t, m, c in CASES])
-def test_javas_cdc_query_reads_the_changes_of_pipes_commits_on_its_cdc_table(spark, tmp_path, request, version, table_type, mode, creator):
+@pytest.mark.parametrize("version,table_type,mode,creator,index", CASES, ids=[f"v{v}-{t.lower()}-{m.lower()}-{c}-{i}" for v, t, m, c, i in CASES])
+def test_javas_cdc_query_reads_the_changes_of_pipes_commits_on_its_cdc_table(spark, tmp_path, request, monkeypatch, version, table_type, mode,
+                                                                            creator, index):
+    from runtime.table import writer
+
+    by_partition = []  # the writes partition tasks decided and wrote (and their .cdc files)
+    real = writer._upsert_by_partition
+    monkeypatch.setattr(writer, "_upsert_by_partition", lambda *a, **k: by_partition.append(1) or real(*a, **k))
     java = request.getfixturevalue("java_hudi_015" if version == 6 else "java_hudi_11")
     path = tmp_path / "ledger"
     model: dict = {}
@@ -100,7 +109,7 @@ def test_javas_cdc_query_reads_the_changes_of_pipes_commits_on_its_cdc_table(spa
     ]
     for operation, batch in rounds:
         before = Table.open(spark, str(path)).timeline().latest_completed().time
-        Table.open(spark, str(path)).write(df(batch), operation)
+        Table.open(spark, str(path)).write(df(batch), operation, index=index)
         timeline = Table.open(spark, str(path)).timeline()
         mine = timeline.latest_completed().time
         want = expected(model, batch, delete=operation == "delete")
@@ -111,9 +120,13 @@ def test_javas_cdc_query_reads_the_changes_of_pipes_commits_on_its_cdc_table(spa
         if table_type == COPY_ON_WRITE:  # every rewritten base file has its .cdc, named in cdcStats
             rewritten = [s for s in stats if s.prev_commit != "null"]
             assert rewritten and all(s.cdc_stats for s in rewritten)
-            for s in rewritten:
-                (cdc, size), = s.cdc_stats.items()
-                assert (path / cdc).stat().st_size == size and cdc.endswith(".cdc")
+        for s in stats:  # (merge-on-read: a small file taking inserts is rewritten, with its .cdc)
+            for cdc, size in (s.cdc_stats or {}).items():
+                assert cdc.endswith(".cdc") and (path / cdc).is_file(), f"{operation}: {cdc} is named in the commit but was not kept"
+                assert (path / cdc).stat().st_size == size
+    # the batches' keys stay in their partitions: partition tasks decided every write, with
+    # either index (the global one asks the files' bloom filters first)
+    assert len(by_partition) == len(rounds)
     rows = sorted(model.values())
     assert sorted((r["id"], r["name"]) for r in Table.open(spark, str(path)).read().collect()) == [(r[0], r[1]) for r in rows]
     rs = hudi_rs(path)

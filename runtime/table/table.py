@@ -722,8 +722,9 @@ class Table:
         """Files of this instant that no write stat names (a retried or speculative task's
         output) would break readers: delete them before the commit. A log file's name has its
         slice's base instant, not this one: a stray log is one with a version this write
-        assigned but another write token."""
-        keep = {s.path for s in stats}
+        assigned but another write token; a rewritten base file's `.cdc` file (named in its
+        stat's cdcStats) has that prefix too when the group had a log target."""
+        keep = {s.path for s in stats} | {path for s in stats for path in (s.cdc_stats or ())}
         partitions = {s.partition_path for s in stats} | {p for p, _ in log_prefixes}
         for part in partitions:
             prefixes = tuple(prefix for p, prefix in log_prefixes if p == part)

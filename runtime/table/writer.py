@@ -18,7 +18,6 @@ from typing import Any
 from runtime.spark import api as spark_api
 from runtime.table import bloom_index as _bloom_index
 from runtime.table import bucket_index as _bucket_index
-from runtime.table import cdc_log as _cdc_log
 from runtime.table import keygen as _keygen
 from runtime.table import partition_upsert as _partition_upsert
 from runtime.table import reader as _reader
@@ -626,9 +625,8 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         low, high = _bloom_index.batch_range_columns(F, F.col(KEY))
         # a global upsert counts per partition too: its partitions' key ranges may show that no
         # key can be anywhere else (_keys_stay_put)
-        # (not a CDC-enabled table: partition tasks do not yet write .cdc files Java's CDC reader finds)
         may_stay_put = opts.index == "global" and opts.operation in ("upsert", "delete") and not bucketed and \
-            not _metadata_table.keeps_record_index(config.properties or {}) and _cdc_log.mode_of(config.properties or {}) is None
+            not _metadata_table.keeps_record_index(config.properties or {})
         if opts.index == "partition" or may_stay_put:
             per_partition = {p: (n, nulls, no, lo, hi)
                              for p, n, nulls, no, lo, hi in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).collect()}
