@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from runtime.storage import StorageSpec, open_storage
@@ -212,8 +213,10 @@ def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, monkey
     table = Table.open(spark, str(path))
     logs_before = len(record_index_logs(path))
     looked_up: list[int] = []  # how many file groups each lookup named
-    real_lookup = ri.lookup
+    real_lookup, real_placed = ri.lookup, ri.placed
     monkeypatch.setattr(ri, "lookup", lambda *a: looked_up.append(len(found := real_lookup(*a))) or found)
+    # (an upsert or delete asks where its keys are and whether they stay in their partitions)
+    monkeypatch.setattr(ri, "placed", lambda *a: looked_up.append(len((found := real_placed(*a))[0])) or found)
     compactions = []
     for round_ in range(2, 7):
         base = 3000 + (round_ - 2) * 400
@@ -246,6 +249,70 @@ def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, monkey
     all_agree(spark, path, java, expected)
 
     back = events(list(range(0, 3000, 7)) + list(range(200_000, 200_100)), 50, region=lambda i: "back")
+    java.write(path, back, java_opts(table_type, **RECORD_INDEX))
+    expected.apply(back)
+    all_agree(spark, path, java, expected)
+    assert_index_exact(path, version)
+
+
+@pytest.mark.parametrize("java_fixture,table_type,version,written_by", [(*CASES[1], "write tasks"), (*CASES[3], "partition tasks")],
+                         ids=["6-merge-write tasks", "9-merge-partition tasks"])
+def test_upserts_whose_keys_stay_in_their_partitions_are_decided_in_partition_tasks_through_the_index(
+        spark, tmp_path, request, monkeypatch, java_fixture, table_type, version, written_by):
+    """Java writes 6,000 keys into 6 partitions of a merge-on-read table with RECORD_INDEX; pipe
+    then upserts six times without moving a key: updates (some stale), new keys, deletes (`_hoodie_is_deleted`, and
+    the delete operation), keys deleted in an earlier round written again, and a key coming
+    twice in one batch. The record index shows no key leaves its partition, so partition tasks
+    decide each write, reading the keys of the groups the index names only; the keys they
+    insert and delete are the index's changes: after every round the index is exact. A batch
+    that moves a key goes the general way. Java then upserts through the index. (`write tasks`:
+    as on a cluster with fewer partitions than cores, the partition tasks hand their rows to
+    write tasks, and the index's changes come from those rows.)"""
+    from runtime.table import writer
+
+    if written_by == "write tasks":
+        monkeypatch.setattr(writer, "_partition_task_threads", lambda spark, tasks: None)
+
+    java = request.getfixturevalue(java_fixture)
+    path = tmp_path / "events"
+    expected = Expected()
+    region = lambda i: f"day {i % 6}"  # noqa: E731
+    first = events(range(6000), 1, region=region)
+    java.write(path, first, java_opts(table_type, **RECORD_INDEX))
+    expected.apply(first)
+    taken: list = []  # the groups the index named, per write partition tasks took
+    real = writer._upsert_by_partition
+    monkeypatch.setattr(writer, "_upsert_by_partition", lambda *a, **k: taken.append(a[-1]) or real(*a, **k))
+    table = Table.open(spark, str(path))
+    for r in range(2, 8):
+        days = {r % 6, (r + 1) % 6}  # two partitions of six
+        ids = ([i for i in range(r * 7, 6000, 37) if i % 6 in days] + [i for i in range(10_000 + r * 300, 10_600 + r * 300) if i % 6 in days]
+               + [i for i in range(r * 11 - 20, r * 11) if i % 6 in days])  # (keys deleted in an earlier round come back)
+        batch = events(ids, r, region=region, deleted=lambda i, r=r: i % 17 == r)
+        twice = events([ids[0], ids[0]], r, region=region)  # the same key again: the later row wins
+        stale = events([ids[1]], 0, region=region)  # older than the batch's row of the key: ignored
+        places = table_locations(path)
+        named = {places[str(i)] for i in ids if str(i) in places}
+        before = len(taken)
+        table.write(pipe_df(spark, pa.concat_tables([batch, twice, stale])), "upsert")
+        expected.apply(pa.concat_tables([batch, twice]))
+        assert len(taken) == before + 1, f"round {r}: the upsert went the general way"
+        assert taken[-1] == named and {p for p, _ in named} == {f"region=day {d}" for d in days}, (taken[-1], named)
+        assert_index_exact(path, version)
+        if r % 3 == 0:  # the delete operation, of keys in one partition
+            gone = events([i for i in range(r * 50, r * 50 + 60) if i % 6 == 0], r + 100, region=region)
+            table.write(pipe_df(spark, gone), "delete")
+            expected.apply(gone, delete_all=True)
+            assert len(taken) == before + 2
+            assert_index_exact(path, version)
+    took = len(taken)
+    moved = events([5, 6, 20_000], 20, region=lambda i: "elsewhere")
+    table.write(pipe_df(spark, moved), "upsert")
+    expected.apply(moved)
+    assert len(taken) == took, "a batch moving keys took partition tasks"
+    assert_index_exact(path, version)
+    all_agree(spark, path, java, expected)
+    back = events(list(range(0, 6000, 13)) + list(range(50_000, 50_100)), 50, region=region)
     java.write(path, back, java_opts(table_type, **RECORD_INDEX))
     expected.apply(back)
     all_agree(spark, path, java, expected)

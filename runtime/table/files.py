@@ -435,7 +435,6 @@ def stats_batch(stats: list[tuple], key_ranges: dict[str, tuple[str, str]] | Non
     by path) fill each base file's min_key and max_key."""
     import pyarrow as pa
 
-    types = [pa.string()] * 3 + [pa.int64()] * 5 + [pa.string()] * 3
     ranges = key_ranges or {}
     width = len(_STATS_FIELDS) - 2  # the stats tuples' fields; the key range comes from `key_ranges`
     rows = []
@@ -443,7 +442,14 @@ def stats_batch(stats: list[tuple], key_ranges: dict[str, tuple[str, str]] | Non
         row = dict(zip(_STATS_FIELDS, (*r, *("",) * (width - len(r)))))
         row["min_key"], row["max_key"] = ranges.get(row["path"], (None, None))
         rows.append(row)
-    return pa.RecordBatch.from_pylist(rows, schema=pa.schema(list(zip(_STATS_FIELDS, types))))
+    return pa.RecordBatch.from_pylist(rows, schema=stats_arrow_schema())
+
+
+def stats_arrow_schema():
+    """STATS_SCHEMA as an Arrow schema."""
+    import pyarrow as pa
+
+    return pa.schema(list(zip(_STATS_FIELDS, [pa.string()] * 3 + [pa.int64()] * 5 + [pa.string()] * 3)))
 
 
 def _write_bulk(spec: FileWriteSpec, batches: Iterator, task: _Task) -> None:

@@ -52,6 +52,16 @@ class TagSpec:
     max_file_size: int
     small_file_limit: int
     record_size: int
+    # with a record index (the global index): the (partition, file id) of the groups it holds
+    # the batch's keys in, the only ones whose keys are read (None: every slice's), and the
+    # write's changes to the index come out too (INDEX_COLUMNS)
+    lookup: frozenset | None = None
+    index_changes: bool = False
+
+
+# The index changes tag_and_write_task adds to its stats rows with TagSpec.index_changes: a
+# key inserted (with its partition and file id) or deleted (both null); a stats row has no key.
+INDEX_COLUMNS = ("_k", "_pipe_part", "_pipe_file")
 
 
 def fits(rows_per_partition: dict[str, int], slices: list[FileSlice]) -> bool:
@@ -81,7 +91,40 @@ def tag_and_write_task(spec: TagSpec, write_spec, threads: int, batches: Iterato
     groups the task may write at once."""
     from runtime.table.files import write_groups_task
 
-    yield from write_groups_task(write_spec, _groups(spec, batches), threads)
+    if not spec.index_changes:
+        yield from write_groups_task(write_spec, _groups(spec, batches), threads)
+        return
+    import pyarrow as pa
+
+    from runtime.table.files import stats_arrow_schema
+
+    noted: list = []
+    stats_schema = stats_arrow_schema()
+    schema = pa.schema(list(stats_schema) + [pa.field(c, pa.string()) for c in INDEX_COLUMNS])
+    for stats in write_groups_task(write_spec, _noting(_groups(spec, batches), noted), threads):
+        yield pa.RecordBatch.from_arrays(stats.columns + [pa.nulls(stats.num_rows, pa.string())] * len(INDEX_COLUMNS), schema=schema)
+    for changes in noted:
+        columns = [pa.nulls(changes.num_rows, f.type) for f in stats_schema] + [changes.column(c).combine_chunks() for c in INDEX_COLUMNS]
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _noting(groups: Iterator, noted: list) -> Iterator:
+    """`groups` passed on, each group's inserts (key, partition, file id) and deletes (key)
+    noted as index changes, as Arrow tables of INDEX_COLUMNS."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from runtime.table.files import KIND
+
+    for partition, file_id, rows in groups:
+        kinds = rows.column(KIND)
+        changed = rows.filter(pc.not_equal(kinds, "U"))
+        if changed.num_rows:
+            inserted = pc.equal(changed.column(KIND), "I")
+            noted.append(pa.table({INDEX_COLUMNS[0]: changed.column(KEY),
+                                   INDEX_COLUMNS[1]: pc.if_else(inserted, pa.scalar(partition, pa.string()), pa.scalar(None, pa.string())),
+                                   INDEX_COLUMNS[2]: pc.if_else(inserted, pa.scalar(file_id, pa.string()), pa.scalar(None, pa.string()))}))
+        yield partition, file_id, rows
 
 
 def tag_task(spec: TagSpec, batches: Iterator) -> Iterator:
@@ -127,7 +170,11 @@ def tag_partition(spec: TagSpec, storage, partition: str, rows) -> Iterator:
     slices = spec.slices.get(partition, ())
     hits = []
     for s in slices:
+        if spec.lookup is not None and (partition, s.file_id) not in spec.lookup:
+            continue  # the record index holds none of the batch's keys there
         stored = _stored_keys(spec, storage, s)
+        if spec.lookup is not None:  # a key the slice's logs deleted is not in the record index: it is new
+            stored = stored.filter(pc.invert(stored.column(GONE)))
         hit = stored.filter(pc.fill_null(pc.is_in(stored.column(KEY), value_set=keys), False))
         if hit.num_rows:
             hits.append((s, hit))

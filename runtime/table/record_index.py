@@ -337,6 +337,7 @@ def read_infos(storage, s: Slice, validity: Validity, keys: list[str] | None = N
 # --- tasks -------------------------------------------------------------------------------------
 
 LOOKUP_SCHEMA = "_pipe_part string, _pipe_file string"
+PLACED_SCHEMA = "_pipe_part string, _pipe_file string, _moves long"
 DELTA_STATS_SCHEMA = "number int, path string, size long, upserts long, deletes long"
 
 
@@ -376,6 +377,31 @@ def lookup_task(spec: IndexSpec, batches: Iterator) -> Iterator:
     if found:
         parts, files = zip(*sorted(found))
         yield pa.RecordBatch.from_pydict({"_pipe_part": list(parts), "_pipe_file": list(files)})
+
+
+def placed_task(spec: IndexSpec, batches: Iterator) -> Iterator:
+    """mapInArrow: the batch's keys and the partitions they come in (`_pipe_ri_group`, `_k`,
+    `_p`), sorted by group and key; out, the distinct (partition, file id) holding any of
+    them, and one row without a place counting the keys that cannot be settled in their own
+    partition: stored in another, or coming in two partitions of the batch."""
+    import pyarrow as pa
+
+    storage = _storage(spec)
+    found: set[tuple[str, str]] = set()
+    moves = 0
+    for number, cols in _by_group(batches, ("_k", "_p")):
+        places = read_slice(storage, spec.slices[number], spec.validity, sorted(set(cols["_k"])))
+        found.update(places.values())
+        first: dict[str, str] = {}
+        for k, p in zip(cols["_k"], cols["_p"]):
+            if first.setdefault(k, p) != p:
+                moves += 1  # a key in two partitions of the batch: the later row moves it
+            at = places.get(k)
+            if at is not None and at[0] != p:
+                moves += 1
+    rows = sorted(found)
+    yield pa.RecordBatch.from_pydict({"_pipe_part": [p for p, _ in rows] + [None], "_pipe_file": [f for _, f in rows] + [None],
+                                      "_moves": pa.array([0] * len(rows) + [moves], pa.int64())})
 
 
 def delta_task(spec: IndexSpec, batches: Iterator) -> Iterator:
@@ -530,6 +556,18 @@ def lookup(spark, spec: IndexSpec, keys) -> set[tuple[str, str]]:
     # (no shuffle stage for a distinct)
     found = _grouped(spark, spec, keys.select("_k").where("_k is not null")).mapInArrow(run, LOOKUP_SCHEMA).collect()
     return {(r[0], r[1]) for r in found}
+
+
+def placed(spark, spec: IndexSpec, probe) -> tuple[set[tuple[str, str]], int]:
+    """lookup's answer for `probe` (the batch's keys `_k` and the partitions `_p` they come in),
+    and how many keys cannot be settled in their own partition (stored in another, or in
+    two partitions of the batch): when none, the write may be decided partition by partition
+    (writer._upsert_by_partition), each partition reading only the groups found. One Spark job."""
+    def run(batches):
+        return placed_task(spec, batches)
+
+    found = _grouped(spark, spec, probe.select("_k", "_p").where("_k is not null")).mapInArrow(run, PLACED_SCHEMA).collect()
+    return {(r[0], r[1]) for r in found if r[1] is not None}, sum(r[2] for r in found)
 
 
 def write_delta(spark, spec: IndexSpec, changes) -> list:

@@ -335,19 +335,45 @@ def tag_locations(spark, df, config, opts: WriteOptions, slices: list[FileSlice]
     return df.join(F.broadcast(index) if small else index, on=cond, how="left").drop("_k")
 
 
-def _record_index_lookup(spark, table, timeline, opts: WriteOptions):
-    """How a global-index lookup asks the table's record index (metadata_table.py keeps it in
-    step) which file groups hold a batch's keys; None without one."""
+def _record_index_spec(table, timeline, opts: WriteOptions):
+    """The record index (metadata_table.py keeps it in step) a global-index write asks which
+    file groups hold a batch's keys (record_index.IndexSpec); None without one."""
     from runtime.table import metadata_table
 
     if opts.index != "global" or opts.buckets is not None or not metadata_table.keeps_record_index(table.config.properties or {}):
         return None
-    from runtime.table import record_index
+    return metadata_table.MetadataTable(table.storage, table.config.table_version).record_index_spec(timeline)
 
-    spec = metadata_table.MetadataTable(table.storage, table.config.table_version).record_index_spec(timeline)
+
+def _record_index_located(spark, table, timeline, opts: WriteOptions, known: set[tuple[str, str]] | None):
+    """How the global lookup asks the record index which file groups hold the batch's keys
+    (tag_locations' `located`): the answer `_record_index_stays` got already, when it asked;
+    None without a record index."""
+    if known is not None:
+        return lambda keys: known
+    spec = _record_index_spec(table, timeline, opts)
     if spec is None:
         return None
+    from runtime.table import record_index
+
     return lambda keys: record_index.lookup(spark, spec, keys)
+
+
+def _record_index_stays(spark, spec, rows, counts: dict[str, int], slices: list[FileSlice]) -> tuple[set[tuple[str, str]], bool]:
+    """Asks the record index where the batch's keys are (one Spark job): the (partition, file
+    id) of the groups holding any of them, and whether partition tasks may decide the write:
+    no key is stored in another partition than the one it comes in, none comes in two, every
+    group named is in the table's view, and each partition's groups found fit a task. The
+    tasks then read the keys of those groups only (the record index names a key's group;
+    a key it does not hold is new, as Java's RECORD_INDEX has it)."""
+    from pyspark.sql import functions as F
+
+    from runtime.table import record_index
+
+    places, moves = record_index.placed(spark, spec, rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")))
+    held = [s for s in slices if (s.partition, s.file_id) in places]
+    stays = not moves and None not in counts and len(held) == len(places) and _partition_upsert.fits(counts, held)
+    return places, stays
 
 
 def drop_stale(df, config, present):
@@ -612,6 +638,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         return _overwrite(spark, table, rows, opts, instant, timeline, slices, struct, data_columns, present)
     batch_rows, partitions, key_range = None, None, None
     by_partition = None  # rows per partition, when partition tasks may decide the write (each small enough for one: partition_upsert.fits)
+    ri_spec, located_groups = None, None  # a record index, and the groups it holds the batch's keys in (when asked)
     bloom_known = None  # the files whose bloom filters may hold a key of the batch, when _keys_stay_put asked them
     if config.record_key_fields:
         # the batch is computed once, by the first job that reads it (the summary below): the
@@ -625,8 +652,10 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         low, high = _bloom_index.batch_range_columns(F, F.col(KEY))
         # a global upsert counts per partition too: its partitions' key ranges may show that no
         # key can be anywhere else (_keys_stay_put)
+        # (with a record index, the index says where each key is: _record_index_stays)
+        ri_spec = _record_index_spec(table, timeline, opts) if opts.operation in ("upsert", "delete") and not bucketed else None
         may_stay_put = opts.index == "global" and opts.operation in ("upsert", "delete") and not bucketed and \
-            not _metadata_table.keeps_record_index(config.properties or {})
+            (ri_spec is not None or not _metadata_table.keeps_record_index(config.properties or {}))
         if opts.index == "partition" or may_stay_put:
             per_partition = {p: (n, nulls, no, lo, hi)
                              for p, n, nulls, no, lo, hi in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).collect()}
@@ -641,7 +670,11 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             batch_rows, null_keys, null_orders, lo, hi = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).first()
             key_range = {None: _key_range(lo, hi)}
         _refuse_nulls(config, prepared, ordering, null_keys, null_orders)  # (which still knows the rows' files)
-        if may_stay_put and opts.index != "partition":
+        if may_stay_put and ri_spec is not None:
+            located_groups, ri_stays = _record_index_stays(spark, ri_spec, rows, counts, slices)
+            if ri_stays:
+                by_partition = counts
+        elif may_stay_put and opts.index != "partition":
             probe = rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")) if batch_rows <= BROADCAST_KEYS else None
             stays, bloom_known = _keys_stay_put(storage, slices, key_range, probe, timeline) if _partition_upsert.fits(counts, slices) else (False, None)
             if stays:
@@ -653,7 +686,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
     keyed = bool(config.record_key_fields)
     if not bucketed and opts.operation in ("upsert", "delete") and by_partition is not None:
         return _upsert_by_partition(spark, table, rows, opts, instant, timeline, slices, struct, stored_struct, data_columns, by_partition,
-                                    present)
+                                    present, located_groups)
     one_task = batch_rows is not None and batch_rows <= ONE_TASK_ROWS
     if one_task:
         # a small batch (computed, in parallel, by the summary above) read as one partition:
@@ -675,7 +708,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                                                   output=[f.name for f in narrow.fields if f.name in (KEY, PART, "_hoodie_file_name")
                                                           or f.name == config.precombine_field])
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
-                             stored_struct, probe=batch, key_range=key_range, located=_record_index_lookup(spark, table, timeline, opts),
+                             stored_struct, probe=batch, key_range=key_range, located=_record_index_located(spark, table, timeline, opts, located_groups),
                              bloom_known=bloom_known)
         rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
     else:
@@ -890,11 +923,13 @@ def _murmur3_int(value: int, seed: int = 42) -> int:
 
 
 def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, timeline, slices: list[FileSlice], struct, stored_struct,
-                         data_columns: list[str], partitions: dict[str, int], present) -> StagedWrite:
+                         data_columns: list[str], partitions: dict[str, int], present, located: set[tuple[str, str]] | None = None) -> StagedWrite:
     """An upsert or delete with `index: partition`, or with the global index when its keys stay
-    put (_keys_stay_put), whose partitions each fit a task (partition_upsert.py): deduplication,
-    lookup, stale rows and insert routing happen in one task per partition, which then writes
-    the file groups it touched."""
+    put (_keys_stay_put, or _record_index_stays: `located`, the groups the table's record index
+    holds the batch's keys in), whose partitions each fit a task (partition_upsert.py):
+    deduplication, lookup, stale rows and insert routing happen in one task per partition,
+    which then writes the file groups it touched. With a record index the tasks read only the
+    `located` groups' keys, and the keys they insert and delete are the index's changes."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -911,6 +946,8 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
         max_file_size=opts.max_file_size,
         small_file_limit=opts.small_file_limit,
         record_size=table.record_size_estimate(opts.record_size_estimate, timeline),
+        lookup=frozenset(located) if located is not None else None,
+        index_changes=located is not None,
     )
     existing = {(s.partition, s.file_id): s for s in mine}
     log_groups = _log_targets(set(existing), existing, _log_named_by(timeline, instant)) if config.table_type == MERGE_ON_READ else {}
@@ -921,12 +958,30 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
     if threads is None:  # the groups of a partition are written by write tasks all over the cluster
         out = T.StructType(list(struct.fields) + [T.StructField(c, T.StringType(), True) for c in (KEY, PART, _KIND, FILE_ID)])
         changes = incoming.mapInArrow(lambda batches: _partition_upsert.tag_task(tag_spec, batches), out)
-        return _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
-                              max(1, min(len(mine) + len(partitions), spark_api.default_parallelism(spark) * 4)), set(data_columns))
+        if located is not None:  # the index's changes are read from the rows the write read
+            changes = spark_api.local_checkpoint(changes, eager=False)
+        staged = _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
+                                max(1, min(len(mine) + len(partitions), spark_api.default_parallelism(spark) * 4)), set(data_columns))
+        if located is not None:
+            inserted = F.col(_KIND) == "I"
+            staged.index_changes = changes.where(F.col(_KIND) != "U").select(
+                F.col(KEY).alias("_k"), F.when(inserted, F.col(PART)).alias("_pipe_part"), F.when(inserted, F.col(FILE_ID)).alias("_pipe_file"))
+        return staged
     write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
-    written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches), STATS_SCHEMA).collect()
+    if located is None:
+        written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches),
+                                      STATS_SCHEMA).collect()
+        index_changes = None
+    else:  # the tasks' output, stats rows and the index's changes, kept: the first job writes, the next read it
+        index = ", ".join(f"{c} string" for c in _partition_upsert.INDEX_COLUMNS)
+        out = spark_api.local_checkpoint(incoming.mapInArrow(
+            lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches), f"{STATS_SCHEMA}, {index}"), eager=False)
+        written = out.where(F.col("_k").isNull()).drop(*_partition_upsert.INDEX_COLUMNS).collect()
+        index_changes = out.where(F.col("_k").isNotNull()).select(*_partition_upsert.INDEX_COLUMNS)
     _bloom_index.remember(table.storage, written)
-    return _staged(table, written, instant, struct, existing, log_groups)
+    staged = _staged(table, written, instant, struct, existing, log_groups)
+    staged.index_changes = index_changes
+    return staged
 
 
 # A partition task writes at most this many file groups at once: several steps of a run may
@@ -1078,8 +1133,29 @@ def _derived(config, struct) -> Derived | None:
 def _data_select(F, present, struct, data_columns: list[str]) -> list:
     """The table's data columns in order, as the table types them; a column the input lacks
     (not in `present`) is null. (A delete's key column may come typed otherwise; stored rows are
-    read to match.)"""
-    return [(F.col(f"`{c}`") if c in present else F.lit(None)).cast(struct[c].dataType).alias(c) for c in data_columns]
+    read to match.) A column of a plain type is one SQL expression: two py4j calls, where a
+    Column cast to a DataType costs about eight."""
+    out = []
+    for c in data_columns:
+        sql = _plain_type_sql(struct[c].dataType)
+        if sql is None:
+            out.append((F.col(f"`{c}`") if c in present else F.lit(None)).cast(struct[c].dataType).alias(c))
+        else:
+            name = "`" + c.replace("`", "``") + "`"
+            out.append(F.expr(f"CAST({name if c in present else 'NULL'} AS {sql}) AS {name}"))
+    return out
+
+
+def _plain_type_sql(data_type) -> str | None:
+    """The SQL name of a non-nested type whose name Spark's parser reads back as the same type
+    (bigint, decimal(12,2), timestamp, ...); None for others (nested, collated, char)."""
+    from pyspark.sql import types as T
+
+    plain = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType, T.BinaryType,
+             T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType)
+    if type(data_type) in plain or data_type == T.StringType():
+        return data_type.simpleString()
+    return None
 
 
 def _new_file_stats(written) -> tuple[list, WriteCounts]:
