@@ -551,13 +551,15 @@ WHY = {
         "files' bloom filters whether a key going to partition 3 may be in another partition's file, and reads the key column of any file "
         "whose filter says yes (numbers as keys give false positives far above the nominal rate); when none can, partition tasks decide "
         "the batch as with `index: partition` (writer._keys_stay_put, docs/tables.md). `pipe record` keeps Hudi's record index instead: "
-        "its lookup and the index's new log files are two Spark jobs of their own (a shuffle by index file group, then a Python stage "
-        "reading or writing HFile blocks), with the general path's joins between them, and the metadata table's deltacommit after."),
+        "its lookup (a shuffle by index file group, then a Python stage reading HFile blocks) also shows that no key leaves its "
+        "partition, so the same partition tasks decide the batch, reading only the groups the index named, and return the keys they "
+        "insert and delete; the index's new log files are one more Spark job, and the metadata table's deltacommit follows."),
     "merge-on-read upsert 1%": (
         "as for the upsert in one partition: with the global index the batch's ten partitions' key ranges meet, so the bloom filters' job "
         "first shuffles the keys by key (a key coming in two partitions would show), and the logs the table's slices have took no new key "
         "(their deltacommits' write stats), so partition tasks decide the batch, each merging its partition's slices; `pipe record` pays "
-        "its record index's two jobs and the general path's merge of the slices with logs."),
+        "its record index's two jobs (the lookup, which also shows that no key moves, and the index's new log files) around the same "
+        "partition tasks."),
     "merge-on-read read of one partition": (
         "a short read's fixed costs: both sides read one partition of ten (pipe's view prunes the others by the SQL's `part = 3`, "
         "runtime/table/partition_pruning.py); pipe then loads the timeline and the listing in Python and starts a Python task per "
