@@ -306,6 +306,14 @@ def test_upserts_whose_keys_stay_in_their_partitions_are_decided_in_partition_ta
             assert len(taken) == before + 2
             assert_index_exact(path, version)
     took = len(taken)
+    logs = set(record_index_logs(path))
+    stored = table_locations(path)
+    updates = events([i for i in range(0, 6000, 50) if str(i) in stored], 30, region=region)
+    table.write(pipe_df(spark, updates), "upsert")
+    expected.apply(updates)
+    assert len(taken) == took + 1 and not set(record_index_logs(path)) - logs, "updates in place wrote an index log"
+    assert_index_exact(path, version)
+    took = len(taken)
     moved = events([5, 6, 20_000], 20, region=lambda i: "elsewhere")
     table.write(pipe_df(spark, moved), "upsert")
     expected.apply(moved)

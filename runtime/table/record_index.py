@@ -570,13 +570,25 @@ def placed(spark, spec: IndexSpec, probe) -> tuple[set[tuple[str, str]], int]:
     return {(r[0], r[1]) for r in found if r[1] is not None}, sum(r[2] for r in found)
 
 
+class _NoChanges:
+    def __repr__(self) -> str:
+        return "NO_CHANGES"
+
+
+# A write's index changes when it knows it has none (partition tasks that only updated keys
+# in place): write_delta runs no Spark job for it.
+NO_CHANGES = _NoChanges()
+
+
 def write_delta(spark, spec: IndexSpec, changes) -> list:
     """Writes `spec.instant`'s changes to the record index (`changes`: `_k`, `_pipe_part`,
     `_pipe_file`, the latter null for a key that left the table; an upsert of a key wins over
-    its delete) as one new log file per file group they touch; returns their WriteStats, for
-    the metadata table's deltacommit."""
+    its delete; or NO_CHANGES) as one new log file per file group they touch; returns their
+    WriteStats, for the metadata table's deltacommit."""
     from runtime.table.timeline import WriteStat
 
+    if changes is NO_CHANGES:
+        return []
     def run(batches):
         return delta_task(spec, batches)
 

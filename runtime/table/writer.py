@@ -20,6 +20,7 @@ from runtime.table import bloom_index as _bloom_index
 from runtime.table import bucket_index as _bucket_index
 from runtime.table import keygen as _keygen
 from runtime.table import partition_upsert as _partition_upsert
+from runtime.table import record_index as _record_index
 from runtime.table import reader as _reader
 from runtime.table import markers
 from runtime.table import metadata_table as _metadata_table
@@ -354,9 +355,7 @@ def _record_index_located(spark, table, timeline, opts: WriteOptions, known: set
     spec = _record_index_spec(table, timeline, opts)
     if spec is None:
         return None
-    from runtime.table import record_index
-
-    return lambda keys: record_index.lookup(spark, spec, keys)
+    return lambda keys: _record_index.lookup(spark, spec, keys)
 
 
 def _record_index_stays(spark, spec, rows, counts: dict[str, int], slices: list[FileSlice]) -> tuple[set[tuple[str, str]], bool]:
@@ -368,9 +367,7 @@ def _record_index_stays(spark, spec, rows, counts: dict[str, int], slices: list[
     a key it does not hold is new, as Java's RECORD_INDEX has it)."""
     from pyspark.sql import functions as F
 
-    from runtime.table import record_index
-
-    places, moves = record_index.placed(spark, spec, rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")))
+    places, moves = _record_index.placed(spark, spec, rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")))
     held = [s for s in slices if (s.partition, s.file_id) in places]
     stays = not moves and None not in counts and len(held) == len(places) and _partition_upsert.fits(counts, held)
     return places, stays
@@ -965,7 +962,8 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
         if located is not None:
             inserted = F.col(_KIND) == "I"
             staged.index_changes = changes.where(F.col(_KIND) != "U").select(
-                F.col(KEY).alias("_k"), F.when(inserted, F.col(PART)).alias("_pipe_part"), F.when(inserted, F.col(FILE_ID)).alias("_pipe_file"))
+                F.col(KEY).alias("_k"), F.when(inserted, F.col(PART)).alias("_pipe_part"), F.when(inserted, F.col(FILE_ID)).alias("_pipe_file")) \
+                if staged.counts.inserts or staged.counts.deletes else _record_index.NO_CHANGES
         return staged
     write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
     if located is None:
@@ -980,7 +978,8 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
         index_changes = out.where(F.col("_k").isNotNull()).select(*_partition_upsert.INDEX_COLUMNS)
     _bloom_index.remember(table.storage, written)
     staged = _staged(table, written, instant, struct, existing, log_groups)
-    staged.index_changes = index_changes
+    # (an index change is a key inserted or deleted: the stats count them)
+    staged.index_changes = index_changes if staged.counts.inserts or staged.counts.deletes or index_changes is None else _record_index.NO_CHANGES
     return staged
 
 
