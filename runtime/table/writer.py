@@ -346,13 +346,12 @@ def _record_index_spec(table, timeline, opts: WriteOptions):
     return metadata_table.MetadataTable(table.storage, table.config.table_version).record_index_spec(timeline)
 
 
-def _record_index_located(spark, table, timeline, opts: WriteOptions, known: set[tuple[str, str]] | None):
-    """How the global lookup asks the record index which file groups hold the batch's keys
-    (tag_locations' `located`): the answer `_record_index_stays` got already, when it asked;
-    None without a record index."""
+def _record_index_located(spark, spec, known: set[tuple[str, str]] | None):
+    """How the global lookup asks the record index `spec` which file groups hold the batch's
+    keys (tag_locations' `located`): the answer `_record_index_stays` got already, when it
+    asked; None without a record index."""
     if known is not None:
         return lambda keys: known
-    spec = _record_index_spec(table, timeline, opts)
     if spec is None:
         return None
     return lambda keys: _record_index.lookup(spark, spec, keys)
@@ -650,7 +649,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         # a global upsert counts per partition too: its partitions' key ranges may show that no
         # key can be anywhere else (_keys_stay_put)
         # (with a record index, the index says where each key is: _record_index_stays)
-        ri_spec = _record_index_spec(table, timeline, opts) if opts.operation in ("upsert", "delete") and not bucketed else None
+        ri_spec = _record_index_spec(table, timeline, opts)  # (read once: the lookup below asks it too)
         may_stay_put = opts.index == "global" and opts.operation in ("upsert", "delete") and not bucketed and \
             (ri_spec is not None or not _metadata_table.keeps_record_index(config.properties or {}))
         if opts.index == "partition" or may_stay_put:
@@ -705,7 +704,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                                                   output=[f.name for f in narrow.fields if f.name in (KEY, PART, "_hoodie_file_name")
                                                           or f.name == config.precombine_field])
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
-                             stored_struct, probe=batch, key_range=key_range, located=_record_index_located(spark, table, timeline, opts, located_groups),
+                             stored_struct, probe=batch, key_range=key_range, located=_record_index_located(spark, ri_spec, located_groups),
                              bloom_known=bloom_known)
         rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
     else:
@@ -959,27 +958,27 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
             changes = spark_api.local_checkpoint(changes, eager=False)
         staged = _write_changes(spark, table, timeline, changes, instant, struct, data_columns, opts, existing, set(existing), log_groups, True,
                                 max(1, min(len(mine) + len(partitions), spark_api.default_parallelism(spark) * 4)), set(data_columns))
+        index_changes = None
         if located is not None:
             inserted = F.col(_KIND) == "I"
-            staged.index_changes = changes.where(F.col(_KIND) != "U").select(
-                F.col(KEY).alias("_k"), F.when(inserted, F.col(PART)).alias("_pipe_part"), F.when(inserted, F.col(FILE_ID)).alias("_pipe_file")) \
-                if staged.counts.inserts or staged.counts.deletes else _record_index.NO_CHANGES
-        return staged
-    write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
-    if located is None:
-        written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches),
-                                      STATS_SCHEMA).collect()
-        index_changes = None
-    else:  # the tasks' output, stats rows and the index's changes, kept: the first job writes, the next read it
-        index = ", ".join(f"{c} string" for c in _partition_upsert.INDEX_COLUMNS)
-        out = spark_api.local_checkpoint(incoming.mapInArrow(
-            lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches), f"{STATS_SCHEMA}, {index}"), eager=False)
-        written = out.where(F.col("_k").isNull()).drop(*_partition_upsert.INDEX_COLUMNS).collect()
-        index_changes = out.where(F.col("_k").isNotNull()).select(*_partition_upsert.INDEX_COLUMNS)
-    _bloom_index.remember(table.storage, written)
-    staged = _staged(table, written, instant, struct, existing, log_groups)
+            index_changes = changes.where(F.col(_KIND) != "U").select(
+                F.col(KEY).alias("_k"), F.when(inserted, F.col(PART)).alias("_pipe_part"), F.when(inserted, F.col(FILE_ID)).alias("_pipe_file"))
+    else:
+        write_spec = _groups_spec(table, timeline, instant, struct, data_columns, opts, existing, set(existing), log_groups, True)
+        if located is None:
+            written = incoming.mapInArrow(lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches),
+                                          STATS_SCHEMA).collect()
+            index_changes = None
+        else:  # the tasks' output, stats rows and the index's changes, kept: the first job writes, the next read it
+            index = ", ".join(f"{c} string" for c in _partition_upsert.INDEX_COLUMNS)
+            out = spark_api.local_checkpoint(incoming.mapInArrow(
+                lambda batches: _partition_upsert.tag_and_write_task(tag_spec, write_spec, threads, batches), f"{STATS_SCHEMA}, {index}"), eager=False)
+            written = out.where(F.col("_k").isNull()).drop(*_partition_upsert.INDEX_COLUMNS).collect()
+            index_changes = out.where(F.col("_k").isNotNull()).select(*_partition_upsert.INDEX_COLUMNS)
+        _bloom_index.remember(table.storage, written)
+        staged = _staged(table, written, instant, struct, existing, log_groups)
     # (an index change is a key inserted or deleted: the stats count them)
-    staged.index_changes = index_changes if staged.counts.inserts or staged.counts.deletes or index_changes is None else _record_index.NO_CHANGES
+    staged.index_changes = index_changes if index_changes is None or staged.counts.inserts or staged.counts.deletes else _record_index.NO_CHANGES
     return staged
 
 
