@@ -190,7 +190,10 @@ CASES = [("java_hudi_015", "COPY_ON_WRITE", 6), ("java_hudi_015", "MERGE_ON_READ
          ("java_hudi_11", "COPY_ON_WRITE", 9), ("java_hudi_11", "MERGE_ON_READ", 9)]
 
 
-@pytest.mark.parametrize("java_fixture,table_type,version", CASES, ids=[f"{c[2]}-{c[1].split('_')[0].lower()}" for c in CASES])
+# (version 6's copy-on-write case is left out: the index's upkeep does not depend on the table
+# type, version 6's index format is kept by the merge-on-read case, and a copy-on-write table of
+# version 6 keeping its record index round after round is test_a_project_table_with_index_record_...)
+@pytest.mark.parametrize("java_fixture,table_type,version", CASES[1:], ids=[f"{c[2]}-{c[1].split('_')[0].lower()}" for c in CASES[1:]])
 def test_pipe_keeps_a_java_record_index_in_step(spark, tmp_path, request, monkeypatch, java_fixture, table_type, version):
     """Java writes with RECORD_INDEX; pipe writes five rounds of updates, inserts, deletes,
     moves to another partition and keys deleted then written again (upsert, insert and delete
