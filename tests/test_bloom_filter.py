@@ -146,6 +146,63 @@ def test_java_finds_every_key_of_every_base_file_pipe_writes(spark, tmp_path, ja
     assert any(keys and meta[bloom.MAX_RECORD_KEY] != max(keys) for meta, keys in footers)
 
 
+@pytest.mark.spark
+def test_a_rewritten_file_keeps_its_rows_in_place_and_its_filter_is_javas_for_them(spark, tmp_path, java_check):
+    """A file group of 130,000 keys (a filter of two rows, past its bound) rewritten twice by
+    upserts: the stored rows stay in their order with updates in their place, the new keys
+    come after them, as Java's merge handle writes them, and the footer's filter (the stored
+    filter, the new keys added) is the one Java builds from the new file's keys. A rewrite
+    that deletes keys builds its filter from its rows."""
+    schema = "key string, region string, ts long, amount decimal(12,2)"
+    table = Table.create(spark, str(tmp_path / "accounts"), TableConfig("accounts", record_key_fields=("key",),
+                                                                        partition_fields=("region",), precombine_field="ts"))
+    first = [(f"acct:{i * 7919 % 130_000:06d}/é", "EU", 1_700_000_000_000, Decimal(i) / 100) for i in range(130_000)]
+    table.write(spark.createDataFrame(first, schema).coalesce(1), "bulk_insert")
+    [stored] = _base_files(tmp_path / "accounts")
+    before = _keys(stored)
+    updated = [before[i] for i in range(3, 130_000, 9_001)]
+    new = [f"acct:new-{i}/ключ" for i in range(25)]
+    table.write(spark.createDataFrame([(k, "EU", 1_700_000_000_001, Decimal("-1.50")) for k in updated + new], schema), "upsert")
+    [rewritten] = [f for f in _base_files(tmp_path / "accounts") if f != stored]
+    keys = _keys(rewritten)
+    assert keys == before + sorted(new), "stored rows moved"
+    values = dict(zip(keys, pq.read_table(rewritten, columns=["amount"]).column(0).to_pylist()))
+    assert {k for k, v in values.items() if v == Decimal("-1.50")} == set(updated + new)
+    gone = keys[10:20]
+    table.write(spark.createDataFrame([(k, "EU", 1_700_000_000_002, None) for k in gone], schema), "delete")
+    [last] = [f for f in _base_files(tmp_path / "accounts") if f not in (stored, rewritten)]
+    assert _keys(last) == keys[:10] + keys[20:]
+    footers = [(_footer(f), _keys(f)) for f in (rewritten, last)]
+    assert all(len(bloom.footer_bloom_filter(meta).bits) == 2 for meta, _ in footers)
+    _assert_java_agrees(footers, java_check(footers))
+
+
+def test_a_stored_filter_goes_on_only_when_it_is_the_one_built_for_its_rows():
+    """BloomFilterWriteSupport.continue_from: a filter of Java's defaults holding one key per
+    stored row goes on, and after the new keys it is bit for bit the filter built from all
+    the keys in that order (past the dynamic bound too); another filter, or another count,
+    is not taken."""
+    keys = pa.array([f"id:{i},é" if i % 3 else str(i) for i in range(125_000)], pa.string())
+    for stored_rows in (10, 59_990, 99_000, 120_000):
+        fresh = bloom.BloomFilterWriteSupport()
+        fresh.add_keys(keys)
+        stored = bloom.BloomFilterWriteSupport()
+        stored.add_keys(keys[:stored_rows])
+        footer = stored.finalize_metadata()
+        went_on = bloom.BloomFilterWriteSupport()
+        assert not went_on.continue_from(footer, stored_rows + 1) and not went_on.continued
+        assert went_on.continue_from(footer, stored_rows)
+        for start in range(stored_rows, len(keys), 997):  # in pieces, small ones set bits in place
+            went_on.add_new_keys(keys[start:start + 997])
+        went_on.add_keys(keys)  # the written rows' key range only
+        assert went_on.finalize_metadata() == fresh.finalize_metadata()
+    simple = bloom.BloomFilter.create(bloom.SIMPLE)
+    simple.add(keys[:10])
+    assert not bloom.BloomFilterWriteSupport().continue_from({bloom.BLOOM_FILTER_KEY: simple.serialize_to_string()}, 10)
+    assert not bloom.BloomFilterWriteSupport().continue_from({bloom.BLOOM_FILTER_KEY: "not base64!"}, 10)
+    assert not bloom.BloomFilterWriteSupport().continue_from({}, 10)
+
+
 def test_java_reads_a_dynamic_filter_past_its_bound(java_check):
     """A base file of 130,000 keys: its filter has grown a second row at 60,000 keys and,
     past 100,000, adds keys to its rows in turn, as InternalDynamicBloomFilter does."""

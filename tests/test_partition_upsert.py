@@ -118,7 +118,7 @@ def test_partition_tasks_fill_small_files_then_open_groups_like_the_general_path
     rows to write tasks after a shuffle by file id instead. Both write what the general path
     writes."""
     if written_by == "write tasks":
-        monkeypatch.setattr(writer, "_partition_task_threads", lambda spark, tasks: None)
+        monkeypatch.setattr(writer, "_partition_tasks", lambda spark, partitions: (partitions, None))
     # about 40 rows a file: inserts fill the small file first, then new groups open
     pair = Pair(spark, tmp_path, monkeypatch, table_type, max_file_size=40 * 64, small_file_limit=30 * 64, record_size_estimate=64)
     pair.write([(i, "EU", 1, f"v{i}") for i in range(10)])
@@ -326,12 +326,17 @@ def test_a_nan_precombine_value_compares_as_spark_compares_it(spark, tmp_path, m
 
 
 def test_partition_tasks_write_on_threads_only_with_cores_to_spare():
-    threads = writer.partition_task_threads
-    assert [threads("local[4]", 4, None, n) for n in (1, 2, 3, 4, 9)] == [4, 2, 1, 1, 1]
-    assert threads("local[16]", 16, None, 1) == writer.MAX_GROUP_THREADS  # several steps may run at once
-    assert threads("local[4]", 4, "1g", 1) == 1  # one Python worker's memory cap for all its threads
+    tasks = writer.partition_tasks
+    # (tasks, groups each writes at once) for a batch of 1, 2, 3, 4 partitions on 4 cores
+    assert [tasks("local[4]", 4, None, n) for n in (1, 2, 3, 4)] == [(1, 4), (2, 2), (3, 1), (4, 1)]
+    # more partitions than cores: a task per core writes its partitions' groups on threads,
+    # all at once (3 on 2 cores: not two, then one while a core idles), up to MAX_GROUP_THREADS
+    assert tasks("local[2]", 2, None, 3) == (2, 2) and tasks("local[4]", 4, None, 9) == (4, 3)
+    assert tasks("local[4]", 4, None, 16) == (4, writer.MAX_GROUP_THREADS) and tasks("local[4]", 4, None, 17) == (16, 1)
+    assert tasks("local[16]", 16, None, 1) == (1, writer.MAX_GROUP_THREADS)  # several steps may run at once
+    assert tasks("local[4]", 4, "1g", 1) == (1, 1) and tasks("local[2]", 2, "1g", 3) == (3, 1)  # one Python worker's memory cap for all its threads
     # a cluster: fewer tasks than cores hand their rows to write tasks all over it
-    assert threads("spark://host:7077", 64, None, 64) == 1 and threads("yarn", 64, None, 3) is None
+    assert tasks("spark://host:7077", 64, None, 64) == (64, 1) and tasks("yarn", 64, None, 3) == (3, None)
 
 
 def test_a_partition_task_writes_several_file_groups_at_once(tmp_path):

@@ -274,7 +274,7 @@ def test_upserts_whose_keys_stay_in_their_partitions_are_decided_in_partition_ta
     from runtime.table import writer
 
     if written_by == "write tasks":
-        monkeypatch.setattr(writer, "_partition_task_threads", lambda spark, tasks: None)
+        monkeypatch.setattr(writer, "_partition_tasks", lambda spark, partitions: (partitions, None))
 
     java = request.getfixturevalue(java_fixture)
     path = tmp_path / "events"

@@ -87,6 +87,12 @@ class BloomFilter:
             if rows > 1:
                 base = row * self.vector_size
         self.added += n
+        if n * self.hash_count * 8 < self.bits.size:  # a few keys: their bits are set in place
+            rows_at = 0 if base is None else base // self.vector_size
+            for which, positions in _bit_positions(keys, self.hash_count, self.vector_size):
+                np.bitwise_or.at(self.bits, (rows_at if base is None else rows_at[which], positions >> 3),
+                                 np.left_shift(1, positions & 7).astype(np.uint8))
+            return
         unpacked = np.unpackbits(self.bits, axis=1, count=self.vector_size, bitorder="little")
         flat = unpacked.reshape(-1)
         for which, positions in _bit_positions(keys, self.hash_count, self.vector_size):
@@ -296,11 +302,38 @@ class BloomFilterWriteSupport:
         self.filter = BloomFilter.create()
         self.min_key: str | None = None
         self.max_key: str | None = None
+        self.continued = False  # the filter is the stored file's: add_keys takes key ranges only
+
+    def continue_from(self, footer: dict | None, rows: int) -> bool:
+        """Starts from the filter of the base file being rewritten (its footer's key-value
+        metadata, and its number of rows) when it is the filter this writer would build for
+        those rows: Java's defaults, one key per row. A rewrite that keeps every stored key
+        (updates and inserts, nothing deleted) then hashes only its new keys (add_new_keys)
+        instead of every row again; the filter holds exactly the new file's keys, each in
+        the row of the filter its place in the sequence of added keys gives. Returns whether
+        it did; otherwise nothing changes."""
+        try:
+            stored = footer_bloom_filter(footer or {})
+        except (ValueError, struct.error):
+            return False  # unreadable: the new file's filter is built from its rows
+        fresh = self.filter
+        if stored is None or (stored.type_code, stored.vector_size, stored.hash_count, stored.row_entries, stored.added) != (
+                fresh.type_code, fresh.vector_size, fresh.hash_count, fresh.row_entries, rows) or not rows:
+            return False
+        stored.max_entries = fresh.max_entries  # not serialised: the writer's bound
+        self.filter, self.continued = stored, True
+        return True
+
+    def add_new_keys(self, keys) -> None:
+        """Keys a continued filter does not hold yet (a rewrite's inserts)."""
+        if len(keys):
+            self.filter.add(keys)
 
     def add_keys(self, keys) -> None:
         if not len(keys):
             return
-        self.filter.add(keys)
+        if not self.continued:
+            self.filter.add(keys)
         low, high = utf16_min_max(keys)
         if self.min_key is None or utf16(low) < utf16(self.min_key):
             self.min_key = low

@@ -553,6 +553,7 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
     rows. Returns the stats row, with counts of inserts, updates and deletes; its path is ""
     when no row is left (the driver writes the empty base file)."""
     import pyarrow as pa
+    import numpy as np
     import pyarrow.compute as pc
 
     base = spec.base_files.get(f"{partition}/{file_id}")
@@ -583,17 +584,32 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
     schema = pa.schema([f for f in rows.schema if f.name in data or not f.name.startswith("_pipe_")])
     if log is not None and log.log_paths:  # merge-on-read: the slice as readers see it, base and logs merged
         stored_rows = _merged_batches(out.storage, spec.merge_spec, base, log.log_paths, schema)
+    elif base is not None:
+        stored = _open_stored(out.storage, base)
+        stored_rows = _stored_batches(stored, schema)
+        # every stored key stays (updated or carried): the stored filter goes on, with the inserts' keys
+        if spec.merge and not counts[2] and out.keys.continue_from(stored.metadata.metadata, stored.metadata.num_rows):
+            out.keys.add_new_keys(rows.column("_hoodie_record_key") if KIND not in rows.column_names
+                                  else rows.filter(pc.not_equal(rows.column(KIND), "U")).column("_hoodie_record_key"))
     else:
-        stored_rows = _stored_batches(out.storage, base, schema) if base is not None else ()
+        stored_rows = ()
+    placed = np.zeros(rows.num_rows, dtype=bool)  # incoming rows written in their stored row's place
     for stored in stored_rows:
+        updates = None
         if spec.merge:
             hit = pc.is_in(stored.column("_hoodie_record_key"), value_set=replaced)
             if changes is not None:
                 before.append(stored.filter(hit))
-            stored = stored.filter(pc.invert(hit))
-        if stored.num_rows:
+            if pc.any(hit).as_py():
+                updates = _updates_in_place(stored.column("_hoodie_record_key"), hit, rows, placed)
+                stored = stored.filter(pc.invert(hit))
+        if updates is not None and len(updates[0]):
+            out.write(_interleaved(_with_meta(stored, out, spec, task, carried=True),
+                                   _with_meta(rows.take(updates[0]), out, spec, task), updates[1]))
+        elif stored.num_rows:
             out.write(_with_meta(stored, out, spec, task, carried=True))
-    for batch in rows.to_batches(max_chunksize=1 << 16):
+    # then the rows no stored row had the key of (inserts), in their order
+    for batch in (rows.filter(pa.array(~placed)) if placed.any() else rows).to_batches(max_chunksize=1 << 16):
         if batch.num_rows:
             out.write(_with_meta(batch, out, spec, task))
     del task.open_files[file_id]
@@ -602,6 +618,45 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
         out.discard()
         return (file_id, partition, "", 0, 0, *counts, cdc)
     return (*out.close(), *counts, cdc)
+
+
+def _updates_in_place(keys, hit, rows, placed):
+    """For a stored batch's keys, of which `hit` (a boolean array) are among the incoming keys:
+    the incoming `rows` (those written: deletes are out) replacing stored rows, and where each
+    goes among the stored rows kept (how many kept rows come before it), in stored order, as
+    Java's merge handle writes them: every stored row in its place, updated or not, then the
+    inserts. A key the stored rows hold twice is written once, where it first was. `placed`
+    (one flag per incoming row) notes the rows taken."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    at = pc.index_in(keys, value_set=rows.column("_hoodie_record_key"))
+    where = np.flatnonzero(pc.is_valid(at).to_numpy(zero_copy_only=False))
+    taken = at.to_numpy(zero_copy_only=False)[where].astype(np.int64) if len(where) else np.zeros(0, np.int64)
+    _, first = np.unique(taken, return_index=True)
+    first.sort()
+    first = first[~placed[taken[first]]]
+    where, taken = where[first], taken[first]
+    placed[taken] = True
+    kept = ~hit.to_numpy(zero_copy_only=False)
+    kept_before = np.cumsum(kept)[where] - kept[where]
+    return taken, kept_before
+
+
+def _interleaved(kept, updates, kept_before):
+    """The kept stored rows with each of `updates` put after kept_before[i] of them (slices:
+    no row is copied)."""
+    import pyarrow as pa
+
+    pieces, at = [], 0
+    for i, k in enumerate(kept_before.tolist()):
+        if k > at:
+            pieces.append(kept.slice(at, k - at))
+            at = k
+        pieces.append(updates.slice(i, 1))
+    if at < kept.num_rows:
+        pieces.append(kept.slice(at))
+    return pa.concat_tables(pieces)
 
 
 def _write_cdc(spec: FileWriteSpec, partition: str, file_id: str, changes, before: list, task: _Task) -> str:
@@ -769,18 +824,20 @@ def _merged_batches(storage, merge_spec, base: str | None, log_paths, schema) ->
             yield _carried(batch, set(batch.schema.names), schema)
 
 
-def _stored_batches(storage, rel_path: str, schema) -> Iterator:
-    """The rows of a stored base file in batches, with the data columns of `schema` (the
-    table's, as the incoming rows have them): a column the file lacks is null, a
-    widened column is cast."""
+def _open_stored(storage, rel_path: str):
+    """A stored base file, opened (its footer read)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if hasattr(storage, "root"):
-        source = storage.full_path(rel_path)
-    else:
-        source = pa.BufferReader(storage.read_bytes(rel_path))
-    stored = pq.ParquetFile(source)
+        return pq.ParquetFile(storage.full_path(rel_path))
+    return pq.ParquetFile(pa.BufferReader(storage.read_bytes(rel_path)))
+
+
+def _stored_batches(stored, schema) -> Iterator:
+    """The rows of a stored base file (_open_stored) in batches, with the data columns of
+    `schema` (the table's, as the incoming rows have them): a column the file lacks is null,
+    a widened column is cast."""
     present = set(stored.schema_arrow.names)
     wanted = [f for f in schema if f.name != "_hoodie_partition_path"]
     meta = [c for c in ("_hoodie_commit_time", "_hoodie_commit_seqno") if c in present]

@@ -947,10 +947,9 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
     )
     existing = {(s.partition, s.file_id): s for s in mine}
     log_groups = _log_targets(set(existing), existing, _log_named_by(timeline, instant)) if config.table_type == MERGE_ON_READ else {}
-    tasks = max(1, min(len(partitions), spark_api.default_parallelism(spark) * 4))
+    tasks, threads = _partition_tasks(spark, len(partitions))
     incoming = rows.select(*_data_select(F, present, struct, data_columns), KEY, PART, _DELETE, _SEQ)
     incoming = _in_turns(F, incoming, PART, sorted(partitions), tasks).sortWithinPartitions(PART)
-    threads = _partition_task_threads(spark, tasks)
     if threads is None:  # the groups of a partition are written by write tasks all over the cluster
         out = T.StructType(list(struct.fields) + [T.StructField(c, T.StringType(), True) for c in (KEY, PART, _KIND, FILE_ID)])
         changes = incoming.mapInArrow(lambda batches: _partition_upsert.tag_task(tag_spec, batches), out)
@@ -987,24 +986,37 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
 MAX_GROUP_THREADS = 4
 
 
-def _partition_task_threads(spark, tasks: int) -> int | None:
-    return partition_task_threads(spark_api.master(spark), spark_api.default_parallelism(spark),
-                                  spark_api.setting(spark, "spark.executor.pyspark.memory"), tasks)
+def _partition_tasks(spark, partitions: int) -> tuple[int, int | None]:
+    return partition_tasks(spark_api.master(spark), spark_api.default_parallelism(spark),
+                           spark_api.setting(spark, "spark.executor.pyspark.memory"), partitions)
 
 
-def partition_task_threads(master: str, parallelism: int, python_memory: str | None, tasks: int) -> int | None:
-    """How many file groups each of `tasks` partition tasks writes at once; None when they
-    should leave the writing to write tasks after a shuffle by file id.
+def partition_tasks(master: str, parallelism: int, python_memory: str | None, partitions: int) -> tuple[int, int | None]:
+    """How many partition tasks take a batch of `partitions` table partitions (one per
+    partition, up to 4 per core), and how many file groups each writes at once: None when
+    they should leave the writing to write tasks after a shuffle by file id.
 
-    A local master's one executor has all its cores: tasks fewer than cores write groups on
+    A local master's one executor has all its cores. Tasks fewer than cores write groups on
     threads, up to MAX_GROUP_THREADS (one when spark.executor.pyspark.memory caps each Python
-    worker). On a cluster, as many tasks as cores write their groups themselves; fewer would
-    leave executors idle while one of them rewrites a partition's groups one after the other."""
+    worker). Partitions more than cores, but no more than MAX_GROUP_THREADS per core, go to
+    one task per core, each writing its partitions' groups on threads: 3 partitions on 2
+    cores are then written at once, the cores shared, instead of two and then the third
+    while a core idles (pyarrow's reading, merging and encoding run outside the GIL). On a
+    cluster, as many tasks as cores write their groups themselves; fewer would leave
+    executors idle while one of them rewrites a partition's groups one after the other."""
     from runtime.spark.settings import local_cores
 
-    if master.startswith("local"):
-        return 1 if python_memory else max(1, min(MAX_GROUP_THREADS, local_cores(master) // tasks))
-    return 1 if tasks >= parallelism else None
+    tasks = max(1, min(partitions, parallelism * 4))
+    if not master.startswith("local"):
+        return tasks, (1 if tasks >= parallelism else None)
+    cores = local_cores(master)
+    if python_memory:
+        return tasks, 1
+    if tasks <= cores:
+        return tasks, max(1, min(MAX_GROUP_THREADS, cores // tasks))
+    if partitions <= cores * MAX_GROUP_THREADS:
+        return cores, -(-partitions // cores)
+    return tasks, 1
 
 
 def _log_named_by(timeline, instant: str) -> str | None:
