@@ -187,7 +187,7 @@ def test_a_global_upsert_whose_keys_the_bloom_filters_keep_in_place_is_decided_i
 
     def counted(*args, **kwargs):
         out = real(*args, **kwargs)
-        asked.append(out)
+        asked.append((*out, kwargs.get("one_task")))
         return out
 
     monkeypatch.setattr(bloom_index, "crossing_candidates", counted)
@@ -209,20 +209,28 @@ def test_a_global_upsert_whose_keys_the_bloom_filters_keep_in_place_is_decided_i
     result = write([(i, part(i), 9, None, True) for i in range(3, 600, 4)], DELETES)
     assert result.deletes == 150
     # a new key comes in both p1 and p2: the shuffle by key sees it, and it is inserted once
+    monkeypatch.setattr(bloom_index, "ONE_TASK_KEYS", 0)  # (as a batch of more than 10,000 keys)
     result = write([(90_001, "p1", 1, "a"), (90_001, "p2", 2, "b")] + [(i, part(i), 8, "u") for i in range(1, 200, 4)])
+    assert (result.inserts, result.updates) == (1, 50)
+    monkeypatch.undo()
+    monkeypatch.setattr(bloom_index, "crossing_candidates", counted)
+    # and in the one task that asks a small batch's keys (no shuffle)
+    result = write([(90_002, "p2", 2, "b"), (90_002, "p1", 1, "a")] + [(i, part(i), 8, "u") for i in range(1, 200, 4)])
     assert (result.inserts, result.updates) == (1, 50)
     # key 5 (stored in p1) comes in under p2: its file's filter says it may move
     result = write([(5, "p2", 9, "moved")] + [(i, part(i), 9, "w") for i in range(2, 200, 4)])
     assert (result.inserts, result.updates, result.deletes) == (1, 50, 1)
-    assert took == [0, 1, 1, 1, 1, 0, 0]  # (the first write, into an empty table, goes the general way)
-    assert len(asked) == 6 and all(crossing == set() and not twice for _, crossing, twice in asked[:4])
-    assert asked[4][2] and not asked[4][1] and asked[5][1] and not asked[5][2]
+    assert took == [0, 1, 1, 1, 1, 0, 0, 0]  # (the first write, into an empty table, goes the general way)
+    assert len(asked) == 7 and all(crossing == set() and not twice for _, crossing, twice, _ in asked[:4])
+    assert asked[4][2] and not asked[4][1] and asked[5][2] and not asked[5][1] and asked[6][1] and not asked[6][2]
+    assert [one_task for *_, one_task in asked] == [True] * 4 + [False] + [True] * 2
     # the general way read only the files the filters named: those of p1 and p2
     assert {p for p, _ in asked[-1][0]} == {"region=p1", "region=p2"}
     rows = pair.rows()
     ids = [r[0] for r in rows]
-    assert len(ids) == len(set(ids)) == 4000 + 300 - 150 + 1
+    assert len(ids) == len(set(ids)) == 4000 + 300 - 150 + 2
     assert [r for r in rows if r[0] == 90_001] == [(90_001, "p2", 2, "b", "region=p2")]
+    assert [r for r in rows if r[0] == 90_002] == [(90_002, "p2", 2, "b", "region=p2")]
     assert [r for r in rows if r[0] == 5] == [(5, "p2", 9, "moved", "region=p2")]
     # (201 % 3 == 0: stale in every round)
     assert [r for r in rows if r[0] in (1, 201, 205)] == [(1, "p1", 8, "u", "region=p1"), (201, "p1", 1, "v201", "region=p1"), (205, "p1", 4, "r4-205", "region=p1")]

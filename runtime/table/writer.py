@@ -144,8 +144,8 @@ def _key_range(lo, hi) -> tuple[bytes, bytes] | None:
     return None if lo is None else (bytes(lo), bytes(hi))
 
 
-def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[bytes, bytes] | None], probe=None, timeline=None) \
-        -> tuple[bool, set[tuple[str, str]] | None]:
+def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[bytes, bytes] | None], probe=None, timeline=None,
+                   one_task: bool = False) -> tuple[bool, set[tuple[str, str]] | None]:
     """Whether a global-index upsert or delete may be decided partition by partition, as with
     `index: partition` (partition_upsert.py): no key of the batch can be stored in another
     partition than the one it comes in, nor come in two. `ranges`: the batch's least and
@@ -159,7 +159,8 @@ def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[byt
     hold a key going to another partition, and when the batch's ranges meet, its keys are
     shuffled by key to see whether one comes in two partitions (bloom_index.crossing_candidates:
     one Spark job, two with the shuffle): the upsert of one partition's keys, or several, when
-    keys are numbered across partitions. A slice without a base file or a footer without a
+    keys are numbered across partitions; a `probe` of `one_task`, one Spark partition, as a
+    small batch's is (bloom_index.ONE_TASK_KEYS), is not shuffled). A slice without a base file or a footer without a
     range says no; so does a slice with log files, unless `timeline` shows that none of them
     took new keys (Timeline.log_inserts: then every key of the slice is in its base file's
     footer, as with pipe's and Java's bloom and simple indexes, which update logs only).
@@ -198,7 +199,7 @@ def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[byt
     if probe is None:
         return False, None
     asked = _bloom_index.prune(storage, slices, {None: (spans[0][0], max(hi for _, hi, _ in spans))})  # the global lookup's files
-    maybe, crossing, twice = _bloom_index.crossing_candidates(probe, storage, asked, by_key=meet)
+    maybe, crossing, twice = _bloom_index.crossing_candidates(probe, storage, asked, by_key=meet, one_task=one_task)
     return not twice and not (crossing & doubtful), maybe
 
 
@@ -672,7 +673,11 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                 by_partition = counts
         elif may_stay_put and opts.index != "partition":
             probe = rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")) if batch_rows <= BROADCAST_KEYS else None
-            stays, bloom_known = _keys_stay_put(storage, slices, key_range, probe, timeline) if _partition_upsert.fits(counts, slices) else (False, None)
+            one_task = probe is not None and batch_rows <= _bloom_index.ONE_TASK_KEYS
+            if one_task:
+                probe = probe.coalesce(1)  # (one task sees every key: no shuffle by key)
+            stays, bloom_known = _keys_stay_put(storage, slices, key_range, probe, timeline, one_task) \
+                if _partition_upsert.fits(counts, slices) else (False, None)
             if stays:
                 by_partition = counts
             else:  # the general path's global lookup: one range
