@@ -222,12 +222,12 @@ def crossing_candidates(probe, storage, slices: list[FileSlice], by_key: bool = 
     files = [s for s in slices if s.base_file is not None]
     check = BloomCheck(storage.spec.uri, tuple(storage.spec.options),
                        tuple((s.partition, s.file_id, s.base_file.path, s.base_file.size) for s in files), False)
+    if not files and not by_key:
+        return set(), set(), False
     if by_key and not one_task:
         from runtime.spark import api as spark_api
 
         probe = probe.repartition(max(1, spark_api.default_parallelism(probe.sparkSession)), "_k")
-    elif not files:
-        return set(), set(), False
     hits = probe.mapInArrow(lambda batches: crossing_task(check, by_key, batches), "partition string, file_id string, crossing boolean").collect()
     maybe = {(p, f) for p, f, _ in hits if f is not None}
     return maybe, {(p, f) for p, f, crossing in hits if crossing and f is not None}, any(f is None for _, f, _ in hits)
