@@ -337,10 +337,11 @@ def test_partition_tasks_write_on_threads_only_with_cores_to_spare():
     tasks = writer.partition_tasks
     # (tasks, groups each writes at once) for a batch of 1, 2, 3, 4 partitions on 4 cores
     assert [tasks("local[4]", 4, None, n) for n in (1, 2, 3, 4)] == [(1, 4), (2, 2), (3, 1), (4, 1)]
-    # more partitions than cores: a task per core writes its partitions' groups on threads,
-    # all at once (3 on 2 cores: not two, then one while a core idles), up to MAX_GROUP_THREADS
-    assert tasks("local[2]", 2, None, 3) == (2, 2) and tasks("local[4]", 4, None, 9) == (4, 3)
-    assert tasks("local[4]", 4, None, 16) == (4, writer.MAX_GROUP_THREADS) and tasks("local[4]", 4, None, 17) == (16, 1)
+    # more partitions than cores, fewer than twice as many: a task per core writes its
+    # partitions' groups on two threads, all at once (3 on 2 cores: not two, then one while a
+    # core idles); with more, as many tasks as partitions (up to 4 per core), one group each
+    assert tasks("local[2]", 2, None, 3) == (2, 2) and tasks("local[4]", 4, None, 7) == (4, 2)
+    assert tasks("local[4]", 4, None, 8) == (8, 1) and tasks("local[4]", 4, None, 17) == (16, 1)
     assert tasks("local[16]", 16, None, 1) == (1, writer.MAX_GROUP_THREADS)  # several steps may run at once
     assert tasks("local[4]", 4, "1g", 1) == (1, 1) and tasks("local[2]", 2, "1g", 3) == (3, 1)  # one Python worker's memory cap for all its threads
     # a cluster: fewer tasks than cores hand their rows to write tasks all over it

@@ -309,9 +309,11 @@ class BloomFilterWriteSupport:
         metadata, and its number of rows) when it is the filter this writer would build for
         those rows: Java's defaults, one key per row. A rewrite that keeps every stored key
         (updates and inserts, nothing deleted) then hashes only its new keys (add_new_keys)
-        instead of every row again; the filter holds exactly the new file's keys, each in
-        the row of the filter its place in the sequence of added keys gives. Returns whether
-        it did; otherwise nothing changes."""
+        instead of every row again. The filter holds every key of the new file; when each
+        stored key is in it once and the inserts are new keys (as pipe's writes make them),
+        it is bit for bit the filter built from the new file's keys in their order, the
+        stored rows kept in their order and the inserts after them. Returns whether it went
+        on; otherwise nothing changes."""
         try:
             stored = footer_bloom_filter(footer or {})
         except (ValueError, struct.error):
@@ -319,6 +321,9 @@ class BloomFilterWriteSupport:
         fresh = self.filter
         if stored is None or (stored.type_code, stored.vector_size, stored.hash_count, stored.row_entries, stored.added) != (
                 fresh.type_code, fresh.vector_size, fresh.hash_count, fresh.row_entries, rows) or not rows:
+            return False
+        full = max(1, -(-fresh.max_entries // fresh.row_entries))  # its rows as this writer's bound makes them
+        if len(stored.bits) != min(full, -(-rows // fresh.row_entries)):
             return False
         stored.max_entries = fresh.max_entries  # not serialised: the writer's bound
         self.filter, self.continued = stored, True

@@ -548,9 +548,9 @@ def runs(batches: Iterator, column: str) -> Iterator:
 
 
 def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: _Task) -> tuple:
-    """A file group's new base file: its stored rows (those of the current base file whose
-    keys the incoming rows do not replace or delete, when merging) and then the incoming
-    rows. Returns the stats row, with counts of inserts, updates and deletes; its path is ""
+    """A file group's new base file: its stored rows in their order, each one the incoming rows
+    replace (when merging) in its place and each one they delete left out, then the other
+    incoming rows (the inserts), as Hudi's merge handle writes them. Returns the stats row, with counts of inserts, updates and deletes; its path is ""
     when no row is left (the driver writes the empty base file)."""
     import pyarrow as pa
     import numpy as np
@@ -577,7 +577,7 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
     if KIND in rows.column_names:
         rows = rows.filter(pc.not_equal(rows.column(KIND), "D"))
     _refuse_unsafe_partition(spec, partition, rows)
-    out = task.open_files[file_id] = _OpenFile(spec, partition, file_id, task)
+    out = task.open_files[f"{partition}/{file_id}"] = _OpenFile(spec, partition, file_id, task)
     # the record key and the table's columns, without the write's working columns (_pipe_*): a
     # data column may start with _pipe_ too (a quarantine table's)
     data = set(spec.data_columns)
@@ -612,7 +612,7 @@ def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: 
     for batch in (rows.filter(pa.array(~placed)) if placed.any() else rows).to_batches(max_chunksize=1 << 16):
         if batch.num_rows:
             out.write(_with_meta(batch, out, spec, task))
-    del task.open_files[file_id]
+    del task.open_files[f"{partition}/{file_id}"]
     cdc = _write_cdc(spec, partition, file_id, changes, before, task) if changes is not None else ""
     if not out.rows:
         out.discard()
@@ -648,15 +648,21 @@ def _interleaved(kept, updates, kept_before):
     no row is copied)."""
     import pyarrow as pa
 
+    import numpy as np
+
     pieces, at = [], 0
-    for i, k in enumerate(kept_before.tolist()):
+    # a run of updates between the same two kept rows is one slice
+    starts = np.flatnonzero(np.diff(kept_before, prepend=-1)).tolist() + [len(kept_before)]
+    for first, end in zip(starts, starts[1:]):
+        k = int(kept_before[first])
         if k > at:
             pieces.append(kept.slice(at, k - at))
             at = k
-        pieces.append(updates.slice(i, 1))
+        pieces.append(updates.slice(first, end - first))
     if at < kept.num_rows:
         pieces.append(kept.slice(at))
-    return pa.concat_tables(pieces)
+    out = pa.concat_tables(pieces)
+    return out.combine_chunks() if len(pieces) > 64 else out  # (many updates among kept rows: one copy)
 
 
 def _write_cdc(spec: FileWriteSpec, partition: str, file_id: str, changes, before: list, task: _Task) -> str:

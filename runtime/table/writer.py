@@ -1003,10 +1003,11 @@ def partition_tasks(master: str, parallelism: int, python_memory: str | None, pa
 
     A local master's one executor has all its cores. Tasks fewer than cores write groups on
     threads, up to MAX_GROUP_THREADS (one when spark.executor.pyspark.memory caps each Python
-    worker). Partitions more than cores, but no more than MAX_GROUP_THREADS per core, go to
-    one task per core, each writing its partitions' groups on threads: 3 partitions on 2
-    cores are then written at once, the cores shared, instead of two and then the third
-    while a core idles (pyarrow's reading, merging and encoding run outside the GIL). On a
+    worker). Partitions more than cores, but fewer than twice as many, go to one task per
+    core, each writing its partitions' groups on two threads: 3 partitions on 2 cores are then
+    written at once, the cores shared, instead of two and then the third while a core idles
+    (pyarrow's reading, merging and encoding run outside the GIL); at most twice as many
+    groups as cores are held at once. On a
     cluster, as many tasks as cores write their groups themselves; fewer would leave
     executors idle while one of them rewrites a partition's groups one after the other."""
     from runtime.spark.settings import local_cores
@@ -1019,8 +1020,8 @@ def partition_tasks(master: str, parallelism: int, python_memory: str | None, pa
         return tasks, 1
     if tasks <= cores:
         return tasks, max(1, min(MAX_GROUP_THREADS, cores // tasks))
-    if partitions <= cores * MAX_GROUP_THREADS:
-        return cores, -(-partitions // cores)
+    if partitions < 2 * cores:
+        return cores, 2
     return tasks, 1
 
 
