@@ -644,15 +644,18 @@ def _updates_in_place(keys, hit, rows, placed):
 
 
 def _interleaved(kept, updates, kept_before):
-    """The kept stored rows with each of `updates` put after kept_before[i] of them (slices:
-    no row is copied)."""
+    """The kept stored rows with each of `updates` put after kept_before[i] of them: slices (no
+    row copied) for a few runs of updates, one take for many."""
     import pyarrow as pa
 
     import numpy as np
 
-    pieces, at = [], 0
     # a run of updates between the same two kept rows is one slice
     starts = np.flatnonzero(np.diff(kept_before, prepend=-1)).tolist() + [len(kept_before)]
+    if len(starts) > 64:  # many updates among kept rows: one take puts each in its place
+        order = np.argsort(np.concatenate([2 * np.arange(kept.num_rows) + 1, 2 * kept_before]), kind="stable")
+        return pa.concat_tables([kept, updates]).take(pa.array(order))
+    pieces, at = [], 0
     for first, end in zip(starts, starts[1:]):
         k = int(kept_before[first])
         if k > at:
@@ -661,8 +664,7 @@ def _interleaved(kept, updates, kept_before):
         pieces.append(updates.slice(first, end - first))
     if at < kept.num_rows:
         pieces.append(kept.slice(at))
-    out = pa.concat_tables(pieces)
-    return out.combine_chunks() if len(pieces) > 64 else out  # (many updates among kept rows: one copy)
+    return pa.concat_tables(pieces)
 
 
 def _write_cdc(spec: FileWriteSpec, partition: str, file_id: str, changes, before: list, task: _Task) -> str:
