@@ -99,13 +99,17 @@ class BloomFilter:
             flat[positions if base is None else base[which] + positions] = 1
         self.bits = np.packbits(unpacked, axis=1, bitorder="little")
 
+    def full_rows(self) -> int:
+        """A dynamic filter's rows once max_entries is reached."""
+        return max(1, -(-self.max_entries // self.row_entries))
+
     def _rows_of(self, index):
         """The row InternalDynamicBloomFilter.add puts the key with this (0-based) index in: a
         row per `row_entries` keys while rows * row_entries < max_entries; past the last row's
         end, key number rows * row_entries goes to row 0, and the next ones to every row in
         turn starting again from row 0."""
         nr = self.row_entries
-        full = max(1, -(-self.max_entries // nr))  # rows once max_entries is reached
+        full = self.full_rows()
         end = full * nr
         return np.where(index < end, index // nr, np.where(index == end, 0, (index - end - 1) % full))
 
@@ -322,8 +326,7 @@ class BloomFilterWriteSupport:
         if stored is None or (stored.type_code, stored.vector_size, stored.hash_count, stored.row_entries, stored.added) != (
                 fresh.type_code, fresh.vector_size, fresh.hash_count, fresh.row_entries, rows) or not rows:
             return False
-        full = max(1, -(-fresh.max_entries // fresh.row_entries))  # its rows as this writer's bound makes them
-        if len(stored.bits) != min(full, -(-rows // fresh.row_entries)):
+        if len(stored.bits) != min(fresh.full_rows(), -(-rows // fresh.row_entries)):  # its rows as this writer's bound makes them
             return False
         stored.max_entries = fresh.max_entries  # not serialised: the writer's bound
         self.filter, self.continued = stored, True

@@ -550,10 +550,11 @@ def runs(batches: Iterator, column: str) -> Iterator:
 def _write_group(spec: FileWriteSpec, partition: str, file_id: str, rows, task: _Task) -> tuple:
     """A file group's new base file: its stored rows in their order, each one the incoming rows
     replace (when merging) in its place and each one they delete left out, then the other
-    incoming rows (the inserts), as Hudi's merge handle writes them. Returns the stats row, with counts of inserts, updates and deletes; its path is ""
-    when no row is left (the driver writes the empty base file)."""
-    import pyarrow as pa
+    incoming rows (the inserts), as Hudi's merge handle writes them. Returns the stats row,
+    with counts of inserts, updates and deletes; its path is "" when no row is left (the
+    driver writes the empty base file)."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     base = spec.base_files.get(f"{partition}/{file_id}")
@@ -632,7 +633,7 @@ def _updates_in_place(keys, hit, rows, placed):
 
     at = pc.index_in(keys, value_set=rows.column("_hoodie_record_key"))
     where = np.flatnonzero(pc.is_valid(at).to_numpy(zero_copy_only=False))
-    taken = at.to_numpy(zero_copy_only=False)[where].astype(np.int64) if len(where) else np.zeros(0, np.int64)
+    taken = pc.drop_null(at).to_numpy().astype(np.int64)
     _, first = np.unique(taken, return_index=True)
     first.sort()
     first = first[~placed[taken[first]]]
@@ -646,9 +647,8 @@ def _updates_in_place(keys, hit, rows, placed):
 def _interleaved(kept, updates, kept_before):
     """The kept stored rows with each of `updates` put after kept_before[i] of them: slices (no
     row copied) for a few runs of updates, one take for many."""
-    import pyarrow as pa
-
     import numpy as np
+    import pyarrow as pa
 
     # a run of updates between the same two kept rows is one slice
     starts = np.flatnonzero(np.diff(kept_before, prepend=-1)).tolist() + [len(kept_before)]

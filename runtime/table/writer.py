@@ -160,9 +160,9 @@ def _keys_stay_put(storage, slices: list[FileSlice], ranges: dict[str, tuple[byt
     shuffled by key to see whether one comes in two partitions (bloom_index.crossing_candidates:
     one Spark job, two with the shuffle): the upsert of one partition's keys, or several, when
     keys are numbered across partitions; a `probe` of `one_task`, one Spark partition, as a
-    small batch's is (bloom_index.ONE_TASK_KEYS), is not shuffled). A slice without a base file or a footer without a
-    range says no; so does a slice with log files, unless `timeline` shows that none of them
-    took new keys (Timeline.log_inserts: then every key of the slice is in its base file's
+    small batch's is (bloom_index.ONE_TASK_KEYS), is not shuffled). A slice without a base
+    file or a footer without a range says no; so does a slice with log files, unless
+    `timeline` shows that none of them took new keys (Timeline.log_inserts: then every key of the slice is in its base file's
     footer, as with pipe's and Java's bloom and simple indexes, which update logs only).
 
     Also returns, when the bloom filters were asked, the files they say may hold a key of the
@@ -1007,9 +1007,9 @@ def partition_tasks(master: str, parallelism: int, python_memory: str | None, pa
     core, each writing its partitions' groups on two threads: 3 partitions on 2 cores are then
     written at once, the cores shared, instead of two and then the third while a core idles
     (pyarrow's reading, merging and encoding run outside the GIL); at most twice as many
-    groups as cores are held at once. On a
-    cluster, as many tasks as cores write their groups themselves; fewer would leave
-    executors idle while one of them rewrites a partition's groups one after the other."""
+    groups as cores are held at once. On a cluster, as many tasks as cores write their groups
+    themselves; fewer would leave executors idle while one of them rewrites a partition's
+    groups one after the other."""
     from runtime.spark.settings import local_cores
 
     tasks = max(1, min(partitions, parallelism * 4))
