@@ -540,33 +540,39 @@ def _tasks(spark, spec: IndexSpec) -> int:
     return max(1, min(spec.groups, spark_api.default_parallelism(spark) * 2))
 
 
-def _grouped(spark, spec: IndexSpec, df):
-    return with_group(spark, df, "_k", spec.groups).repartition(_tasks(spark, spec), "_pipe_ri_group").sortWithinPartitions(
-        "_pipe_ri_group", "_k")
+def _grouped(spark, spec: IndexSpec, df, one_task: bool = False):
+    """`df`'s rows by record-index file group, sorted by group and key within each task: a
+    shuffle by group; or, `one_task` (a small batch), all in one task with no shuffle (a Spark
+    job fewer; the task reads each group's blocks once)."""
+    df = with_group(spark, df, "_k", spec.groups)
+    df = df.coalesce(1) if one_task else df.repartition(_tasks(spark, spec), "_pipe_ri_group")
+    return df.sortWithinPartitions("_pipe_ri_group", "_k")
 
 
-def lookup(spark, spec: IndexSpec, keys) -> set[tuple[str, str]]:
+def lookup(spark, spec: IndexSpec, keys, one_task: bool = False) -> set[tuple[str, str]]:
     """The (partition, file id) of the stored file groups holding any of `keys` (a DataFrame
     with the record keys as `_k`): one Spark job, each task reading the slices of the index's
-    file groups its keys hash to, only the HFile blocks that may hold them."""
+    file groups its keys hash to, only the HFile blocks that may hold them (`one_task`: a
+    small batch, all in one task, _grouped)."""
     def run(batches):
         return lookup_task(spec, batches)
 
     # each task yields its distinct places: at most tasks x file groups rows, made a set here
     # (no shuffle stage for a distinct)
-    found = _grouped(spark, spec, keys.select("_k").where("_k is not null")).mapInArrow(run, LOOKUP_SCHEMA).collect()
+    found = _grouped(spark, spec, keys.select("_k").where("_k is not null"), one_task).mapInArrow(run, LOOKUP_SCHEMA).collect()
     return {(r[0], r[1]) for r in found}
 
 
-def placed(spark, spec: IndexSpec, probe) -> tuple[set[tuple[str, str]], int]:
+def placed(spark, spec: IndexSpec, probe, one_task: bool = False) -> tuple[set[tuple[str, str]], int]:
     """lookup's answer for `probe` (the batch's keys `_k` and the partitions `_p` they come in),
     and how many keys cannot be settled in their own partition (stored in another, or in
     two partitions of the batch): when none, the write may be decided partition by partition
-    (writer._upsert_by_partition), each partition reading only the groups found. One Spark job."""
+    (writer._upsert_by_partition), each partition reading only the groups found. One Spark
+    job (`one_task`: a small batch, all in one task, _grouped)."""
     def run(batches):
         return placed_task(spec, batches)
 
-    found = _grouped(spark, spec, probe.select("_k", "_p").where("_k is not null")).mapInArrow(run, PLACED_SCHEMA).collect()
+    found = _grouped(spark, spec, probe.select("_k", "_p").where("_k is not null"), one_task).mapInArrow(run, PLACED_SCHEMA).collect()
     return {(r[0], r[1]) for r in found if r[1] is not None}, sum(r[2] for r in found)
 
 

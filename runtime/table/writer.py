@@ -347,19 +347,21 @@ def _record_index_spec(table, timeline, opts: WriteOptions):
     return metadata_table.MetadataTable(table.storage, table.config.table_version).record_index_spec(timeline)
 
 
-def _record_index_located(spark, spec, known: set[tuple[str, str]] | None):
+def _record_index_located(spark, spec, known: set[tuple[str, str]] | None, batch_rows: int | None):
     """How the global lookup asks the record index `spec` which file groups hold the batch's
     keys (tag_locations' `located`): the answer `_record_index_stays` got already, when it
-    asked; None without a record index."""
+    asked; None without a record index. A small batch's keys are looked up in one task."""
     if known is not None:
         return lambda keys: known
     if spec is None:
         return None
-    return lambda keys: _record_index.lookup(spark, spec, keys)
+    one_task = batch_rows is not None and batch_rows <= _bloom_index.ONE_TASK_KEYS
+    return lambda keys: _record_index.lookup(spark, spec, keys, one_task)
 
 
 def _record_index_stays(spark, spec, rows, counts: dict[str, int], slices: list[FileSlice]) -> tuple[set[tuple[str, str]], bool]:
-    """Asks the record index where the batch's keys are (one Spark job): the (partition, file
+    """Asks the record index where the batch's keys are (one Spark job; a small batch's in one
+    task, bloom_index.ONE_TASK_KEYS): the (partition, file
     id) of the groups holding any of them, and whether partition tasks may decide the write:
     no key is stored in another partition than the one it comes in, none comes in two, every
     group named is in the table's view, and each partition's groups found fit a task. The
@@ -367,7 +369,8 @@ def _record_index_stays(spark, spec, rows, counts: dict[str, int], slices: list[
     a key it does not hold is new, as Java's RECORD_INDEX has it)."""
     from pyspark.sql import functions as F
 
-    places, moves = _record_index.placed(spark, spec, rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")))
+    places, moves = _record_index.placed(spark, spec, rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")),
+                                         sum(counts.values()) <= _bloom_index.ONE_TASK_KEYS)
     held = [s for s in slices if (s.partition, s.file_id) in places]
     stays = not moves and None not in counts and len(held) == len(places) and _partition_upsert.fits(counts, held)
     return places, stays
@@ -709,7 +712,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                                                   output=[f.name for f in narrow.fields if f.name in (KEY, PART, "_hoodie_file_name")
                                                           or f.name == config.precombine_field])
         rows = tag_locations(spark, rows, config, opts, slices, storage, batch_rows, set(partitions) if partitions is not None else None, merged,
-                             stored_struct, probe=batch, key_range=key_range, located=_record_index_located(spark, ri_spec, located_groups),
+                             stored_struct, probe=batch, key_range=key_range, located=_record_index_located(spark, ri_spec, located_groups, batch_rows),
                              bloom_known=bloom_known)
         rows = rows.where(~(F.col(_DELETE) & F.coalesce(F.col(_GONE), F.lit(False)))).drop(_GONE)  # deleting a deleted key changes nothing
     else:
@@ -954,7 +957,9 @@ def _upsert_by_partition(spark, table, rows, opts: WriteOptions, instant: str, t
     log_groups = _log_targets(set(existing), existing, _log_named_by(timeline, instant)) if config.table_type == MERGE_ON_READ else {}
     tasks, threads = _partition_tasks(spark, len(partitions))
     incoming = rows.select(*_data_select(F, present, struct, data_columns), KEY, PART, _DELETE, _SEQ)
-    incoming = _in_turns(F, incoming, PART, sorted(partitions), tasks).sortWithinPartitions(PART)
+    # (`rows` is materialised, by the summary that counted its partitions: one task reads it
+    # with no shuffle, a Spark job fewer)
+    incoming = (incoming.coalesce(1) if tasks == 1 else _in_turns(F, incoming, PART, sorted(partitions), tasks)).sortWithinPartitions(PART)
     if threads is None:  # the groups of a partition are written by write tasks all over the cluster
         out = T.StructType(list(struct.fields) + [T.StructField(c, T.StringType(), True) for c in (KEY, PART, _KIND, FILE_ID)])
         changes = incoming.mapInArrow(lambda batches: _partition_upsert.tag_task(tag_spec, batches), out)
