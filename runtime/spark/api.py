@@ -135,6 +135,21 @@ def local_checkpoint(df, eager: bool = True):
         holder.session = before
 
 
+def checkpoint_partitions(df) -> int | None:
+    """How many partitions the local checkpoint `df` (local_checkpoint's, planned when it was
+    made) holds: read off its RDD on the driver, no job (about a millisecond). None over Spark
+    Connect, or when the plan is not a checkpoint's."""
+    if is_connect(df.sparkSession):
+        return None
+    try:
+        plan = df._jdf.queryExecution().analyzed()
+        if not plan.getClass().getName().endswith(".LogicalRDD"):
+            return None
+        return int(plan.rdd().getNumPartitions())
+    except Exception:  # (another Spark's internals: the caller plans for several partitions)
+        return None
+
+
 def parquet_schema(spark, path: str, key: str):
     """Spark's schema of the Parquet file `path`, whose footer `key` names what the schema
     depends on in the file (its Parquet schema, the Spark schema a writer stored beside it).

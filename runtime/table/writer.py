@@ -644,6 +644,9 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
         # the batch is computed once, by the first job that reads it (the summary below): the
         # lookup and the write read it again (its `_pipe_seq` numbers stay the same too)
         prepared, rows = rows, spark_api.local_checkpoint(rows, eager=False)
+        # a batch of one partition (a small one, often) is summed up with no shuffle, a Spark
+        # job fewer (only there: a window or a join over it still spreads over the cores)
+        summed = rows.coalesce(1) if spark_api.checkpoint_partitions(rows) == 1 else rows
         # metadata: the batch's size, its null keys and, for a partition-scoped lookup, its rows per partition
         ordering = _null_ordering(config, opts, present)
         null_order = F.count_if(F.col(f"`{ordering}`").isNull()) if ordering else F.lit(0)
@@ -658,7 +661,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
             (ri_spec is not None or not _metadata_table.keeps_record_index(config.properties or {}))
         if opts.index == "partition" or may_stay_put:
             per_partition = {p: (n, nulls, no, lo, hi)
-                             for p, n, nulls, no, lo, hi in rows.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).collect()}
+                             for p, n, nulls, no, lo, hi in summed.groupBy(PART).agg(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).collect()}
             counts = {p: n for p, (n, *_) in per_partition.items()}
             batch_rows, null_keys = sum(counts.values()), sum(v[1] for v in per_partition.values())
             null_orders = sum(v[2] for v in per_partition.values())
@@ -667,7 +670,7 @@ def _write(spark, table, df, opts: WriteOptions, instant: str, timeline, slices:
                 partitions = counts
                 by_partition = counts if _partition_upsert.fits(counts, slices) else None
         else:
-            batch_rows, null_keys, null_orders, lo, hi = rows.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).first()
+            batch_rows, null_keys, null_orders, lo, hi = summed.select(F.count(F.lit(1)), F.count_if(F.col(KEY).isNull()), null_order, low, high).first()
             key_range = {None: _key_range(lo, hi)}
         _refuse_nulls(config, prepared, ordering, null_keys, null_orders)  # (which still knows the rows' files)
         if may_stay_put and ri_spec is not None:
