@@ -213,6 +213,55 @@ def test_a_started_session_records_no_python_call_sites(spark):
     assert is_debugging_enabled() is False
 
 
+def test_local_workers_are_forked_with_the_installed_pyspark_and_pipes_task_packages(spark):
+    """A local session's Python workers fork from pipe's daemon (runtime/worker_daemon.py): they
+    hold pyarrow and pipe's task packages before their first task, and load PySpark and py4j
+    from the installed packages, with their bytecode cache, not from the zips Spark puts first on
+    their path (compiled anew by every fresh worker, and their directories read again by every
+    task)."""
+    import pyspark
+
+    def task(batches):
+        import sys
+
+        import pyarrow as pa
+        import py4j
+        import pyspark as worker_pyspark
+
+        zips = sorted(k for k, v in sys.path_importer_cache.items() if type(v).__name__ == "zipimporter")
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"pyspark": [worker_pyspark.__file__], "py4j": [py4j.__file__], "zips": [repr(zips)],
+                                              "preloaded": ["runtime.table.files" in sys.modules and "pyarrow.parquet" in sys.modules]})
+
+    assert spark.conf.get("spark.python.daemon.module") == "runtime.worker_daemon"
+    row = spark.range(1).mapInArrow(task, "pyspark string, py4j string, zips string, preloaded boolean").first()
+    assert row.pyspark == pyspark.__file__ and ".zip" not in row.py4j, row  # (the driver's own pyspark)
+    assert row.zips == "[]" and row.preloaded, row
+
+
+def test_the_daemon_takes_off_the_path_only_sparks_copies_of_the_installed_packages(tmp_path):
+    """_installed_pyspark_first drops the zips and jars inside the installed pyspark package
+    when they copy it (py4j's zip only with the installed py4j's version); a pyspark elsewhere
+    (a Spark distribution's SPARK_HOME), another py4j, or no installed pyspark keep the path."""
+    from runtime.worker_daemon import _installed_pyspark_first
+
+    site = tmp_path / "site"
+    (site / "pyspark" / "python" / "lib").mkdir(parents=True)
+    (site / "pyspark" / "jars").mkdir()
+    (site / "pyspark" / "__init__.py").write_text("")
+    (site / "py4j").mkdir()
+    (site / "py4j" / "__init__.py").write_text("")
+    (site / "py4j" / "version.py").write_text("__version__ = '0.10.9.9'\n")
+    lib = site / "pyspark" / "python" / "lib"
+    zips = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"), str(site / "pyspark" / "jars" / "spark-core_2.13-4.3.0.jar")]
+    elsewhere = str(tmp_path / "spark-home" / "python" / "lib" / "pyspark.zip")
+    path = ["/project", *zips, elsewhere, str(site)]
+    assert _installed_pyspark_first(path) == ["/project", elsewhere, str(site)]
+    (site / "py4j" / "version.py").write_text("__version__ = '0.10.9.7'\n")  # another py4j than the zip's: its zip stays
+    assert _installed_pyspark_first(path) == ["/project", zips[1], elsewhere, str(site)]
+    assert _installed_pyspark_first(["/project", *zips]) == ["/project", *zips]  # no installed pyspark
+
+
 # --- (c) a local session starts quietly, once per process ---------------------------------------
 
 

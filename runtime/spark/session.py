@@ -289,6 +289,11 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             # spark.pyspark.python is Spark's setting for it and wins, as with spark-submit.
             env["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
 
+        if classic and cluster.is_local(master) and settings.get("spark.pyspark.python") in (None, "", sys.executable) and \
+                os.environ.get("PYSPARK_PYTHON") == sys.executable:
+            # the workers run this very Python: each is forked with pipe's task packages already
+            # imported (runtime/worker_daemon.py), instead of importing them itself
+            settings.setdefault("spark.python.daemon.module", "runtime.worker_daemon")
         archive = class_archive.plan(java, settings) if needs_java and classic else None
         if archive is not None:  # the driver's classes mapped from an archive (class_archive.py)
             settings = class_archive.with_option(settings, archive)
