@@ -361,12 +361,12 @@ def _record_index_located(spark, spec, known: set[tuple[str, str]] | None, batch
 
 def _record_index_stays(spark, spec, rows, counts: dict[str, int], slices: list[FileSlice]) -> tuple[set[tuple[str, str]], bool]:
     """Asks the record index where the batch's keys are (one Spark job; a small batch's in one
-    task, bloom_index.ONE_TASK_KEYS): the (partition, file
-    id) of the groups holding any of them, and whether partition tasks may decide the write:
-    no key is stored in another partition than the one it comes in, none comes in two, every
-    group named is in the table's view, and each partition's groups found fit a task. The
-    tasks then read the keys of those groups only (the record index names a key's group;
-    a key it does not hold is new, as Java's RECORD_INDEX has it)."""
+    task, bloom_index.ONE_TASK_KEYS): the (partition, file id) of the groups holding any of
+    them, and whether partition tasks may decide the write: no key is stored in another
+    partition than the one it comes in, none comes in two, every group named is in the
+    table's view, and each partition's groups found fit a task. The tasks then read the keys
+    of those groups only (the record index names a key's group; a key it does not hold is
+    new, as Java's RECORD_INDEX has it)."""
     from pyspark.sql import functions as F
 
     places, moves = _record_index.placed(spark, spec, rows.select(F.col(KEY).alias("_k"), F.col(PART).alias("_p")),
